@@ -1,0 +1,34 @@
+package envelope
+
+// Error codes written by retrysafe. A tool's own definite errors may carry
+// other codes (see [MarkDefinite]); these are the ones the wrapper itself uses.
+const (
+	// CodeInvalidInput: the model's input is not acceptable (malformed JSON,
+	// wrong fields). Nothing ran. Next: fix_input.
+	CodeInvalidInput = "invalid_input"
+	// CodeModelSuppliedKey: the input carried its own idempotency key or
+	// request id; keys come from trusted code only. Nothing ran.
+	CodeModelSuppliedKey = "model_supplied_key"
+	// CodeMissingScope: no principal and session were set by the application
+	// for this call. Nothing ran.
+	CodeMissingScope = "missing_scope"
+	// CodeKeyReused: the action's key was used before with different input.
+	// Nothing ran; the first record is untouched.
+	CodeKeyReused = "key_reused_with_different_input"
+	// CodeStoreUnavailable: the key could not be claimed or read, so the tool
+	// was not run (fail closed).
+	CodeStoreUnavailable = "store_unavailable"
+	// CodeCancelled: the caller's context ended before the tool ran.
+	CodeCancelled = "cancelled"
+	// CodeRejected: the tool reported a definite failure without a code of
+	// its own.
+	CodeRejected = "rejected"
+	// CodeUnavailable: every attempt failed with a transient error; the effect
+	// was not applied.
+	CodeUnavailable = "unavailable"
+	// CodeInProgress: another call for the same action is still running.
+	CodeInProgress = "in_progress"
+	// CodeOutcomeUnknown: the effect may have been applied; the record awaits
+	// reconciliation.
+	CodeOutcomeUnknown = "outcome_unknown"
+)

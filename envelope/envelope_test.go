@@ -1,0 +1,115 @@
+package envelope_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+func TestMarshalIsCompactAndOrdered(t *testing.T) {
+	e := envelope.Envelope{
+		Version:    envelope.Version,
+		Status:     envelope.Success,
+		Tool:       "send_email",
+		RequestRef: "send_email/abc",
+		Attempts:   2,
+		Result:     json.RawMessage(`{"id":"<m1@x>"}`),
+		Next:       envelope.Continue,
+	}
+	got, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"version":1,"status":"success","tool":"send_email","request_ref":"send_email/abc","attempts":2,"result":{"id":"<m1@x>"},"next":"continue"}`
+	if string(got) != want {
+		t.Errorf("Marshal =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestParseRoundTrip(t *testing.T) {
+	in := `{"version":1,"status":"unknown_outcome","tool":"book_flight","request_ref":"book_flight/x",` +
+		`"attempts":1,"error":{"code":"outcome_unknown","message":"timeout"},"next":"do_not_retry","note":"It may be booked."}`
+	e, err := envelope.Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Status != envelope.UnknownOutcome || e.Error.Code != envelope.CodeOutcomeUnknown || e.Next != envelope.DoNotRetry {
+		t.Errorf("parsed %+v", e)
+	}
+	out, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != in {
+		t.Errorf("round trip changed the envelope:\n%s\n%s", in, out)
+	}
+}
+
+func TestParseRefusesInconsistentEnvelopes(t *testing.T) {
+	tests := []struct{ name, in, msg string }{
+		{"not json", `{`, "invalid envelope"},
+		{"null", `null`, "version 0"},
+		{"newer version", `{"version":2,"status":"success","tool":"t","attempts":1,"next":"continue"}`, "version 2"},
+		{"unknown status", `{"version":1,"status":"done","tool":"t","attempts":1,"next":"continue"}`, `status "done"`},
+		{"unknown next", `{"version":1,"status":"success","tool":"t","attempts":1,"next":"retry"}`, `next "retry"`},
+		{"success with error", `{"version":1,"status":"success","tool":"t","attempts":1,"error":{"code":"x","message":""},"next":"continue"}`, "carries an error"},
+		{"failure without error", `{"version":1,"status":"definite_failure","tool":"t","attempts":1,"next":"fix_input"}`, "needs an error"},
+		{"failure with result", `{"version":1,"status":"definite_failure","tool":"t","attempts":1,"result":1,"error":{"code":"x","message":""},"next":"fix_input"}`, "carries a result"},
+		{"unknown field", `{"version":1,"status":"success","tool":"t","attempts":1,"next":"continue","key":"k"}`, "unknown field"},
+		{"trailing data", `{"version":1,"status":"success","tool":"t","attempts":1,"next":"continue"} {}`, "after the envelope"},
+		{"no tool", `{"version":1,"status":"success","tool":"","attempts":1,"next":"continue"}`, "tool is empty"},
+	}
+	for _, tt := range tests {
+		_, err := envelope.Parse([]byte(tt.in))
+		if !errors.Is(err, envelope.ErrInvalid) || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: Parse error = %v, want ErrInvalid mentioning %q", tt.name, err, tt.msg)
+		}
+	}
+}
+
+func TestSchemaNamesEveryField(t *testing.T) {
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
+	if err := json.Unmarshal(envelope.Schema, &schema); err != nil {
+		t.Fatalf("schema is not JSON: %v", err)
+	}
+	typ := reflect.TypeFor[envelope.Envelope]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if _, ok := schema.Properties[name]; !ok {
+			t.Errorf("field %q of Envelope is missing from the schema", name)
+		}
+	}
+	if len(schema.Properties) != typ.NumField() {
+		t.Errorf("schema has %d properties, Envelope has %d fields", len(schema.Properties), typ.NumField())
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"version":1,"status":"success","tool":"t","attempts":1,"result":{"a":[1,2]},"next":"continue"}`))
+	f.Add([]byte(`{"version":1,"status":"unknown_outcome","tool":"t","attempts":3,"error":{"code":"outcome_unknown","message":"m"},"next":"wait","note":"n"}`))
+	f.Add([]byte(`{"version":1,"status":"definite_failure","tool":"t","attempts":0,"error":{"code":"missing_scope","message":""},"next":"do_not_retry"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := envelope.Parse(data)
+		if err != nil {
+			return
+		}
+		out, err := e.Marshal()
+		if err != nil {
+			t.Fatalf("parsed envelope does not marshal: %v", err)
+		}
+		again, err := envelope.Parse(out)
+		if err != nil {
+			t.Fatalf("marshalled envelope does not parse: %v\n%s", err, out)
+		}
+		if !reflect.DeepEqual(e, again) {
+			t.Fatalf("round trip changed the envelope:\n%+v\n%+v", e, again)
+		}
+	})
+}

@@ -32,3 +32,7 @@ const (
 	// reconciliation.
 	CodeOutcomeUnknown = "outcome_unknown"
 )
+
+// CodeScopeMismatch: the request reference belongs to another principal.
+// Nothing ran and nothing of the other principal's record is revealed.
+const CodeScopeMismatch = "scope_mismatch"

@@ -1,0 +1,332 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+)
+
+// schemaVersion is the layout of the file this package writes and reads.
+const schemaVersion = "1"
+
+var (
+	metaBucket    = []byte("retrysafe/meta")
+	recordsBucket = []byte("retrysafe/records")
+	schemaKey     = []byte("schema")
+)
+
+// Options configure [Open]. A nil *Options means all defaults.
+type Options struct {
+	// LockTimeout is how long Open waits for another process to release the
+	// file lock. 0 means 1s; it is never unbounded.
+	LockTimeout time.Duration
+	// FileMode is the mode of a new file. 0 means 0600.
+	FileMode os.FileMode
+}
+
+// Store is a bbolt-backed store. It is safe for concurrent use by the
+// goroutines of one process.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+var _ agenttool.Store = (*Store)(nil)
+
+// Open opens or creates the store file at path. It fails with a clear error
+// if another process holds the file, if the file is not a bbolt database or
+// is damaged, or if it was written by an incompatible version.
+func Open(path string, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.FileMode == 0 {
+		o.FileMode = 0o600
+	}
+	db, err := bolt.Open(path, o.FileMode, &bolt.Options{Timeout: o.LockTimeout})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("boltstore: %s is locked by another process (bbolt allows one process per file; share pgstore between replicas): %w", path, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return nil, fmt.Errorf("boltstore: %s is not a usable bbolt database (corrupt, or another kind of file): %w", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	if err := db.Update(initSchema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("boltstore: %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+func initSchema(tx *bolt.Tx) error {
+	meta := tx.Bucket(metaBucket)
+	if meta == nil {
+		empty := true
+		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+		if !empty {
+			return errors.New("the file holds other data and is not a retrysafe store")
+		}
+		var err error
+		if meta, err = tx.CreateBucket(metaBucket); err != nil {
+			return err
+		}
+		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
+			return err
+		}
+	}
+	if v := meta.Get(schemaKey); string(v) != schemaVersion {
+		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
+	}
+	_, err := tx.CreateBucketIfNotExists(recordsBucket)
+	return err
+}
+
+// Path returns the file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file. Later calls fail, and guarded tools using the store
+// answer store_unavailable.
+func (s *Store) Close() error { return s.db.Close() }
+
+// DB returns the underlying bbolt database, for effects that must commit in
+// the same transaction as their record (see [Store.Update]) and for
+// inspection. Do not write to retrysafe's buckets.
+func (s *Store) DB() *bolt.DB { return s.db }
+
+func (s *Store) update(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket(recordsBucket)) })
+}
+
+func (s *Store) view(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(recordsBucket)) })
+}
+
+// errNeedsWrite stops a read-only claim that would change the record.
+var errNeedsWrite = errors.New("claim needs a write")
+
+// Claim implements agenttool.Store. A claim that changes nothing (a replay,
+// a live lease) is answered from a read transaction, without a disk write.
+func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+	var res agenttool.ClaimResult
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		existing, err := load(b, req.Key)
+		if err != nil {
+			return err
+		}
+		rec, r, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			return errNeedsWrite
+		}
+		res = r
+		return nil
+	})
+	if err == nil {
+		return res, nil
+	}
+	if !errors.Is(err, errNeedsWrite) {
+		return res, err
+	}
+	err = s.update(ctx, func(b *bolt.Bucket) error {
+		existing, err := load(b, req.Key)
+		if err != nil {
+			return err
+		}
+		rec, r, err := agenttool.DecideClaim(existing, req, b.NextSequence)
+		if err != nil {
+			return err
+		}
+		res = r
+		if rec == nil {
+			return nil
+		}
+		return save(b, rec)
+	})
+	return res, err
+}
+
+// Finish implements agenttool.Store.
+func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
+	return s.update(ctx, func(b *bolt.Bucket) error {
+		existing, err := load(b, req.Key)
+		if err != nil {
+			return err
+		}
+		rec, err := agenttool.DecideFinish(existing, req)
+		if err != nil {
+			return err
+		}
+		return save(b, rec)
+	})
+}
+
+// Release implements agenttool.Store.
+func (s *Store) Release(ctx context.Context, key string, token uint64) error {
+	return s.update(ctx, func(b *bolt.Bucket) error {
+		existing, err := load(b, key)
+		if err != nil {
+			return err
+		}
+		if err := agenttool.DecideRelease(existing, key, token); err != nil {
+			return err
+		}
+		return b.Delete([]byte(key))
+	})
+}
+
+// Renew implements agenttool.Store.
+func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
+	return s.update(ctx, func(b *bolt.Bucket) error {
+		existing, err := load(b, key)
+		if err != nil {
+			return err
+		}
+		rec, err := agenttool.DecideRenew(existing, key, token, until, time.Now())
+		if err != nil {
+			return err
+		}
+		return save(b, rec)
+	})
+}
+
+// Get implements agenttool.Store.
+func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	var rec *agenttool.Record
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		var err error
+		rec, err = load(b, key)
+		return err
+	})
+	if err != nil {
+		return agenttool.Record{}, err
+	}
+	if rec == nil {
+		return agenttool.Record{}, fmt.Errorf("boltstore: %s: %w", key, agenttool.ErrNotFound)
+	}
+	return *rec, nil
+}
+
+// Sweep implements agenttool.Store. It deletes expired succeeded and failed
+// records in one transaction; unreadable records are left alone.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+	n := 0
+	err := s.update(ctx, func(b *bolt.Bucket) error {
+		var doomed [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			rec, err := decode(k, v)
+			if err == nil && rec.Sweepable(now) {
+				doomed = append(doomed, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range doomed {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(doomed)
+		return nil
+	})
+	return n, err
+}
+
+func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
+	v := b.Get([]byte(key))
+	if v == nil {
+		return nil, nil
+	}
+	rec, err := decode([]byte(key), v)
+	if err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+func save(b *bolt.Bucket, r *agenttool.Record) error {
+	v, err := encode(r)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(r.Key), v)
+}
+
+// diskRecord is a record as stored: JSON with a format version.
+type diskRecord struct {
+	V           int              `json:"v"`
+	Tool        string           `json:"tool"`
+	State       agenttool.State  `json:"state"`
+	Principal   agenttool.Digest `json:"principal"`
+	Fingerprint agenttool.Digest `json:"fingerprint"`
+	Owner       string           `json:"owner,omitempty"`
+	Token       uint64           `json:"token"`
+	LeaseExpiry int64            `json:"lease_expiry,omitempty"`
+	Attempts    int              `json:"attempts"`
+	Outcome     []byte           `json:"outcome,omitempty"`
+	Created     int64            `json:"created"`
+	Updated     int64            `json:"updated"`
+	Expires     int64            `json:"expires,omitempty"`
+}
+
+const recordFormat = 1
+
+func encode(r *agenttool.Record) ([]byte, error) {
+	return json.Marshal(diskRecord{
+		V: recordFormat, Tool: r.Tool, State: r.State, Principal: r.Principal, Fingerprint: r.Fingerprint,
+		Owner: r.Owner, Token: r.Token, LeaseExpiry: nanos(r.LeaseExpiry), Attempts: r.Attempts,
+		Outcome: r.Outcome, Created: nanos(r.Created), Updated: nanos(r.Updated), Expires: nanos(r.Expires),
+	})
+}
+
+func decode(key, v []byte) (agenttool.Record, error) {
+	var d diskRecord
+	if err := json.Unmarshal(v, &d); err != nil {
+		return agenttool.Record{}, fmt.Errorf("boltstore: record %s: %w: %w", key, agenttool.ErrCorrupt, err)
+	}
+	if d.V != recordFormat || !d.State.Valid() {
+		return agenttool.Record{}, fmt.Errorf("boltstore: record %s has format %d and state %d: %w", key, d.V, d.State, agenttool.ErrCorrupt)
+	}
+	return agenttool.Record{
+		Key: string(key), Tool: d.Tool, State: d.State, Principal: d.Principal, Fingerprint: d.Fingerprint,
+		Owner: d.Owner, Token: d.Token, LeaseExpiry: fromNanos(d.LeaseExpiry), Attempts: d.Attempts,
+		Outcome: d.Outcome, Created: fromNanos(d.Created), Updated: fromNanos(d.Updated), Expires: fromNanos(d.Expires),
+	}, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}

@@ -1,0 +1,33 @@
+// Package boltstore is the embedded, durable agenttool.Store: one bbolt file,
+// one process.
+//
+// # Basics
+//
+// Open a file once per process and give the store to every guarded tool:
+//
+//	store, err := boltstore.Open("retrysafe.db", nil)
+//	if err != nil { ... }
+//	defer store.Close()
+//	send, err := agenttool.Wrap(sendEmail, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+//
+// Every state change is one bbolt write transaction, durable (fsynced) before
+// the call proceeds: the claim before the tool runs, the outcome before the
+// envelope is returned. Replays and waits read without writing.
+//
+// # Caveats
+//
+//   - bbolt locks its file to one process. A second process that opens the
+//     same file waits Options.LockTimeout and then fails with a clear error.
+//     Several replicas must share pgstore instead.
+//   - bbolt transactions cannot be cancelled: the context is checked before
+//     each transaction, not during it.
+//   - The crash windows: a process that dies after the tool's effect but
+//     before the outcome is written leaves a pending record. Its lease
+//     expires and the next call treats the action as unknown (reconcile, or
+//     retry with the same key for keyed tools), never as free. A process that
+//     dies after the outcome is written but before the reply replays the
+//     outcome on the next call.
+//   - Records hold digests of the principal and input and the encoded
+//     outcome, never the input itself. Outcomes pass through the tool's
+//     Codec, which can redact or encrypt them.
+package boltstore

@@ -1,0 +1,351 @@
+package agenttool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// Invoke runs one guarded call and returns its envelope; [Tool.Call] is
+// Invoke for agents. The life of a call:
+//
+//	parse and canonicalise the input; derive key and fingerprint once
+//	claim the key in the store (fail closed if the store cannot answer)
+//	  existing success or failure      → replay it, the tool does not run
+//	  existing call still running      → wait for it (bounded), or in_progress
+//	  existing unknown, or a dead lease → keyed: attempt again with the same key;
+//	                                      otherwise unknown_outcome, nothing runs
+//	  other input under the same key   → key_reused_with_different_input
+//	  claimed                          → attempt, retrying what is safe to retry
+func (t *Tool) Invoke(ctx context.Context, raw string) envelope.Envelope {
+	start := t.cfg.Now()
+	env := t.invoke(ctx, raw)
+	if h := t.cfg.Hooks.Outcome; h != nil {
+		h(OutcomeEvent{Envelope: env, Duration: t.cfg.Now().Sub(start)})
+	}
+	return env
+}
+
+func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
+	scope, ok := ScopeFrom(ctx)
+	if !ok || !scope.valid() {
+		if t.cfg.DefaultScope == nil {
+			return t.refused("", &envelope.Error{Code: envelope.CodeMissingScope,
+				Message: "the application set no principal and session for this call (agenttool.WithScope); nothing was run"},
+				envelope.DoNotRetry, "This tool is not available in this context; tell the user it could not be used.")
+		}
+		scope = *t.cfg.DefaultScope
+	}
+	in, bad := t.cfg.parseInput(raw)
+	if bad == nil && t.decode != nil {
+		v, err := t.decode(in.forward)
+		if err != nil {
+			bad = &envelope.Error{Code: envelope.CodeInvalidInput, Message: fmt.Sprintf("the input does not fit the tool's parameters: %v", err)}
+		}
+		in.value = v
+	}
+	if bad != nil {
+		return t.refused("", bad, envelope.FixInput, "")
+	}
+	c := &call{
+		t: t, ctx: ctx, in: in, scope: scope,
+		ref: deriveRef(t.cfg.KeyPrefix, scope, actionIDFrom(ctx), in.identifying),
+	}
+	if err := ctx.Err(); err != nil {
+		return t.refused(c.ref, &envelope.Error{Code: envelope.CodeCancelled,
+			Message: fmt.Sprintf("the call was cancelled before the tool ran: %v", err)}, envelope.Wait, "")
+	}
+	if t.cfg.Class == ReadOnly {
+		return c.attempts(0)
+	}
+	return c.claimAndRun(fingerprint(in.canonical))
+}
+
+// call is the state of one guarded call.
+type call struct {
+	t        *Tool
+	ctx      context.Context
+	in       input
+	scope    Scope
+	ref      string
+	token    uint64
+	prior    int  // attempts made for this key by earlier calls
+	maybeRan bool // an attempt of this key may have applied the effect
+}
+
+func (c *call) claimAndRun(fp Digest) envelope.Envelope {
+	cfg := c.t.cfg
+	req := ClaimRequest{
+		Key: c.ref, Tool: c.t.name, Principal: principalDigest(c.scope.Principal), Fingerprint: fp,
+		Owner: uuid.NewString(), Lease: cfg.Lease, TakeOver: cfg.Class == Keyed,
+	}
+	waitUntil := cfg.Now().Add(cfg.WaitTimeout)
+	poll := 2 * time.Millisecond
+	for {
+		req.Now = cfg.Now()
+		res, err := cfg.Store.Claim(c.ctx, req)
+		if err != nil {
+			return c.storeUnavailable(err)
+		}
+		switch {
+		case res.Conflict == OtherPrincipal:
+			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
+				Message: "this request reference belongs to another principal; nothing was run"}, envelope.DoNotRetry, "")
+		case res.Conflict == OtherInput:
+			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeKeyReused,
+				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},
+				envelope.AskHuman, "The details differ from the earlier request for the same action; confirm with the user before changing it.")
+		case res.Claimed:
+			end := c.t.flights.begin(c.ref)
+			defer end()
+			c.token, c.prior, c.maybeRan = res.Record.Token, res.Record.Attempts, res.TookOver
+			return c.attempts(res.Record.Attempts)
+		}
+		switch rec := res.Record; rec.State {
+		case Succeeded, Failed:
+			return c.replay(rec)
+		case Unknown:
+			return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
+				Message: "an earlier attempt of this action has an unknown outcome and awaits reconciliation"})
+		case Pending:
+			now := cfg.Now()
+			if !now.Before(waitUntil) {
+				return c.inProgress(rec.Attempts)
+			}
+			if err := c.waitFor(rec, earliest(waitUntil, rec.LeaseExpiry).Sub(now), &poll); err != nil {
+				return c.inProgress(rec.Attempts)
+			}
+		default:
+			return c.storeUnavailable(fmt.Errorf("record in state %v: %w", rec.State, ErrCorrupt))
+		}
+	}
+}
+
+// waitFor waits until the holder of rec in this process ends, or for one poll
+// interval (growing to 50ms) when the holder is elsewhere, at most d.
+func (c *call) waitFor(rec Record, d time.Duration, poll *time.Duration) error {
+	if d <= 0 {
+		return nil // the lease has expired: claim again
+	}
+	done := c.t.flights.done(c.ref)
+	if done == nil {
+		d = min(d, *poll)
+		*poll = min(*poll*2, 50*time.Millisecond)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	return nil
+}
+
+// attempts runs the tool until it succeeds, fails definitely, or retrying is
+// no longer safe or allowed. done counts attempts made before this call.
+func (c *call) attempts(done int) envelope.Envelope {
+	cfg := c.t.cfg
+	policy := newBackOff(cfg.Retry, cfg.Now)
+	attempt := done
+	for n := 1; ; n++ {
+		attempt++
+		if n > 1 && cfg.Class != ReadOnly {
+			if err := cfg.Store.Renew(c.ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease)); err != nil {
+				return c.stopRetrying(attempt-1, fmt.Errorf("renewing the lease before attempt %d: %w", attempt, err))
+			}
+		}
+		out, err := c.attempt(attempt)
+		if err == nil {
+			return c.finish(Succeeded, envelope.Envelope{
+				Status: envelope.Success, Attempts: attempt, Result: out, Next: envelope.Continue,
+			})
+		}
+		class := envelope.Classify(err)
+		if class == envelope.Definite {
+			code := envelope.Code(err)
+			if code == "" {
+				code = envelope.CodeRejected
+			}
+			return c.finish(Failed, envelope.Envelope{
+				Status: envelope.DefiniteFailure, Attempts: attempt, Next: envelope.DoNotRetry,
+				Error: &envelope.Error{Code: code, Message: err.Error()},
+			})
+		}
+		if class == envelope.Unknown && cfg.Class != ReadOnly {
+			c.maybeRan = true
+			if cfg.Class != Keyed {
+				return c.markUnknown(attempt, err)
+			}
+		}
+		if n >= cfg.Retry.MaxAttempts {
+			return c.stopRetrying(attempt, err)
+		}
+		wait := policy.NextBackOff()
+		if wait < 0 || sleep(c.ctx, wait) != nil {
+			return c.stopRetrying(attempt, err)
+		}
+	}
+}
+
+// attempt runs the tool once with the call's information on its context.
+func (c *call) attempt(n int) (json.RawMessage, error) {
+	cfg := c.t.cfg
+	ctx := withCallInfo(c.ctx, CallInfo{RequestRef: c.ref, Attempt: n, Scope: c.scope})
+	if cfg.AttemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)
+		defer cancel()
+	}
+	start := cfg.Now()
+	out, err := c.t.run(ctx, c.in)
+	if h := cfg.Hooks.Attempt; h != nil {
+		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
+			Class: envelope.Classify(err), Duration: cfg.Now().Sub(start)})
+	}
+	return out, err
+}
+
+// stopRetrying ends a call whose last attempt was transient (or unknown for a
+// keyed tool) and which may not retry any more.
+func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
+	if c.t.cfg.Class == ReadOnly {
+		return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
+	}
+	if c.maybeRan {
+		return c.markUnknown(attempts, err)
+	}
+	// No attempt applied the effect: free the key so that a later call can
+	// try afresh. If the release fails the lease expires and the record is
+	// then treated as unknown: safe, if cautious.
+	ctx, cancel := c.outcomeCtx()
+	defer cancel()
+	if rerr := c.t.cfg.Store.Release(ctx, c.ref, c.token); rerr != nil {
+		c.t.cfg.logger.Warn("retrysafe: could not release key after transient failures", "ref", c.ref, "err", rerr)
+	}
+	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
+}
+
+func (t *Tool) refusedAfter(ref string, attempts int, code string, err error) envelope.Envelope {
+	return envelope.Envelope{
+		Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: t.name, RequestRef: ref,
+		Attempts: attempts, Next: envelope.Wait,
+		Error: &envelope.Error{Code: code, Message: fmt.Sprintf("not applied; the destination is unavailable: %v", err)},
+		Note:  "Nothing was done. The same call can be tried again later.",
+	}
+}
+
+func (c *call) markUnknown(attempts int, err error) envelope.Envelope {
+	env := c.unknown(attempts, false, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
+		Message: fmt.Sprintf("the outcome is unknown: %v", err)})
+	return c.finish(Unknown, env)
+}
+
+// unknown builds an unknown_outcome envelope with the guidance of the tool's class.
+func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.Envelope {
+	env := envelope.Envelope{
+		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
+		Attempts: attempts, Replayed: replayed, Error: e,
+	}
+	switch c.t.cfg.Class {
+	case Keyed:
+		env.Next = envelope.Wait
+		env.Note = fmt.Sprintf("This may already have happened. Calling %s again later with the same input is safe: reference %s makes the destination do it at most once.", c.t.name, c.ref)
+	case AtMostOnce:
+		env.Next = envelope.AskHuman
+		env.Note = fmt.Sprintf("This may already have happened and cannot be checked automatically. Do not call %s again for it; ask a person to confirm reference %s.", c.t.name, c.ref)
+	default:
+		env.Next = envelope.DoNotRetry
+		env.Note = fmt.Sprintf("This may already have happened. Do not call %s again for it; reference %s is being verified. Tell the user it is pending.", c.t.name, c.ref)
+	}
+	return env
+}
+
+func (c *call) inProgress(attempts int) envelope.Envelope {
+	return envelope.Envelope{
+		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
+		Attempts: attempts, Next: envelope.Wait,
+		Error: &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"},
+		Note:  "The same action is already in progress. Wait, then call again with the same input to get its outcome; it will not run twice.",
+	}
+}
+
+func (c *call) storeUnavailable(err error) envelope.Envelope {
+	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
+		Message: fmt.Sprintf("the idempotency store could not be used, so the tool was not run: %v", err)},
+		envelope.Wait, "Nothing was done. Try again later.")
+}
+
+// replay returns a recorded outcome; the tool does not run.
+func (c *call) replay(rec Record) envelope.Envelope {
+	raw, err := c.t.cfg.codec.Decode(c.ref, rec.Outcome)
+	if err != nil {
+		return c.storeUnavailable(fmt.Errorf("decoding the stored outcome: %w", err))
+	}
+	env, err := envelope.Parse(raw)
+	if err != nil {
+		return c.storeUnavailable(fmt.Errorf("stored outcome: %w: %w", ErrCorrupt, err))
+	}
+	env.Replayed = true
+	return env
+}
+
+// finish records a final outcome and returns env completed with the call's
+// identity. The outcome is recorded on a context that survives the caller's
+// cancellation: an effect that happened must not go unrecorded because the
+// caller stopped listening.
+func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
+	cfg := c.t.cfg
+	env.Version, env.Tool, env.RequestRef = envelope.Version, c.t.name, c.ref
+	if cfg.Class == ReadOnly {
+		return env
+	}
+	err := c.record(state, env)
+	if err == nil {
+		return env
+	}
+	cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", state, "err", err)
+	if errors.Is(err, ErrFenced) {
+		env.Note = "Another call took this action over while it ran; this outcome is what this call saw."
+	}
+	// The envelope stays true to what happened. The record stays pending, its
+	// lease expires, and the next call treats it as unknown: never as free.
+	return env
+}
+
+func (c *call) record(state State, env envelope.Envelope) error {
+	cfg := c.t.cfg
+	b, err := env.Marshal()
+	if err != nil {
+		return err
+	}
+	if b, err = cfg.codec.Encode(c.ref, b); err != nil {
+		return fmt.Errorf("encoding the outcome: %w", err)
+	}
+	ctx, cancel := c.outcomeCtx()
+	defer cancel()
+	return cfg.Store.Finish(ctx, FinishRequest{
+		Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts, Outcome: b,
+		Now: cfg.Now(), TTL: cfg.KeyTTL,
+	})
+}
+
+// outcomeCtx is a context for recording an outcome: not cancelled with the
+// caller's, bounded by StoreTimeout.
+func (c *call) outcomeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.ctx), c.t.cfg.StoreTimeout)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

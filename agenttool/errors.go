@@ -1,0 +1,25 @@
+package agenttool
+
+import "errors"
+
+// Errors returned by stores and by construction. Wrapped errors carry detail;
+// test with errors.Is.
+var (
+	// ErrNotFound: the store has no record for the key.
+	ErrNotFound = errors.New("record not found")
+	// ErrFenced: the caller no longer holds the pending record (its lease was
+	// taken over, or the record was finished or released); it must not
+	// change it.
+	ErrFenced = errors.New("lease no longer held")
+	// ErrCorrupt: a record could not be read. The key is treated as taken
+	// (fail closed), never as free.
+	ErrCorrupt = errors.New("record is corrupt")
+	// ErrInvalidRequest: a store was called with arguments that break its
+	// contract (a non-positive lease, an unknown final state).
+	ErrInvalidRequest = errors.New("invalid store request")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store is closed")
+	// ErrInvalidOptions: a tool's options are inconsistent; the message says
+	// which and why.
+	ErrInvalidOptions = errors.New("invalid tool options")
+)

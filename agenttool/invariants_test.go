@@ -1,0 +1,504 @@
+package agenttool_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// I1: 64 goroutines calling one logical action run the tool once, and all
+// 64 envelopes agree.
+func TestI1_ConcurrentCallsRunToolOnce(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{delay: 20 * time.Millisecond}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable})
+		envs := make([]envelope.Envelope, 64)
+		var wg sync.WaitGroup
+		for i := range envs {
+			wg.Go(func() { envs[i] = tool.Invoke(scoped(), emailToAna) })
+		}
+		wg.Wait()
+		if got := m.runs.Load(); got != 1 {
+			t.Fatalf("tool ran %d times, want 1", got)
+		}
+		replayed := 0
+		for _, e := range envs {
+			mustStatus(t, e, envelope.Success)
+			if e.RequestRef != envs[0].RequestRef || !bytes.Equal(e.Result, envs[0].Result) || e.Attempts != 1 {
+				t.Fatalf("envelopes disagree:\n%s\n%s", envs[0], e)
+			}
+			if e.Replayed {
+				replayed++
+			}
+		}
+		if replayed != 63 {
+			t.Errorf("%d envelopes marked replayed, want 63", replayed)
+		}
+	})
+}
+
+// I1: after an attempt whose outcome is unknown, a reconcilable or
+// at-most-once tool is never run again for that key.
+func TestI1_UnknownOutcomeIsNeverRunAgain(t *testing.T) {
+	for _, class := range []agenttool.Class{agenttool.Reconcilable, agenttool.AtMostOnce} {
+		t.Run(class.String(), func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+				tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: class})
+				first := tool.Invoke(scoped(), emailToAna)
+				mustStatus(t, first, envelope.UnknownOutcome)
+				// The model repeats the call, with the same intent written differently.
+				again := tool.Invoke(scoped(), `{ "subject":"Lunch", "body":"See you at noon.", "to":"ana@example.com" }`)
+				mustStatus(t, again, envelope.UnknownOutcome)
+				if m.runs.Load() != 1 || m.count() != 1 {
+					t.Fatalf("tool ran %d times with %d effects, want 1 and 1", m.runs.Load(), m.count())
+				}
+				if !again.Replayed || again.RequestRef != first.RequestRef {
+					t.Errorf("repeat = %s, want a replayed unknown outcome for %s", again, first.RequestRef)
+				}
+				wantNext := map[agenttool.Class]envelope.Next{agenttool.Reconcilable: envelope.DoNotRetry, agenttool.AtMostOnce: envelope.AskHuman}[class]
+				if first.Next != wantNext || again.Next != wantNext {
+					t.Errorf("next = %s then %s, want %s", first.Next, again.Next, wantNext)
+				}
+			})
+		})
+	}
+}
+
+// I1: a pending record whose lease expired (its process died) is unknown,
+// not free.
+func TestI1_ExpiredLeaseIsUnknownNotFree(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		m := &mailServer{}
+		opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Now: clk.Now, Lease: time.Minute}
+		tool := newEmailTool(t, m, opts)
+		// A first process claimed the key and died: find its key by a call
+		// that never got to record, then forge the dead holder's claim.
+		probe := newEmailTool(t, &mailServer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable})
+		ref := probe.Invoke(scoped(), emailToAna).RequestRef
+		dead := holderOf(t, store, ref, clk.Now(), emailToAna)
+		clk.Advance(2 * time.Minute)
+		env := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.UnknownOutcome)
+		if m.runs.Load() != 0 {
+			t.Fatalf("the tool ran %d times after a dead holder; an expired lease must mean unknown", m.runs.Load())
+		}
+		rec, err := store.Get(context.Background(), ref)
+		if err != nil || rec.State != agenttool.Unknown {
+			t.Fatalf("record = %+v, %v; want state unknown", rec, err)
+		}
+		// The dead holder, if it wakes, is fenced out.
+		if err := store.Finish(context.Background(), agenttool.FinishRequest{Key: ref, Token: dead, State: agenttool.Succeeded, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
+			t.Errorf("stale holder's Finish = %v, want ErrFenced", err)
+		}
+	})
+}
+
+// holderOf claims ref the way a guarded call for input would and returns the
+// fencing token; the holder then "dies".
+func holderOf(t *testing.T, store agenttool.Store, ref string, now time.Time, input string) uint64 {
+	t.Helper()
+	// Derive the principal and fingerprint digests through a real call on a
+	// throwaway store that records them.
+	rec := recordOf(t, input)
+	res, err := store.Claim(context.Background(), agenttool.ClaimRequest{
+		Key: ref, Tool: "send_email", Principal: rec.Principal, Fingerprint: rec.Fingerprint,
+		Owner: "dead-process", Now: now, Lease: time.Minute,
+	})
+	if err != nil || !res.Claimed {
+		t.Fatalf("forging a claim: %+v, %v", res, err)
+	}
+	return res.Record.Token
+}
+
+// recordOf returns the record a successful call for input leaves behind.
+func recordOf(t *testing.T, input string) agenttool.Record {
+	t.Helper()
+	s := memstore.New()
+	tool := newEmailTool(t, &mailServer{}, agenttool.Options{Store: s, Class: agenttool.Reconcilable})
+	env := tool.Invoke(scoped(), input)
+	rec, err := s.Get(context.Background(), env.RequestRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// I2: the envelope never lies. Each row scripts the destination and checks
+// the status against the effects it recorded.
+func TestI2_EnvelopeMatchesEffects(t *testing.T) {
+	refused := envelope.MarkDefinite(errors.New("550 mailbox unavailable"), "invalid_recipient")
+	unavailable := envelope.MarkTransient(errors.New("421 try again later"))
+	tests := []struct {
+		name        string
+		class       agenttool.Class
+		dedupe      bool
+		script      func(n int) (bool, error)
+		wantStatus  envelope.Status
+		wantEffects int
+		wantRuns    int64
+		wantState   agenttool.State // 0: no record left
+	}{
+		{"success", agenttool.Reconcilable, false, nil, envelope.Success, 1, 1, agenttool.Succeeded},
+		{"definite failure", agenttool.Reconcilable, false, func(int) (bool, error) { return false, refused }, envelope.DefiniteFailure, 0, 1, agenttool.Failed},
+		{"transient then success", agenttool.Reconcilable, false, func(n int) (bool, error) {
+			if n == 1 {
+				return false, unavailable
+			}
+			return true, nil
+		}, envelope.Success, 1, 2, agenttool.Succeeded},
+		{"transient every time", agenttool.AtMostOnce, false, func(int) (bool, error) { return false, unavailable }, envelope.DefiniteFailure, 0, 3, 0},
+		{"lost reply, reconcilable", agenttool.Reconcilable, false, func(int) (bool, error) { return true, errLostReply }, envelope.UnknownOutcome, 1, 1, agenttool.Unknown},
+		{"lost request, at-most-once", agenttool.AtMostOnce, false, func(int) (bool, error) { return false, errLostReply }, envelope.UnknownOutcome, 0, 1, agenttool.Unknown},
+		{"lost reply, keyed retry with same key", agenttool.Keyed, true, func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}, envelope.Success, 1, 2, agenttool.Succeeded},
+		{"lost reply then refused, keyed", agenttool.Keyed, true, func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return false, unavailable
+		}, envelope.UnknownOutcome, 1, 3, agenttool.Unknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := memstore.New()
+			m := &mailServer{script: tt.script, dedupe: tt.dedupe}
+			env := newEmailTool(t, m, agenttool.Options{Store: store, Class: tt.class}).Invoke(scoped(), emailToAna)
+			mustStatus(t, env, tt.wantStatus)
+			if m.count() != tt.wantEffects || m.runs.Load() != tt.wantRuns {
+				t.Errorf("effects %d runs %d, want %d and %d", m.count(), m.runs.Load(), tt.wantEffects, tt.wantRuns)
+			}
+			if int64(env.Attempts) != tt.wantRuns {
+				t.Errorf("attempts = %d, want %d", env.Attempts, tt.wantRuns)
+			}
+			rec, err := store.Get(context.Background(), env.RequestRef)
+			switch {
+			case tt.wantState == 0 && !errors.Is(err, agenttool.ErrNotFound):
+				t.Errorf("record = %+v, %v; want the key released", rec, err)
+			case tt.wantState != 0 && (err != nil || rec.State != tt.wantState):
+				t.Errorf("record state = %v (%v), want %v", rec.State, err, tt.wantState)
+			}
+			if err := env.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// I2 (pitfall "effect done, completion write failed"): the envelope says
+// success because the effect happened, and a retry does not run it again.
+func TestI2_CompletionWriteFailsAfterEffect(t *testing.T) {
+	store, clk := &faultyStore{Store: memstore.New()}, newClock()
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Now: clk.Now})
+	store.failFinish.Store(true)
+	env := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.Success)
+	store.failFinish.Store(false)
+	clk.Advance(2 * time.Minute) // the holder's lease lapses
+	again := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, again, envelope.UnknownOutcome)
+	if m.runs.Load() != 1 {
+		t.Fatalf("tool ran %d times, want 1", m.runs.Load())
+	}
+}
+
+// I2 (pitfall "completion dropped by a cancelled context"): the caller's
+// context is cancelled while the tool runs; the outcome is still recorded.
+func TestI2_OutcomeRecordedAfterCallerCancels(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		ctx, cancel := context.WithCancel(scoped())
+		m := &mailServer{script: func(int) (bool, error) { cancel(); return true, nil }}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+		env := tool.Invoke(ctx, emailToAna)
+		mustStatus(t, env, envelope.Success)
+		rec, err := store.Get(context.Background(), env.RequestRef)
+		if err != nil || rec.State != agenttool.Succeeded {
+			t.Fatalf("record after a cancelled caller = %+v, %v; want succeeded", rec, err)
+		}
+	})
+}
+
+// I3: the key comes from trusted code. A model-supplied key is refused by
+// default, stripped on request, and never changes the key.
+func TestI3_ModelCannotChooseTheKey(t *testing.T) {
+	m := &mailServer{}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	for _, field := range []string{"idempotency_key", "idempotencyKey", "Idempotency-Key", "request_id", "requestId", "dedup_key"} {
+		in := `{"to":"ana@example.com","subject":"Lunch","` + field + `":"k-1"}`
+		env := tool.Invoke(scoped(), in)
+		mustStatus(t, env, envelope.DefiniteFailure)
+		if env.Error.Code != envelope.CodeModelSuppliedKey || env.Next != envelope.FixInput || !strings.Contains(env.Error.Message, field) {
+			t.Errorf("%s: envelope %s, want model_supplied_key naming the field", field, env)
+		}
+	}
+	if m.runs.Load() != 0 || store.Len() != 0 {
+		t.Fatalf("refused calls ran the tool %d times and left %d records", m.runs.Load(), store.Len())
+	}
+
+	var seen []string
+	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, ModelKeys: agenttool.StripModelKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := wrapped.Invoke(scoped(), `{"to":"ana@example.com"}`)
+	keyed1 := wrapped.Invoke(scoped(), `{"to":"ana@example.com","idempotency_key":"model-1"}`)
+	keyed2 := wrapped.Invoke(scoped(), `{"to":"ana@example.com","idempotency_key":"model-2"}`)
+	if plain.RequestRef != keyed1.RequestRef || keyed1.RequestRef != keyed2.RequestRef {
+		t.Errorf("model keys changed the reference: %s %s %s", plain.RequestRef, keyed1.RequestRef, keyed2.RequestRef)
+	}
+	if len(seen) != 1 || strings.Contains(seen[0], "model-") {
+		t.Errorf("tool saw %q; want one run without the model's key", seen)
+	}
+	if !keyed2.Replayed {
+		t.Errorf("a retry with another model key ran again: %s", keyed2)
+	}
+}
+
+type recordingTool struct{ seen *[]string }
+
+func (recordingTool) Name() string        { return "send_email" }
+func (recordingTool) Description() string { return "Send an email." }
+func (r recordingTool) Call(_ context.Context, in string) (string, error) {
+	*r.seen = append(*r.seen, in)
+	return `{"ok":true}`, nil
+}
+
+// I3: the key is bound to the trusted scope; the same input in another
+// session or for another principal is another action.
+func TestI3_KeyBoundToScope(t *testing.T) {
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable})
+	a := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9"), emailToAna)
+	b := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"), emailToAna)
+	c := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-8", "conversation-9"), emailToAna)
+	d := tool.Invoke(agenttool.WithActionID(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9"), "step-1"), emailToAna)
+	refs := map[string]bool{a.RequestRef: true, b.RequestRef: true, c.RequestRef: true, d.RequestRef: true}
+	if len(refs) != 4 {
+		t.Errorf("refs %v are not distinct across scope and action id", refs)
+	}
+	if !strings.HasPrefix(a.RequestRef, "send_email/") {
+		t.Errorf("ref %q does not start with the tool name", a.RequestRef)
+	}
+	// An action id makes the action's identity, whatever the wording.
+	e := tool.Invoke(agenttool.WithActionID(scoped(), "step-2"), emailToAna)
+	f := tool.Invoke(agenttool.WithActionID(scoped(), "step-2"), `{"to":"ana@example.com","subject":"Lunch?"}`)
+	mustStatus(t, f, envelope.DefiniteFailure)
+	if f.RequestRef != e.RequestRef || f.Error.Code != envelope.CodeKeyReused {
+		t.Errorf("same action id, other input: %s", f)
+	}
+}
+
+// I4: if the store cannot claim the key, the tool is not run.
+func TestI4_FailClosedWhenStoreIsDown(t *testing.T) {
+	t.Run("store refuses", func(t *testing.T) {
+		store := &faultyStore{Store: memstore.New()}
+		store.failClaim.Store(true)
+		m := &mailServer{}
+		env := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed}).Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.DefiniteFailure)
+		if env.Error.Code != envelope.CodeStoreUnavailable || !strings.Contains(env.Error.Message, "connection to store refused") {
+			t.Errorf("envelope %s, want store_unavailable with the cause", env)
+		}
+		if m.runs.Load() != 0 {
+			t.Fatal("tool ran without a claim")
+		}
+	})
+	t.Run("bolt file closed", func(t *testing.T) {
+		store := openBolt(t, filepath.Join(t.TempDir(), "keys.db"))
+		store.Close()
+		m := &mailServer{}
+		env := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable}).Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.DefiniteFailure)
+		if env.Error.Code != envelope.CodeStoreUnavailable || m.runs.Load() != 0 {
+			t.Fatalf("envelope %s after %d runs, want store_unavailable and no run", env, m.runs.Load())
+		}
+	})
+	t.Run("corrupt stored outcome", func(t *testing.T) {
+		store := memstore.New()
+		m := &mailServer{}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Codec: brokenCodec{}})
+		first := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, first, envelope.Success)
+		again := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, again, envelope.DefiniteFailure)
+		if again.Error.Code != envelope.CodeStoreUnavailable || m.runs.Load() != 1 {
+			t.Fatalf("unreadable record: %s after %d runs; want store_unavailable and no second run", again, m.runs.Load())
+		}
+	})
+}
+
+// brokenCodec stores outcomes it cannot read back.
+type brokenCodec struct{}
+
+func (brokenCodec) Encode(_ string, b []byte) ([]byte, error) { return b, nil }
+func (brokenCodec) Decode(string, []byte) ([]byte, error) {
+	return nil, errors.New("cipher: message authentication failed")
+}
+
+// I5: the same key with a different input fingerprint runs nothing and
+// leaves the first record untouched.
+func TestI5_KeyReusedWithDifferentInput(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, IdentifyingFields: []string{"to", "subject"}})
+		first := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, first, envelope.Success)
+		before, err := store.Get(context.Background(), first.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch","body":"Actually, see you at one."}`)
+		mustStatus(t, other, envelope.DefiniteFailure)
+		if other.Error.Code != envelope.CodeKeyReused || other.RequestRef != first.RequestRef || other.Next != envelope.AskHuman {
+			t.Errorf("envelope %s, want key_reused_with_different_input for %s", other, first.RequestRef)
+		}
+		after, err := store.Get(context.Background(), first.RequestRef)
+		if err != nil || !recordsEqual(before, after) {
+			t.Errorf("first record changed:\n%+v\n%+v", before, after)
+		}
+		if m.runs.Load() != 1 {
+			t.Errorf("tool ran %d times, want 1", m.runs.Load())
+		}
+		// The same input again still replays.
+		if again := tool.Invoke(scoped(), emailToAna); !again.Replayed || again.Status != envelope.Success {
+			t.Errorf("same input after a mismatch: %s", again)
+		}
+	})
+}
+
+func recordsEqual(a, b agenttool.Record) bool {
+	return a.Key == b.Key && a.State == b.State && a.Fingerprint == b.Fingerprint && a.Token == b.Token &&
+		a.Updated.Equal(b.Updated) && bytes.Equal(a.Outcome, b.Outcome) && a.Principal == b.Principal
+}
+
+// I6: a record made for one principal is never replayed to, resolved by or
+// revealed to another.
+func TestI6_PrincipalBinding(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+		ana := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1/ana", "shared-session"), emailToAna)
+		eve := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-2/eve", "shared-session"), emailToAna)
+		mustStatus(t, ana, envelope.Success)
+		mustStatus(t, eve, envelope.Success)
+		if eve.Replayed || eve.RequestRef == ana.RequestRef || bytes.Equal(eve.Result, ana.Result) {
+			t.Fatalf("another principal saw the first principal's record: %s", eve)
+		}
+		// Even a record reached under the very same key is not revealed to
+		// another principal: the store refuses before anything is written.
+		rec, err := store.Get(context.Background(), ana.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.Claim(context.Background(), agenttool.ClaimRequest{
+			Key: ana.RequestRef, Tool: "send_email", Principal: agenttool.Digest{1}, Fingerprint: rec.Fingerprint,
+			Owner: "eve", Now: time.Now(), Lease: time.Minute, TakeOver: true,
+		})
+		if err != nil || res.Claimed || res.Conflict != agenttool.OtherPrincipal {
+			t.Fatalf("claim by another principal = %+v, %v; want OtherPrincipal", res, err)
+		}
+		after, _ := store.Get(context.Background(), ana.RequestRef)
+		if !recordsEqual(rec, after) {
+			t.Error("a refused claim changed the record")
+		}
+	})
+}
+
+// I7: a key lifetime shorter than the retry window plus the lease is
+// rejected at construction, naming both durations.
+func TestI7_WindowsThatFit(t *testing.T) {
+	_, err := agenttool.New("send_email", "Send an email.", (&mailServer{}).send, agenttool.Options{
+		Store: memstore.New(), Class: agenttool.Keyed,
+		Retry: agenttool.RetryPolicy{MaxElapsed: 12 * time.Minute}, Lease: time.Minute, KeyTTL: 10 * time.Minute,
+	})
+	if !errors.Is(err, agenttool.ErrInvalidOptions) {
+		t.Fatalf("err = %v, want ErrInvalidOptions", err)
+	}
+	for _, want := range []string{"key lifetime 10m0s", "retry window 12m0s", "lease 1m0s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if _, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{
+		Store: memstore.New(), Class: agenttool.Keyed, Lease: -time.Second,
+	}); !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), "Lease") {
+		t.Errorf("negative lease: %v", err)
+	}
+}
+
+// I8: the store keeps digests of inputs, not inputs, and stored outcomes
+// pass through the codec.
+func TestI8_StoreKeepsNoInput(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	store := openBolt(t, path)
+	codec := newSealCodec(t)
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Codec: codec})
+	secret := `{"to":"ana@example.com","subject":"Diagnosis","body":"SECRET-LAB-RESULT-4711"}`
+	first := tool.Invoke(scoped(), secret)
+	mustStatus(t, first, envelope.Success)
+	replay := tool.Invoke(scoped(), secret)
+	if !replay.Replayed || !bytes.Equal(replay.Result, first.Result) {
+		t.Fatalf("replay through the codec = %s", replay)
+	}
+	store.Close()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"SECRET-LAB-RESULT-4711", "ana@example.com", "tenant-42/user-7", "conversation-9", "Diagnosis", "@mail.test"} {
+		if bytes.Contains(raw, []byte(s)) {
+			t.Errorf("the store file contains %q", s)
+		}
+	}
+}
+
+// sealCodec encrypts outcomes with AES-GCM, binding them to their key.
+type sealCodec struct{ aead cipher.AEAD }
+
+func newSealCodec(t *testing.T) sealCodec {
+	block, err := aes.NewCipher(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sealCodec{aead}
+}
+
+func (c sealCodec) Encode(key string, b []byte) ([]byte, error) {
+	nonce := make([]byte, c.aead.NonceSize()) // a test key; real codecs use random nonces
+	return c.aead.Seal(nonce, nonce, b, []byte(key)), nil
+}
+
+func (c sealCodec) Decode(key string, b []byte) ([]byte, error) {
+	n := c.aead.NonceSize()
+	if len(b) < n {
+		return nil, errors.New("short ciphertext")
+	}
+	return c.aead.Open(nil, b[:n], b[n:], []byte(key))
+}

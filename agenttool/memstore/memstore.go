@@ -1,0 +1,169 @@
+// Package memstore is an in-memory agenttool.Store for tests, examples and
+// single-process demos.
+//
+// It keeps nothing across a restart: a process that crashes after a tool's
+// effect forgets the key, and a retry then runs the effect again. Use
+// boltstore (one process) or pgstore (many replicas) wherever the effect
+// matters.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+)
+
+// Store is an in-memory store. It is safe for concurrent use. The zero value
+// is not usable; call [New].
+type Store struct {
+	mu      sync.Mutex
+	records map[string]agenttool.Record
+	token   uint64
+	closed  bool
+}
+
+var _ agenttool.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{records: make(map[string]agenttool.Record)}
+}
+
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return agenttool.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) get(key string) *agenttool.Record {
+	r, ok := s.records[key]
+	if !ok {
+		return nil
+	}
+	return &r
+}
+
+func (s *Store) put(r *agenttool.Record) {
+	c := *r
+	c.Outcome = slices.Clone(r.Outcome)
+	s.records[r.Key] = c
+}
+
+func (s *Store) nextToken() (uint64, error) {
+	s.token++
+	return s.token, nil
+}
+
+// Claim implements agenttool.Store.
+func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+	if err := s.lock(ctx); err != nil {
+		return agenttool.ClaimResult{}, err
+	}
+	defer s.mu.Unlock()
+	rec, res, err := agenttool.DecideClaim(s.get(req.Key), req, s.nextToken)
+	if err != nil {
+		return agenttool.ClaimResult{}, err
+	}
+	if rec != nil {
+		s.put(rec)
+	}
+	res.Record.Outcome = slices.Clone(res.Record.Outcome)
+	return res, nil
+}
+
+// Finish implements agenttool.Store.
+func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	rec, err := agenttool.DecideFinish(s.get(req.Key), req)
+	if err != nil {
+		return err
+	}
+	s.put(rec)
+	return nil
+}
+
+// Release implements agenttool.Store.
+func (s *Store) Release(ctx context.Context, key string, token uint64) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := agenttool.DecideRelease(s.get(key), key, token); err != nil {
+		return err
+	}
+	delete(s.records, key)
+	return nil
+}
+
+// Renew implements agenttool.Store.
+func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	rec, err := agenttool.DecideRenew(s.get(key), key, token, until, time.Now())
+	if err != nil {
+		return err
+	}
+	s.put(rec)
+	return nil
+}
+
+// Get implements agenttool.Store.
+func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	if err := s.lock(ctx); err != nil {
+		return agenttool.Record{}, err
+	}
+	defer s.mu.Unlock()
+	r, ok := s.records[key]
+	if !ok {
+		return agenttool.Record{}, fmt.Errorf("memstore: %s: %w", key, agenttool.ErrNotFound)
+	}
+	r.Outcome = slices.Clone(r.Outcome)
+	return r, nil
+}
+
+// Sweep implements agenttool.Store.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for k, r := range s.records {
+		if r.Sweepable(now) {
+			delete(s.records, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Len returns the number of records, whatever their state.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}
+
+// Close makes every later call fail with agenttool.ErrClosed, as a store that
+// has gone away would.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}

@@ -1,0 +1,284 @@
+package agenttool
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Class is a tool's side-effect class, declared when it is wrapped. It decides
+// what retrysafe may do after an attempt whose outcome is unknown.
+type Class uint8
+
+const (
+	// ReadOnly tools have no effect: they are retried freely and their results
+	// are neither stored nor replayed. They need no Store.
+	ReadOnly Class = iota + 1
+	// Keyed tools call a destination that honours the request reference as an
+	// idempotency key (Stripe-style): a retry with the same key is safe, also
+	// after an unknown outcome.
+	Keyed
+	// Reconcilable tools call a destination that can be asked for the status
+	// of a request reference. After an unknown outcome the tool is not run
+	// again for that key; the record waits for reconciliation.
+	Reconcilable
+	// AtMostOnce tools can neither dedupe nor be asked. After an unknown
+	// outcome nothing runs again for that key without a person's approval.
+	AtMostOnce
+)
+
+func (c Class) String() string {
+	switch c {
+	case ReadOnly:
+		return "read-only"
+	case Keyed:
+		return "keyed"
+	case Reconcilable:
+		return "reconcilable"
+	case AtMostOnce:
+		return "at-most-once"
+	}
+	return fmt.Sprintf("Class(%d)", uint8(c))
+}
+
+// ModelKeyPolicy says what to do with model input that carries its own
+// idempotency key or request id.
+type ModelKeyPolicy uint8
+
+const (
+	// RefuseModelKeys refuses the call (definite_failure, model_supplied_key)
+	// and tells the model to drop the field. The default.
+	RefuseModelKeys ModelKeyPolicy = iota
+	// StripModelKeys removes the field and goes on; the tool never sees it and
+	// it never reaches the key or the fingerprint.
+	StripModelKeys
+)
+
+// DefaultKeyLikeFields are the input fields taken as a model's attempt to
+// supply its own key. Names are compared after lower-casing and removing '_',
+// '-' and '.', so "idempotencyKey" and "Idempotency-Key" match too.
+var DefaultKeyLikeFields = []string{
+	"idempotency_key", "idempotence_key", "request_id", "request_key", "dedup_key",
+	"dedupe_key", "deduplication_id", "deduplication_key", "client_request_id",
+	"client_token", "x_request_id",
+}
+
+// RetryPolicy bounds the retries inside one call. Retries use exponential
+// backoff with jitter and the same key. A zero field takes the default in its
+// comment.
+type RetryPolicy struct {
+	MaxAttempts         int           // attempts per call, including the first; 0 means 3, 1 disables retries
+	InitialInterval     time.Duration // first wait; 0 means 100ms
+	MaxInterval         time.Duration // longest wait; 0 means 2s
+	Multiplier          float64       // growth of the wait; 0 means 2
+	RandomizationFactor float64       // jitter, ±fraction of the wait; 0 means 0.5, negative means none
+	MaxElapsed          time.Duration // the retry window: no attempt starts after it; 0 means 15s
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = 3
+	}
+	if p.InitialInterval == 0 {
+		p.InitialInterval = 100 * time.Millisecond
+	}
+	if p.MaxInterval == 0 {
+		p.MaxInterval = 2 * time.Second
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = 2
+	}
+	if p.RandomizationFactor == 0 {
+		p.RandomizationFactor = 0.5
+	} else if p.RandomizationFactor < 0 {
+		p.RandomizationFactor = 0
+	}
+	if p.MaxElapsed == 0 {
+		p.MaxElapsed = 15 * time.Second
+	}
+	return p
+}
+
+// Options configure a guarded tool. Store and Class are required (Store may be
+// nil for a ReadOnly tool); every other zero value takes the default in its
+// comment.
+type Options struct {
+	// Store keeps keys and outcomes: boltstore for one process, pgstore for
+	// many replicas, memstore for tests. There is no default, on purpose: a
+	// silent in-memory store would break the durability promise unseen.
+	Store Store
+	// Class is the tool's side-effect class. Required.
+	Class Class
+	// KeyPrefix starts every request reference and separates this tool's keys
+	// from others'. Default: the tool's name.
+	KeyPrefix string
+	// IdentifyingFields are the top-level input fields that tell one logical
+	// action from another; other fields (wording, formatting hints) may change
+	// between retries without making a new action, but are still
+	// fingerprinted: a change is reported as key_reused_with_different_input.
+	// Default: all fields.
+	IdentifyingFields []string
+	// ModelKeys says what to do with key-like fields in the model's input.
+	// Default: RefuseModelKeys.
+	ModelKeys ModelKeyPolicy
+	// KeyLikeFields replaces DefaultKeyLikeFields.
+	KeyLikeFields []string
+	// DefaultScope, if set, is used when the context carries no scope. Leave
+	// it nil unless the tool really acts for one fixed principal.
+	DefaultScope *Scope
+	// Retry bounds retries inside one call.
+	Retry RetryPolicy
+	// AttemptTimeout bounds one attempt; 0 means only the caller's context
+	// does. A timeout is an unknown outcome, not a failure.
+	AttemptTimeout time.Duration
+	// Lease is how long a claim is held before another call may presume its
+	// holder dead; the holder renews it between attempts. 0 means 1m.
+	Lease time.Duration
+	// KeyTTL is how long succeeded and failed outcomes are kept for replay. It
+	// must cover the retry window plus the lease (invariant I7). 0 means 24h.
+	// Unknown records never expire.
+	KeyTTL time.Duration
+	// WaitTimeout is how long a call waits for another call that holds the
+	// same key before answering in_progress. 0 means 10s; negative means do
+	// not wait.
+	WaitTimeout time.Duration
+	// StoreTimeout bounds each store write that records an outcome. Outcomes
+	// are recorded on a context that survives the caller's cancellation.
+	// 0 means 10s.
+	StoreTimeout time.Duration
+	// Codec encodes stored outcomes (to redact or encrypt them). Default: as
+	// they are.
+	Codec Codec
+	// Logger receives warnings (an outcome that could not be recorded). nil
+	// means discard.
+	Logger *slog.Logger
+	// Hooks observe calls. Every hook is optional.
+	Hooks Hooks
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Codec transforms outcomes on their way into and out of the store: to
+// redact personal data or to encrypt. Decode must invert Encode for
+// outcomes to be replayed. key is the request reference, usable as
+// associated data. A Codec must be safe for concurrent use.
+type Codec interface {
+	Encode(key string, outcome []byte) ([]byte, error)
+	Decode(key string, stored []byte) ([]byte, error)
+}
+
+type plainCodec struct{}
+
+func (plainCodec) Encode(_ string, b []byte) ([]byte, error) { return b, nil }
+func (plainCodec) Decode(_ string, b []byte) ([]byte, error) { return b, nil }
+
+// config is Options after defaults and validation.
+type config struct {
+	Options
+	keyLike  map[string]bool
+	identify map[string]bool
+	logger   *slog.Logger
+	codec    Codec
+}
+
+func newConfig(name string, o Options) (*config, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("agenttool: tool %q: %s: %w", name, fmt.Sprintf(format, args...), ErrInvalidOptions)
+	}
+	if name == "" {
+		return nil, bad("the tool has no name")
+	}
+	switch o.Class {
+	case ReadOnly, Keyed, Reconcilable, AtMostOnce:
+	case 0:
+		return nil, bad("Class is required: declare ReadOnly, Keyed, Reconcilable or AtMostOnce")
+	default:
+		return nil, bad("unknown Class %d", o.Class)
+	}
+	if o.Store == nil && o.Class != ReadOnly {
+		return nil, bad("Store is required for a %v tool (boltstore for one process, pgstore for many)", o.Class)
+	}
+	if o.DefaultScope != nil && !o.DefaultScope.valid() {
+		return nil, bad("DefaultScope needs both a principal and a session")
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = name
+	}
+	if strings.Contains(o.KeyPrefix, "/") {
+		return nil, bad("KeyPrefix %q must not contain '/'", o.KeyPrefix)
+	}
+	o.Retry = o.Retry.withDefaults()
+	if o.Retry.MaxAttempts < 1 || o.Retry.InitialInterval < 0 || o.Retry.MaxInterval < 0 || o.Retry.MaxElapsed < 0 || o.Retry.Multiplier < 1 {
+		return nil, bad("Retry has a negative duration, fewer than 1 attempt or a multiplier below 1")
+	}
+	if o.AttemptTimeout < 0 {
+		return nil, bad("AttemptTimeout %v is negative", o.AttemptTimeout)
+	}
+	if o.Lease == 0 {
+		o.Lease = time.Minute
+	}
+	if o.Lease < 0 {
+		return nil, bad("Lease %v is not positive: a pending record needs a finite, live lease", o.Lease)
+	}
+	if o.AttemptTimeout > o.Lease {
+		return nil, bad("AttemptTimeout %v is longer than Lease %v: another call could take over a live attempt", o.AttemptTimeout, o.Lease)
+	}
+	if o.KeyTTL == 0 {
+		o.KeyTTL = 24 * time.Hour
+	}
+	if window := o.Retry.MaxElapsed + o.Lease; o.KeyTTL < window {
+		return nil, bad("key lifetime %v is shorter than retry window %v plus lease %v (%v): a retry could find its key gone and run again",
+			o.KeyTTL, o.Retry.MaxElapsed, o.Lease, window)
+	}
+	if o.WaitTimeout == 0 {
+		o.WaitTimeout = 10 * time.Second
+	}
+	if o.StoreTimeout == 0 {
+		o.StoreTimeout = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &config{Options: o, codec: o.Codec, logger: o.Logger}
+	if c.codec == nil {
+		c.codec = plainCodec{}
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	fields := o.KeyLikeFields
+	if fields == nil {
+		fields = DefaultKeyLikeFields
+	}
+	c.keyLike = make(map[string]bool, len(fields))
+	for _, f := range fields {
+		c.keyLike[foldFieldName(f)] = true
+	}
+	if len(o.IdentifyingFields) > 0 {
+		c.identify = make(map[string]bool, len(o.IdentifyingFields))
+		for _, f := range o.IdentifyingFields {
+			if c.keyLike[foldFieldName(f)] {
+				return nil, bad("identifying field %q looks like a key the model would supply; keys come from trusted code", f)
+			}
+			c.identify[f] = true
+		}
+	}
+	return c, nil
+}
+
+// foldFieldName lower-cases a field name and drops '_', '-' and '.'.
+func foldFieldName(s string) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_' || c == '-' || c == '.':
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}

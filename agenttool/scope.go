@@ -1,0 +1,79 @@
+package agenttool
+
+import "context"
+
+// Scope says who acts and in which window: the principal (tenant, user) and
+// the session (conversation, run). It comes from trusted application code
+// through [WithScope], never from the model.
+type Scope struct {
+	Principal string
+	Session   string
+}
+
+func (s Scope) valid() bool { return s.Principal != "" && s.Session != "" }
+
+type ctxKey int
+
+const (
+	scopeKey ctxKey = iota
+	actionKey
+	callKey
+)
+
+// WithScope returns a context that carries the trusted scope of the calls made
+// with it. Both parts must be non-empty; a call whose scope is missing or
+// incomplete is refused with code missing_scope, unless its tool has a
+// default scope.
+func WithScope(ctx context.Context, principal, session string) context.Context {
+	return context.WithValue(ctx, scopeKey, Scope{Principal: principal, Session: session})
+}
+
+// ScopeFrom returns the scope set by [WithScope].
+func ScopeFrom(ctx context.Context) (Scope, bool) {
+	s, ok := ctx.Value(scopeKey).(Scope)
+	return s, ok
+}
+
+// WithActionID returns a context whose calls use id, instead of the tool's
+// identifying fields, to tell one logical action from another. Use it when an
+// orchestrator (a workflow engine, a job queue) owns stable step ids. The key
+// stays bound to the tool, the principal and the session, and the input's
+// fingerprint is still compared on every reuse.
+func WithActionID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, actionKey, id)
+}
+
+func actionIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(actionKey).(string)
+	return id
+}
+
+// CallInfo is what a running tool learns about its call from its context.
+type CallInfo struct {
+	// RequestRef is the action's printable key. Pass it downstream: as an
+	// Idempotency-Key header, in a Message-ID, as a client reference. It is
+	// the same on every attempt and every retry of one logical action.
+	RequestRef string
+	// Attempt counts attempts of this call, from 1.
+	Attempt int
+	// Scope is the trusted scope of the call.
+	Scope Scope
+}
+
+// CallInfoFrom returns the call information that a guarded tool finds on the
+// context it is run with.
+func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
+	c, ok := ctx.Value(callKey).(CallInfo)
+	return c, ok
+}
+
+// RequestRef returns the request reference on a guarded tool's context, or ""
+// outside one.
+func RequestRef(ctx context.Context) string {
+	c, _ := CallInfoFrom(ctx)
+	return c.RequestRef
+}
+
+func withCallInfo(ctx context.Context, c CallInfo) context.Context {
+	return context.WithValue(ctx, callKey, c)
+}

@@ -1,0 +1,285 @@
+package agenttool
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// Store keeps keys and outcomes durably. A Store must be safe for concurrent
+// use; [Claim] must be atomic with respect to every other method for the same
+// key. Implementations apply the transitions of [DecideClaim], [DecideFinish]
+// and [DecideRelease] inside one transaction each, so that every store follows
+// the same rules; agenttool/storetest checks them.
+//
+// A Store never holds model input: only digests ([Record.Principal],
+// [Record.Fingerprint]) and the encoded outcome.
+type Store interface {
+	// Claim creates a pending record for req.Key if none exists (or the one
+	// there has expired), or reports the existing record. See [DecideClaim].
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Finish moves the pending record held by req.Token to a final state. It
+	// returns [ErrFenced] if the caller no longer holds the record.
+	Finish(ctx context.Context, req FinishRequest) error
+	// Release deletes the pending record held by token, after an attempt that
+	// certainly did not apply the effect. It returns [ErrFenced] if the caller
+	// no longer holds the record.
+	Release(ctx context.Context, key string, token uint64) error
+	// Renew extends the lease of the pending record held by token until the
+	// given time. It returns [ErrFenced] if the caller no longer holds it.
+	Renew(ctx context.Context, key string, token uint64, until time.Time) error
+	// Get returns the record for key, or [ErrNotFound].
+	Get(ctx context.Context, key string) (Record, error)
+	// Sweep deletes succeeded and failed records whose expiry is at or
+	// before now, and returns how many it deleted. Pending and unknown records
+	// are never swept.
+	Sweep(ctx context.Context, now time.Time) (int, error)
+}
+
+// State is the state of a record.
+type State uint8
+
+const (
+	// Pending: a call holds the key under a lease and may be running the tool.
+	Pending State = iota + 1
+	// Succeeded: the effect was applied; the outcome is replayed.
+	Succeeded
+	// Failed: the effect was not applied and will not be by retrying; the
+	// outcome is replayed.
+	Failed
+	// Unknown: the effect may have been applied. The record stays until a
+	// reconciler or an operator resolves it; it never expires.
+	Unknown
+)
+
+func (s State) String() string {
+	switch s {
+	case Pending:
+		return "pending"
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Valid reports whether s is one of the four states.
+func (s State) Valid() bool { return s >= Pending && s <= Unknown }
+
+// Digest is a SHA-256 digest.
+type Digest [32]byte
+
+// Record is what a Store keeps for one key.
+type Record struct {
+	Key         string    // the request reference, tool-prefixed
+	Tool        string    // the tool's name
+	State       State     //
+	Principal   Digest    // digest of the principal that made the record
+	Fingerprint Digest    // digest of the canonical input
+	Owner       string    // lease owner of a pending record (unique per claim)
+	Token       uint64    // fencing token, unique per claim within a store
+	LeaseExpiry time.Time // a pending record's lease ends here
+	Attempts    int       // attempts made so far
+	Outcome     []byte    // the encoded envelope of a final state (see Codec)
+	Created     time.Time //
+	Updated     time.Time //
+	Expires     time.Time // succeeded and failed records may be swept after this; zero for pending and unknown
+}
+
+// ClaimRequest asks a Store to claim a key.
+type ClaimRequest struct {
+	Key         string
+	Tool        string
+	Principal   Digest
+	Fingerprint Digest
+	Owner       string        // unique per claim (a UUID)
+	Now         time.Time     // the caller's clock
+	Lease       time.Duration // must be positive
+	// TakeOver lets the claim replace an unknown record, or a pending one
+	// whose lease has expired. It is set only for tools whose destination
+	// honours the key (keyed) or that have no effect (read-only).
+	TakeOver bool
+}
+
+// Conflict says why a claim was refused for a record made by another call.
+type Conflict uint8
+
+const (
+	// NoConflict: the record belongs to this principal and this input.
+	NoConflict Conflict = iota
+	// OtherPrincipal: the record was made for another principal. Nothing of it
+	// may be revealed.
+	OtherPrincipal
+	// OtherInput: the record was made for this key with a different input
+	// fingerprint.
+	OtherInput
+)
+
+// ClaimResult is a Store's answer to a claim.
+type ClaimResult struct {
+	// Claimed is true if the caller now holds a pending record with
+	// Record.Token.
+	Claimed bool
+	// TookOver is true if the claim replaced an unknown record or an expired
+	// lease: an earlier attempt's outcome is not known.
+	TookOver bool
+	// Conflict is set when the existing record belongs to another principal
+	// or input. Record is then the existing one, unchanged.
+	Conflict Conflict
+	// Record is the record after the claim.
+	Record Record
+}
+
+// FinishRequest moves a pending record to a final state.
+type FinishRequest struct {
+	Key      string
+	Token    uint64
+	State    State // Succeeded, Failed or Unknown
+	Attempts int
+	Outcome  []byte
+	Now      time.Time
+	TTL      time.Duration // lifetime of a succeeded or failed record
+}
+
+// DecideClaim applies the claim rules to the existing record for req.Key (nil
+// if there is none) and returns the record to write (nil if nothing changes)
+// and the result. nextToken is called only when a new claim is made. It is
+// the single source of the rules; a Store calls it inside its transaction:
+//
+//   - no record, or a succeeded/failed record past its expiry: claim;
+//   - another principal: OtherPrincipal, nothing changes;
+//   - another fingerprint: OtherInput, nothing changes (checked before
+//     anything is written, on every path);
+//   - succeeded or failed: returned for replay;
+//   - pending with a live lease: returned (the caller waits);
+//   - pending with an expired lease: the holder is presumed dead and the
+//     outcome is unknown: taken over if req.TakeOver, else turned into an
+//     unknown record (fencing out the old holder);
+//   - unknown: taken over if req.TakeOver, else returned.
+func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (*Record, ClaimResult, error) {
+	if req.Lease <= 0 {
+		return nil, ClaimResult{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
+	}
+	claim := func(tookOver bool, attempts int, created time.Time) (*Record, ClaimResult, error) {
+		tok, err := nextToken()
+		if err != nil {
+			return nil, ClaimResult{}, err
+		}
+		if created.IsZero() {
+			created = req.Now
+		}
+		rec := &Record{
+			Key: req.Key, Tool: req.Tool, State: Pending,
+			Principal: req.Principal, Fingerprint: req.Fingerprint,
+			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
+			Attempts: attempts, Created: created, Updated: req.Now,
+		}
+		return rec, ClaimResult{Claimed: true, TookOver: tookOver, Record: *rec}, nil
+	}
+	if existing == nil || existing.expired(req.Now) {
+		return claim(false, 0, time.Time{})
+	}
+	if !existing.State.Valid() {
+		return nil, ClaimResult{}, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
+	}
+	if existing.Principal != req.Principal {
+		return nil, ClaimResult{Conflict: OtherPrincipal, Record: *existing}, nil
+	}
+	if existing.Fingerprint != req.Fingerprint {
+		return nil, ClaimResult{Conflict: OtherInput, Record: *existing}, nil
+	}
+	switch existing.State {
+	case Pending:
+		if req.Now.Before(existing.LeaseExpiry) {
+			return nil, ClaimResult{Record: *existing}, nil
+		}
+		if req.TakeOver {
+			return claim(true, existing.Attempts, existing.Created)
+		}
+		tok, err := nextToken()
+		if err != nil {
+			return nil, ClaimResult{}, err
+		}
+		rec := *existing
+		rec.State, rec.Token, rec.Owner, rec.LeaseExpiry, rec.Updated = Unknown, tok, "", time.Time{}, req.Now
+		return &rec, ClaimResult{Record: rec}, nil
+	case Unknown:
+		if req.TakeOver {
+			return claim(true, existing.Attempts, existing.Created)
+		}
+	}
+	return nil, ClaimResult{Record: *existing}, nil
+}
+
+// DecideFinish checks that req.Token still holds the pending record and
+// returns the final record to write.
+func DecideFinish(existing *Record, req FinishRequest) (*Record, error) {
+	if req.State != Succeeded && req.State != Failed && req.State != Unknown {
+		return nil, fmt.Errorf("agenttool: finish %s in state %v: %w", req.Key, req.State, ErrInvalidRequest)
+	}
+	if err := holds(existing, req.Key, req.Token); err != nil {
+		return nil, err
+	}
+	rec := *existing
+	rec.State, rec.Owner, rec.LeaseExpiry = req.State, "", time.Time{}
+	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
+	rec.Expires = time.Time{}
+	if req.State != Unknown {
+		rec.Expires = req.Now.Add(req.TTL)
+	}
+	return &rec, nil
+}
+
+// DecideRelease checks that token still holds the pending record, which may
+// then be deleted.
+func DecideRelease(existing *Record, key string, token uint64) error {
+	return holds(existing, key, token)
+}
+
+// DecideRenew checks that token still holds the pending record and returns it
+// with its lease extended until the given time.
+func DecideRenew(existing *Record, key string, token uint64, until, now time.Time) (*Record, error) {
+	if err := holds(existing, key, token); err != nil {
+		return nil, err
+	}
+	rec := *existing
+	rec.LeaseExpiry, rec.Updated = until, now
+	return &rec, nil
+}
+
+// Sweepable reports whether a Sweep at now may delete r.
+func (r *Record) Sweepable(now time.Time) bool { return r.expired(now) }
+
+func (r *Record) expired(now time.Time) bool {
+	return (r.State == Succeeded || r.State == Failed) && !r.Expires.IsZero() && !now.Before(r.Expires)
+}
+
+func holds(existing *Record, key string, token uint64) error {
+	if existing == nil {
+		return fmt.Errorf("agenttool: %s has no record: %w", key, ErrFenced)
+	}
+	if existing.State != Pending || existing.Token != token {
+		return fmt.Errorf("agenttool: %s is %v with token %d, not pending with token %d: %w",
+			key, existing.State, existing.Token, token, ErrFenced)
+	}
+	return nil
+}
+
+// String returns the digest in hex.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// MarshalText writes the digest in hex.
+func (d Digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a digest written by MarshalText.
+func (d *Digest) UnmarshalText(b []byte) error {
+	if hex.DecodedLen(len(b)) != len(d) {
+		return fmt.Errorf("agenttool: digest of %d hex digits, want %d", len(b), 2*len(d))
+	}
+	_, err := hex.Decode(d[:], b)
+	return err
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,7 +46,10 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	in, bad := t.cfg.parseInput(raw)
 	if bad == nil && t.decode != nil {
 		v, err := t.decode(in.forward)
-		if err != nil {
+		switch {
+		case err != nil && !strings.HasPrefix(strings.TrimSpace(in.forward), "{"):
+			bad = &envelope.Error{Code: envelope.CodeInvalidInput, Message: "the input must be one JSON object with the tool's parameters"}
+		case err != nil:
 			bad = &envelope.Error{Code: envelope.CodeInvalidInput, Message: fmt.Sprintf("the input does not fit the tool's parameters: %v", err)}
 		}
 		in.value = v

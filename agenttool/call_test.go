@@ -1,0 +1,366 @@
+package agenttool_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+func TestMissingScope(t *testing.T) {
+	m := &mailServer{}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	for name, ctx := range map[string]context.Context{
+		"no scope":         context.Background(),
+		"empty principal":  agenttool.WithScope(context.Background(), "", "conversation-9"),
+		"empty session":    agenttool.WithScope(context.Background(), "tenant-42/user-7", ""),
+		"action id alone":  agenttool.WithActionID(context.Background(), "step-1"),
+		"cancelled, empty": func() context.Context { c, cancel := context.WithCancel(context.Background()); cancel(); return c }(),
+	} {
+		env := tool.Invoke(ctx, emailToAna)
+		mustStatus(t, env, envelope.DefiniteFailure)
+		if env.Error.Code != envelope.CodeMissingScope || env.Next != envelope.DoNotRetry {
+			t.Errorf("%s: %s", name, env)
+		}
+	}
+	if m.runs.Load() != 0 || store.Len() != 0 {
+		t.Fatalf("calls without scope ran %d times and wrote %d records", m.runs.Load(), store.Len())
+	}
+	def := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+		DefaultScope: &agenttool.Scope{Principal: "batch-job", Session: "nightly"}})
+	mustStatus(t, def.Invoke(context.Background(), emailToAna), envelope.Success)
+	if _, err := agenttool.New("x", "", m.send, agenttool.Options{Store: store, Class: agenttool.Keyed,
+		DefaultScope: &agenttool.Scope{Principal: "p"}}); !errors.Is(err, agenttool.ErrInvalidOptions) {
+		t.Errorf("half a default scope accepted: %v", err)
+	}
+}
+
+func TestInvalidInputRunsNothing(t *testing.T) {
+	m := &mailServer{}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	ident := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, IdentifyingFields: []string{"to", "subject"}})
+	tests := []struct {
+		name  string
+		tool  *agenttool.Tool
+		input string
+		msg   string
+	}{
+		{"truncated JSON", tool, `{"to":"ana@example.com",`, "not acceptable JSON"},
+		{"duplicate field", tool, `{"to":"ana@example.com","to":"eve@example.com","subject":"x"}`, `duplicate member name "to"`},
+		{"unknown field", tool, `{"to":"ana@example.com","subject":"x","bcc":"eve@example.com"}`, `unknown field "bcc"`},
+		{"wrong type", tool, `{"to":["ana@example.com"],"subject":"x"}`, "cannot unmarshal array"},
+		{"not an object", tool, `send it to ana`, "must be one JSON object"},
+		{"missing identifying field", ident, `{"to":"ana@example.com"}`, "missing field subject"},
+		{"text for identifying fields", ident, `ana@example.com`, "expected a JSON object with the fields to, subject"},
+		{"invalid UTF-8", tool, "{\"to\":\"ana@example.com\",\"subject\":\"\xff\"}", "not valid UTF-8"},
+	}
+	for _, tt := range tests {
+		env := tt.tool.Invoke(scoped(), tt.input)
+		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeInvalidInput ||
+			env.Next != envelope.FixInput || !strings.Contains(env.Error.Message, tt.msg) {
+			t.Errorf("%s: %s; want invalid_input mentioning %q", tt.name, env, tt.msg)
+		}
+	}
+	if m.runs.Load() != 0 || store.Len() != 0 {
+		t.Fatalf("invalid input ran the tool %d times and wrote %d records", m.runs.Load(), store.Len())
+	}
+}
+
+func TestWrappedToolTakesText(t *testing.T) {
+	var seen []string
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := tool.Invoke(scoped(), "  remind Ana about lunch ")
+	b := tool.Invoke(scoped(), "remind Ana about lunch")
+	mustStatus(t, a, envelope.Success)
+	if !b.Replayed || len(seen) != 1 || seen[0] != "  remind Ana about lunch " {
+		t.Errorf("text input: %s then %s, tool saw %q", a, b, seen)
+	}
+	if string(a.Result) != `{"ok":true}` {
+		t.Errorf("a JSON result is embedded as JSON; got %s", a.Result)
+	}
+}
+
+func TestCallAlwaysReturnsEnvelopeAndNilError(t *testing.T) {
+	store := &faultyStore{Store: memstore.New()}
+	store.failClaim.Store(true)
+	tool := newEmailTool(t, &mailServer{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	for _, ctx := range []context.Context{context.Background(), scoped()} {
+		out, err := tool.Call(ctx, emailToAna)
+		if err != nil {
+			t.Fatalf("Call returned error %v; the executor would abort the run", err)
+		}
+		if _, err := envelope.Parse([]byte(out)); err != nil {
+			t.Fatalf("Call output is not an envelope: %v\n%s", err, out)
+		}
+	}
+}
+
+func TestWaitThenInProgress(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{})
+	m := &mailServer{script: func(int) (bool, error) { close(started); <-release; return true, nil }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, WaitTimeout: 30 * time.Millisecond})
+	var first envelope.Envelope
+	var wg sync.WaitGroup
+	wg.Go(func() { first = tool.Invoke(scoped(), emailToAna) })
+	<-started
+	busy := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, busy, envelope.UnknownOutcome)
+	if busy.Error.Code != envelope.CodeInProgress || busy.Next != envelope.Wait {
+		t.Errorf("while the first call runs: %s", busy)
+	}
+	close(release)
+	wg.Wait()
+	mustStatus(t, first, envelope.Success)
+	later := tool.Invoke(scoped(), emailToAna)
+	if !later.Replayed || later.Status != envelope.Success || m.runs.Load() != 1 {
+		t.Errorf("after the first call: %s (runs %d)", later, m.runs.Load())
+	}
+	if n := agenttool.InFlight(tool); n != 0 {
+		t.Errorf("%d keys left in the waiter map", n)
+	}
+}
+
+func TestWaiterMapDrains(t *testing.T) {
+	m := &mailServer{delay: time.Millisecond}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			in := `{"to":"user` + string(rune('a'+i%26)) + `@example.com","subject":"s"}`
+			tool.Invoke(scoped(), in)
+		})
+	}
+	wg.Wait()
+	if n := agenttool.InFlight(tool); n != 0 {
+		t.Fatalf("%d keys left in the waiter map after every call ended", n)
+	}
+}
+
+func TestRestartReplaysInsteadOfRunning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	m := &mailServer{}
+	store := openBolt(t, path)
+	first := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable}).Invoke(scoped(), emailToAna)
+	mustStatus(t, first, envelope.Success)
+	store.Close()
+
+	store = openBolt(t, path) // a new process would do the same
+	again := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable}).Invoke(scoped(), emailToAna)
+	if again.Status != envelope.Success || !again.Replayed || string(again.Result) != string(first.Result) {
+		t.Fatalf("after restart: %s; want the first outcome replayed", again)
+	}
+	if m.runs.Load() != 1 {
+		t.Fatalf("tool ran %d times across a restart, want 1", m.runs.Load())
+	}
+}
+
+func TestTransientExhaustionFreesTheKey(t *testing.T) {
+	down := atomic.Bool{}
+	down.Store(true)
+	m := &mailServer{script: func(int) (bool, error) {
+		if down.Load() {
+			return false, envelope.MarkTransient(errors.New("connect: connection refused"))
+		}
+		return true, nil
+	}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce})
+	env := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.DefiniteFailure)
+	if env.Error.Code != envelope.CodeUnavailable || env.Next != envelope.Wait || env.Attempts != 3 {
+		t.Errorf("all attempts refused: %s", env)
+	}
+	down.Store(false)
+	later := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, later, envelope.Success)
+	if later.Replayed || m.count() != 1 {
+		t.Errorf("after recovery: %s with %d effects", later, m.count())
+	}
+}
+
+func TestCancelStopsRetries(t *testing.T) {
+	ctx, cancel := context.WithCancel(scoped())
+	m := &mailServer{script: func(n int) (bool, error) {
+		cancel()
+		return false, envelope.MarkTransient(errors.New("503"))
+	}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Hour}})
+	done := make(chan envelope.Envelope)
+	go func() { done <- tool.Invoke(ctx, emailToAna) }()
+	select {
+	case env := <-done:
+		mustStatus(t, env, envelope.DefiniteFailure)
+		if m.runs.Load() != 1 {
+			t.Errorf("ran %d times after cancel", m.runs.Load())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancelled call kept waiting for its next retry")
+	}
+}
+
+func TestAttemptTimeoutIsUnknown(t *testing.T) {
+	m := &mailServer{}
+	slow, err := agenttool.New("send_email", "", func(ctx context.Context, in emailInput) (sent, error) {
+		m.send(ctx, in) // the effect happens...
+		<-ctx.Done()    // ...and the reply never comes
+		return sent{}, ctx.Err()
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, AttemptTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := slow.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.UnknownOutcome)
+	if env.Error.Code != envelope.CodeOutcomeUnknown || m.count() != 1 {
+		t.Errorf("timeout after the effect: %s (effects %d)", env, m.count())
+	}
+}
+
+func TestToolSeesRequestRef(t *testing.T) {
+	var infos []agenttool.CallInfo
+	n := 0
+	tool, err := agenttool.New("send_email", "", func(ctx context.Context, in emailInput) (string, error) {
+		info, _ := agenttool.CallInfoFrom(ctx)
+		infos = append(infos, info)
+		if n++; n == 1 {
+			return "", envelope.MarkTransient(errors.New("421"))
+		}
+		return "ok", nil
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.Success)
+	if len(infos) != 2 || infos[0].RequestRef != env.RequestRef || infos[1].RequestRef != env.RequestRef ||
+		infos[0].Attempt != 1 || infos[1].Attempt != 2 || infos[1].Scope.Session != "conversation-9" {
+		t.Errorf("call infos %+v for %s", infos, env.RequestRef)
+	}
+	if agenttool.RequestRef(context.Background()) != "" {
+		t.Error("RequestRef outside a guarded call is not empty")
+	}
+}
+
+func TestReadOnlyNeedsNoStoreAndRetriesFreely(t *testing.T) {
+	n := 0
+	tool, err := agenttool.New("get_weather", "", func(ctx context.Context, in struct {
+		City string `json:"city"`
+	}) (string, error) {
+		if n++; n == 1 {
+			return "", errors.New("read: connection reset by peer")
+		}
+		return "sunny in " + in.City, nil
+	}, agenttool.Options{Class: agenttool.ReadOnly, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), `{"city":"Lisbon"}`)
+	mustStatus(t, env, envelope.Success)
+	if env.Attempts != 2 || string(env.Result) != `"sunny in Lisbon"` {
+		t.Errorf("read-only: %s", env)
+	}
+	if _, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{Class: agenttool.Keyed}); !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), "Store is required") {
+		t.Errorf("a keyed tool without a store: %v", err)
+	}
+	if _, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{Store: memstore.New()}); !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), "Class is required") {
+		t.Errorf("a tool without a class: %v", err)
+	}
+}
+
+func TestSweepKeepsUnknownRecords(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		lost := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+		opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Now: clk.Now, KeyTTL: time.Hour}
+		ok := newEmailTool(t, &mailServer{}, opts).Invoke(scoped(), emailToAna)
+		unknown := newEmailTool(t, lost, opts).Invoke(scoped(), `{"to":"bo@example.com","subject":"x"}`)
+		mustStatus(t, unknown, envelope.UnknownOutcome)
+		ctx := context.Background()
+		if n, err := store.Sweep(ctx, clk.Now().Add(30*time.Minute)); err != nil || n != 0 {
+			t.Fatalf("early sweep removed %d (%v)", n, err)
+		}
+		n, err := store.Sweep(ctx, clk.Now().Add(100*365*24*time.Hour))
+		if err != nil || n != 1 {
+			t.Fatalf("sweep removed %d (%v), want the succeeded record only", n, err)
+		}
+		if _, err := store.Get(ctx, ok.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Errorf("expired success still there: %v", err)
+		}
+		if rec, err := store.Get(ctx, unknown.RequestRef); err != nil || rec.State != agenttool.Unknown {
+			t.Errorf("unknown record after a sweep: %+v, %v", rec, err)
+		}
+	})
+}
+
+func TestExpiredOutcomeIsAFreshAction(t *testing.T) {
+	clk := newClock()
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Now: clk.Now, KeyTTL: time.Hour})
+	tool.Invoke(scoped(), emailToAna)
+	clk.Advance(2 * time.Hour)
+	env := tool.Invoke(scoped(), emailToAna)
+	if env.Replayed || m.runs.Load() != 2 {
+		t.Errorf("after the key lifetime: %s (runs %d); want a new action", env, m.runs.Load())
+	}
+}
+
+func TestHooks(t *testing.T) {
+	var attempts []agenttool.AttemptEvent
+	var outcomes []agenttool.OutcomeEvent
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return false, envelope.MarkTransient(errors.New("421"))
+		}
+		return true, nil
+	}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Hooks: agenttool.Hooks{
+		Attempt: func(e agenttool.AttemptEvent) { attempts = append(attempts, e) },
+		Outcome: func(e agenttool.OutcomeEvent) { outcomes = append(outcomes, e) },
+	}})
+	tool.Invoke(scoped(), emailToAna)
+	if len(attempts) != 2 || attempts[0].Class != envelope.Transient || attempts[0].Err == nil || attempts[1].Err != nil {
+		t.Errorf("attempt events %+v", attempts)
+	}
+	if len(outcomes) != 1 || outcomes[0].Envelope.Status != envelope.Success {
+		t.Errorf("outcome events %+v", outcomes)
+	}
+}
+
+func TestSchema(t *testing.T) {
+	tool := newEmailTool(t, &mailServer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	var s struct {
+		Type       string                     `json:"type"`
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
+	if err := json.Unmarshal(tool.Schema(), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Type != "object" || len(s.Properties) != 3 || strings.Join(s.Required, ",") != "to,subject" {
+		t.Errorf("schema %s", tool.Schema())
+	}
+	if !strings.Contains(string(s.Properties["to"]), `"description":"recipient address"`) {
+		t.Errorf("desc tag lost: %s", s.Properties["to"])
+	}
+	if fd := tool.FunctionDefinition(); fd.Name != "send_email" || !strings.Contains(fd.Description, "envelope") {
+		t.Errorf("function definition %+v", fd)
+	}
+	if _, err := agenttool.New("x", "", func(context.Context, map[string]any) (string, error) { return "", nil },
+		agenttool.Options{Class: agenttool.ReadOnly}); !errors.Is(err, agenttool.ErrInvalidOptions) {
+		t.Errorf("a map input type was accepted: %v", err)
+	}
+}

@@ -298,6 +298,9 @@ func (c *call) replay(rec Record) envelope.Envelope {
 		return c.storeUnavailable(fmt.Errorf("stored outcome: %w: %w", ErrCorrupt, err))
 	}
 	env.Replayed = true
+	if env.Note == "" && env.Status == envelope.Success {
+		env.Note = "Already done by an earlier call; this is its recorded result. Nothing was repeated."
+	}
 	return env
 }
 

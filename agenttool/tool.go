@@ -95,12 +95,14 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 			if err != nil {
 				return nil, err
 			}
-			b, err := json.Marshal(out)
-			if err != nil {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(out); err != nil {
 				// The effect happened; only its report cannot be encoded.
 				return json.RawMessage(`null`), nil
 			}
-			return b, nil
+			return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 		},
 		schema: schema,
 	}, nil

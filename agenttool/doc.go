@@ -1,0 +1,95 @@
+// Package agenttool makes side-effecting langchaingo tools safe to retry
+// inside LLM agents.
+//
+// A guarded tool derives an idempotency key for each logical action from
+// trusted code — never from the model — claims it in a durable [Store], runs
+// the tool with retries only where the key makes them safe, records the
+// outcome, and answers with an envelope (package envelope): success,
+// definite_failure or unknown_outcome, with guidance the model can follow.
+//
+// # Basics
+//
+//	store, _ := boltstore.Open("retrysafe.db", nil)
+//	send, err := agenttool.New("send_email", "Send an email.", sendEmail, agenttool.Options{
+//		Store: store,
+//		Class: agenttool.Reconcilable,
+//	})
+//	// trusted application code, not the model, says who acts and where:
+//	ctx = agenttool.WithScope(ctx, "tenant-42/user-7", "conversation-9")
+//	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, []tools.Tool{send}))
+//
+// [Wrap] guards an existing tools.Tool; [New] builds one from a Go function
+// with a JSON input struct and exposes its JSON Schema. Either way, Call
+// returns the envelope's JSON and a nil error: langchaingo's executor aborts
+// the whole run on a tool error, and the model must see every outcome. Go
+// callers use [Tool.Invoke] for the typed envelope.
+//
+// # Composition
+//
+// One call is: Envelope(Claim(Retry(AttemptTimeout(tool)))). Retries live
+// inside the claim, around one tool call, never around the agent run.
+//
+// # Keys
+//
+// The key of an action is a digest of the key version, the tool's key
+// prefix, the principal, the session and the canonical JSON of the tool's
+// identifying fields (all fields by default), or of an explicit action id
+// ([WithActionID]) from an orchestrator. The fingerprint is a digest of the
+// canonical JSON of the whole input and is compared every time a key is met
+// again: other input under the same key is refused with
+// key_reused_with_different_input and the first record is left untouched.
+// The printable key is the request reference ("send_email/…"): the tool finds
+// it with [RequestRef] and passes it downstream (Idempotency-Key header,
+// Message-ID, client reference).
+//
+// Input that carries its own key-like field (idempotency_key, request_id, …,
+// see [DefaultKeyLikeFields]) is refused with model_supplied_key by default;
+// [StripModelKeys] removes the field instead. Either way it never reaches the
+// key, the fingerprint or the tool. Only top-level fields are checked.
+//
+// A call without a scope is refused with missing_scope unless the tool has a
+// DefaultScope.
+//
+// # Side-effect classes
+//
+// Every tool declares a [Class]:
+//
+//   - [ReadOnly]: retried freely, nothing stored;
+//   - [Keyed]: the destination honours the reference as an idempotency key,
+//     so every retry — also after an unknown outcome — reuses it;
+//   - [Reconcilable]: after an unknown outcome the record becomes unknown and
+//     the tool is not run again for that key until the destination has been
+//     asked what happened;
+//   - [AtMostOnce]: after an unknown outcome nothing runs again for that key
+//     without a person's approval; the model is told to ask a human.
+//
+// Errors are classified by envelope.Classify: definite errors are recorded
+// and replayed, transient ones retried with the same key (and, when retries
+// run out, the key is released: nothing happened), unknown ones handled by
+// the tool's class.
+//
+// # Concurrency
+//
+// Concurrent calls for one key run the tool once: the others wait up to
+// Options.WaitTimeout and get the same outcome marked replayed, or
+// unknown_outcome with code in_progress and next wait. A succeeded or failed
+// key replays its stored envelope without running the tool, also after a
+// restart with a durable store. [Tool] is safe for concurrent use.
+//
+// # Caveats
+//
+//   - Crash windows. A process that dies after the effect but before the
+//     outcome is recorded leaves a pending record; when its lease lapses the
+//     action is unknown, never free. Keyed tools then retry with the same key;
+//     other classes answer unknown_outcome until the record is resolved.
+//   - If the store cannot be reached the tool is not run (store_unavailable).
+//     If the outcome cannot be recorded after the effect, the envelope still
+//     tells the truth (success), and the record is treated as unknown once its
+//     lease lapses.
+//   - A tool that runs longer than Options.Lease can be presumed dead by
+//     another call; bound attempts with AttemptTimeout (which must not exceed
+//     the lease).
+//   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
+//     construction fails otherwise (I7).
+//   - Unicode normalisation is not applied to inputs before digesting.
+package agenttool

@@ -85,10 +85,8 @@ func TestI1_ExpiredLeaseIsUnknownNotFree(t *testing.T) {
 		m := &mailServer{}
 		opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Now: clk.Now, Lease: time.Minute}
 		tool := newEmailTool(t, m, opts)
-		// A first process claimed the key and died: find its key by a call
-		// that never got to record, then forge the dead holder's claim.
-		probe := newEmailTool(t, &mailServer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable})
-		ref := probe.Invoke(scoped(), emailToAna).RequestRef
+		// A first process claimed the key and died before recording anything.
+		ref := recordOfRef(t, emailToAna)
 		dead := holderOf(t, store, ref, clk.Now(), emailToAna)
 		clk.Advance(2 * time.Minute)
 		env := tool.Invoke(scoped(), emailToAna)
@@ -501,4 +499,41 @@ func (c sealCodec) Decode(key string, b []byte) ([]byte, error) {
 		return nil, errors.New("short ciphertext")
 	}
 	return c.aead.Open(nil, b[:n], b[n:], []byte(key))
+}
+
+// I1 (pitfall "a rejected caller cleaning up"): a keyed call whose holder's
+// lease lapsed takes over with the same key, and the old holder can neither
+// record its outcome over the new one nor release the new holder's claim.
+func TestI1_TakeoverFencesTheOldHolder(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		m := &mailServer{dedupe: true}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, Now: clk.Now})
+		ref := recordOfRef(t, emailToAna)
+		old := holderOf(t, store, ref, clk.Now(), emailToAna)
+		clk.Advance(2 * time.Minute)
+		env := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.Success)
+		if env.RequestRef != ref || m.count() != 1 {
+			t.Fatalf("takeover: %s with %d effects", env, m.count())
+		}
+		ctx := context.Background()
+		if err := store.Release(ctx, ref, old); !errors.Is(err, agenttool.ErrFenced) {
+			t.Errorf("old holder's Release = %v, want ErrFenced", err)
+		}
+		if err := store.Finish(ctx, agenttool.FinishRequest{Key: ref, Token: old, State: agenttool.Failed, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
+			t.Errorf("old holder's Finish = %v, want ErrFenced", err)
+		}
+		if err := store.Renew(ctx, ref, old, clk.Now().Add(time.Hour)); !errors.Is(err, agenttool.ErrFenced) {
+			t.Errorf("old holder's Renew = %v, want ErrFenced", err)
+		}
+		if rec, _ := store.Get(ctx, ref); rec.State != agenttool.Succeeded {
+			t.Errorf("record after the old holder's attempts: %v", rec.State)
+		}
+	})
+}
+
+func recordOfRef(t *testing.T, input string) string {
+	t.Helper()
+	return recordOf(t, input).Key
 }

@@ -97,4 +97,3 @@ func BenchmarkCall(b *testing.B) {
 		}
 	})
 }
-

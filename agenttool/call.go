@@ -87,7 +87,10 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	cfg := c.t.cfg
 	req := ClaimRequest{
 		Key: c.ref, Tool: c.t.name, Principal: principalDigest(c.scope.Principal), Fingerprint: fp,
-		Owner: uuid.NewString(), Lease: cfg.Lease, TakeOver: cfg.Class == Keyed,
+		Owner: uuid.NewString(), Lease: cfg.Lease,
+		// Keyed tools retry with the same key; reconcilable ones take an
+		// unknown record over to ask the destination first.
+		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
 	}
 	waitUntil := cfg.Now().Add(cfg.WaitTimeout)
 	poll := 2 * time.Millisecond
@@ -108,13 +111,26 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 		case res.Claimed:
 			end := c.t.flights.begin(c.ref)
 			defer end()
-			c.token, c.prior, c.maybeRan = res.Record.Token, res.Record.Attempts, res.TookOver
+			c.token, c.maybeRan = res.Record.Token, res.TookOver
+			if c.maybeRan && cfg.Class == Reconcilable {
+				// Ask the destination before any new write.
+				if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
+					return env
+				}
+			}
 			return c.attempts(res.Record.Attempts)
 		}
 		switch rec := res.Record; rec.State {
 		case Succeeded, Failed:
 			return c.replay(rec)
 		case Unknown:
+			if cfg.Class == AtMostOnce && cfg.Approver != nil {
+				env, retry := c.askApprover(rec)
+				if retry {
+					continue // the record is approved for one more attempt: claim it
+				}
+				return env
+			}
 			return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
 				Message: "an earlier attempt of this action has an unknown outcome and awaits reconciliation"})
 		case Pending:
@@ -185,7 +201,13 @@ func (c *call) attempts(done int) envelope.Envelope {
 		}
 		if class == envelope.Unknown && cfg.Class != ReadOnly {
 			c.maybeRan = true
-			if cfg.Class != Keyed {
+			switch {
+			case cfg.Class == Reconcilable && cfg.Reconciler != nil:
+				if env, settled := c.reconcile(attempt, err); settled {
+					return env
+				}
+				// Not applied: a new attempt with the same key is safe.
+			case cfg.Class != Keyed:
 				return c.markUnknown(attempt, err)
 			}
 		}
@@ -209,7 +231,9 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 		defer cancel()
 	}
 	start := cfg.Now()
+	stop := c.keepLease()
 	out, err := c.t.run(ctx, c.in)
+	stop()
 	if h := cfg.Hooks.Attempt; h != nil {
 		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
 			Class: envelope.Classify(err), Duration: cfg.Now().Sub(start)})

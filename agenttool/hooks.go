@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // Hooks observe guarded calls without a logging or metrics dependency. Each
@@ -14,6 +15,18 @@ type Hooks struct {
 	Attempt func(AttemptEvent)
 	// Outcome is called once per call with the envelope it returns.
 	Outcome func(OutcomeEvent)
+	// Reconcile is called after each check of a destination, by a call, the
+	// sweeper or an operator.
+	Reconcile func(ReconcileEvent)
+}
+
+// ReconcileEvent describes one check of a request reference.
+type ReconcileEvent struct {
+	Tool       string
+	RequestRef string
+	Verdict    reconcile.Verdict
+	Err        error  // why the check could not say, if it could not
+	By         string // "reconciler" for a call, "sweeper" or "operator:NAME"
 }
 
 // AttemptEvent describes one attempt.

@@ -1,10 +1,13 @@
 package agenttool
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // Class is a tool's side-effect class, declared when it is wrapped. It decides
@@ -147,6 +150,20 @@ type Options struct {
 	// are recorded on a context that survives the caller's cancellation.
 	// 0 means 10s.
 	StoreTimeout time.Duration
+	// Reconciler asks the destination what became of a request reference
+	// whose outcome is unknown. A Reconcilable tool uses it after an
+	// ambiguous attempt and before running again for a key whose record is
+	// unknown; without one, unknown records wait for an operator (see
+	// [Operator]). Wrap it in reconcile.Poll to wait out a pending answer.
+	Reconciler reconcile.Reconciler
+	// Approver decides, for an AtMostOnce tool, what to do about a key whose
+	// outcome is unknown: allow exactly one more attempt, compensate, or not
+	// yet. Without one, the model is told to ask a human.
+	Approver Approver
+	// Compensate undoes the effect of the action with the given reference,
+	// if it happened. It runs when an approver or an operator chooses
+	// compensation; it must be safe to run when the effect did not happen.
+	Compensate func(ctx context.Context, info CallInfo) error
 	// Codec encodes stored outcomes (to redact or encrypt them). Default: as
 	// they are.
 	Codec Codec
@@ -221,8 +238,14 @@ func newConfig(name string, o Options) (*config, error) {
 	if o.Lease < 0 {
 		return nil, bad("Lease %v is not positive: a pending record needs a finite, live lease", o.Lease)
 	}
-	if o.AttemptTimeout > o.Lease {
-		return nil, bad("AttemptTimeout %v is longer than Lease %v: another call could take over a live attempt", o.AttemptTimeout, o.Lease)
+	if o.Lease < 3*time.Millisecond {
+		return nil, bad("Lease %v is too short to be renewed while the tool runs", o.Lease)
+	}
+	if o.Reconciler != nil && o.Class != Reconcilable && o.Class != Keyed {
+		return nil, bad("a Reconciler is only used by Reconcilable and Keyed tools, not %v ones", o.Class)
+	}
+	if o.Approver != nil && o.Class != AtMostOnce {
+		return nil, bad("an Approver is only used by AtMostOnce tools, not %v ones", o.Class)
 	}
 	if o.KeyTTL == 0 {
 		o.KeyTTL = 24 * time.Hour

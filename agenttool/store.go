@@ -31,10 +31,35 @@ type Store interface {
 	Renew(ctx context.Context, key string, token uint64, until time.Time) error
 	// Get returns the record for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Record, error)
-	// Sweep deletes succeeded and failed records whose expiry is at or
-	// before now, and returns how many it deleted. Pending and unknown records
-	// are never swept.
+	// Sweep deletes the records for which [Record.Sweepable] is true at now
+	// and returns how many it deleted. Pending records and unresolved unknown
+	// records are never swept.
 	Sweep(ctx context.Context, now time.Time) (int, error)
+	// ListUnknown returns, ordered by key, the records that await
+	// reconciliation: unknown records not yet resolved, and pending records
+	// whose lease expired at or before req.Now (their holder is presumed
+	// dead). See [Record.AwaitsReconciliation].
+	ListUnknown(ctx context.Context, req ListRequest) ([]Record, error)
+}
+
+// ListRequest selects records for [Store.ListUnknown].
+type ListRequest struct {
+	// Principal, if not nil, keeps only that principal's records.
+	Principal *Digest
+	// After, if not empty, starts the list after this key (for paging).
+	After string
+	// Limit bounds the number of records; 0 means 100.
+	Limit int
+	// Now decides which pending leases have expired.
+	Now time.Time
+}
+
+// Resolution records who settled an unknown outcome, how and why.
+type Resolution struct {
+	Verdict string    // "applied", "not applied", "compensated"
+	By      string    // "reconciler", "approver:NAME", "operator:NAME"
+	Why     string    // free text
+	At      time.Time //
 }
 
 // State is the state of a record.
@@ -87,7 +112,14 @@ type Record struct {
 	Outcome     []byte    // the encoded envelope of a final state (see Codec)
 	Created     time.Time //
 	Updated     time.Time //
-	Expires     time.Time // succeeded and failed records may be swept after this; zero for pending and unknown
+	Expires     time.Time // final records may be swept after this; zero for pending and unresolved unknown records
+	// RetryApproved is set on an unknown record that a reconciler, an
+	// approver or an operator found not applied: exactly one new claim of the
+	// key may run the tool again, and consumes the approval.
+	RetryApproved bool
+	// Resolution is the last settlement of an unknown outcome, kept with the
+	// record as its audit trail; nil if there was none.
+	Resolution *Resolution
 }
 
 // ClaimRequest asks a Store to claim a key.
@@ -142,7 +174,12 @@ type FinishRequest struct {
 	Attempts int
 	Outcome  []byte
 	Now      time.Time
-	TTL      time.Duration // lifetime of a succeeded or failed record
+	TTL      time.Duration // lifetime of a succeeded, failed or resolved record
+	// RetryApproved (with State Unknown) resolves the record as not applied:
+	// one later claim may run the tool again.
+	RetryApproved bool
+	// Resolution, if not nil, replaces the record's resolution.
+	Resolution *Resolution
 }
 
 // DecideClaim applies the claim rules to the existing record for req.Key (nil
@@ -159,6 +196,8 @@ type FinishRequest struct {
 //   - pending with an expired lease: the holder is presumed dead and the
 //     outcome is unknown: taken over if req.TakeOver, else turned into an
 //     unknown record (fencing out the old holder);
+//   - unknown and resolved as not applied (RetryApproved): claimed afresh,
+//     which consumes the approval;
 //   - unknown: taken over if req.TakeOver, else returned.
 func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (*Record, ClaimResult, error) {
 	if req.Lease <= 0 {
@@ -177,6 +216,9 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			Principal: req.Principal, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now,
+		}
+		if existing != nil && !existing.expired(req.Now) {
+			rec.Resolution = existing.Resolution
 		}
 		return rec, ClaimResult{Claimed: true, TookOver: tookOver, Record: *rec}, nil
 	}
@@ -208,6 +250,9 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		rec.State, rec.Token, rec.Owner, rec.LeaseExpiry, rec.Updated = Unknown, tok, "", time.Time{}, req.Now
 		return &rec, ClaimResult{Record: rec}, nil
 	case Unknown:
+		if existing.RetryApproved {
+			return claim(false, existing.Attempts, existing.Created)
+		}
 		if req.TakeOver {
 			return claim(true, existing.Attempts, existing.Created)
 		}
@@ -224,11 +269,18 @@ func DecideFinish(existing *Record, req FinishRequest) (*Record, error) {
 	if err := holds(existing, req.Key, req.Token); err != nil {
 		return nil, err
 	}
+	if req.RetryApproved && req.State != Unknown {
+		return nil, fmt.Errorf("agenttool: finish %s: only an unknown record can be approved for retry: %w", req.Key, ErrInvalidRequest)
+	}
 	rec := *existing
 	rec.State, rec.Owner, rec.LeaseExpiry = req.State, "", time.Time{}
 	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
+	rec.RetryApproved = req.RetryApproved
+	if req.Resolution != nil {
+		rec.Resolution = req.Resolution
+	}
 	rec.Expires = time.Time{}
-	if req.State != Unknown {
+	if req.State != Unknown || req.RetryApproved {
 		rec.Expires = req.Now.Add(req.TTL)
 	}
 	return &rec, nil
@@ -255,7 +307,15 @@ func DecideRenew(existing *Record, key string, token uint64, until, now time.Tim
 func (r *Record) Sweepable(now time.Time) bool { return r.expired(now) }
 
 func (r *Record) expired(now time.Time) bool {
-	return (r.State == Succeeded || r.State == Failed) && !r.Expires.IsZero() && !now.Before(r.Expires)
+	final := r.State == Succeeded || r.State == Failed || (r.State == Unknown && r.RetryApproved)
+	return final && !r.Expires.IsZero() && !now.Before(r.Expires)
+}
+
+// AwaitsReconciliation reports whether r is listed by [Store.ListUnknown] at
+// now: an unknown record not resolved yet, or a pending one whose lease has
+// expired.
+func (r *Record) AwaitsReconciliation(now time.Time) bool {
+	return (r.State == Unknown && !r.RetryApproved) || (r.State == Pending && !now.Before(r.LeaseExpiry))
 }
 
 func holds(existing *Record, key string, token uint64) error {

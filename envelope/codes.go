@@ -36,3 +36,7 @@ const (
 // CodeScopeMismatch: the request reference belongs to another principal.
 // Nothing ran and nothing of the other principal's record is revealed.
 const CodeScopeMismatch = "scope_mismatch"
+
+// CodeCompensated: the action's effect, if it happened, was undone by its
+// compensating action after an unknown outcome.
+const CodeCompensated = "compensated"

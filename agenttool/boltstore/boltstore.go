@@ -21,6 +21,9 @@ const schemaVersion = "1"
 var (
 	metaBucket    = []byte("retrysafe/meta")
 	recordsBucket = []byte("retrysafe/records")
+	// openBucket indexes the keys of pending and unresolved unknown records,
+	// so that listing what awaits reconciliation does not read every record.
+	openBucket = []byte("retrysafe/open")
 	schemaKey     = []byte("schema")
 )
 
@@ -91,7 +94,10 @@ func initSchema(tx *bolt.Tx) error {
 	if v := meta.Get(schemaKey); string(v) != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
-	_, err := tx.CreateBucketIfNotExists(recordsBucket)
+	if _, err := tx.CreateBucketIfNotExists(recordsBucket); err != nil {
+		return err
+	}
+	_, err := tx.CreateBucketIfNotExists(openBucket)
 	return err
 }
 
@@ -113,6 +119,9 @@ func (s *Store) update(ctx context.Context, fn func(b *bolt.Bucket) error) error
 	}
 	return s.db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket(recordsBucket)) })
 }
+
+// openIndex returns the index bucket of the transaction that owns b.
+func openIndex(b *bolt.Bucket) *bolt.Bucket { return b.Tx().Bucket(openBucket) }
 
 func (s *Store) view(ctx context.Context, fn func(b *bolt.Bucket) error) error {
 	if err := ctx.Err(); err != nil {
@@ -192,7 +201,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 		if err := agenttool.DecideRelease(existing, key, token); err != nil {
 			return err
 		}
-		return b.Delete([]byte(key))
+		return remove(b, []byte(key))
 	})
 }
 
@@ -245,7 +254,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 			return err
 		}
 		for _, k := range doomed {
-			if err := b.Delete(k); err != nil {
+			if err := remove(b, k); err != nil {
 				return err
 			}
 		}
@@ -253,6 +262,40 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// ListUnknown implements agenttool.Store. It reads in one transaction;
+// unreadable records are reported as an error, never skipped.
+func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]agenttool.Record, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []agenttool.Record
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		c := openIndex(b).Cursor()
+		k, _ := c.First()
+		if req.After != "" {
+			k, _ = c.Seek([]byte(req.After))
+			if k != nil && string(k) == req.After {
+				k, _ = c.Next()
+			}
+		}
+		for ; k != nil && len(out) < limit; k, _ = c.Next() {
+			rec, err := load(b, string(k))
+			if err != nil {
+				return err
+			}
+			if rec == nil {
+				return fmt.Errorf("boltstore: index names %s, which has no record: %w", k, agenttool.ErrCorrupt)
+			}
+			if rec.AwaitsReconciliation(req.Now) && (req.Principal == nil || *req.Principal == rec.Principal) {
+				out = append(out, *rec)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
@@ -272,7 +315,21 @@ func save(b *bolt.Bucket, r *agenttool.Record) error {
 	if err != nil {
 		return err
 	}
-	return b.Put([]byte(r.Key), v)
+	key := []byte(r.Key)
+	if err := b.Put(key, v); err != nil {
+		return err
+	}
+	if r.State == agenttool.Pending || (r.State == agenttool.Unknown && !r.RetryApproved) {
+		return openIndex(b).Put(key, []byte{})
+	}
+	return openIndex(b).Delete(key)
+}
+
+func remove(b *bolt.Bucket, key []byte) error {
+	if err := b.Delete(key); err != nil {
+		return err
+	}
+	return openIndex(b).Delete(key)
 }
 
 // diskRecord is a record as stored: JSON with a format version.
@@ -290,16 +347,30 @@ type diskRecord struct {
 	Created     int64            `json:"created"`
 	Updated     int64            `json:"updated"`
 	Expires     int64            `json:"expires,omitempty"`
+	Approved    bool             `json:"retry_approved,omitempty"`
+	Resolution  *diskResolution  `json:"resolution,omitempty"`
+}
+
+type diskResolution struct {
+	Verdict string `json:"verdict"`
+	By      string `json:"by"`
+	Why     string `json:"why,omitempty"`
+	At      int64  `json:"at"`
 }
 
 const recordFormat = 1
 
 func encode(r *agenttool.Record) ([]byte, error) {
-	return json.Marshal(diskRecord{
+	d := diskRecord{
 		V: recordFormat, Tool: r.Tool, State: r.State, Principal: r.Principal, Fingerprint: r.Fingerprint,
 		Owner: r.Owner, Token: r.Token, LeaseExpiry: nanos(r.LeaseExpiry), Attempts: r.Attempts,
 		Outcome: r.Outcome, Created: nanos(r.Created), Updated: nanos(r.Updated), Expires: nanos(r.Expires),
-	})
+		Approved: r.RetryApproved,
+	}
+	if res := r.Resolution; res != nil {
+		d.Resolution = &diskResolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: nanos(res.At)}
+	}
+	return json.Marshal(d)
 }
 
 func decode(key, v []byte) (agenttool.Record, error) {
@@ -310,11 +381,16 @@ func decode(key, v []byte) (agenttool.Record, error) {
 	if d.V != recordFormat || !d.State.Valid() {
 		return agenttool.Record{}, fmt.Errorf("boltstore: record %s has format %d and state %d: %w", key, d.V, d.State, agenttool.ErrCorrupt)
 	}
-	return agenttool.Record{
+	rec := agenttool.Record{
 		Key: string(key), Tool: d.Tool, State: d.State, Principal: d.Principal, Fingerprint: d.Fingerprint,
 		Owner: d.Owner, Token: d.Token, LeaseExpiry: fromNanos(d.LeaseExpiry), Attempts: d.Attempts,
 		Outcome: d.Outcome, Created: fromNanos(d.Created), Updated: fromNanos(d.Updated), Expires: fromNanos(d.Expires),
-	}, nil
+		RetryApproved: d.Approved,
+	}
+	if res := d.Resolution; res != nil {
+		rec.Resolution = &agenttool.Resolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: fromNanos(res.At)}
+	}
+	return rec, nil
 }
 
 func nanos(t time.Time) int64 {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,6 +151,30 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// ListUnknown implements agenttool.Store.
+func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]agenttool.Record, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []agenttool.Record
+	for k, r := range s.records {
+		if k > req.After && r.AwaitsReconciliation(req.Now) && (req.Principal == nil || *req.Principal == r.Principal) {
+			r.Outcome = slices.Clone(r.Outcome)
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b agenttool.Record) int { return strings.Compare(a.Key, b.Key) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
 
 // Len returns the number of records, whatever their state.

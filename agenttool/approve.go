@@ -1,0 +1,114 @@
+package agenttool
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// Approver decides what happens to an at-most-once action whose outcome is
+// unknown. It is asked each time a call meets such a key, and may answer
+// Undecided (a person has not decided yet: a ticket is open, a message is
+// waiting). An Approver must be safe for concurrent use.
+type Approver interface {
+	Approve(ctx context.Context, req ApprovalRequest) (Approval, error)
+}
+
+// ApproverFunc adapts a function to an Approver.
+type ApproverFunc func(ctx context.Context, req ApprovalRequest) (Approval, error)
+
+// Approve calls f.
+func (f ApproverFunc) Approve(ctx context.Context, req ApprovalRequest) (Approval, error) {
+	return f(ctx, req)
+}
+
+// ApprovalRequest describes the action awaiting a decision.
+type ApprovalRequest struct {
+	Tool       string
+	RequestRef string
+	Scope      Scope     // the trusted scope of the call that asks
+	Attempts   int       // attempts made so far
+	Since      time.Time // when the outcome became unknown
+}
+
+// Decision is an approver's answer.
+type Decision uint8
+
+const (
+	// Undecided: nothing runs; the model is told to ask a human.
+	Undecided Decision = iota
+	// RetryOnce: a person confirmed the effect did not happen; exactly one
+	// more attempt may run for this key and input.
+	RetryOnce
+	// Compensate: run the tool's Compensate function to undo the effect if
+	// it happened, and close the action as not applied.
+	Compensate
+)
+
+// Approval is an approver's decision, with who made it and why. It is
+// recorded with the key's record.
+type Approval struct {
+	Decision Decision
+	By       string // who decided; required for RetryOnce and Compensate
+	Reason   string
+}
+
+// askApprover asks the tool's approver about an unknown record met by this
+// call. retry is true when the record now allows one more attempt.
+func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
+	cfg := c.t.cfg
+	waiting := func(why string) envelope.Envelope {
+		return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: why})
+	}
+	a, err := cfg.Approver.Approve(c.ctx, ApprovalRequest{
+		Tool: c.t.name, RequestRef: c.ref, Scope: c.scope, Attempts: rec.Attempts, Since: rec.Updated,
+	})
+	if err != nil {
+		cfg.logger.Warn("retrysafe: approver failed", "ref", c.ref, "err", err)
+		return waiting(fmt.Sprintf("the outcome is unknown and the approver could not be asked: %v", err)), false
+	}
+	if a.Decision == Undecided {
+		return waiting("the outcome is unknown and awaits a person's decision"), false
+	}
+	if a.By == "" || (a.Decision == Compensate && cfg.Compensate == nil) || a.Decision > Compensate {
+		cfg.logger.Warn("retrysafe: approval ignored: it names no approver, or asks to compensate without a Compensate function", "ref", c.ref)
+		return waiting("the outcome is unknown; the approval given was incomplete and was ignored"), false
+	}
+	h, err := c.t.takeOver(c.ctx, c.ref)
+	if err != nil {
+		return waiting(fmt.Sprintf("the outcome is unknown; the approval could not be applied: %v", err)), false
+	}
+	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
+	if a.Decision == RetryOnce {
+		res.Verdict = "not applied"
+		if err := h.notApplied(c.ctx, res); err != nil {
+			return c.storeUnavailable(err), false
+		}
+		return envelope.Envelope{}, true
+	}
+	return c.t.compensate(c.ctx, h, c.scope, res), false
+}
+
+// compensate runs the tool's compensating action for a held unknown record.
+func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) envelope.Envelope {
+	err := t.cfg.Compensate(withCallInfo(ctx, CallInfo{RequestRef: h.rec.Key, Scope: scope}), CallInfo{RequestRef: h.rec.Key, Scope: scope})
+	if err != nil {
+		if rerr := h.stillUnknown(ctx); rerr != nil {
+			t.cfg.logger.Warn("retrysafe: could not give back a record after a failed compensation", "ref", h.rec.Key, "err", rerr)
+		}
+		return envelope.Envelope{
+			Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: t.name, RequestRef: h.rec.Key,
+			Attempts: h.rec.Attempts, Next: envelope.AskHuman,
+			Error: &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: fmt.Sprintf("the compensating action failed: %v", err)},
+			Note:  "This may already have happened and could not be undone. Ask a person to check reference " + h.rec.Key + ".",
+		}
+	}
+	res.Verdict = "compensated"
+	env, err := h.compensated(ctx, res)
+	if err != nil {
+		t.cfg.logger.Warn("retrysafe: compensation not recorded", "ref", h.rec.Key, "err", err)
+	}
+	return env
+}

@@ -1,0 +1,147 @@
+package agenttool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// Operator lists and settles actions whose outcome is unknown: for people
+// (an admin screen, a CLI) and for the [Operator.RunSweeper] loop that asks
+// destinations on its own. It knows the guarded tools that write to its store,
+// for their reconcilers, codecs and lifetimes.
+//
+// An Operator made by [NewOperator] sees every principal's records; one made
+// by [Operator.ForPrincipal] sees and settles only that principal's, and
+// answers ErrNotFound for the others'. An Operator is safe for concurrent use.
+type Operator struct {
+	store     Store
+	tools     map[string]*Tool
+	principal *Digest
+}
+
+// NewOperator returns an operator for the given tools, which must all use
+// store. Records of tools not given are listed but cannot be settled.
+func NewOperator(store Store, tools ...*Tool) (*Operator, error) {
+	o := &Operator{store: store, tools: make(map[string]*Tool, len(tools))}
+	for _, t := range tools {
+		if t.cfg.Store != store {
+			return nil, fmt.Errorf("agenttool: operator: tool %q uses another store: %w", t.name, ErrInvalidOptions)
+		}
+		if _, dup := o.tools[t.name]; dup {
+			return nil, fmt.Errorf("agenttool: operator: two tools are named %q: %w", t.name, ErrInvalidOptions)
+		}
+		o.tools[t.name] = t
+	}
+	return o, nil
+}
+
+// ForPrincipal returns an operator limited to one principal's records.
+func (o *Operator) ForPrincipal(principal string) *Operator {
+	d := principalDigest(principal)
+	return &Operator{store: o.store, tools: o.tools, principal: &d}
+}
+
+
+// Unknown lists the records awaiting reconciliation, ordered by reference,
+// starting after the reference after ("" for the first page). limit 0 means
+// 100.
+func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
+	return o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
+}
+
+// Show returns the record of one reference. A record of another principal is
+// reported as ErrNotFound.
+func (o *Operator) Show(ctx context.Context, ref string) (Record, error) {
+	rec, err := o.store.Get(ctx, ref)
+	if err != nil {
+		return Record{}, err
+	}
+	if o.principal != nil && rec.Principal != *o.principal {
+		return Record{}, fmt.Errorf("agenttool: %s: %w", ref, ErrNotFound)
+	}
+	return rec, nil
+}
+
+// ResolveApplied settles an unknown outcome as applied, with the
+// destination's result (JSON, or nil): later calls replay it as a success.
+// by says who resolves; why is recorded with it.
+func (o *Operator) ResolveApplied(ctx context.Context, ref string, result json.RawMessage, by, why string) error {
+	if len(result) > 0 && !json.Valid(result) {
+		return fmt.Errorf("agenttool: resolving %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
+	}
+	h, err := o.hold(ctx, ref, by)
+	if err != nil {
+		return err
+	}
+	_, err = h.applied(ctx, result, &Resolution{Verdict: "applied", By: "operator:" + by, Why: why})
+	return err
+}
+
+// ResolveNotApplied settles an unknown outcome as not applied: the next call
+// for the action runs the tool once more, with the same key. by says who
+// resolves; why is recorded with it.
+func (o *Operator) ResolveNotApplied(ctx context.Context, ref, by, why string) error {
+	h, err := o.hold(ctx, ref, by)
+	if err != nil {
+		return err
+	}
+	return h.notApplied(ctx, &Resolution{Verdict: "not applied", By: "operator:" + by, Why: why})
+}
+
+// Reconcile asks the destination about one reference with the tool's
+// reconciler and settles the record by its answer: applied, not applied
+// (approved for one more attempt), or left unknown.
+func (o *Operator) Reconcile(ctx context.Context, ref, by string) (reconcile.Verdict, error) {
+	h, err := o.hold(ctx, ref, by)
+	if err != nil {
+		return reconcile.CantSay, err
+	}
+	return h.reconcile(ctx, "operator:"+by)
+}
+
+// hold checks the caller's right to the record and takes it over.
+func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
+	if by == "" {
+		return nil, fmt.Errorf("agenttool: resolving %s: say who resolves it: %w", ref, ErrInvalidRequest)
+	}
+	rec, err := o.Show(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := o.tools[rec.Tool]
+	if !ok {
+		return nil, fmt.Errorf("agenttool: resolving %s: tool %q was not given to the operator: %w", ref, rec.Tool, ErrInvalidRequest)
+	}
+	return t.takeOver(ctx, ref)
+}
+
+// reconcile asks the tool's reconciler about a held record and settles it.
+func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Verdict, error) {
+	r := h.t.cfg.Reconciler
+	if r == nil {
+		return reconcile.CantSay, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
+	}
+	ans := r.Check(ctx, h.rec.Key)
+	h.t.reported(ans, h.rec.Key, by)
+	switch ans.Verdict {
+	case reconcile.Applied:
+		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
+		return ans.Verdict, err
+	case reconcile.NotApplied:
+		return ans.Verdict, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
+	}
+	return ans.Verdict, h.stillUnknown(ctx)
+}
+
+// clock is the operator's idea of now: the first tool's clock, or time.Now.
+func (o *Operator) clock() time.Time {
+	for _, t := range o.tools {
+		return t.cfg.Now()
+	}
+	return time.Now()
+}

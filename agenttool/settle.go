@@ -1,0 +1,123 @@
+package agenttool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// Errors of settling an unknown outcome.
+var (
+	// ErrNotUnknown: the record's outcome is not unknown (it is settled, or
+	// approved for a retry), so there is nothing to resolve.
+	ErrNotUnknown = errors.New("record is not awaiting reconciliation")
+	// ErrBusy: a live call holds the record; try again after it ends.
+	ErrBusy = errors.New("record is held by a live call")
+)
+
+// holding is an unknown record taken over to be settled.
+type holding struct {
+	t     *Tool
+	rec   Record // as it was before the takeover
+	token uint64
+}
+
+// takeOver claims a record that awaits reconciliation, so that its outcome can
+// be settled by one party at a time. The claim is made with the record's own
+// principal and fingerprint: it settles exactly that key and input.
+func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
+	cfg := t.cfg
+	rec, err := cfg.Store.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	now := cfg.Now()
+	if !rec.AwaitsReconciliation(now) {
+		if rec.State == Pending {
+			return nil, fmt.Errorf("agenttool: %s: %w", key, ErrBusy)
+		}
+		return nil, fmt.Errorf("agenttool: %s is %v: %w", key, rec.State, ErrNotUnknown)
+	}
+	res, err := cfg.Store.Claim(ctx, ClaimRequest{
+		Key: key, Tool: rec.Tool, Principal: rec.Principal, Fingerprint: rec.Fingerprint,
+		Owner: uuid.NewString(), Now: now, Lease: cfg.Lease, TakeOver: true,
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case res.Claimed && res.TookOver:
+		return &holding{t: t, rec: rec, token: res.Record.Token}, nil
+	case res.Claimed:
+		// Between the read and the claim the record was approved for a retry,
+		// and this claim consumed the approval: give it back.
+		h := &holding{t: t, rec: res.Record, token: res.Record.Token}
+		if err := h.finish(ctx, Unknown, nil, rec.Resolution, true); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("agenttool: %s was just approved for a retry: %w", key, ErrNotUnknown)
+	case res.Record.State == Pending:
+		return nil, fmt.Errorf("agenttool: %s: %w", key, ErrBusy)
+	}
+	return nil, fmt.Errorf("agenttool: %s is %v: %w", key, res.Record.State, ErrNotUnknown)
+}
+
+// applied records the effect as done, with the destination's result.
+func (h *holding) applied(ctx context.Context, result json.RawMessage, res *Resolution) (envelope.Envelope, error) {
+	env := envelope.Envelope{
+		Version: envelope.Version, Status: envelope.Success, Tool: h.t.name, RequestRef: h.rec.Key,
+		Attempts: h.rec.Attempts, Reconciled: true, Result: result, Next: envelope.Continue,
+		Note: "Confirmed done after an unknown outcome; it was not repeated.",
+	}
+	return env, h.finish(ctx, Succeeded, &env, res, false)
+}
+
+// notApplied records that the effect did not happen: one more attempt of the
+// key may run.
+func (h *holding) notApplied(ctx context.Context, res *Resolution) error {
+	return h.finish(ctx, Unknown, nil, res, true)
+}
+
+// stillUnknown gives the record back as it was: unknown, unresolved.
+func (h *holding) stillUnknown(ctx context.Context) error {
+	return h.finish(ctx, Unknown, nil, nil, false)
+}
+
+// compensated records that the effect, if it happened, was undone.
+func (h *holding) compensated(ctx context.Context, res *Resolution) (envelope.Envelope, error) {
+	env := envelope.Envelope{
+		Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: h.t.name, RequestRef: h.rec.Key,
+		Attempts: h.rec.Attempts, Next: envelope.AskHuman,
+		Error: &envelope.Error{Code: envelope.CodeCompensated, Message: "the action's effect, if it happened, was undone by its compensating action"},
+		Note:  "This action was cancelled and undone. Ask the user whether to do it again.",
+	}
+	return env, h.finish(ctx, Failed, &env, res, false)
+}
+
+// finish writes the settled state. A nil env keeps the record's outcome.
+func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelope, res *Resolution, approve bool) error {
+	cfg := h.t.cfg
+	outcome := h.rec.Outcome
+	if env != nil {
+		b, err := env.Marshal()
+		if err != nil {
+			return err
+		}
+		if outcome, err = cfg.codec.Encode(h.rec.Key, b); err != nil {
+			return fmt.Errorf("encoding the outcome: %w", err)
+		}
+	}
+	if res != nil && res.At.IsZero() {
+		res.At = cfg.Now()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
+	defer cancel()
+	return cfg.Store.Finish(ctx, FinishRequest{
+		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: outcome,
+		Now: cfg.Now(), TTL: cfg.KeyTTL, RetryApproved: approve, Resolution: res,
+	})
+}

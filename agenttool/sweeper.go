@@ -1,0 +1,151 @@
+package agenttool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// SweeperOptions configure [Operator.RunSweeper] and [Operator.SweepOnce]. A
+// zero field takes the default in its comment.
+type SweeperOptions struct {
+	// Interval is the time between passes; 0 means 1m.
+	Interval time.Duration
+	// Concurrency bounds the destinations checked at once; 0 means 4.
+	Concurrency int
+	// Batch is how many records are read per page; 0 means 100.
+	Batch int
+	// Logger receives one line per failed check or pass; nil means discard.
+	Logger *slog.Logger
+}
+
+// SweepReport counts what one pass did.
+type SweepReport struct {
+	Expired    int // succeeded, failed and resolved records deleted after their lifetime
+	Checked    int // records whose destination was asked
+	Applied    int // found applied: now succeeded
+	NotApplied int // found not applied: approved for one more attempt
+	Unknown    int // still unknown (pending, can't say)
+	Skipped    int // records of tools without a reconciler, or held by a live call
+	Errors     int // checks or store writes that failed
+}
+
+// RunSweeper runs [Operator.SweepOnce] every opts.Interval until ctx ends,
+// and returns ctx's error. Several replicas may run sweepers on one shared
+// store: a record is taken over by one of them at a time.
+func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
+	interval := opts.Interval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		rep, err := o.SweepOnce(ctx, opts)
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("retrysafe: sweep failed", "err", err)
+		} else if rep != (SweepReport{}) {
+			logger.Info("retrysafe: sweep", "checked", rep.Checked, "applied", rep.Applied,
+				"not_applied", rep.NotApplied, "unknown", rep.Unknown, "expired", rep.Expired, "errors", rep.Errors)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// SweepOnce deletes expired records, then asks each registered tool's
+// reconciler about every record of that tool that awaits reconciliation, at
+// most opts.Concurrency at a time, and settles it by the answer. Unknown
+// records are never deleted. It stops early when ctx ends.
+func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepReport, error) {
+	var rep SweepReport
+	conc, batch := opts.Concurrency, opts.Batch
+	if conc <= 0 {
+		conc = 4
+	}
+	if batch <= 0 {
+		batch = 100
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	n, err := o.store.Sweep(ctx, o.clock())
+	if err != nil {
+		return rep, err
+	}
+	rep.Expired = n
+
+	var mu sync.Mutex
+	count := func(f func(*SweepReport)) { mu.Lock(); f(&rep); mu.Unlock() }
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	after := ""
+	for ctx.Err() == nil {
+		recs, err := o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: batch, Now: o.clock()})
+		if err != nil {
+			wg.Wait()
+			return rep, err
+		}
+		for _, rec := range recs {
+			t := o.tools[rec.Tool]
+			if t == nil || t.cfg.Reconciler == nil {
+				count(func(r *SweepReport) { r.Skipped++ })
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				wg.Wait()
+				return rep, ctx.Err()
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				h, err := t.takeOver(ctx, rec.Key)
+				if err != nil {
+					if errors.Is(err, ErrBusy) || errors.Is(err, ErrNotUnknown) {
+						count(func(r *SweepReport) { r.Skipped++ })
+					} else {
+						logger.Warn("retrysafe: sweeper could not take over", "ref", rec.Key, "err", err)
+						count(func(r *SweepReport) { r.Errors++ })
+					}
+					return
+				}
+				v, err := h.reconcile(ctx, "sweeper")
+				count(func(r *SweepReport) {
+					r.Checked++
+					switch {
+					case err != nil:
+						r.Errors++
+					case v == reconcile.Applied:
+						r.Applied++
+					case v == reconcile.NotApplied:
+						r.NotApplied++
+					default:
+						r.Unknown++
+					}
+				})
+				if err != nil {
+					logger.Warn("retrysafe: sweeper could not settle", "ref", rec.Key, "err", err)
+				}
+			})
+		}
+		if len(recs) < batch {
+			break
+		}
+		after = recs[len(recs)-1].Key
+	}
+	wg.Wait()
+	return rep, ctx.Err()
+}

@@ -46,7 +46,6 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 	return &Operator{store: o.store, tools: o.tools, principal: &d}
 }
 
-
 // Unknown lists the records awaiting reconciliation, ordered by reference,
 // starting after the reference after ("" for the first page). limit 0 means
 // 100.

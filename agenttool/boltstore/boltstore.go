@@ -24,7 +24,7 @@ var (
 	// openBucket indexes the keys of pending and unresolved unknown records,
 	// so that listing what awaits reconciliation does not read every record.
 	openBucket = []byte("retrysafe/open")
-	schemaKey     = []byte("schema")
+	schemaKey  = []byte("schema")
 )
 
 // Options configure [Open]. A nil *Options means all defaults.

@@ -1,0 +1,246 @@
+package agenttool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+func TestAtMostOnceWithoutApproverAsksHuman(t *testing.T) {
+	m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce})
+	for range 3 {
+		env := tool.Invoke(scoped(), emailToAna)
+		if env.Status != envelope.UnknownOutcome || env.Next != envelope.AskHuman {
+			t.Fatalf("envelope %s, want unknown_outcome / ask_human", env)
+		}
+	}
+	if m.runs.Load() != 1 {
+		t.Fatalf("ran %d times without an approval", m.runs.Load())
+	}
+}
+
+func TestApproverRetryOnceAllowsExactlyOneAttempt(t *testing.T) {
+	store := memstore.New()
+	var decision atomic.Int32 // 0 undecided, 1 retry
+	var asked atomic.Int64
+	approver := agenttool.ApproverFunc(func(ctx context.Context, req agenttool.ApprovalRequest) (agenttool.Approval, error) {
+		asked.Add(1)
+		if req.Scope.Principal != "tenant-42/user-7" || req.Tool != "send_email" {
+			return agenttool.Approval{}, fmt.Errorf("unexpected request %+v", req)
+		}
+		if decision.Load() == 1 {
+			return agenttool.Approval{Decision: agenttool.RetryOnce, By: "maria", Reason: "the provider's log shows nothing sent"}, nil
+		}
+		return agenttool.Approval{}, nil
+	})
+	m := &mailServer{script: func(n int) (bool, error) { return false, errLostReply }} // never delivered, always ambiguous
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Approver: approver})
+
+	first := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	waiting := tool.Invoke(scoped(), emailToAna)
+	if waiting.Next != envelope.AskHuman || m.runs.Load() != 1 || asked.Load() != 1 {
+		t.Fatalf("undecided: %s, runs %d, asked %d", waiting, m.runs.Load(), asked.Load())
+	}
+
+	decision.Store(1)
+	retried := tool.Invoke(scoped(), emailToAna) // one more attempt, ambiguous again
+	mustStatus(t, retried, envelope.UnknownOutcome)
+	if m.runs.Load() != 2 {
+		t.Fatalf("after approval the tool ran %d times in all, want 2", m.runs.Load())
+	}
+	rec, _ := store.Get(context.Background(), first.RequestRef)
+	if rec.Resolution == nil || rec.Resolution.By != "approver:maria" || rec.Resolution.Verdict != "not applied" || rec.Resolution.At.IsZero() {
+		t.Errorf("resolution %+v: want who, what and when recorded", rec.Resolution)
+	}
+	// The approval was consumed: the new unknown outcome needs a new one.
+	decision.Store(0)
+	if env := tool.Invoke(scoped(), emailToAna); env.Next != envelope.AskHuman || m.runs.Load() != 2 {
+		t.Errorf("a used approval allowed another attempt: %s, runs %d", env, m.runs.Load())
+	}
+}
+
+func TestApproverCompensates(t *testing.T) {
+	var undone []string
+	approver := agenttool.ApproverFunc(func(context.Context, agenttool.ApprovalRequest) (agenttool.Approval, error) {
+		return agenttool.Approval{Decision: agenttool.Compensate, By: "oncall", Reason: "recall the message"}, nil
+	})
+	m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+	opts := agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, Approver: approver,
+		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
+			undone = append(undone, info.RequestRef)
+			return nil
+		}}
+	tool := newEmailTool(t, m, opts)
+	first := tool.Invoke(scoped(), emailToAna)
+	env := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.DefiniteFailure)
+	if env.Error.Code != envelope.CodeCompensated || len(undone) != 1 || undone[0] != first.RequestRef || m.runs.Load() != 1 {
+		t.Errorf("compensation: %s, undone %v, runs %d", env, undone, m.runs.Load())
+	}
+	if again := tool.Invoke(scoped(), emailToAna); !again.Replayed || again.Error.Code != envelope.CodeCompensated || len(undone) != 1 {
+		t.Errorf("after compensation: %s, undone %d times", again, len(undone))
+	}
+
+	failing := opts
+	failing.Store = memstore.New()
+	failing.Compensate = func(context.Context, agenttool.CallInfo) error { return errors.New("recall window closed") }
+	tool2 := newEmailTool(t, &mailServer{script: func(int) (bool, error) { return true, errLostReply }}, failing)
+	tool2.Invoke(scoped(), emailToAna)
+	env2 := tool2.Invoke(scoped(), emailToAna)
+	if env2.Status != envelope.UnknownOutcome || env2.Next != envelope.AskHuman || !strings.Contains(env2.Error.Message, "recall window closed") {
+		t.Errorf("failed compensation: %s", env2)
+	}
+}
+
+// unknownRecords makes n unknown records, for principal a or b alternately.
+func unknownRecords(t *testing.T, tool *agenttool.Tool, n int) (refs []string) {
+	t.Helper()
+	for i := range n {
+		principal := "tenant-1/ana"
+		if i%2 == 1 {
+			principal = "tenant-2/bo"
+		}
+		ctx := agenttool.WithScope(context.Background(), principal, "s")
+		env := tool.Invoke(ctx, fmt.Sprintf(`{"to":"u%d@example.com","subject":"s"}`, i))
+		mustStatus(t, env, envelope.UnknownOutcome)
+		refs = append(refs, env.RequestRef)
+	}
+	return refs
+}
+
+func TestOperatorListsShowsAndResolves(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		lost := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+		tool := newEmailTool(t, lost, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+		refs := unknownRecords(t, tool, 6)
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		all, err := op.Unknown(ctx, "", 0)
+		if err != nil || len(all) != 6 {
+			t.Fatalf("all unknown: %d, %v", len(all), err)
+		}
+		page1, _ := op.Unknown(ctx, "", 4)
+		page2, _ := op.Unknown(ctx, page1[len(page1)-1].Key, 4)
+		if len(page1) != 4 || len(page2) != 2 {
+			t.Errorf("pages of %d and %d, want 4 and 2", len(page1), len(page2))
+		}
+		ana := op.ForPrincipal("tenant-1/ana")
+		mine, _ := ana.Unknown(ctx, "", 0)
+		if len(mine) != 3 {
+			t.Errorf("ana sees %d records, want her 3", len(mine))
+		}
+		if _, err := ana.Show(ctx, refs[1]); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Errorf("ana sees bo's record: %v", err)
+		}
+		if err := ana.ResolveApplied(ctx, refs[1], nil, "ana", "mine now"); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Errorf("ana resolved bo's record: %v", err)
+		}
+		if err := op.ResolveApplied(ctx, refs[0], []byte(`{"message_id":"<x@mail.test>"}`), "", ""); !errors.Is(err, agenttool.ErrInvalidRequest) {
+			t.Errorf("anonymous resolution accepted: %v", err)
+		}
+
+		// Applied: the next call replays a reconciled success.
+		if err := ana.ResolveApplied(ctx, refs[0], []byte(`{"message_id":"<x@mail.test>"}`), "ana", "found it in Sent"); err != nil {
+			t.Fatal(err)
+		}
+		env := tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s"), `{"to":"u0@example.com","subject":"s"}`)
+		if env.Status != envelope.Success || !env.Replayed || !env.Reconciled || string(env.Result) != `{"message_id":"<x@mail.test>"}` {
+			t.Errorf("after ResolveApplied: %s", env)
+		}
+		rec, _ := op.Show(ctx, refs[0])
+		if rec.Resolution == nil || rec.Resolution.By != "operator:ana" || rec.Resolution.Why != "found it in Sent" {
+			t.Errorf("resolution %+v", rec.Resolution)
+		}
+		if err := op.ResolveNotApplied(ctx, refs[0], "ana", "again"); !errors.Is(err, agenttool.ErrNotUnknown) {
+			t.Errorf("resolving a settled record: %v", err)
+		}
+
+		// Not applied: the next call runs the tool once more.
+		if err := op.ResolveNotApplied(ctx, refs[2], "ops", "bounced"); err != nil {
+			t.Fatal(err)
+		}
+		runs := lost.runs.Load()
+		tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s"), `{"to":"u2@example.com","subject":"s"}`)
+		if lost.runs.Load() != runs+1 {
+			t.Errorf("after ResolveNotApplied the tool ran %d more times, want 1", lost.runs.Load()-runs)
+		}
+		left, _ := op.Unknown(ctx, "", 0)
+		if len(left) != 5 { // refs[0] settled; refs[2] ran again and is unknown again
+			t.Errorf("%d records left unknown, want 5", len(left))
+		}
+	})
+}
+
+func TestSweeperReconcilesWithBoundedConcurrency(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		lost := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+		noCheck := newEmailTool(t, lost, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+		refs := unknownRecords(t, noCheck, 12)
+
+		var inFlight, peak atomic.Int64
+		var mu sync.Mutex
+		verdicts := map[string]reconcile.Answer{}
+		for i, ref := range refs {
+			switch i % 3 {
+			case 0:
+				verdicts[ref] = reconcile.AppliedWith([]byte(`{"found":true}`))
+			case 1:
+				verdicts[ref] = reconcile.NotAppliedYet()
+			default:
+				verdicts[ref] = reconcile.StillPending()
+			}
+		}
+		checker := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			return verdicts[ref]
+		})
+		tool := newEmailTool(t, lost, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: checker})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{Concurrency: 3, Batch: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := agenttool.SweepReport{Checked: 12, Applied: 4, NotApplied: 4, Unknown: 4}
+		if rep != want {
+			t.Errorf("report %+v, want %+v", rep, want)
+		}
+		if peak.Load() > 3 {
+			t.Errorf("%d checks at once, bound was 3", peak.Load())
+		}
+		left, _ := op.Unknown(context.Background(), "", 0)
+		if len(left) != 4 {
+			t.Errorf("%d records still unknown, want the 4 pending", len(left))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+		if err := op.RunSweeper(ctx, agenttool.SweeperOptions{Interval: time.Millisecond}); !errors.Is(err, context.Canceled) {
+			t.Errorf("RunSweeper returned %v, want context.Canceled", err)
+		}
+	})
+}

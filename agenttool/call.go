@@ -189,6 +189,11 @@ func (c *call) attempts(done int) envelope.Envelope {
 			})
 		}
 		class := envelope.Classify(err)
+		if class == envelope.Definite && c.maybeRan {
+			// A refusal of this attempt says nothing about an earlier one
+			// that may have applied: the outcome stays unknown.
+			return c.markUnknown(attempt, fmt.Errorf("this attempt was refused (%w), but an earlier one may have applied", err))
+		}
 		if class == envelope.Definite {
 			code := envelope.Code(err)
 			if code == "" {

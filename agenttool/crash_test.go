@@ -1,0 +1,230 @@
+package agenttool_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// The crash points of the seeds.
+const (
+	beforeEffect = "before-effect" // the tool is about to reach the destination
+	afterEffect  = "after-effect"  // the destination has the effect; no outcome is recorded
+	afterRecord  = "after-record"  // the outcome is recorded; the reply has not been given
+)
+
+// fileDestination records effects durably, one request reference per line,
+// as a destination's database would.
+type fileDestination string
+
+func (d fileDestination) effects(t testing.TB) []string {
+	b, err := os.ReadFile(string(d))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}
+
+func (d fileDestination) has(t testing.TB, ref string) bool {
+	for _, e := range d.effects(t) {
+		if e == ref {
+			return true
+		}
+	}
+	return false
+}
+
+func (d fileDestination) apply(t testing.TB, ref string) {
+	f, err := os.OpenFile(string(d), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(ref + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashPoint tells the parent process where this process stands, then waits
+// to be killed.
+func crashPoint(at, want string) {
+	if at != want {
+		return
+	}
+	fmt.Printf("CRASHPOINT %s\n", at)
+	os.Stdout.Sync()
+	select {}
+}
+
+// TestCrashHelper is the process that the crash matrix starts and kills. It
+// does nothing in a normal test run.
+func TestCrashHelper(t *testing.T) {
+	dbPath := os.Getenv("RETRYSAFE_CRASH_DB")
+	if dbPath == "" {
+		t.Skip("run by TestCrashMatrix only")
+	}
+	dest := fileDestination(os.Getenv("RETRYSAFE_CRASH_DEST"))
+	at := os.Getenv("RETRYSAFE_CRASH_AT")
+	offset, _ := time.ParseDuration(os.Getenv("RETRYSAFE_CLOCK_OFFSET"))
+	class := map[string]agenttool.Class{"keyed": agenttool.Keyed, "reconcilable": agenttool.Reconcilable, "at-most-once": agenttool.AtMostOnce}[os.Getenv("RETRYSAFE_CRASH_CLASS")]
+
+	store, err := boltstore.Open(dbPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	send := func(ctx context.Context, in emailInput) (sent, error) {
+		ref := agenttool.RequestRef(ctx)
+		crashPoint(at, beforeEffect)
+		if class != agenttool.Keyed || !dest.has(t, ref) { // a keyed destination honours the key
+			dest.apply(t, ref)
+		}
+		crashPoint(at, afterEffect)
+		return sent{MessageID: "<" + ref + ">"}, nil
+	}
+	opts := agenttool.Options{
+		Store: store, Class: class, Lease: time.Minute, Retry: fastRetry,
+		Now:   func() time.Time { return time.Now().Add(offset) },
+		Hooks: agenttool.Hooks{Outcome: func(agenttool.OutcomeEvent) { crashPoint(at, afterRecord) }},
+	}
+	if class == agenttool.Reconcilable {
+		opts.Reconciler = reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+			if dest.has(t, ref) {
+				return reconcile.AppliedWith([]byte(`{"message_id":"<` + ref + `>"}`))
+			}
+			return reconcile.NotAppliedYet()
+		})
+	}
+	tool, err := agenttool.New("send_email", "Send an email.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), emailToAna)
+	fmt.Printf("ENVELOPE %s\n", env)
+}
+
+// runHelper starts the helper; with a crash point it kills the process with
+// SIGKILL when it gets there. It returns the envelope the process printed,
+// if it lived to print one.
+func runHelper(t *testing.T, env []string, crash bool) (envelope.Envelope, bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	var result envelope.Envelope
+	printed, killed := false, false
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "CRASHPOINT ") && crash {
+			if err := cmd.Process.Kill(); err != nil { // SIGKILL: no deferred code runs
+				t.Fatal(err)
+			}
+			killed = true
+			break
+		}
+		if rest, ok := strings.CutPrefix(line, "ENVELOPE "); ok {
+			if result, err = envelope.Parse([]byte(rest)); err != nil {
+				t.Fatalf("helper printed a bad envelope: %v", err)
+			}
+			printed = true
+		}
+	}
+	werr := cmd.Wait()
+	if crash && !killed {
+		t.Fatalf("helper never reached its crash point (%v)\n%s", werr, stderr.String())
+	}
+	if !crash && werr != nil {
+		t.Fatalf("helper failed: %v\n%s", werr, stderr.String())
+	}
+	return result, printed
+}
+
+// TestCrashMatrix kills a real process at each crash point of the seeds, for
+// each class of tool that writes, on boltstore; then a new process retries the
+// same logical action. Exactly one effect must exist where one happened, and
+// the final envelope must tell the truth.
+func TestCrashMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 18 processes")
+	}
+	type want struct {
+		status  envelope.Status
+		effects int
+	}
+	matrix := map[string]map[string]want{
+		"keyed": {
+			beforeEffect: {envelope.Success, 1}, // taken over, run with the same key
+			afterEffect:  {envelope.Success, 1}, // run again with the same key: the destination dedupes
+			afterRecord:  {envelope.Success, 1}, // replayed
+		},
+		"reconcilable": {
+			beforeEffect: {envelope.Success, 1}, // reconciled: not applied, so run once
+			afterEffect:  {envelope.Success, 1}, // reconciled: applied, not run again
+			afterRecord:  {envelope.Success, 1}, // replayed
+		},
+		"at-most-once": {
+			beforeEffect: {envelope.UnknownOutcome, 0}, // cannot know; nothing runs without a person
+			afterEffect:  {envelope.UnknownOutcome, 1},
+			afterRecord:  {envelope.Success, 1},
+		},
+	}
+	for class, points := range matrix {
+		for at, w := range points {
+			t.Run(class+"/"+at, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				dest := fileDestination(filepath.Join(dir, "destination.log"))
+				base := []string{
+					"RETRYSAFE_CRASH_DB=" + filepath.Join(dir, "keys.db"),
+					"RETRYSAFE_CRASH_DEST=" + string(dest),
+					"RETRYSAFE_CRASH_CLASS=" + class,
+				}
+				runHelper(t, append(base, "RETRYSAFE_CRASH_AT="+at), true)
+				// The restarted process runs after the dead holder's lease lapsed.
+				env, ok := runHelper(t, append(base, "RETRYSAFE_CLOCK_OFFSET=2m"), false)
+				if !ok {
+					t.Fatal("the restarted process printed no envelope")
+				}
+				effects := len(dest.effects(t))
+				if env.Status != w.status || effects != w.effects {
+					t.Fatalf("after a crash %s: %s with %d effects; want %s with %d", at, env, effects, w.status, w.effects)
+				}
+				if effects > 0 && env.Status == envelope.DefiniteFailure {
+					t.Fatal("definite_failure for an effect that happened")
+				}
+				if effects == 0 && env.Status == envelope.Success {
+					t.Fatal("success for an effect that did not happen")
+				}
+			})
+		}
+	}
+}

@@ -57,16 +57,38 @@
 //   - [ReadOnly]: retried freely, nothing stored;
 //   - [Keyed]: the destination honours the reference as an idempotency key,
 //     so every retry — also after an unknown outcome — reuses it;
-//   - [Reconcilable]: after an unknown outcome the record becomes unknown and
-//     the tool is not run again for that key until the destination has been
-//     asked what happened;
+//   - [Reconcilable]: after an unknown outcome the tool's Reconciler asks the
+//     destination what happened, by request reference, before anything else
+//     is written; the tool runs again only after a not-applied verdict;
 //   - [AtMostOnce]: after an unknown outcome nothing runs again for that key
-//     without a person's approval; the model is told to ask a human.
+//     until an [Approver] allows exactly one more attempt or a compensating
+//     action; without one the model is told to ask a human.
 //
 // Errors are classified by envelope.Classify: definite errors are recorded
 // and replayed, transient ones retried with the same key (and, when retries
 // run out, the key is released: nothing happened), unknown ones handled by
 // the tool's class.
+//
+// # Unknown outcomes
+//
+// An unknown outcome is a state, not an error to retry. For a Reconcilable
+// tool the life of a call continues:
+//
+//	attempt ends unknown, or the key's record is unknown, or its holder died
+//	  → Reconciler.Check(ref)
+//	      applied      → success, reconciled: true, the destination's result stored
+//	      not applied  → attempt again with the same key
+//	      pending, can't say → record unknown; unknown_outcome, next do_not_retry
+//
+// A record stays unknown until a reconciler, an approver or an operator
+// settles it; it never expires silently. An [Operator] lists unknown records
+// (per principal or all), shows one, resolves one as applied or not applied
+// with who and why, and runs a sweeper that reconciles them in the
+// background with bounded concurrency.
+//
+// A call renews its lease while the tool or a check runs, so a slow but live
+// call is not presumed dead; a call whose lease was taken over cannot record
+// its outcome over the new holder's (fencing).
 //
 // # Concurrency
 //
@@ -80,15 +102,19 @@
 //
 //   - Crash windows. A process that dies after the effect but before the
 //     outcome is recorded leaves a pending record; when its lease lapses the
-//     action is unknown, never free. Keyed tools then retry with the same key;
-//     other classes answer unknown_outcome until the record is resolved.
+//     action is unknown, never free. Keyed tools then retry with the same key,
+//     reconcilable ones ask the destination, at-most-once ones wait for an
+//     approval.
+//   - A Reconciler must answer NotApplied only when the destination can prove
+//     the effect is absent and will not appear later; a request still in
+//     flight is Pending. A wrong NotApplied is the one way to a duplicate.
 //   - If the store cannot be reached the tool is not run (store_unavailable).
 //     If the outcome cannot be recorded after the effect, the envelope still
 //     tells the truth (success), and the record is treated as unknown once its
 //     lease lapses.
-//   - A tool that runs longer than Options.Lease can be presumed dead by
-//     another call; bound attempts with AttemptTimeout (which must not exceed
-//     the lease).
+//   - A process that stalls (paused, partitioned from the store) for longer
+//     than Options.Lease can be presumed dead while its tool still runs; its
+//     late outcome is then fenced out and the action reconciled.
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
 //   - Unicode normalisation is not applied to inputs before digesting.

@@ -103,3 +103,25 @@ func ExampleTool_Invoke_modelSuppliedKey() {
 	fmt.Println(env.Status, env.Error.Code, env.Next)
 	// Output: definite_failure model_supplied_key fix_input
 }
+
+// An operator settles an action whose outcome a reconciler could not learn.
+func ExampleOperator() {
+	store := memstore.New()
+	send, _ := agenttool.Wrap(&mailer{}, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	ctx := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
+	input := `{"to":"ana@example.com","subject":"Lunch"}`
+	send.Invoke(ctx, input) // the reply timed out: unknown
+
+	op, _ := agenttool.NewOperator(store, send)
+	recs, _ := op.ForPrincipal("tenant-42/user-7").Unknown(ctx, "", 10)
+	fmt.Println("awaiting reconciliation:", len(recs))
+	err := op.ResolveApplied(ctx, recs[0].Key, []byte(`{"message_id":"<m1@mail.example>"}`), "maria", "found in Sent")
+	fmt.Println("resolved:", err == nil)
+
+	env := send.Invoke(ctx, input)
+	fmt.Println(env.Status, env.Reconciled, string(env.Result))
+	// Output:
+	// awaiting reconciliation: 1
+	// resolved: true
+	// success true {"message_id":"<m1@mail.example>"}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -139,34 +140,37 @@ func TestDeadHolderIsReconciled(t *testing.T) {
 }
 
 // A slow but live call renews its lease: another call waits or hears
-// in_progress; it does not presume the holder dead.
+// in_progress; it does not presume the holder dead. Time is synthetic
+// (testing/synctest), so five leases pass without waiting for them.
 func TestSlowCallKeepsItsLease(t *testing.T) {
-	release := make(chan struct{})
-	started := make(chan struct{})
-	m := &mailServer{script: func(n int) (bool, error) {
-		if n == 1 {
-			close(started)
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		started := make(chan struct{})
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				close(started)
+				<-release
+			}
+			return true, nil
+		}}
+		var checks atomic.Int64
+		opts := agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Lease: 30 * time.Second,
+			KeyTTL: time.Hour, WaitTimeout: -1, Reconciler: mailboxReconciler(m, &checks)}
+		tool := newEmailTool(t, m, opts)
+		done := make(chan envelope.Envelope)
+		go func() { done <- tool.Invoke(scoped(), emailToAna) }()
+		<-started
+		time.Sleep(150 * time.Second) // five leases
+		busy := tool.Invoke(scoped(), emailToAna)
+		if busy.Error == nil || busy.Error.Code != envelope.CodeInProgress {
+			t.Errorf("during a slow live call: %s; want in_progress", busy)
 		}
-		return true, nil
-	}}
-	var checks atomic.Int64
-	opts := agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Lease: 30 * time.Millisecond,
-		KeyTTL: time.Hour, WaitTimeout: -1, Reconciler: mailboxReconciler(m, &checks)}
-	tool := newEmailTool(t, m, opts)
-	done := make(chan envelope.Envelope)
-	go func() { done <- tool.Invoke(scoped(), emailToAna) }()
-	<-started
-	time.Sleep(150 * time.Millisecond) // five leases
-	busy := tool.Invoke(scoped(), emailToAna)
-	if busy.Error == nil || busy.Error.Code != envelope.CodeInProgress {
-		t.Errorf("during a slow live call: %s; want in_progress", busy)
-	}
-	close(release)
-	mustStatus(t, <-done, envelope.Success)
-	if m.runs.Load() != 1 || checks.Load() != 0 {
-		t.Errorf("runs %d, checks %d: the live call was taken over", m.runs.Load(), checks.Load())
-	}
+		close(release)
+		mustStatus(t, <-done, envelope.Success)
+		if m.runs.Load() != 1 || checks.Load() != 0 {
+			t.Errorf("runs %d, checks %d: the live call was taken over", m.runs.Load(), checks.Load())
+		}
+	})
 }
 
 // The model repeats the action after unknown_outcome with a key-irrelevant

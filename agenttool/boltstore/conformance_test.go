@@ -1,0 +1,24 @@
+package boltstore_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Open: func(t *testing.T) agenttool.Store {
+			s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		Kill: func(t *testing.T, s agenttool.Store) { s.(*boltstore.Store).Close() },
+	})
+}

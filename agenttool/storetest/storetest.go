@@ -1,0 +1,535 @@
+// Package storetest is the conformance suite every agenttool.Store passes,
+// in the manner of testing/fstest. A store runs it from its own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			Open: func(t *testing.T) agenttool.Store { return mystore.New(...) },
+//			Kill: func(t *testing.T, s agenttool.Store) { s.(*mystore.Store).Close() },
+//		})
+//	}
+//
+// The suite checks atomic claims under heavy concurrency, fencing, lease
+// expiry and takeover, every state transition, replay, fingerprint and
+// principal conflicts, sweeping that never drops unknown records, listing of
+// what awaits reconciliation, context cancellation, and behaviour when the
+// backing database is gone.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+)
+
+// Harness tells the suite how to make and break a store.
+type Harness struct {
+	// Open returns a new, empty store. The harness closes it when the test
+	// ends (t.Cleanup).
+	Open func(t *testing.T) agenttool.Store
+	// Kill makes the store's backing database unreachable, as a crash or an
+	// outage would. If nil, the outage test is skipped.
+	Kill func(t *testing.T, s agenttool.Store)
+}
+
+var (
+	t0       = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	alice    = agenttool.Digest{0xa1}
+	bob      = agenttool.Digest{0xb0}
+	inputA   = agenttool.Digest{0x01}
+	inputB   = agenttool.Digest{0x02}
+	minute   = time.Minute
+	bg       = context.Background()
+	keyCount atomic.Int64
+)
+
+// newKey returns a key not used before in this process.
+func newKey() string { return fmt.Sprintf("conformance/%d", keyCount.Add(1)) }
+
+func claimReq(key string, now time.Time) agenttool.ClaimRequest {
+	return agenttool.ClaimRequest{Key: key, Tool: "conformance", Principal: alice, Fingerprint: inputA,
+		Owner: "owner-" + key, Now: now, Lease: minute}
+}
+
+func mustClaim(t *testing.T, s agenttool.Store, req agenttool.ClaimRequest) agenttool.ClaimResult {
+	t.Helper()
+	res, err := s.Claim(bg, req)
+	if err != nil {
+		t.Fatalf("Claim(%s): %v", req.Key, err)
+	}
+	return res
+}
+
+func finish(key string, token uint64, state agenttool.State, now time.Time) agenttool.FinishRequest {
+	return agenttool.FinishRequest{Key: key, Token: token, State: state, Attempts: 1,
+		Outcome: []byte(`{"outcome":"` + state.String() + `"}`), Now: now, TTL: time.Hour}
+}
+
+// Run runs the suite.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s agenttool.Store)
+	}{
+		{"ClaimCreatesPending", testClaimCreatesPending},
+		{"ConcurrentClaimsOneWinner", testConcurrentClaims},
+		{"TokensAreUnique", testTokensUnique},
+		{"FinishStates", testFinishStates},
+		{"FencingAfterTakeover", testFencing},
+		{"ExpiredLeaseWithoutTakeoverBecomesUnknown", testExpiredBecomesUnknown},
+		{"UnknownTakeover", testUnknownTakeover},
+		{"RetryApprovalIsConsumedOnce", testRetryApproval},
+		{"FingerprintMismatch", testFingerprintMismatch},
+		{"PrincipalIsolation", testPrincipalIsolation},
+		{"ReleaseFreesTheKey", testRelease},
+		{"RenewExtendsTheLease", testRenew},
+		{"SweepNeverDropsUnknown", testSweep},
+		{"ExpiredRecordIsClaimedAfresh", testExpiredClaimedAfresh},
+		{"ListUnknown", testListUnknown},
+		{"CancelledContext", testCancelled},
+		{"InvalidRequests", testInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.Open(t)) })
+	}
+	t.Run("DatabaseGone", func(t *testing.T) {
+		if h.Kill == nil {
+			t.Skip("the harness cannot kill this store")
+		}
+		testDatabaseGone(t, h)
+	})
+}
+
+func testClaimCreatesPending(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if !res.Claimed || res.TookOver || res.Record.State != agenttool.Pending || res.Record.Token == 0 {
+		t.Fatalf("first claim: %+v", res)
+	}
+	rec, err := s.Get(bg, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != agenttool.Pending || rec.Token != res.Record.Token || rec.Principal != alice || rec.Fingerprint != inputA ||
+		!rec.LeaseExpiry.Equal(t0.Add(minute)) || rec.Owner != "owner-"+key || rec.Tool != "conformance" || !rec.Created.Equal(t0) {
+		t.Errorf("stored record %+v", rec)
+	}
+	again := mustClaim(t, s, claimReq(key, t0.Add(time.Second)))
+	if again.Claimed || again.Record.State != agenttool.Pending || again.Record.Token != res.Record.Token {
+		t.Errorf("second claim during a live lease: %+v", again)
+	}
+	if _, err := s.Get(bg, newKey()); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("Get of a missing key: %v, want ErrNotFound", err)
+	}
+}
+
+func testConcurrentClaims(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	const n = 64
+	var wins atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			req := claimReq(key, t0)
+			req.Owner = fmt.Sprintf("g%d", i)
+			res, err := s.Claim(bg, req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if res.Claimed {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent Claim: %v", err)
+	}
+	if wins.Load() != 1 {
+		t.Fatalf("%d of %d concurrent claims won, want exactly 1", wins.Load(), n)
+	}
+}
+
+func testTokensUnique(t *testing.T, s agenttool.Store) {
+	seen := map[uint64]bool{}
+	key := newKey()
+	for i := range 5 {
+		res := mustClaim(t, s, claimReq(key, t0.Add(time.Duration(i)*2*minute)))
+		if !res.Claimed {
+			t.Fatalf("claim %d after its lease expired was refused: %+v", i, res)
+		}
+		if seen[res.Record.Token] {
+			t.Fatalf("token %d handed out twice", res.Record.Token)
+		}
+		seen[res.Record.Token] = true
+		if err := s.Release(bg, key, res.Record.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testFinishStates(t *testing.T, s agenttool.Store) {
+	for _, state := range []agenttool.State{agenttool.Succeeded, agenttool.Failed, agenttool.Unknown} {
+		key := newKey()
+		res := mustClaim(t, s, claimReq(key, t0))
+		if err := s.Finish(bg, finish(key, res.Record.Token, state, t0.Add(time.Second))); err != nil {
+			t.Fatalf("Finish %v: %v", state, err)
+		}
+		rec, err := s.Get(bg, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != state || string(rec.Outcome) != `{"outcome":"`+state.String()+`"}` || rec.Attempts != 1 || rec.Owner != "" {
+			t.Errorf("after Finish %v: %+v", state, rec)
+		}
+		wantExpiry := state != agenttool.Unknown
+		if rec.Expires.IsZero() == wantExpiry {
+			t.Errorf("%v record expires at %v", state, rec.Expires)
+		}
+		if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
+			t.Errorf("second Finish of a %v record: %v, want ErrFenced", state, err)
+		}
+		// A final record is returned for replay; an unknown one is returned too.
+		again := mustClaim(t, s, claimReq(key, t0.Add(2*time.Second)))
+		if again.Claimed || again.Record.State != state || string(again.Record.Outcome) != string(rec.Outcome) {
+			t.Errorf("claim of a %v record: %+v", state, again)
+		}
+	}
+}
+
+func testFencing(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	old := mustClaim(t, s, claimReq(key, t0))
+	req := claimReq(key, t0.Add(2*minute))
+	req.TakeOver, req.Owner = true, "new-owner"
+	cur := mustClaim(t, s, req)
+	if !cur.Claimed || !cur.TookOver || cur.Record.Token == old.Record.Token {
+		t.Fatalf("takeover of an expired lease: %+v", cur)
+	}
+	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
+		t.Errorf("old holder's Finish: %v, want ErrFenced", err)
+	}
+	if err := s.Release(bg, key, old.Record.Token); !errors.Is(err, agenttool.ErrFenced) {
+		t.Errorf("old holder's Release: %v, want ErrFenced", err)
+	}
+	if err := s.Renew(bg, key, old.Record.Token, t0.Add(time.Hour)); !errors.Is(err, agenttool.ErrFenced) {
+		t.Errorf("old holder's Renew: %v, want ErrFenced", err)
+	}
+	rec, _ := s.Get(bg, key)
+	if rec.State != agenttool.Pending || rec.Token != cur.Record.Token || rec.Owner != "new-owner" {
+		t.Errorf("record after the old holder's attempts: %+v", rec)
+	}
+	if err := s.Finish(bg, finish(key, cur.Record.Token, agenttool.Succeeded, t0.Add(3*minute))); err != nil {
+		t.Errorf("new holder's Finish: %v", err)
+	}
+}
+
+func testExpiredBecomesUnknown(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	old := mustClaim(t, s, claimReq(key, t0))
+	res := mustClaim(t, s, claimReq(key, t0.Add(minute))) // exactly at expiry: expired
+	if res.Claimed || res.Record.State != agenttool.Unknown {
+		t.Fatalf("claim after a lease expired, without takeover: %+v; want the record turned unknown", res)
+	}
+	rec, _ := s.Get(bg, key)
+	if rec.State != agenttool.Unknown || !rec.Expires.IsZero() {
+		t.Errorf("stored: %+v", rec)
+	}
+	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
+		t.Errorf("dead holder's Finish after its record turned unknown: %v, want ErrFenced", err)
+	}
+}
+
+func testUnknownTakeover(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustClaim(t, s, claimReq(key, t0.Add(time.Hour))); r.Claimed || r.Record.State != agenttool.Unknown {
+		t.Errorf("claim of an unknown record without takeover: %+v", r)
+	}
+	req := claimReq(key, t0.Add(time.Hour))
+	req.TakeOver = true
+	r := mustClaim(t, s, req)
+	if !r.Claimed || !r.TookOver || r.Record.State != agenttool.Pending || r.Record.Attempts != 1 {
+		t.Errorf("takeover of an unknown record: %+v", r)
+	}
+}
+
+func testRetryApproval(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	f := finish(key, res.Record.Token, agenttool.Unknown, t0)
+	f.RetryApproved = true
+	f.Resolution = &agenttool.Resolution{Verdict: "not applied", By: "operator:maria", Why: "bounced", At: t0}
+	if err := s.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := s.Get(bg, key)
+	if !rec.RetryApproved || rec.Resolution == nil || rec.Resolution.By != "operator:maria" || !rec.Resolution.At.Equal(t0) || rec.Expires.IsZero() {
+		t.Fatalf("approved record: %+v (resolution %+v)", rec, rec.Resolution)
+	}
+	first := mustClaim(t, s, claimReq(key, t0.Add(time.Second)))
+	if !first.Claimed || first.TookOver {
+		t.Fatalf("claim of an approved record: %+v", first)
+	}
+	if second := mustClaim(t, s, claimReq(key, t0.Add(2*time.Second))); second.Claimed {
+		t.Fatalf("an approval was used twice: %+v", second)
+	}
+	rec, _ = s.Get(bg, key)
+	if rec.Resolution == nil || rec.Resolution.By != "operator:maria" {
+		t.Errorf("the resolution was lost when the approval was used: %+v", rec.Resolution)
+	}
+	bad := finish(key, first.Record.Token, agenttool.Succeeded, t0)
+	bad.RetryApproved = true
+	if err := s.Finish(bg, bad); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("approving a success: %v, want ErrInvalidRequest", err)
+	}
+}
+
+func testFingerprintMismatch(t *testing.T, s agenttool.Store) {
+	for _, state := range []agenttool.State{agenttool.Pending, agenttool.Succeeded, agenttool.Unknown} {
+		key := newKey()
+		res := mustClaim(t, s, claimReq(key, t0))
+		if state != agenttool.Pending {
+			if err := s.Finish(bg, finish(key, res.Record.Token, state, t0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before, _ := s.Get(bg, key)
+		req := claimReq(key, t0.Add(2*minute))
+		req.Fingerprint, req.TakeOver = inputB, true
+		r := mustClaim(t, s, req)
+		if r.Claimed || r.Conflict != agenttool.OtherInput {
+			t.Errorf("%v record, other input: %+v", state, r)
+		}
+		after, _ := s.Get(bg, key)
+		if after.Token != before.Token || after.State != before.State || !after.Updated.Equal(before.Updated) {
+			t.Errorf("%v record changed by a mismatched claim:\n%+v\n%+v", state, before, after)
+		}
+	}
+}
+
+func testPrincipalIsolation(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	req := claimReq(key, t0.Add(time.Hour))
+	req.Principal, req.TakeOver = bob, true
+	r := mustClaim(t, s, req)
+	if r.Claimed || r.Conflict != agenttool.OtherPrincipal {
+		t.Errorf("another principal's claim: %+v", r)
+	}
+	mine, err := s.ListUnknown(bg, agenttool.ListRequest{Principal: &bob, Now: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range mine {
+		if rec.Key == key {
+			t.Errorf("bob's listing shows alice's record")
+		}
+	}
+}
+
+func testRelease(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Release(bg, key, res.Record.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(bg, key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("after Release: %v, want ErrNotFound", err)
+	}
+	if err := s.Release(bg, key, res.Record.Token); !errors.Is(err, agenttool.ErrFenced) {
+		t.Errorf("second Release: %v, want ErrFenced", err)
+	}
+	if r := mustClaim(t, s, claimReq(key, t0)); !r.Claimed || r.TookOver {
+		t.Errorf("claim after release: %+v", r)
+	}
+}
+
+func testRenew(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Renew(bg, key, res.Record.Token, t0.Add(10*minute)); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustClaim(t, s, claimReq(key, t0.Add(5*minute))); r.Claimed || r.Record.State != agenttool.Pending {
+		t.Errorf("claim during a renewed lease: %+v", r)
+	}
+}
+
+func testSweep(t *testing.T, s agenttool.Store) {
+	keys := map[agenttool.State]string{}
+	for _, state := range []agenttool.State{agenttool.Succeeded, agenttool.Failed, agenttool.Unknown, agenttool.Pending} {
+		key := newKey()
+		keys[state] = key
+		res := mustClaim(t, s, claimReq(key, t0))
+		if state != agenttool.Pending {
+			if err := s.Finish(bg, finish(key, res.Record.Token, state, t0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.Sweep(bg, t0.Add(59*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for state, key := range keys {
+		if _, err := s.Get(bg, key); err != nil {
+			t.Errorf("%v record swept before its expiry: %v", state, err)
+		}
+	}
+	n, err := s.Sweep(bg, t0.Add(1000*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Errorf("Sweep removed %d records, want at least the 2 expired ones", n)
+	}
+	for state, key := range keys {
+		_, err := s.Get(bg, key)
+		gone := errors.Is(err, agenttool.ErrNotFound)
+		if want := state == agenttool.Succeeded || state == agenttool.Failed; gone != want {
+			t.Errorf("%v record: gone=%v after a late sweep (%v)", state, gone, err)
+		}
+	}
+}
+
+func testExpiredClaimedAfresh(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0)); err != nil {
+		t.Fatal(err)
+	}
+	r := mustClaim(t, s, claimReq(key, t0.Add(2*time.Hour)))
+	if !r.Claimed || r.TookOver || r.Record.State != agenttool.Pending {
+		t.Errorf("claim of an expired success: %+v; want a fresh claim", r)
+	}
+}
+
+func testListUnknown(t *testing.T, s agenttool.Store) {
+	var want []string
+	for i := range 7 {
+		key := newKey()
+		res := mustClaim(t, s, claimReq(key, t0))
+		switch i % 3 {
+		case 0: // unknown
+			if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, key)
+		case 1: // pending, lease expires at t0+1m
+			want = append(want, key)
+		case 2: // settled
+			if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	now := t0.Add(2 * minute)
+	var got []string
+	after := ""
+	for {
+		page, err := s.ListUnknown(bg, agenttool.ListRequest{After: after, Limit: 2, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 2 {
+			t.Fatalf("page of %d, limit 2", len(page))
+		}
+		for _, r := range page {
+			if !r.AwaitsReconciliation(now) {
+				t.Errorf("listed %s in state %v", r.Key, r.State)
+			}
+			got = append(got, r.Key)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].Key
+	}
+	for _, k := range want {
+		found := false
+		for _, g := range got {
+			found = found || g == k
+		}
+		if !found {
+			t.Errorf("%s awaits reconciliation but was not listed", k)
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			t.Errorf("listing not ordered by key: %q then %q", got[i-1], got[i])
+		}
+	}
+	early, _ := s.ListUnknown(bg, agenttool.ListRequest{Now: t0, Limit: 1000})
+	for _, r := range early {
+		if r.State == agenttool.Pending {
+			t.Errorf("a live lease was listed: %s", r.Key)
+		}
+	}
+}
+
+func testCancelled(t *testing.T, s agenttool.Store) {
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	key := newKey()
+	if _, err := s.Claim(ctx, claimReq(key, t0)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Claim with a cancelled context: %v", err)
+	}
+	if _, err := s.Get(bg, key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("a cancelled claim left a record: %v", err)
+	}
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Finish(ctx, finish(key, res.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Finish with a cancelled context: %v", err)
+	}
+	if rec, _ := s.Get(bg, key); rec.State != agenttool.Pending {
+		t.Errorf("a cancelled Finish changed the record: %v", rec.State)
+	}
+	if _, err := s.ListUnknown(ctx, agenttool.ListRequest{Now: t0}); !errors.Is(err, context.Canceled) {
+		t.Errorf("ListUnknown with a cancelled context: %v", err)
+	}
+}
+
+func testInvalid(t *testing.T, s agenttool.Store) {
+	req := claimReq(newKey(), t0)
+	req.Lease = 0
+	if _, err := s.Claim(bg, req); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("claim with a zero lease: %v, want ErrInvalidRequest", err)
+	}
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Pending, t0)); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("finish to pending: %v, want ErrInvalidRequest", err)
+	}
+}
+
+func testDatabaseGone(t *testing.T, h Harness) {
+	s := h.Open(t)
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	h.Kill(t, s)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	if _, err := s.Claim(ctx, claimReq(newKey(), t0)); err == nil {
+		t.Error("Claim succeeded with the database gone")
+	}
+	if err := s.Finish(ctx, finish(key, res.Record.Token, agenttool.Succeeded, t0)); err == nil {
+		t.Error("Finish succeeded with the database gone")
+	}
+	if _, err := s.Get(ctx, key); err == nil || errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("Get with the database gone: %v; want an error that is not ErrNotFound (never read as absent)", err)
+	}
+}

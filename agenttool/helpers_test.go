@@ -13,6 +13,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
 
 // emailInput is the input of the test send_email tool.
@@ -106,6 +107,9 @@ func storeKinds(t *testing.T, fn func(t *testing.T, open func() agenttool.Store)
 	})
 	t.Run("boltstore", func(t *testing.T) {
 		fn(t, func() agenttool.Store { return openBolt(t, filepath.Join(t.TempDir(), "keys.db")) })
+	})
+	t.Run("pgstore", func(t *testing.T) {
+		fn(t, func() agenttool.Store { return pgtest.Open(t) })
 	})
 }
 

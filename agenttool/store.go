@@ -54,6 +54,30 @@ type ListRequest struct {
 	Now time.Time
 }
 
+// UnknownClaimer is implemented by stores that can hand the records awaiting
+// reconciliation to many sweepers at once without contention (pgstore does
+// it with FOR UPDATE SKIP LOCKED). The sweeper uses it when the store has it,
+// and [Store.ListUnknown] with one takeover per record otherwise.
+type UnknownClaimer interface {
+	// ClaimUnknown takes over up to req.Limit records that await
+	// reconciliation at req.Now and were last updated before
+	// req.UpdatedBefore, as [DecideClaim] would with TakeOver: each comes
+	// back pending, held by req.Owner under a new token, with its
+	// principal, fingerprint, attempts, outcome and resolution kept.
+	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]Record, error)
+}
+
+// ClaimUnknownRequest selects records for [UnknownClaimer.ClaimUnknown].
+type ClaimUnknownRequest struct {
+	Principal     *Digest  // only this principal's records, if not nil
+	Tools         []string // only records of these tools
+	Owner         string
+	Now           time.Time
+	Lease         time.Duration
+	Limit         int
+	UpdatedBefore time.Time
+}
+
 // Resolution records who settled an unknown outcome, how and why.
 type Resolution struct {
 	Verdict string    // "applied", "not applied", "compensated"
@@ -218,7 +242,8 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			Attempts: attempts, Created: created, Updated: req.Now,
 		}
 		if existing != nil && !existing.expired(req.Now) {
-			rec.Resolution = existing.Resolution
+			// A takeover keeps the audit trail and the last outcome seen.
+			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
 		}
 		return rec, ClaimResult{Claimed: true, TookOver: tookOver, Record: *rec}, nil
 	}

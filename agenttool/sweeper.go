@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -89,6 +91,28 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 
 	var mu sync.Mutex
 	count := func(f func(*SweepReport)) { mu.Lock(); f(&rep); mu.Unlock() }
+	settle := func(h *holding) {
+		v, err := h.reconcile(ctx, "sweeper")
+		count(func(r *SweepReport) {
+			r.Checked++
+			switch {
+			case err != nil:
+				r.Errors++
+			case v == reconcile.Applied:
+				r.Applied++
+			case v == reconcile.NotApplied:
+				r.NotApplied++
+			default:
+				r.Unknown++
+			}
+		})
+		if err != nil {
+			logger.Warn("retrysafe: sweeper could not settle", "ref", h.rec.Key, "err", err)
+		}
+	}
+	if uc, ok := o.store.(UnknownClaimer); ok {
+		return rep, o.sweepClaimed(ctx, uc, conc, settle)
+	}
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	after := ""
@@ -122,23 +146,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 					}
 					return
 				}
-				v, err := h.reconcile(ctx, "sweeper")
-				count(func(r *SweepReport) {
-					r.Checked++
-					switch {
-					case err != nil:
-						r.Errors++
-					case v == reconcile.Applied:
-						r.Applied++
-					case v == reconcile.NotApplied:
-						r.NotApplied++
-					default:
-						r.Unknown++
-					}
-				})
-				if err != nil {
-					logger.Warn("retrysafe: sweeper could not settle", "ref", rec.Key, "err", err)
-				}
+				settle(h)
 			})
 		}
 		if len(recs) < batch {
@@ -148,4 +156,42 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	}
 	wg.Wait()
 	return rep, ctx.Err()
+}
+
+// sweepClaimed settles records handed out by a store that claims them in
+// batches (FOR UPDATE SKIP LOCKED): concurrency records at a time, so that
+// none waits for a worker while its lease runs. Records settled as still
+// unknown in this pass are not taken again in it.
+func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int, settle func(*holding)) error {
+	var names []string
+	lease := time.Duration(0)
+	for name, t := range o.tools {
+		if t.cfg.Reconciler != nil {
+			names = append(names, name)
+			lease = max(lease, t.cfg.Lease)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	passStart := o.clock()
+	owner := uuid.NewString()
+	for ctx.Err() == nil {
+		recs, err := uc.ClaimUnknown(ctx, ClaimUnknownRequest{
+			Principal: o.principal, Tools: names, Owner: owner, Now: o.clock(), Lease: lease,
+			Limit: conc, UpdatedBefore: passStart,
+		})
+		if err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		for _, rec := range recs {
+			wg.Go(func() { settle(&holding{t: o.tools[rec.Tool], rec: rec, token: rec.Token}) })
+		}
+		wg.Wait()
+		if len(recs) < conc {
+			return nil
+		}
+	}
+	return ctx.Err()
 }

@@ -1,0 +1,392 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+)
+
+// Options configure [Open]. A nil *Options means all defaults.
+type Options struct {
+	// URL is the connection string. "" means the DATABASE_URL environment
+	// variable.
+	URL string
+	// Pool is an existing pool to use instead of URL. Close then leaves it
+	// open.
+	Pool *pgxpool.Pool
+	// Schema holds retrysafe's tables. "" means "retrysafe". Letters, digits
+	// and underscores only.
+	Schema string
+}
+
+// Store is a PostgreSQL-backed store. It is safe for concurrent use, by many
+// goroutines and many processes.
+type Store struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	schema   string
+	q        queries
+}
+
+var (
+	_ agenttool.Store          = (*Store)(nil)
+	_ agenttool.UnknownClaimer = (*Store)(nil)
+)
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open connects, creates or migrates the schema, and returns the store.
+func Open(ctx context.Context, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Schema == "" {
+		o.Schema = "retrysafe"
+	}
+	if !schemaName.MatchString(o.Schema) {
+		return nil, fmt.Errorf("pgstore: schema name %q: use lower-case letters, digits and underscores", o.Schema)
+	}
+	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema)}
+	if s.pool == nil {
+		url := o.URL
+		if url == "" {
+			url = os.Getenv("DATABASE_URL")
+		}
+		if url == "" {
+			return nil, errors.New("pgstore: no database: set Options.URL or the DATABASE_URL environment variable")
+		}
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: %w", err)
+		}
+		s.pool, s.ownsPool = pool, true
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool if Open made it.
+func (s *Store) Close() error {
+	if s.ownsPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// Pool returns the connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema holding the store's tables.
+func (s *Store) Schema() string { return s.schema }
+
+// Claim implements agenttool.Store: an INSERT … ON CONFLICT DO NOTHING for a
+// new key; otherwise a read, and a locked read-decide-write only when the
+// record must change.
+func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+	if _, _, err := agenttool.DecideClaim(nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
+		return agenttool.ClaimResult{}, err // an invalid request
+	}
+	for range 10 {
+		var token int64
+		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
+			req.Now.Add(req.Lease), req.Now).Scan(&token)
+		if err == nil {
+			rec := agenttool.Record{
+				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Fingerprint: req.Fingerprint,
+				Owner: req.Owner, Token: uint64(token), LeaseExpiry: req.Now.Add(req.Lease), Created: req.Now, Updated: req.Now,
+			}
+			return agenttool.ClaimResult{Claimed: true, Record: rec}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return agenttool.ClaimResult{}, s.wrap("claim", req.Key, err)
+		}
+		// The key exists. Most often nothing needs to change (a replay, a
+		// live lease): answer from a plain read.
+		existing, err := s.get(ctx, s.pool, req.Key, false)
+		if err != nil && !errors.Is(err, agenttool.ErrNotFound) {
+			return agenttool.ClaimResult{}, err
+		}
+		if existing == nil {
+			continue // released or swept meanwhile: insert again
+		}
+		rec, res, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		if err == nil && rec == nil {
+			return res, nil
+		}
+		if err != nil && !errors.Is(err, errNeedsWrite) {
+			return agenttool.ClaimResult{}, err
+		}
+		res, gone, err := s.claimLocked(ctx, req)
+		if err != nil || !gone {
+			return res, err
+		}
+	}
+	return agenttool.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the record kept changing under the claim", req.Key)
+}
+
+var errNeedsWrite = errors.New("claim needs a write")
+
+// claimLocked decides a claim on the row locked FOR UPDATE. gone reports a
+// row that vanished before it could be locked.
+func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (res agenttool.ClaimResult, gone bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		existing, err := s.get(ctx, tx, req.Key, true)
+		if errors.Is(err, agenttool.ErrNotFound) {
+			gone = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rec, r, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
+		if err != nil {
+			return err
+		}
+		res = r
+		if rec == nil {
+			return nil
+		}
+		return s.put(ctx, tx, rec)
+	})
+	if err != nil {
+		return agenttool.ClaimResult{}, false, s.wrap("claim", req.Key, err)
+	}
+	return res, gone, nil
+}
+
+// Finish implements agenttool.Store: one UPDATE fenced by the token.
+func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
+	rec, err := agenttool.DecideFinish(&agenttool.Record{Key: req.Key, State: agenttool.Pending, Token: req.Token}, req)
+	if err != nil {
+		return err
+	}
+	res, err := encodeResolution(rec.Resolution)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.finish, req.Key, int64(req.Token), int16(rec.State), rec.Attempts, rec.Outcome,
+		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res)
+	if err != nil {
+		return s.wrap("finish", req.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: finish %s: no pending record with token %d: %w", req.Key, req.Token, agenttool.ErrFenced)
+	}
+	return nil
+}
+
+// Release implements agenttool.Store.
+func (s *Store) Release(ctx context.Context, key string, token uint64) error {
+	tag, err := s.pool.Exec(ctx, s.q.release, key, int64(token))
+	if err != nil {
+		return s.wrap("release", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: release %s: no pending record with token %d: %w", key, token, agenttool.ErrFenced)
+	}
+	return nil
+}
+
+// Renew implements agenttool.Store.
+func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
+	tag, err := s.pool.Exec(ctx, s.q.renew, key, int64(token), until)
+	if err != nil {
+		return s.wrap("renew", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: renew %s: no pending record with token %d: %w", key, token, agenttool.ErrFenced)
+	}
+	return nil
+}
+
+// Get implements agenttool.Store.
+func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	rec, err := s.get(ctx, s.pool, key, false)
+	if err != nil {
+		return agenttool.Record{}, err
+	}
+	return *rec, nil
+}
+
+// Sweep implements agenttool.Store.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, s.q.sweep, now)
+	if err != nil {
+		return 0, s.wrap("sweep", "", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ListUnknown implements agenttool.Store.
+func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]agenttool.Record, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var principal []byte
+	if req.Principal != nil {
+		principal = req.Principal[:]
+	}
+	rows, err := s.pool.Query(ctx, s.q.listUnknown, req.Now, req.After, principal, limit)
+	if err != nil {
+		return nil, s.wrap("list", "", err)
+	}
+	return s.collect(rows)
+}
+
+// ClaimUnknown implements agenttool.UnknownClaimer with FOR UPDATE SKIP
+// LOCKED: concurrent sweepers get disjoint records and never wait.
+func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequest) ([]agenttool.Record, error) {
+	if req.Lease <= 0 || req.Limit <= 0 {
+		return nil, fmt.Errorf("pgstore: claim unknown with lease %v and limit %d: %w", req.Lease, req.Limit, agenttool.ErrInvalidRequest)
+	}
+	var principal []byte
+	if req.Principal != nil {
+		principal = req.Principal[:]
+	}
+	rows, err := s.pool.Query(ctx, s.q.claimUnknown, req.Now, req.UpdatedBefore, principal, req.Tools, req.Limit,
+		req.Owner, req.Now.Add(req.Lease))
+	if err != nil {
+		return nil, s.wrap("claim unknown", "", err)
+	}
+	return s.collect(rows)
+}
+
+func (s *Store) nextToken(ctx context.Context, q pgx.Tx) (uint64, error) {
+	var t int64
+	if err := q.QueryRow(ctx, s.q.nextToken).Scan(&t); err != nil {
+		return 0, err
+	}
+	return uint64(t), nil
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) get(ctx context.Context, q querier, key string, lock bool) (*agenttool.Record, error) {
+	sql := s.q.get
+	if lock {
+		sql = s.q.getForUpdate
+	}
+	rec, err := scanRecord(q.QueryRow(ctx, sql, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgstore: %s: %w", key, agenttool.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.wrap("read", key, err)
+	}
+	return rec, nil
+}
+
+func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
+	res, err := encodeResolution(r.Resolution)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, s.q.update, r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
+		nullTime(r.LeaseExpiry), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res)
+	return err
+}
+
+func (s *Store) collect(rows pgx.Rows) ([]agenttool.Record, error) {
+	defer rows.Close()
+	var out []agenttool.Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, s.wrap("list", "", err)
+		}
+		out = append(out, *rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list", "", err)
+	}
+	return out, nil
+}
+
+// wrap adds context to a database error, keeping context errors findable.
+func (s *Store) wrap(op, key string, err error) error {
+	if errors.Is(err, agenttool.ErrCorrupt) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("pgstore: %s %s: %w", op, key, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("pgstore: %s %s: the schema %q is missing its tables (was it dropped?): %w", op, key, s.schema, err)
+	}
+	return fmt.Errorf("pgstore: %s %s: %w", op, strings.TrimSpace(key), err)
+}
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row rowScanner) (*agenttool.Record, error) {
+	var (
+		r                agenttool.Record
+		state            int16
+		principal, fp    []byte
+		token            int64
+		lease, expires   *time.Time
+		resolution       []byte
+		created, updated time.Time
+		attempts         int32
+		owner, tool, key string
+		outcome          []byte
+		retryApproved    bool
+	)
+	if err := row.Scan(&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
+		&created, &updated, &expires, &retryApproved, &resolution); err != nil {
+		return nil, err
+	}
+	r = agenttool.Record{
+		Key: key, Tool: tool, State: agenttool.State(state), Owner: owner, Token: uint64(token),
+		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
+	}
+	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
+		return nil, fmt.Errorf("record %s has state %d and digests of %d and %d bytes: %w", key, state, len(principal), len(fp), agenttool.ErrCorrupt)
+	}
+	copy(r.Principal[:], principal)
+	copy(r.Fingerprint[:], fp)
+	if lease != nil {
+		r.LeaseExpiry = *lease
+	}
+	if expires != nil {
+		r.Expires = *expires
+	}
+	if len(resolution) > 0 {
+		var res agenttool.Resolution
+		if err := json.Unmarshal(resolution, &res); err != nil {
+			return nil, fmt.Errorf("record %s: resolution: %w: %w", key, agenttool.ErrCorrupt, err)
+		}
+		r.Resolution = &res
+	}
+	return &r, nil
+}
+
+func encodeResolution(r *agenttool.Resolution) ([]byte, error) {
+	if r == nil {
+		return nil, nil
+	}
+	return json.Marshal(r)
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

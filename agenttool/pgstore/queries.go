@@ -1,0 +1,121 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrations are applied in order, each once, under an advisory lock. Never
+// edit one that has shipped: add the next.
+var migrations = []string{
+	// 1: records and the token sequence.
+	`CREATE TABLE {s}.records (
+		key            text PRIMARY KEY,
+		tool           text NOT NULL,
+		state          smallint NOT NULL CHECK (state BETWEEN 1 AND 4),
+		principal      bytea NOT NULL,
+		fingerprint    bytea NOT NULL,
+		owner          text NOT NULL DEFAULT '',
+		token          bigint NOT NULL,
+		lease_expiry   timestamptz,
+		attempts       integer NOT NULL DEFAULT 0,
+		outcome        bytea,
+		created        timestamptz NOT NULL,
+		updated        timestamptz NOT NULL,
+		expires        timestamptz,
+		retry_approved boolean NOT NULL DEFAULT false,
+		resolution     jsonb
+	);
+	CREATE SEQUENCE {s}.tokens;
+	CREATE INDEX records_open ON {s}.records (key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);
+	CREATE INDEX records_expires ON {s}.records (expires) WHERE expires IS NOT NULL;`,
+}
+
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution`
+
+// awaiting is the SQL form of agenttool.Record.AwaitsReconciliation at $1.
+const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
+
+type queries struct {
+	insert, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, claimUnknown string
+}
+
+func newQueries(schema string) queries {
+	t := pgx.Identifier{schema, "records"}.Sanitize()
+	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
+	return queries{
+		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated)
+			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7)
+			ON CONFLICT (key) DO NOTHING RETURNING token`,
+		get:          `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
+		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
+		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
+			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
+			retry_approved = $14, resolution = $15 WHERE key = $1`,
+		nextToken: `SELECT nextval('` + seq + `')`,
+		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = NULL, attempts = $4, outcome = $5, updated = $6,
+			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
+			WHERE key = $1 AND token = $2 AND state = 1`,
+		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
+		renew:   `UPDATE ` + t + ` SET lease_expiry = $3, updated = now() WHERE key = $1 AND token = $2 AND state = 1`,
+		sweep: `DELETE FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
+			AND (state IN (2, 3) OR (state = 4 AND retry_approved))`,
+		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
+			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) ORDER BY key LIMIT $4`,
+		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1
+			FROM (SELECT key FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
+				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
+				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick
+			WHERE r.key = pick.key
+			RETURNING ` + prefixed("r.", columns),
+	}
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}
+
+// migrate creates the schema and applies missing migrations. Replicas that
+// open at once serialise on a transaction-scoped advisory lock.
+func (s *Store) migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('retrysafe migrate ' || $1))`, s.schema); err != nil {
+			return err
+		}
+		sch := pgx.Identifier{s.schema}.Sanitize()
+		mig := pgx.Identifier{s.schema, "migrations"}.Sanitize()
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+sch); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mig+` (version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		var have int
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+mig).Scan(&have); err != nil {
+			return err
+		}
+		if have > len(migrations) {
+			return fmt.Errorf("the schema %q is at version %d; this version of retrysafe knows %d: upgrade retrysafe", s.schema, have, len(migrations))
+		}
+		for v := have + 1; v <= len(migrations); v++ {
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(migrations[v-1], "{s}", sch)); err != nil {
+				return fmt.Errorf("migration %d: %w", v, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+mig+` (version) VALUES ($1)`, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: preparing schema %q: %w", s.schema, err)
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package pgstore_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+const (
+	replicaActions    = 100
+	replicaGoroutines = 16
+)
+
+type action struct {
+	N int `json:"n"`
+}
+
+// TestReplicaHelper is one replica process of TestManyProcessesOneTruth. It
+// does nothing in a normal test run.
+func TestReplicaHelper(t *testing.T) {
+	schema := os.Getenv("RETRYSAFE_REPLICA_SCHEMA")
+	if schema == "" {
+		t.Skip("run by TestManyProcessesOneTruth only")
+	}
+	victim := os.Getenv("RETRYSAFE_REPLICA_VICTIM") == "1"
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, &pgstore.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	pool := store.Pool()
+	deliver := func(ctx context.Context, a action) (string, error) {
+		ref := agenttool.RequestRef(ctx)
+		apply := func() error {
+			_, err := pool.Exec(ctx, "INSERT INTO "+effects+" (ref, pid) VALUES ($1, $2)", ref, os.Getpid())
+			return err
+		}
+		if victim {
+			// Hold the claim long enough to be killed with it, half the time
+			// after the effect and half the time before.
+			first := rand.IntN(2) == 0
+			if first {
+				if err := apply(); err != nil {
+					return "", err
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			if !first {
+				if err := apply(); err != nil {
+					return "", err
+				}
+			}
+			return ref, nil
+		}
+		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+		return ref, apply()
+	}
+	checker := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+effects+" WHERE ref = $1", ref).Scan(&n); err != nil {
+			return reconcile.CantSayBecause(err)
+		}
+		if n > 0 {
+			return reconcile.AppliedWith([]byte(strconv.Quote(ref)))
+		}
+		return reconcile.NotAppliedYet()
+	})
+	tool, err := agenttool.New("deliver", "Deliver one action.", deliver, agenttool.Options{
+		Store: store, Class: agenttool.Reconcilable, Reconciler: checker,
+		Lease: 600 * time.Millisecond, KeyTTL: time.Hour, WaitTimeout: 3 * time.Second,
+		Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("READY")
+	scope := agenttool.WithScope(ctx, "tenant-1", "replicas")
+	var wg sync.WaitGroup
+	failures := make(chan string, replicaGoroutines)
+	for range replicaGoroutines {
+		wg.Go(func() {
+			for _, n := range rand.Perm(replicaActions) {
+				in := fmt.Sprintf(`{"n":%d}`, n)
+				var env envelope.Envelope
+				for try := 0; try < 100; try++ {
+					env = tool.Invoke(scope, in)
+					if env.Status == envelope.Success {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if env.Status != envelope.Success {
+					failures <- fmt.Sprintf("action %d: %s", n, env)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Error(f)
+	}
+	fmt.Println("DONE")
+}
+
+// replica starts one replica process.
+func replica(t *testing.T, schema string, victim bool) (*exec.Cmd, *bufio.Scanner, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReplicaHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), "RETRYSAFE_REPLICA_SCHEMA="+schema)
+	if victim {
+		cmd.Env = append(cmd.Env, "RETRYSAFE_REPLICA_VICTIM=1")
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, bufio.NewScanner(out), &stderr
+}
+
+// TestManyProcessesOneTruth races 4 processes of 16 goroutines on the same
+// 100 logical actions against one PostgreSQL, with a destination table that
+// records every effect: each action's effect must happen exactly once. The
+// second run SIGKILLs one process mid-flight: its leases lapse, the others
+// reconcile its actions, and still nothing is duplicated or lost.
+func TestManyProcessesOneTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 8 processes")
+	}
+	url := pgtest.URL(t)
+	for _, kill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "all live", true: "one killed"}[kill], func(t *testing.T) {
+			schema := pgtest.Schema(t, url)
+			ctx := context.Background()
+			s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Pool().Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+" (ref text NOT NULL, pid integer NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			type proc struct {
+				cmd    *exec.Cmd
+				out    *bufio.Scanner
+				stderr *bytes.Buffer
+			}
+			var procs []proc
+			for i := range 4 {
+				cmd, out, stderr := replica(t, schema, kill && i == 0)
+				procs = append(procs, proc{cmd, out, stderr})
+			}
+			victimPID := 0
+			if kill {
+				victim := procs[0]
+				victimPID = victim.cmd.Process.Pid
+				for victim.out.Scan() && victim.out.Text() != "READY" {
+				}
+				time.Sleep(450 * time.Millisecond) // mid-flight: its goroutines hold claims
+				if err := victim.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				victim.cmd.Wait()
+				procs = procs[1:]
+			}
+			for _, p := range procs {
+				done := false
+				for p.out.Scan() {
+					done = done || p.out.Text() == "DONE"
+				}
+				if err := p.cmd.Wait(); err != nil || !done {
+					t.Fatalf("replica failed: %v\n%s", err, p.stderr.String())
+				}
+			}
+			rows, err := s.Pool().Query(ctx, "SELECT ref, count(*) FROM "+pgx.Identifier{schema, "effects"}.Sanitize()+" GROUP BY ref")
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int, error) {
+				var ref string
+				var n int
+				err := r.Scan(&ref, &n)
+				if n != 1 {
+					t.Errorf("%s took effect %d times", ref, n)
+				}
+				return n, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(counts) != replicaActions {
+				t.Errorf("%d actions took effect, want all %d", len(counts), replicaActions)
+			}
+			var unknown int
+			if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "records"}.Sanitize()+" WHERE state <> 2").Scan(&unknown); err != nil || unknown != 0 {
+				t.Errorf("%d records not succeeded (%v)", unknown, err)
+			}
+			if kill {
+				// Evidence that the kill hit mid-flight: the victim applied
+				// effects it never recorded, and survivors reconciled them.
+				var byVictim, reconciled int
+				s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "effects"}.Sanitize()+" WHERE pid = $1", victimPID).Scan(&byVictim)
+				s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "records"}.Sanitize()+" WHERE position('\"reconciled\":true' in convert_from(outcome, 'UTF8')) > 0").Scan(&reconciled)
+				if byVictim == 0 || reconciled == 0 {
+					t.Errorf("the kill did not land mid-flight: %d effects by the victim, %d actions reconciled", byVictim, reconciled)
+				}
+				t.Logf("the killed process applied %d effects; survivors found %d of them by reconciling", byVictim, reconciled)
+			}
+			t.Logf("%d actions, each applied once, across %s", len(counts), strings.ToLower(t.Name()))
+		})
+	}
+}

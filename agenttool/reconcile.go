@@ -55,33 +55,40 @@ func (t *Tool) reported(ans reconcile.Answer, ref, by string) {
 
 // keepLease renews the call's lease every third of its length until the
 // returned function is called, so that a slow but live attempt or check is
-// not presumed dead. A renewal that finds the lease taken over stops.
+// not presumed dead. A renewal that finds the lease taken over stops. It
+// costs one timer, and no goroutine, while the tool is quick.
 func (c *call) keepLease() (stop func()) {
 	cfg := c.t.cfg
 	if cfg.Class == ReadOnly || c.token == 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(cfg.Lease / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
+	var mu sync.Mutex // held by a renewal, so that stop waits for it
+	stopped := false
+	var timer *time.Timer
+	renew := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		ctx, cancel := c.outcomeCtx()
+		err := cfg.Store.Renew(ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease))
+		cancel()
+		if err != nil {
+			cfg.logger.Warn("retrysafe: lease renewal failed", "ref", c.ref, "err", err)
+			if errors.Is(err, ErrFenced) {
 				return
-			case <-tick.C:
-			}
-			ctx, cancel := c.outcomeCtx()
-			err := cfg.Store.Renew(ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease))
-			cancel()
-			if err != nil {
-				cfg.logger.Warn("retrysafe: lease renewal failed", "ref", c.ref, "err", err)
-				if errors.Is(err, ErrFenced) {
-					return
-				}
 			}
 		}
-	})
-	return func() { close(done); wg.Wait() }
+		timer.Reset(cfg.Lease / 3)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(cfg.Lease/3, renew)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+	}
 }

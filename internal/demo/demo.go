@@ -1,0 +1,191 @@
+// Package demo runs the example agents: flags, the model (scripted offline,
+// or OpenAI-compatible), a real langchaingo executor, the transcript and the
+// -json summary. Each example supplies its tools, its destination and the
+// script its offline model plays.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/tmc/langchaingo/agents"
+	"github.com/tmc/langchaingo/chains"
+	"github.com/tmc/langchaingo/llms"
+	"github.com/tmc/langchaingo/tools"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/scripted"
+)
+
+// Fault is a fault an example can inject, named on the command line.
+type Fault struct {
+	Name, Help string
+}
+
+// Example describes one example agent.
+type Example struct {
+	Name   string
+	Faults []Fault // the first is the default
+	// Prompt is what the user asks the agent.
+	Prompt string
+	// Principal and Session are the trusted scope the application sets.
+	Principal, Session string
+	// DefaultDB, if set, is the -db default (for an example whose point is
+	// a second run); otherwise a temporary file is used and removed.
+	DefaultDB string
+	// Flags adds example-specific flags.
+	Flags func(fs *flag.FlagSet)
+	// Setup starts the destination and builds the guarded tools.
+	Setup func(ctx context.Context, env *Env) (*Scenario, error)
+	// Script is the offline model's behaviour for a fault.
+	Script func(fault string) scripted.Script
+}
+
+// Env is what Setup gets.
+type Env struct {
+	Fault string
+	DB    string    // the store's file
+	Out   io.Writer // the transcript; io.Discard under -json
+}
+
+// Scenario is a running example.
+type Scenario struct {
+	Tools   []*agenttool.Tool
+	Effects func() int // effects counted at the destination
+	Final   func(w io.Writer)
+	Close   func()
+}
+
+// Summary is the -json output.
+type Summary struct {
+	Example   string              `json:"example"`
+	Fault     string              `json:"fault"`
+	Effects   int                 `json:"effects"`
+	Envelopes []envelope.Envelope `json:"envelopes"`
+}
+
+// Main runs ex with the process's arguments and environment, and exits.
+func Main(ex Example) {
+	_, err := Run(context.Background(), ex, os.Args[1:], os.Stdout, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", ex.Name, err)
+		os.Exit(1)
+	}
+}
+
+// Run runs ex: the transcript (or, with -json, one line of JSON) goes to
+// stdout.
+func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, getenv func(string) string) (Summary, error) {
+	fs := flag.NewFlagSet(ex.Name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	llm := fs.String("llm", "scripted", "the model: scripted (offline) or openai (OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL)")
+	fault := fs.String("fault", ex.Faults[0].Name, "the fault to inject (see below)")
+	db := fs.String("db", ex.DefaultDB, "the store's bbolt file (default: a temporary file)")
+	asJSON := fs.Bool("json", false, "print one line of JSON at the end instead of the transcript")
+	if ex.Flags != nil {
+		ex.Flags(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: go run ./examples/%s [flags]\n\nFlags:\n", ex.Name)
+		fs.PrintDefaults()
+		fmt.Fprintln(stdout, "\nFaults:")
+		for _, f := range ex.Faults {
+			fmt.Fprintf(stdout, "  %-14s %s\n", f.Name, f.Help)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return Summary{}, err
+	}
+	if !slices.ContainsFunc(ex.Faults, func(f Fault) bool { return f.Name == *fault }) {
+		var names []string
+		for _, f := range ex.Faults {
+			names = append(names, f.Name)
+		}
+		return Summary{}, fmt.Errorf("unknown fault %q; choose one of %s", *fault, strings.Join(names, ", "))
+	}
+	out := stdout
+	if *asJSON {
+		out = io.Discard
+	}
+	if *db == "" {
+		dir, err := os.MkdirTemp("", "retrysafe-"+ex.Name)
+		if err != nil {
+			return Summary{}, err
+		}
+		defer os.RemoveAll(dir)
+		*db = filepath.Join(dir, "retrysafe.db")
+	}
+
+	sc, err := ex.Setup(ctx, &Env{Fault: *fault, DB: *db, Out: out})
+	if err != nil {
+		return Summary{}, err
+	}
+	defer sc.Close()
+
+	var model llms.Model
+	switch *llm {
+	case "scripted":
+		model = scripted.New(ex.Script(*fault))
+	case "openai":
+		if model, err = openAIModel(getenv, sc.Tools); err != nil {
+			return Summary{}, err
+		}
+	default:
+		return Summary{}, fmt.Errorf("unknown -llm %q; choose scripted or openai", *llm)
+	}
+
+	sum := Summary{Example: ex.Name, Fault: *fault, Envelopes: []envelope.Envelope{}}
+	var agentTools []tools.Tool
+	for _, t := range sc.Tools {
+		agentTools = append(agentTools, &transcript{Tool: t, out: out, seen: &sum.Envelopes})
+	}
+	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, agentTools), agents.WithMaxIterations(8))
+	fmt.Fprintf(out, "user  : %s\n", ex.Prompt)
+	ctx = agenttool.WithScope(ctx, ex.Principal, ex.Session)
+	answer, err := chains.Run(ctx, executor, ex.Prompt)
+	if err != nil {
+		return Summary{}, fmt.Errorf("agent: %w", err)
+	}
+	fmt.Fprintf(out, "agent : %s\n", answer)
+	sum.Effects = sc.Effects()
+	if sc.Final != nil {
+		sc.Final(out)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(sum); err != nil {
+			return Summary{}, err
+		}
+	}
+	return sum, nil
+}
+
+// transcript prints each call the model makes and each envelope it reads,
+// and keeps the envelopes for the summary.
+type transcript struct {
+	*agenttool.Tool
+	out  io.Writer
+	seen *[]envelope.Envelope
+}
+
+func (t *transcript) Call(ctx context.Context, input string) (string, error) {
+	fmt.Fprintf(t.out, "model → %s %s\n", t.Name(), input)
+	env := t.Invoke(ctx, input)
+	*t.seen = append(*t.seen, env)
+	out := env.String()
+	fmt.Fprintf(t.out, "tool  ← %s\n", out)
+	return out, nil
+}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/tmc/langchaingo/agents"
 	"github.com/tmc/langchaingo/chains"
@@ -115,7 +116,7 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 		}
 		return Summary{}, fmt.Errorf("unknown fault %q; choose one of %s", *fault, strings.Join(names, ", "))
 	}
-	out := stdout
+	var out io.Writer = &lockedWriter{w: stdout} // destinations log from their own goroutines
 	if *asJSON {
 		out = io.Discard
 	}
@@ -188,4 +189,16 @@ func (t *transcript) Call(ctx context.Context, input string) (string, error) {
 	out := env.String()
 	fmt.Fprintf(t.out, "tool  ← %s\n", out)
 	return out, nil
+}
+
+// lockedWriter serialises writes from the agent and the destinations.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

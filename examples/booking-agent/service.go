@@ -1,0 +1,173 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// booking is one seat booked.
+type booking struct {
+	Confirmation string `json:"confirmation"`
+	Flight       string `json:"flight"`
+	Date         string `json:"date"`
+	Passenger    string `json:"passenger"`
+}
+
+// keyEntry is what the service remembers of an Idempotency-Key.
+type keyEntry struct {
+	fingerprint [32]byte
+	done        bool
+	response    []byte
+}
+
+// bookingService is an HTTP booking API on loopback that honours
+// Idempotency-Key as the IETF idempotency-key draft describes: the first
+// request with a key is processed; a repeat with the same parameters gets
+// the first response replayed; a repeat while the first is in progress gets
+// 409; a repeat with other parameters gets 422. GET /bookings/by-key/KEY
+// answers the status of a key.
+type bookingService struct {
+	fault      string
+	slowCommit time.Duration // the "slow" fault commits this late
+	log        func(format string, args ...any)
+
+	mu       sync.Mutex
+	keys     map[string]*keyEntry
+	bookings []booking
+	posts    int
+
+	srv *http.Server
+	url string
+}
+
+func startBookingService(fault string, slowCommit time.Duration, log func(string, ...any)) (*bookingService, error) {
+	s := &bookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /bookings", s.book)
+	mux.HandleFunc("GET /bookings/by-key/{key...}", s.status)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.url = "http://" + l.Addr().String()
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go s.srv.Serve(l)
+	return s, nil
+}
+
+func (s *bookingService) close() { s.srv.Close() }
+
+func (s *bookingService) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bookings)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil || key == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "an Idempotency-Key header and a JSON body are required"})
+		return
+	}
+	var b booking
+	if err := json.Unmarshal(body, &b); err != nil || b.Flight == "" || b.Passenger == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "flight and passenger are required"})
+		return
+	}
+	fp := sha256.Sum256(body)
+
+	s.mu.Lock()
+	s.posts++
+	post := s.posts
+	if s.fault == "unavailable" && post <= 2 {
+		s.mu.Unlock()
+		s.log("booking service: 503, try later (request %d)", post)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "overloaded"})
+		return
+	}
+	e, seen := s.keys[key]
+	switch {
+	case seen && e.fingerprint != fp:
+		s.mu.Unlock()
+		s.log("booking service: 422, key %s came back with other parameters", short(key))
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "Idempotency-Key reused with different parameters"})
+		return
+	case seen && !e.done:
+		s.mu.Unlock()
+		s.log("booking service: 409, the first request with key %s is still in progress", short(key))
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "a request with this Idempotency-Key is in progress"})
+		return
+	case seen:
+		resp := e.response
+		s.mu.Unlock()
+		s.log("booking service: key %s seen before, replaying its response", short(key))
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(resp)
+		return
+	}
+	e = &keyEntry{fingerprint: fp}
+	s.keys[key] = e
+	s.mu.Unlock()
+
+	if s.fault == "slow" && post == 1 {
+		time.Sleep(s.slowCommit) // the client gives up before this
+	}
+	s.mu.Lock()
+	b.Confirmation = fmt.Sprintf("BK-%d", 1000+len(s.bookings)+1)
+	s.bookings = append(s.bookings, b)
+	e.response, _ = json.Marshal(b)
+	e.done = true
+	s.mu.Unlock()
+	s.log("booking service: committed %s, %s on %s for %s", b.Confirmation, b.Flight, b.Date, b.Passenger)
+
+	if s.fault == "lost-response" && post == 1 {
+		s.log("booking service: ...and the response is lost")
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(e.response)
+}
+
+func (s *bookingService) status(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	s.mu.Lock()
+	e, seen := s.keys[key]
+	s.mu.Unlock()
+	switch {
+	case !seen:
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no request with this key"})
+	case !e.done:
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "in progress"})
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(e.response)
+	}
+}
+
+func short(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 && len(key) > i+9 {
+		return key[:i+9] + "…"
+	}
+	return key
+}

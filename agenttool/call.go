@@ -229,7 +229,7 @@ func (c *call) attempts(done int) envelope.Envelope {
 // attempt runs the tool once with the call's information on its context.
 func (c *call) attempt(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
-	ctx := withCallInfo(c.ctx, CallInfo{RequestRef: c.ref, Attempt: n, Scope: c.scope})
+	ctx := withCallInfo(c.ctx, CallInfo{RequestRef: c.ref, Attempt: n, Scope: c.scope, Token: c.token})
 	if cfg.AttemptTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)

@@ -58,6 +58,10 @@ type CallInfo struct {
 	Attempt int
 	// Scope is the trusted scope of the call.
 	Scope Scope
+	// Token is the fencing token of the call's claim: it grows with every
+	// claim of the key. A destination that stores it can refuse a write
+	// from a holder whose lease was taken over (see boltstore.Store.Effect).
+	Token uint64
 }
 
 // CallInfoFrom returns the call information that a guarded tool finds on the

@@ -94,11 +94,32 @@ func initSchema(tx *bolt.Tx) error {
 	if v := meta.Get(schemaKey); string(v) != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
-	if _, err := tx.CreateBucketIfNotExists(recordsBucket); err != nil {
-		return err
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
 	}
-	_, err := tx.CreateBucketIfNotExists(openBucket)
-	return err
+	return expireLeases(tx)
+}
+
+// expireLeases ends the leases of pending records at Open. bbolt locks the
+// file to one process, so a pending record found at Open was left by a
+// process that is gone: its action is unknown now, not in a minute.
+func expireLeases(tx *bolt.Tx) error {
+	b := tx.Bucket(recordsBucket)
+	var keys []string
+	tx.Bucket(openBucket).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+	for _, k := range keys {
+		rec, err := load(b, k)
+		if err != nil || rec == nil || rec.State != agenttool.Pending {
+			continue // unreadable records stay as they are, failing closed when used
+		}
+		rec.LeaseExpiry = time.Time{}
+		if err := save(b, rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Path returns the file's path.
@@ -327,6 +348,9 @@ func save(b *bolt.Bucket, r *agenttool.Record) error {
 
 func remove(b *bolt.Bucket, key []byte) error {
 	if err := b.Delete(key); err != nil {
+		return err
+	}
+	if err := b.Tx().Bucket(effectsBucket).Delete(key); err != nil {
 		return err
 	}
 	return openIndex(b).Delete(key)

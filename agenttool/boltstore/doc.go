@@ -22,11 +22,16 @@
 //   - bbolt transactions cannot be cancelled: the context is checked before
 //     each transaction, not during it.
 //   - The crash windows: a process that dies after the tool's effect but
-//     before the outcome is written leaves a pending record. Its lease
-//     expires and the next call treats the action as unknown (reconcile, or
-//     retry with the same key for keyed tools), never as free. A process that
-//     dies after the outcome is written but before the reply replays the
-//     outcome on the next call.
+//     before the outcome is written leaves a pending record. Open ends the
+//     leases of every pending record it finds (the file lock proves their
+//     holders are gone), so the next call treats the action as unknown at
+//     once (reconcile, or retry with the same key for keyed tools), never as
+//     free. A process that dies after the outcome is written but before the
+//     reply replays the outcome on the next call. Close the store only when
+//     no call is in flight.
+//   - A local effect can close the middle window entirely: [Store.Effect]
+//     commits it in the same transaction that records it under the key, and
+//     [Store.Reconciler] then answers exactly.
 //   - Records hold digests of the principal and input and the encoded
 //     outcome, never the input itself. Outcomes pass through the tool's
 //     Codec, which can redact or encrypt them.

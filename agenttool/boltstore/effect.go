@@ -1,0 +1,97 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// effectsBucket holds, for each key whose effect was applied through
+// [Store.Effect], the effect's result.
+var effectsBucket = []byte("retrysafe/effects")
+
+// Effect applies a local effect atomically with the key: fn runs inside one
+// bbolt write transaction that also records, under the calling guarded
+// tool's request reference, that the effect is applied and what it returned.
+// Either both commit or neither does, so there is no crash window between the
+// effect and its record, and [Store.Reconciler] answers exactly.
+//
+// Call it from a guarded tool, with the context the tool was given. It
+// refuses (and fn does not run) when the call no longer holds its key, and
+// returns the recorded result without running fn again when an earlier
+// attempt of the same action already applied it. fn must not keep tx.
+//
+// An error returned by fn rolls the effect back: it is reported as definite
+// unless fn classified it otherwise. A failed commit leaves the outcome
+// unknown.
+func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessage, error)) (json.RawMessage, error) {
+	info, ok := agenttool.CallInfoFrom(ctx)
+	if !ok || info.RequestRef == "" {
+		return nil, envelope.MarkDefinite(errors.New("boltstore: Effect is called from a guarded tool, with its context"), "not_guarded")
+	}
+	key := []byte(info.RequestRef)
+	var result json.RawMessage
+	var fnErr error
+	err := s.update(ctx, func(b *bolt.Bucket) error {
+		rec, err := load(b, info.RequestRef)
+		if err != nil {
+			return err
+		}
+		if rec == nil || rec.State != agenttool.Pending || rec.Token != info.Token {
+			return fmt.Errorf("boltstore: %s is no longer held by this call: %w", info.RequestRef, agenttool.ErrFenced)
+		}
+		effects := b.Tx().Bucket(effectsBucket)
+		if prev := effects.Get(key); prev != nil {
+			result = bytes.Clone(prev) // applied by an earlier attempt: never twice
+			return nil
+		}
+		if result, fnErr = fn(b.Tx()); fnErr != nil {
+			return fnErr
+		}
+		if len(result) == 0 {
+			result = json.RawMessage("null")
+		}
+		return effects.Put(key, result)
+	})
+	switch {
+	case fnErr != nil:
+		if envelope.Classify(fnErr) == envelope.Unknown {
+			return nil, envelope.MarkDefinite(fnErr, "")
+		}
+		return nil, fnErr
+	case errors.Is(err, agenttool.ErrFenced), errors.Is(err, agenttool.ErrCorrupt), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, envelope.MarkTransient(err) // nothing was written
+	case err != nil:
+		return nil, envelope.MarkUnknown(fmt.Errorf("boltstore: committing the effect: %w", err))
+	}
+	return result, nil
+}
+
+// Reconciler answers for effects applied through [Store.Effect]: Applied with
+// the recorded result when the key's effect committed, NotApplied otherwise.
+// The answer is exact because the effect and its record commit together and
+// a holder that lost its lease cannot apply it.
+func (s *Store) Reconciler() reconcile.Reconciler {
+	return reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		var result []byte
+		err := s.view(ctx, func(b *bolt.Bucket) error {
+			result = bytes.Clone(b.Tx().Bucket(effectsBucket).Get([]byte(ref)))
+			return nil
+		})
+		switch {
+		case err != nil:
+			return reconcile.CantSayBecause(err)
+		case result != nil:
+			return reconcile.AppliedWith(result)
+		}
+		return reconcile.NotAppliedYet()
+	})
+}

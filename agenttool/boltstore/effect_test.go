@@ -1,0 +1,157 @@
+package boltstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+type note struct {
+	Text string `json:"text"`
+}
+
+func notesIn(t *testing.T, s *boltstore.Store) int {
+	t.Helper()
+	n := 0
+	s.DB().View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket([]byte("notes")); b != nil {
+			n = b.Stats().KeyN
+		}
+		return nil
+	})
+	return n
+}
+
+// appendNote returns a tool whose effect is a note written with Effect; fail
+// decides, per attempt, what goes wrong after the effect.
+func appendNote(t *testing.T, s *boltstore.Store, after func(attempt int) error) *agenttool.Tool {
+	t.Helper()
+	tool, err := agenttool.New("append_note", "Append a note.", func(ctx context.Context, in note) (json.RawMessage, error) {
+		res, err := s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+			if err != nil {
+				return nil, err
+			}
+			n, _ := b.NextSequence()
+			if err := b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text)); err != nil {
+				return nil, err
+			}
+			return json.RawMessage(`{"note_number":` + strconv.FormatUint(n, 10) + `}`), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		info, _ := agenttool.CallInfoFrom(ctx)
+		if after != nil {
+			if err := after(info.Attempt); err != nil {
+				return nil, err
+			}
+		}
+		return res, nil
+	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(),
+		Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func scope() context.Context {
+	return agenttool.WithScope(context.Background(), "tenant-1", "incident-104")
+}
+
+func TestEffectIsAppliedOnce(t *testing.T) {
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "notes.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The reply is lost after the effect committed: the reconciler finds it.
+	lost := appendNote(t, s, func(attempt int) error { return errors.New("connection reset by peer") })
+	env := lost.Invoke(scope(), `{"text":"Check carrier scan"}`)
+	if env.Status != envelope.Success || !env.Reconciled || string(env.Result) != `{"note_number":1}` || notesIn(t, s) != 1 {
+		t.Fatalf("after a lost reply: %s with %d notes", env, notesIn(t, s))
+	}
+	// A keyed-style retry inside one call finds the effect already applied.
+	flaky := appendNote(t, s, func(attempt int) error {
+		if attempt == 1 {
+			return envelope.MarkTransient(errors.New("421 try again"))
+		}
+		return nil
+	})
+	env = flaky.Invoke(scope(), `{"text":"Call the driver"}`)
+	if env.Status != envelope.Success || env.Attempts != 2 || string(env.Result) != `{"note_number":2}` || notesIn(t, s) != 2 {
+		t.Fatalf("a retry after the effect: %s with %d notes", env, notesIn(t, s))
+	}
+	if _, err := s.Effect(context.Background(), func(*bolt.Tx) (json.RawMessage, error) { return nil, nil }); envelope.Classify(err) != envelope.Definite {
+		t.Errorf("Effect outside a guarded call: %v", err)
+	}
+}
+
+func TestEffectRefusesAStaleHolder(t *testing.T) {
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "notes.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ran := false
+	var effectErr error
+	tool, _ := agenttool.New("probe", "", func(ctx context.Context, in note) (string, error) {
+		// While this call runs, another takes its key over (its lease had
+		// lapsed, say, during a long pause).
+		ref := agenttool.RequestRef(ctx)
+		rec, err := s.Get(ctx, ref)
+		if err != nil {
+			return "", err
+		}
+		if _, err := s.Claim(ctx, agenttool.ClaimRequest{Key: ref, Principal: rec.Principal, Fingerprint: rec.Fingerprint,
+			Owner: "other", Now: time.Now().Add(2 * time.Hour), Lease: time.Hour, TakeOver: true}); err != nil {
+			return "", err
+		}
+		_, effectErr = s.Effect(ctx, func(*bolt.Tx) (json.RawMessage, error) { ran = true; return nil, nil })
+		return "", effectErr
+	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	env := tool.Invoke(scope(), `{"text":"x"}`)
+	if ran || !errors.Is(effectErr, agenttool.ErrFenced) || envelope.Classify(effectErr) != envelope.Transient {
+		t.Fatalf("a stale holder's Effect: ran=%v, err=%v", ran, effectErr)
+	}
+	if env.Status == envelope.Success {
+		t.Errorf("envelope %s for an effect that did not happen", env)
+	}
+	if a := s.Reconciler().Check(context.Background(), env.RequestRef); a.Verdict != reconcile.NotApplied {
+		t.Errorf("reconciler after a refused effect: %v, want not applied", a.Verdict)
+	}
+}
+
+func TestOpenEndsLeasesOfDeadProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := s.Claim(context.Background(), agenttool.ClaimRequest{Key: "k/1", Owner: "dead", Now: now, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // the process "dies" holding the key
+	s, err = boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := s.Claim(context.Background(), agenttool.ClaimRequest{Key: "k/1", Owner: "new", Now: now.Add(time.Second), Lease: time.Hour})
+	if err != nil || res.Claimed || res.Record.State != agenttool.Unknown {
+		t.Fatalf("claim after reopening: %+v, %v; want the dead holder's record unknown at once", res, err)
+	}
+}

@@ -63,7 +63,8 @@ type UnknownClaimer interface {
 	// reconciliation at req.Now and were last updated before
 	// req.UpdatedBefore, as [DecideClaim] would with TakeOver: each comes
 	// back pending, held by req.Owner under a new token, with its
-	// principal, fingerprint, attempts, outcome and resolution kept.
+	// principal, fingerprint, outcome and resolution kept, and its attempts
+	// counted as DecideClaim counts them.
 	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]Record, error)
 }
 
@@ -264,8 +265,10 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		if req.Now.Before(existing.LeaseExpiry) {
 			return nil, ClaimResult{Record: *existing}, nil
 		}
+		// The dead holder claimed in order to attempt: count its attempt,
+		// whose outcome nobody knows.
 		if req.TakeOver {
-			return claim(true, existing.Attempts, existing.Created)
+			return claim(true, existing.Attempts+1, existing.Created)
 		}
 		tok, err := nextToken()
 		if err != nil {
@@ -273,6 +276,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		}
 		rec := *existing
 		rec.State, rec.Token, rec.Owner, rec.LeaseExpiry, rec.Updated = Unknown, tok, "", time.Time{}, req.Now
+		rec.Attempts++
 		return &rec, ClaimResult{Record: rec}, nil
 	case Unknown:
 		if existing.RetryApproved {

@@ -65,7 +65,8 @@ func newQueries(schema string) queries {
 			AND (state IN (2, 3) OR (state = 4 AND retry_approved))`,
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) ORDER BY key LIMIT $4`,
-		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1
+		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1,
+			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
 			FROM (SELECT key FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
 				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick

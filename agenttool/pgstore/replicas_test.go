@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ func TestReplicaHelper(t *testing.T) {
 	defer store.Close()
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
 	pool := store.Pool()
+	var inflight atomic.Int64
 	deliver := func(ctx context.Context, a action) (string, error) {
 		ref := agenttool.RequestRef(ctx)
 		apply := func() error {
@@ -55,21 +58,20 @@ func TestReplicaHelper(t *testing.T) {
 			return err
 		}
 		if victim {
-			// Hold the claim long enough to be killed with it, half the time
-			// after the effect and half the time before.
-			first := rand.IntN(2) == 0
-			if first {
-				if err := apply(); err != nil {
-					return "", err
+			// Each goroutine's first action is held until the process is
+			// killed: half of them after the effect, half before it.
+			n := inflight.Add(1)
+			if n <= replicaGoroutines {
+				if n%2 == 0 {
+					if err := apply(); err != nil {
+						return "", err
+					}
 				}
-			}
-			time.Sleep(300 * time.Millisecond)
-			if !first {
-				if err := apply(); err != nil {
-					return "", err
+				if n == replicaGoroutines {
+					fmt.Println("INFLIGHT")
 				}
+				select {}
 			}
-			return ref, nil
 		}
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 		return ref, apply()
@@ -96,9 +98,14 @@ func TestReplicaHelper(t *testing.T) {
 	scope := agenttool.WithScope(ctx, "tenant-1", "replicas")
 	var wg sync.WaitGroup
 	failures := make(chan string, replicaGoroutines)
-	for range replicaGoroutines {
+	for g := range replicaGoroutines {
 		wg.Go(func() {
-			for _, n := range rand.Perm(replicaActions) {
+			order := rand.Perm(replicaActions)
+			if victim { // distinct first actions, so that all 16 are held at once
+				first := g * (replicaActions / replicaGoroutines)
+				order = append([]int{first}, slices.DeleteFunc(order, func(n int) bool { return n == first })...)
+			}
+			for _, n := range order {
 				in := fmt.Sprintf(`{"n":%d}`, n)
 				var env envelope.Envelope
 				for try := 0; try < 100; try++ {
@@ -140,7 +147,8 @@ func replica(t *testing.T, schema string, victim bool) (*exec.Cmd, *bufio.Scanne
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stop := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() }) // bounded, whatever happens
+	t.Cleanup(func() { stop.Stop(); cmd.Process.Kill(); cmd.Wait() })
 	return cmd, bufio.NewScanner(out), &stderr
 }
 
@@ -180,9 +188,8 @@ func TestManyProcessesOneTruth(t *testing.T) {
 			if kill {
 				victim := procs[0]
 				victimPID = victim.cmd.Process.Pid
-				for victim.out.Scan() && victim.out.Text() != "READY" {
+				for victim.out.Scan() && victim.out.Text() != "INFLIGHT" {
 				}
-				time.Sleep(450 * time.Millisecond) // mid-flight: its goroutines hold claims
 				if err := victim.cmd.Process.Kill(); err != nil {
 					t.Fatal(err)
 				}
@@ -227,7 +234,7 @@ func TestManyProcessesOneTruth(t *testing.T) {
 				var byVictim, reconciled int
 				s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "effects"}.Sanitize()+" WHERE pid = $1", victimPID).Scan(&byVictim)
 				s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "records"}.Sanitize()+" WHERE position('\"reconciled\":true' in convert_from(outcome, 'UTF8')) > 0").Scan(&reconciled)
-				if byVictim == 0 || reconciled == 0 {
+				if byVictim != replicaGoroutines/2 || reconciled < byVictim {
 					t.Errorf("the kill did not land mid-flight: %d effects by the victim, %d actions reconciled", byVictim, reconciled)
 				}
 				t.Logf("the killed process applied %d effects; survivors found %d of them by reconciling", byVictim, reconciled)

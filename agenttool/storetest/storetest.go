@@ -214,6 +214,9 @@ func testFencing(t *testing.T, s agenttool.Store) {
 	if !cur.Claimed || !cur.TookOver || cur.Record.Token == old.Record.Token {
 		t.Fatalf("takeover of an expired lease: %+v", cur)
 	}
+	if cur.Record.Attempts != 1 {
+		t.Errorf("takeover of a dead holder's claim counts %d attempts, want its 1", cur.Record.Attempts)
+	}
 	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
 		t.Errorf("old holder's Finish: %v, want ErrFenced", err)
 	}

@@ -45,6 +45,9 @@ type Example struct {
 	DefaultDB string
 	// Flags adds example-specific flags.
 	Flags func(fs *flag.FlagSet)
+	// Context, if set, adds to the trusted context of the run (an action id
+	// from an orchestrator, say).
+	Context func(ctx context.Context) context.Context
 	// Setup starts the destination and builds the guarded tools.
 	Setup func(ctx context.Context, env *Env) (*Scenario, error)
 	// Script is the offline model's behaviour for a fault.
@@ -155,6 +158,9 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, agentTools), agents.WithMaxIterations(8))
 	fmt.Fprintf(out, "user  : %s\n", ex.Prompt)
 	ctx = agenttool.WithScope(ctx, ex.Principal, ex.Session)
+	if ex.Context != nil {
+		ctx = ex.Context(ctx)
+	}
 	answer, err := chains.Run(ctx, executor, ex.Prompt)
 	if err != nil {
 		return Summary{}, fmt.Errorf("agent: %w", err)

@@ -137,7 +137,7 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 		Tools:   []*agenttool.Tool{tool},
 		Effects: notes,
 		Final: func(w io.Writer) {
-			fmt.Fprintf(w, "INC-104 notes: %d (store: %s)\n", notes(), env.DB)
+			fmt.Fprintf(w, "INC-104 notes: %d\n", notes())
 		},
 		Close: func() { store.Close() },
 	}, nil

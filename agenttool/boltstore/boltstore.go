@@ -39,8 +39,9 @@ type Options struct {
 // Store is a bbolt-backed store. It is safe for concurrent use by the
 // goroutines of one process.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db     *bolt.DB
+	path   string
+	writes groupCommit
 }
 
 var _ agenttool.Store = (*Store)(nil)
@@ -72,7 +73,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("boltstore: %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return &Store{db: db, path: path, writes: groupCommit{db: db}}, nil
 }
 
 func initSchema(tx *bolt.Tx) error {
@@ -134,11 +135,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // inspection. Do not write to retrysafe's buckets.
 func (s *Store) DB() *bolt.DB { return s.db }
 
+// update runs fn in a write transaction, through group commit.
 func (s *Store) update(ctx context.Context, fn func(b *bolt.Bucket) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket(recordsBucket)) })
+	return s.writes.update(ctx, func(tx *bolt.Tx) error { return fn(tx.Bucket(recordsBucket)) })
 }
 
 // openIndex returns the index bucket of the transaction that owns b.

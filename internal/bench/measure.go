@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// emailTool is a cheap langchaingo tool: it parses its input and answers, as
+// a tool in front of a fast destination would.
+type emailTool struct{}
+
+type email struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+	Body    string `json:"body"`
+}
+
+func (emailTool) Name() string        { return "send_email" }
+func (emailTool) Description() string { return "Send an email." }
+func (emailTool) Call(_ context.Context, in string) (string, error) {
+	var e email
+	if err := json.Unmarshal([]byte(in), &e); err != nil {
+		return "", err
+	}
+	return `{"message_id":"<1@mail.example>"}`, nil
+}
+
+// input returns a typical ~300-byte tool input; i makes each a new action.
+func input(i int64) string {
+	return `{"to":"user` + strconv.FormatInt(i, 10) + `@example.com","subject":"Your booking is confirmed",` +
+		`"body":"Hello, your seat 14C on flight TP1234 from Lisbon to Porto on 12 December at 09:40 is confirmed.` +
+		` Please arrive at the gate 30 minutes before departure. Reply to this message if anything needs to change."}`
+}
+
+var scope = agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
+
+func guard(store agenttool.Store) *agenttool.Tool {
+	t, err := agenttool.Wrap(emailTool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func mustSucceed(env envelope.Envelope) {
+	if env.Status != envelope.Success {
+		panic(fmt.Sprintf("benchmark call failed: %s", env))
+	}
+}
+
+// MemResult compares a bare call with a guarded one on memstore.
+type MemResult struct {
+	BareNs, GuardedNs         float64
+	BareAllocs, GuardedAllocs float64
+}
+
+func measureMemory() MemResult {
+	var seq atomic.Int64
+	bare := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		var t emailTool
+		for b.Loop() {
+			if _, err := t.Call(scope, input(seq.Add(1))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	tool := guard(memstore.New())
+	guarded := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			mustSucceed(tool.Invoke(scope, input(seq.Add(1))))
+		}
+	})
+	return MemResult{
+		BareNs: float64(bare.NsPerOp()), GuardedNs: float64(guarded.NsPerOp()),
+		BareAllocs: float64(bare.AllocsPerOp()), GuardedAllocs: float64(guarded.AllocsPerOp()),
+	}
+}
+
+// PairResult is a latency comparison measured in alternation.
+type PairResult struct {
+	CallNs, BaselineNs float64
+	N                  int
+}
+
+// alternate times call and baseline in turns, n times each, in blocks of 10.
+func alternate(n int, call, baseline func()) PairResult {
+	var ct, bt time.Duration
+	for done := 0; done < n; done += 10 {
+		t0 := time.Now()
+		for range 10 {
+			call()
+		}
+		t1 := time.Now()
+		for range 10 {
+			baseline()
+		}
+		ct += t1.Sub(t0)
+		bt += time.Since(t1)
+	}
+	rounds := float64((n + 9) / 10 * 10)
+	return PairResult{CallNs: float64(ct.Nanoseconds()) / rounds, BaselineNs: float64(bt.Nanoseconds()) / rounds, N: int(rounds)}
+}
+
+// recordSized is a value as large as a record the store writes, so that the
+// bare baseline writes as much as a guarded call does.
+var recordSized = make([]byte, 420)
+
+func openBare(path string) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		return nil, err
+	}
+	return db, db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists([]byte("r")); return err })
+}
+
+func twoUpdates(db *bolt.DB, key []byte) error {
+	for range 2 {
+		if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("r")).Put(key, recordSized) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func twoBatches(db *bolt.DB, key []byte) error {
+	for range 2 {
+		if err := db.Batch(func(tx *bolt.Tx) error { return tx.Bucket([]byte("r")).Put(key, recordSized) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func measureBoltSingle(path string, n int) (PairResult, error) {
+	store, err := boltstore.Open(path+".retrysafe.db", nil)
+	if err != nil {
+		return PairResult{}, err
+	}
+	defer store.Close()
+	db, err := openBare(path + ".bare.db")
+	if err != nil {
+		return PairResult{}, err
+	}
+	defer db.Close()
+	tool := guard(store)
+	var seq atomic.Int64
+	var berr error
+	res := alternate(n, func() { mustSucceed(tool.Invoke(scope, input(seq.Add(1)))) }, func() {
+		if err := twoUpdates(db, []byte("send_email/"+strconv.FormatInt(seq.Add(1), 10))); err != nil {
+			berr = err
+		}
+	})
+	return res, berr
+}
+
+// ConcResult is throughput at one concurrency, in calls per second.
+type ConcResult struct {
+	Callers                int
+	Guarded, Update, Batch float64
+}
+
+// fanOut runs fn n times on c goroutines and returns calls per second.
+func fanOut(c, n int, fn func(i int64) error) (float64, error) {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					first = err
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds(), first
+}
+
+func measureBoltConcurrency(path string, c, n int) (ConcResult, error) {
+	store, err := boltstore.Open(path+".retrysafe.db", nil)
+	if err != nil {
+		return ConcResult{}, err
+	}
+	defer store.Close()
+	db, err := openBare(path + ".bare.db")
+	if err != nil {
+		return ConcResult{}, err
+	}
+	defer db.Close()
+	tool := guard(store)
+	r := ConcResult{Callers: c}
+	var seq atomic.Int64
+	key := func() []byte { return []byte("send_email/" + strconv.FormatInt(seq.Add(1), 10)) }
+	// Three rounds in turn, so that drift in the disk's speed hits all alike.
+	var g, u, b float64
+	for range 3 {
+		v, err := fanOut(c, n/3, func(int64) error {
+			env := tool.Invoke(scope, input(seq.Add(1)))
+			if env.Status != envelope.Success {
+				return fmt.Errorf("%s", env)
+			}
+			return nil
+		})
+		if err != nil {
+			return r, err
+		}
+		g += v / 3
+		if v, err = fanOut(c, n/3, func(int64) error { return twoUpdates(db, key()) }); err != nil {
+			return r, err
+		}
+		u += v / 3
+		if v, err = fanOut(c, n/3, func(int64) error { return twoBatches(db, key()) }); err != nil {
+			return r, err
+		}
+		b += v / 3
+	}
+	r.Guarded, r.Update, r.Batch = g, u, b
+	return r, nil
+}
+
+func goVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.GoVersion != "" {
+		return bi.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
+	}
+	return runtime.Version()
+}

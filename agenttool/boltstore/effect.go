@@ -29,6 +29,11 @@ var effectsBucket = []byte("retrysafe/effects")
 // returns the recorded result without running fn again when an earlier
 // attempt of the same action already applied it. fn must not keep tx.
 //
+// fn may run twice: writes are group-committed, and when another write in
+// the same batch fails, the batch is rolled back and each write, this one
+// included, runs again alone. Its writes to tx commit once. So fn must have
+// no effect outside tx.
+//
 // An error returned by fn rolls the effect back: it is reported as definite
 // unless fn classified it otherwise. A failed commit leaves the outcome
 // unknown.

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -25,11 +26,13 @@ import (
 //	  other input under the same key   → key_reused_with_different_input
 //	  claimed                          → attempt, retrying what is safe to retry
 func (t *Tool) Invoke(ctx context.Context, raw string) envelope.Envelope {
+	h := t.cfg.Hooks.Outcome
+	if h == nil {
+		return t.invoke(ctx, raw)
+	}
 	start := t.cfg.Now()
 	env := t.invoke(ctx, raw)
-	if h := t.cfg.Hooks.Outcome; h != nil {
-		h(OutcomeEvent{Envelope: env, Duration: t.cfg.Now().Sub(start)})
-	}
+	h(OutcomeEvent{Envelope: env, Duration: t.cfg.Now().Sub(start)})
 	return env
 }
 
@@ -68,7 +71,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	if t.cfg.Class == ReadOnly {
 		return c.attempts(0)
 	}
-	return c.claimAndRun(fingerprint(in.canonical))
+	return c.claimAndRun(in.fingerprint)
 }
 
 // call is the state of one guarded call.
@@ -79,20 +82,23 @@ type call struct {
 	scope    Scope
 	ref      string
 	token    uint64
-	prior    int  // attempts made for this key by earlier calls
 	maybeRan bool // an attempt of this key may have applied the effect
+
+	leaseMu      sync.Mutex
+	leaseStopped bool
+	leaseTimer   *time.Timer
 }
 
 func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	cfg := c.t.cfg
 	req := ClaimRequest{
 		Key: c.ref, Tool: c.t.name, Principal: principalDigest(c.scope.Principal), Fingerprint: fp,
-		Owner: uuid.NewString(), Lease: cfg.Lease,
+		Owner: newOwner(), Lease: cfg.Lease,
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
 	}
-	waitUntil := cfg.Now().Add(cfg.WaitTimeout)
+	var waitUntil time.Time // set when a wait begins
 	poll := 2 * time.Millisecond
 	for {
 		req.Now = cfg.Now()
@@ -109,8 +115,8 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},
 				envelope.AskHuman, "The details differ from the earlier request for the same action; confirm with the user before changing it.")
 		case res.Claimed:
-			end := c.t.flights.begin(c.ref)
-			defer end()
+			fl := c.t.flights.begin(c.ref)
+			defer c.t.flights.end(c.ref, fl)
 			c.token, c.maybeRan = res.Record.Token, res.TookOver
 			if c.maybeRan && cfg.Class == Reconcilable {
 				// Ask the destination before any new write.
@@ -134,7 +140,10 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 			return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
 				Message: "an earlier attempt of this action has an unknown outcome and awaits reconciliation"})
 		case Pending:
-			now := cfg.Now()
+			now := req.Now
+			if waitUntil.IsZero() {
+				waitUntil = now.Add(cfg.WaitTimeout)
+			}
 			if !now.Before(waitUntil) {
 				return c.inProgress(rec.Attempts)
 			}
@@ -173,7 +182,7 @@ func (c *call) waitFor(rec Record, d time.Duration, poll *time.Duration) error {
 // no longer safe or allowed. done counts attempts made before this call.
 func (c *call) attempts(done int) envelope.Envelope {
 	cfg := c.t.cfg
-	policy := newBackOff(cfg.Retry, cfg.Now)
+	var policy *backoff.ExponentialBackOff // made when a retry is first needed
 	attempt := done
 	for n := 1; ; n++ {
 		attempt++
@@ -219,6 +228,9 @@ func (c *call) attempts(done int) envelope.Envelope {
 		if n >= cfg.Retry.MaxAttempts {
 			return c.stopRetrying(attempt, err)
 		}
+		if policy == nil {
+			policy = newBackOff(cfg.Retry, cfg.Now)
+		}
 		wait := policy.NextBackOff()
 		if wait < 0 || sleep(c.ctx, wait) != nil {
 			return c.stopRetrying(attempt, err)
@@ -235,10 +247,13 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)
 		defer cancel()
 	}
-	start := cfg.Now()
-	stop := c.keepLease()
+	var start time.Time
+	if cfg.Hooks.Attempt != nil {
+		start = cfg.Now()
+	}
+	c.keepLease()
 	out, err := c.t.run(ctx, c.in)
-	stop()
+	c.stopLease()
 	if h := cfg.Hooks.Attempt; h != nil {
 		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
 			Class: envelope.Classify(err), Duration: cfg.Now().Sub(start)})

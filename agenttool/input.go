@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -14,8 +15,8 @@ import (
 // and fingerprint are never computed again from something the tool could
 // have changed.
 type input struct {
-	canonical   []byte // the whole input, canonical; fingerprinted
-	identifying []byte // the identifying part, canonical; keyed
+	fingerprint Digest // of the whole input, canonical
+	identifying Digest // of the identifying part, canonical
 	forward     string // what the tool receives
 	value       any    // decoded input of a typed tool
 }
@@ -32,36 +33,39 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 				Message: fmt.Sprintf("expected a JSON object with the fields %s", strings.Join(c.IdentifyingFields, ", "))}
 		}
 		text, _ := json.Marshal(trimmed)
-		return input{canonical: text, identifying: text, forward: raw}, nil
+		fp := sha256.Sum256(append([]byte(fingerprintTag), text...))
+		return input{fingerprint: fp, identifying: fp, forward: raw}, nil
 	}
-	obj, err := canonjson.ParseObject([]byte(trimmed))
+	buf := make([]byte, len(fingerprintTag), len(fingerprintTag)+2*len(trimmed)+16)
+	copy(buf, fingerprintTag)
+	obj, err := canonjson.AppendObject(buf, []byte(trimmed))
 	if err != nil {
 		return input{}, &envelope.Error{Code: envelope.CodeInvalidInput,
 			Message: fmt.Sprintf("the input is not acceptable JSON (%v); send one JSON object", err)}
 	}
-	var keyFields []string
-	for _, m := range obj.Members() {
-		if c.keyLike[foldFieldName(m.Name)] {
-			keyFields = append(keyFields, m.Name)
+	keyField := -1
+	for i := range obj.Len() {
+		if c.isKeyLike(obj.Name(i)) {
+			keyField = i
+			break
 		}
 	}
-	forward := raw
-	keep := func(string) bool { return true }
-	if len(keyFields) > 0 {
+	var in input
+	in.forward = raw
+	if keyField < 0 {
+		in.fingerprint = sha256.Sum256(obj.Buffer())
+	} else {
 		if c.ModelKeys == RefuseModelKeys {
 			return input{}, &envelope.Error{Code: envelope.CodeModelSuppliedKey,
 				Message: fmt.Sprintf("remove the field %q: this tool derives its idempotency key itself, and a retry of the same action is safe without one",
-					keyFields[0])}
+					obj.Name(keyField))}
 		}
-		keep = func(name string) bool { return !c.keyLike[foldFieldName(name)] }
+		stripped := obj.AppendCanonical([]byte(fingerprintTag), func(name []byte) bool { return !c.isKeyLike(name) })
+		in.fingerprint = sha256.Sum256(stripped)
+		in.forward = string(stripped[len(fingerprintTag):])
 	}
-	in := input{canonical: obj.AppendCanonical(nil, keep)}
-	if len(keyFields) > 0 {
-		forward = string(in.canonical)
-	}
-	in.forward = forward
 	if c.identify == nil {
-		in.identifying = in.canonical
+		in.identifying = in.fingerprint
 		return in, nil
 	}
 	var missing []string
@@ -75,6 +79,26 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 		return input{}, &envelope.Error{Code: envelope.CodeInvalidInput,
 			Message: fmt.Sprintf("missing field %s, needed to identify the action", strings.Join(missing, ", "))}
 	}
-	in.identifying = obj.AppendCanonical(nil, func(name string) bool { return c.identify[name] })
+	in.identifying = sha256.Sum256(obj.AppendCanonical([]byte(identifyingTag), func(name []byte) bool { return c.identify[string(name)] }))
 	return in, nil
+}
+
+// isKeyLike reports whether a field name, folded, is one of the key-like
+// fields.
+func (c *config) isKeyLike(name []byte) bool {
+	var stack [64]byte
+	if len(name) > len(stack) {
+		return c.keyLike[foldFieldName(string(name))]
+	}
+	b := stack[:0]
+	for _, ch := range name {
+		switch {
+		case ch == '_' || ch == '-' || ch == '.':
+		case ch >= 'A' && ch <= 'Z':
+			b = append(b, ch+'a'-'A')
+		default:
+			b = append(b, ch)
+		}
+	}
+	return c.keyLike[string(b)]
 }

@@ -4,12 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
-	"hash"
 )
 
-// keyVersion is mixed into every key; changing how keys are derived means a
-// new version, so that old and new keys never collide.
-const keyVersion = "retrysafe/key/v1"
+// Every digest starts with its own domain tag, so that no two kinds of digest
+// can collide. Changing how one is derived means a new tag.
+const (
+	keyTag         = "retrysafe/key/v1"
+	fingerprintTag = "retrysafe/fingerprint/v1\x00"
+	identifyingTag = "retrysafe/identifying/v1\x00"
+	principalTag   = "retrysafe/principal/v1\x00"
+)
 
 // refEncoding writes keys in lower-case base32 without padding: safe in
 // headers, Message-IDs and file names, and unambiguous when read aloud.
@@ -19,49 +23,38 @@ var refEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPad
 const refBytes = 20
 
 // deriveRef returns the request reference of a logical action: prefix "/"
-// and the digest of the key version, prefix, principal, session and either
-// the action id or the canonical identifying fields. Each part is length
-// prefixed, so no two different tuples share an encoding.
-func deriveRef(prefix string, s Scope, actionID string, identifying []byte) string {
-	h := sha256.New()
-	writePart(h, []byte(keyVersion))
-	writePart(h, []byte(prefix))
-	writePart(h, []byte(s.Principal))
-	writePart(h, []byte(s.Session))
+// and the digest of the key tag, prefix, principal, session and either the
+// action id or the digest of the canonical identifying fields. Each part is
+// length prefixed, so no two different tuples share an encoding.
+func deriveRef(prefix string, s Scope, actionID string, identifying Digest) string {
+	var stack [256]byte
+	b := append(stack[:0], keyTag...)
+	b = appendPart(b, prefix)
+	b = appendPart(b, s.Principal)
+	b = appendPart(b, s.Session)
 	if actionID != "" {
-		writePart(h, []byte("action"))
-		writePart(h, []byte(actionID))
+		b = appendPart(b, "action")
+		b = appendPart(b, actionID)
 	} else {
-		writePart(h, []byte("fields"))
-		writePart(h, identifying)
+		b = appendPart(b, "fields")
+		b = append(b, identifying[:]...)
 	}
-	var sum [sha256.Size]byte
-	return prefix + "/" + refEncoding.EncodeToString(h.Sum(sum[:0])[:refBytes])
+	sum := sha256.Sum256(b)
+	var out [128]byte
+	ref := append(append(out[:0], prefix...), '/')
+	n := len(ref)
+	ref = append(ref, make([]byte, refEncoding.EncodedLen(refBytes))...)
+	refEncoding.Encode(ref[n:], sum[:refBytes])
+	return string(ref)
 }
 
-func writePart(h hash.Hash, b []byte) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-	h.Write(n[:])
-	h.Write(b)
-}
-
-// fingerprint digests the canonical form of the whole input.
-func fingerprint(canonical []byte) Digest {
-	h := sha256.New()
-	writePart(h, []byte("retrysafe/fingerprint/v1"))
-	writePart(h, canonical)
-	var d Digest
-	h.Sum(d[:0])
-	return d
+func appendPart(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // principalDigest digests a principal; records keep the digest, not the name.
 func principalDigest(p string) Digest {
-	h := sha256.New()
-	writePart(h, []byte("retrysafe/principal/v1"))
-	writePart(h, []byte(p))
-	var d Digest
-	h.Sum(d[:0])
-	return d
+	var stack [128]byte
+	return sha256.Sum256(append(append(stack[:0], principalTag...), p...))
 }

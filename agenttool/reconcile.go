@@ -3,7 +3,6 @@ package agenttool
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/retrysafe/retrysafe/envelope"
@@ -19,9 +18,9 @@ var errEarlierAttempt = errors.New("an earlier attempt of this action has an unk
 // caller may then attempt again with the same key.
 func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, settled bool) {
 	cfg := c.t.cfg
-	stop := c.keepLease()
+	c.keepLease()
 	ans := cfg.Reconciler.Check(c.ctx, c.ref)
-	stop()
+	c.stopLease()
 	c.t.reported(ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:
@@ -53,42 +52,45 @@ func (t *Tool) reported(ans reconcile.Answer, ref, by string) {
 	}
 }
 
-// keepLease renews the call's lease every third of its length until the
-// returned function is called, so that a slow but live attempt or check is
-// not presumed dead. A renewal that finds the lease taken over stops. It
-// costs one timer, and no goroutine, while the tool is quick.
-func (c *call) keepLease() (stop func()) {
-	cfg := c.t.cfg
-	if cfg.Class == ReadOnly || c.token == 0 {
-		return func() {}
+// keepLease renews the call's lease every third of its length until
+// stopLease is called, so that a slow but live attempt or check is not
+// presumed dead. A renewal that finds the lease taken over stops. It costs
+// one timer while the tool is quick.
+func (c *call) keepLease() {
+	if c.t.cfg.Class == ReadOnly || c.token == 0 {
+		return
 	}
-	var mu sync.Mutex // held by a renewal, so that stop waits for it
-	stopped := false
-	var timer *time.Timer
-	renew := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
+	c.leaseMu.Lock()
+	c.leaseStopped = false
+	c.leaseTimer = time.AfterFunc(c.t.cfg.Lease/3, c.renewLease)
+	c.leaseMu.Unlock()
+}
+
+// stopLease stops the renewals and waits for one in progress.
+func (c *call) stopLease() {
+	c.leaseMu.Lock()
+	c.leaseStopped = true
+	if c.leaseTimer != nil {
+		c.leaseTimer.Stop()
+	}
+	c.leaseMu.Unlock()
+}
+
+func (c *call) renewLease() {
+	cfg := c.t.cfg
+	c.leaseMu.Lock() // held while renewing, so that stopLease waits for it
+	defer c.leaseMu.Unlock()
+	if c.leaseStopped {
+		return
+	}
+	ctx, cancel := c.outcomeCtx()
+	err := cfg.Store.Renew(ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease))
+	cancel()
+	if err != nil {
+		cfg.logger.Warn("retrysafe: lease renewal failed", "ref", c.ref, "err", err)
+		if errors.Is(err, ErrFenced) {
 			return
 		}
-		ctx, cancel := c.outcomeCtx()
-		err := cfg.Store.Renew(ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease))
-		cancel()
-		if err != nil {
-			cfg.logger.Warn("retrysafe: lease renewal failed", "ref", c.ref, "err", err)
-			if errors.Is(err, ErrFenced) {
-				return
-			}
-		}
-		timer.Reset(cfg.Lease / 3)
 	}
-	mu.Lock()
-	timer = time.AfterFunc(cfg.Lease/3, renew)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-	}
+	c.leaseTimer.Reset(cfg.Lease / 3)
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
-
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -45,7 +43,7 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 	}
 	res, err := cfg.Store.Claim(ctx, ClaimRequest{
 		Key: key, Tool: rec.Tool, Principal: rec.Principal, Fingerprint: rec.Fingerprint,
-		Owner: uuid.NewString(), Now: now, Lease: cfg.Lease, TakeOver: true,
+		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true,
 	})
 	switch {
 	case err != nil:

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -175,7 +173,7 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int
 		return nil
 	}
 	passStart := o.clock()
-	owner := uuid.NewString()
+	owner := newOwner()
 	for ctx.Err() == nil {
 		recs, err := uc.ClaimUnknown(ctx, ClaimUnknownRequest{
 			Principal: o.principal, Tools: names, Owner: owner, Now: o.clock(), Lease: lease,

@@ -134,10 +134,13 @@ func (t *Tool) Call(ctx context.Context, input string) (string, error) {
 // resultJSON embeds a tool's string result: as JSON if it is valid JSON, as
 // a JSON string otherwise.
 func resultJSON(out string) json.RawMessage {
-	trimmed := strings.TrimSpace(out)
-	if trimmed != "" && json.Valid([]byte(trimmed)) {
+	trimmed := []byte(strings.TrimSpace(out))
+	if len(trimmed) > 0 && json.Valid(trimmed) {
+		if bytes.IndexAny(trimmed, " \t\r\n") < 0 {
+			return trimmed // already compact
+		}
 		var buf bytes.Buffer
-		if json.Compact(&buf, []byte(trimmed)) == nil {
+		if json.Compact(&buf, trimmed) == nil {
 			return buf.Bytes()
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Version is the version of the envelope's JSON shape written by this package.
@@ -79,18 +81,131 @@ type Envelope struct {
 	Note       string          `json:"note,omitempty"`
 }
 
-// Marshal returns the compact JSON form of e. Fields appear in a fixed order.
+// Marshal returns the compact JSON form of e. Fields appear in a fixed order;
+// the output is what encoding/json writes without HTML escaping.
 func (e Envelope) Marshal() ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
+	return e.appendJSON(make([]byte, 0, 256+len(e.Result))), nil
+}
+
+// AppendJSON appends the compact JSON form of e to dst, or returns an error
+// if e is invalid.
+func (e Envelope) AppendJSON(dst []byte) ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return dst, err
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return e.appendJSON(dst), nil
+}
+
+func (e Envelope) appendJSON(b []byte) []byte {
+	b = append(b, `{"version":`...)
+	b = strconv.AppendInt(b, int64(e.Version), 10)
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(e.Status))
+	b = append(b, `,"tool":`...)
+	b = appendString(b, e.Tool)
+	if e.RequestRef != "" {
+		b = append(b, `,"request_ref":`...)
+		b = appendString(b, e.RequestRef)
+	}
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(e.Attempts), 10)
+	if e.Replayed {
+		b = append(b, `,"replayed":true`...)
+	}
+	if e.Reconciled {
+		b = append(b, `,"reconciled":true`...)
+	}
+	if len(e.Result) > 0 {
+		b = append(b, `,"result":`...)
+		b = appendCompact(b, e.Result)
+	}
+	if e.Error != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = appendString(b, e.Error.Code)
+		b = append(b, `,"message":`...)
+		b = appendString(b, e.Error.Message)
+		b = append(b, '}')
+	}
+	b = append(b, `,"next":`...)
+	b = appendString(b, string(e.Next))
+	if e.Note != "" {
+		b = append(b, `,"note":`...)
+		b = appendString(b, e.Note)
+	}
+	return append(b, '}')
+}
+
+// appendCompact appends JSON without insignificant space; JSON that is
+// already compact is copied as it is.
+func appendCompact(b, raw []byte) []byte {
+	if bytes.IndexAny(raw, " \t\r\n") < 0 {
+		return append(b, raw...)
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return append(b, raw...) // Validate has checked it; not reached
+	}
+	return append(b, buf.Bytes()...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string the way encoding/json does without
+// HTML escaping: '"', '\\' and control characters escaped, U+2028 and
+// U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // String returns the JSON form of e, or a JSON description of why e is

@@ -1,6 +1,7 @@
 package envelope_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -110,6 +111,35 @@ func FuzzParse(f *testing.F) {
 		}
 		if !reflect.DeepEqual(e, again) {
 			t.Fatalf("round trip changed the envelope:\n%+v\n%+v", e, again)
+		}
+	})
+}
+
+// FuzzMarshalMatchesEncodingJSON keeps the hand-written encoder byte for byte
+// equal to encoding/json (without HTML escaping) on any strings.
+func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
+	f.Add("send_email", "ref/1", "msg \"q\" \\ \n\t\b\f\x01 <&> \u2028\u2029 é", "note", 3, true, `{"a": [1, 2]}`)
+	f.Add("t", "", "\xff\xfe bad utf8", "", 0, false, ``)
+	f.Fuzz(func(t *testing.T, tool, ref, msg, note string, attempts int, fail bool, result string) {
+		e := envelope.Envelope{Version: envelope.Version, Status: envelope.Success, Tool: tool, RequestRef: ref,
+			Attempts: attempts, Next: envelope.Continue, Note: note, Replayed: attempts%2 == 0, Reconciled: fail}
+		if fail {
+			e.Status, e.Next, e.Error = envelope.UnknownOutcome, envelope.Wait, &envelope.Error{Code: "c" + msg, Message: msg}
+		} else if json.Valid([]byte(result)) {
+			e.Result = json.RawMessage(result)
+		}
+		got, err := e.Marshal()
+		if err != nil {
+			return // invalid envelopes are refused, not encoded
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Fatalf("Marshal:\n%s\nencoding/json:\n%s", got, want.String())
 		}
 	})
 }

@@ -5,23 +5,30 @@
 // are sorted by name (byte order of their UTF-8 encoding, which is code point
 // order), strings use the shortest escapes (only '"', '\\' and control
 // characters are escaped) and numbers are written in one normal form (see
-// [appendNumber]). The parser is strict where leniency would let two different
-// inputs collide or one input mean two things: invalid UTF-8, lone surrogate
-// escapes, duplicate member names, trailing data and nesting deeper than
-// [MaxDepth] are errors.
+// [parser.number]). The parser is strict where leniency would let two
+// different inputs collide or one input mean two things: invalid UTF-8, lone
+// surrogate escapes, duplicate member names, trailing data and nesting deeper
+// than [MaxDepth] are errors.
 //
-// Unicode normalisation (NFC) is not applied: "é" written as one code point and
-// as "e" plus a combining accent are different inputs.
+// Unicode normalisation (NFC) is not applied: "é" written as one code point
+// and as "e" plus a combining accent are different inputs.
 //
-// The functions are safe for concurrent use.
+// The parser writes the canonical form in one pass into one buffer, sorting
+// each object's members in place, so that a typical tool input costs a few
+// allocations. The functions are safe for concurrent use.
 package canonjson
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
-	"strings"
+	"sync"
 	"unicode/utf8"
 )
+
+// parsers keeps parsers' scratch space (member spans, decoded names) between
+// calls.
+var parsers = sync.Pool{New: func() any { return &parser{spans: make([]span, 0, 16)} }}
 
 // MaxDepth is the deepest nesting of arrays and objects accepted.
 const MaxDepth = 64
@@ -38,17 +45,102 @@ func (e *SyntaxError) Error() string {
 
 // Canonical returns the canonical form of the JSON value in data.
 func Canonical(data []byte) ([]byte, error) {
-	p := parser{data: data}
+	var stack [16]span
+	p := parser{data: data, buf: make([]byte, 0, 2*len(data)+16), spans: stack[:0]}
 	p.skipSpace()
-	out, err := p.value(make([]byte, 0, len(data)))
-	if err != nil {
+	if err := p.value(); err != nil {
 		return nil, err
 	}
 	p.skipSpace()
 	if p.pos != len(p.data) {
 		return nil, p.errorf("unexpected data after the JSON value")
 	}
-	return out, nil
+	return p.buf, nil
+}
+
+// Object is a parsed JSON object in canonical form, with its top-level
+// members at hand. An Object refers to the input it was parsed from; the
+// caller must not change that input while using the Object.
+type Object struct {
+	buf     []byte   // dst given to AppendObject, then the canonical form
+	start   int      // where the canonical form begins in buf
+	data    []byte   // the input, for undecoded member names
+	names   []byte   // decoded member names that had escapes
+	members []member // top-level members, in canonical order
+}
+
+// member locates one top-level member: its decoded name (in data or in
+// names) and its canonical name token and value (in buf).
+type member struct {
+	nameOff, nameLen int
+	nameInData       bool
+	tokOff, valOff   int // name token "…" starts at tokOff; value spans valOff..end
+	end              int
+}
+
+// ParseObject parses data, which must hold one JSON object.
+func ParseObject(data []byte) (Object, error) {
+	return AppendObject(make([]byte, 0, len(data)), data)
+}
+
+// AppendObject parses data, which must hold one JSON object, and appends its
+// canonical form to dst: [Object.Buffer] is dst followed by the canonical
+// form, [Object.Canonical] the canonical form alone. Putting a digest's
+// domain tag in dst lets the caller hash tag and form without a copy.
+func AppendObject(dst, data []byte) (Object, error) {
+	if cap(dst)-len(dst) < 2*len(data)+2 {
+		// Values are written once, then again in sorted order before being
+		// moved down: room for twice the input avoids regrowing.
+		dst = append(make([]byte, 0, len(dst)+2*len(data)+16), dst...)
+	}
+	p := parsers.Get().(*parser)
+	*p = parser{data: data, buf: dst, top: true, spans: p.spans[:0], names: p.names[:0]}
+	defer func() {
+		*p = parser{spans: p.spans[:0], names: p.names[:0]} // keep the scratch, drop the rest
+		parsers.Put(p)
+	}()
+	p.skipSpace()
+	if p.pos >= len(p.data) || p.data[p.pos] != '{' {
+		return Object{}, p.errorf("expected a JSON object")
+	}
+	if err := p.object(); err != nil {
+		return Object{}, err
+	}
+	p.skipSpace()
+	if p.pos != len(p.data) {
+		return Object{}, p.errorf("unexpected data after the JSON value")
+	}
+	var names []byte
+	if len(p.names) > 0 {
+		names = bytes.Clone(p.names) // the scratch goes back to the pool
+	}
+	return Object{buf: p.buf, start: len(dst), data: data, names: names, members: p.topMembers}, nil
+}
+
+// Canonical returns the canonical form of the object.
+func (o Object) Canonical() []byte { return o.buf[o.start:] }
+
+// Buffer returns the dst given to [AppendObject] followed by the canonical
+// form.
+func (o Object) Buffer() []byte { return o.buf }
+
+// Len returns the number of top-level members.
+func (o Object) Len() int { return len(o.members) }
+
+// Name returns the decoded name of the i-th member in canonical order. The
+// slice must not be modified.
+func (o Object) Name(i int) []byte {
+	m := o.members[i]
+	if m.nameInData {
+		return o.data[m.nameOff : m.nameOff+m.nameLen]
+	}
+	return o.names[m.nameOff : m.nameOff+m.nameLen]
+}
+
+// Value returns the canonical value of the i-th member.
+func (o Object) Value(i int) []byte {
+	m := o.members[i]
+	return o.buf[m.valOff:m.end]
 }
 
 // Member is one name/value pair of an [Object]; Value is canonical JSON.
@@ -57,67 +149,68 @@ type Member struct {
 	Value []byte
 }
 
-// Object is a parsed JSON object whose members are sorted by name.
-type Object struct {
-	members []Member
+// Members returns the members in canonical order, as a new slice.
+func (o Object) Members() []Member {
+	out := make([]Member, len(o.members))
+	for i := range o.members {
+		out[i] = Member{Name: string(o.Name(i)), Value: o.Value(i)}
+	}
+	return out
 }
-
-// ParseObject parses data, which must hold one JSON object.
-func ParseObject(data []byte) (Object, error) {
-	p := parser{data: data}
-	p.skipSpace()
-	if p.pos >= len(p.data) || p.data[p.pos] != '{' {
-		return Object{}, p.errorf("expected a JSON object")
-	}
-	members, err := p.members()
-	if err != nil {
-		return Object{}, err
-	}
-	p.skipSpace()
-	if p.pos != len(p.data) {
-		return Object{}, p.errorf("unexpected data after the JSON value")
-	}
-	return Object{members: members}, nil
-}
-
-// Members returns the members sorted by name. The slice must not be modified.
-func (o Object) Members() []Member { return o.members }
 
 // Get returns the canonical value of the member called name.
 func (o Object) Get(name string) ([]byte, bool) {
-	i, ok := slices.BinarySearchFunc(o.members, name, func(m Member, n string) int {
-		return strings.Compare(m.Name, n)
+	i, ok := slices.BinarySearchFunc(o.members, name, func(m member, n string) int {
+		var b []byte
+		if m.nameInData {
+			b = o.data[m.nameOff : m.nameOff+m.nameLen]
+		} else {
+			b = o.names[m.nameOff : m.nameOff+m.nameLen]
+		}
+		return bytes.Compare(b, []byte(n))
 	})
 	if !ok {
 		return nil, false
 	}
-	return o.members[i].Value, true
+	return o.Value(i), true
 }
 
 // AppendCanonical appends the canonical encoding of the members for which keep
 // returns true (all members when keep is nil) to dst.
-func (o Object) AppendCanonical(dst []byte, keep func(name string) bool) []byte {
+func (o Object) AppendCanonical(dst []byte, keep func(name []byte) bool) []byte {
 	dst = append(dst, '{')
 	first := true
-	for _, m := range o.members {
-		if keep != nil && !keep(m.Name) {
+	for i, m := range o.members {
+		if keep != nil && !keep(o.Name(i)) {
 			continue
 		}
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendString(dst, m.Name)
-		dst = append(dst, ':')
-		dst = append(dst, m.Value...)
+		dst = append(dst, o.buf[m.tokOff:m.end]...)
 	}
 	return append(dst, '}')
+}
+
+// span is a member of an object being parsed.
+type span struct {
+	nameOff, nameLen int
+	valOff, valEnd   int // in buf
+	nameInData       bool
+	rawName          bool // the name had no escapes: its token is data[nameOff-1 : nameOff+nameLen+1]
 }
 
 type parser struct {
 	data  []byte
 	pos   int
 	depth int
+	buf   []byte // the canonical form under construction
+	spans []span // members of the objects being parsed, innermost last
+	names []byte // decoded names that had escapes
+
+	top        bool     // record the top-level object's members
+	topMembers []member // …here
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -135,44 +228,51 @@ func (p *parser) skipSpace() {
 	}
 }
 
-func (p *parser) value(dst []byte) ([]byte, error) {
+func (p *parser) value() error {
 	if p.pos >= len(p.data) {
-		return nil, p.errorf("unexpected end of input")
+		return p.errorf("unexpected end of input")
 	}
 	switch c := p.data[p.pos]; {
 	case c == '{':
-		members, err := p.members()
-		if err != nil {
-			return nil, err
-		}
-		return Object{members: members}.AppendCanonical(dst, nil), nil
+		return p.object()
 	case c == '[':
-		return p.array(dst)
+		return p.array()
 	case c == '"':
-		s, err := p.string()
+		start := len(p.buf)
+		s, raw, err := p.string(&p.buf)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return appendString(dst, s), nil
+		if raw {
+			p.buf = append(p.buf, '"')
+			p.buf = append(p.buf, s...)
+			p.buf = append(p.buf, '"')
+			return nil
+		}
+		// The decoded string was put at start; encode it canonically.
+		decoded := append([]byte(nil), p.buf[start:]...)
+		p.buf = appendString(p.buf[:start], decoded)
+		return nil
 	case c == '-' || (c >= '0' && c <= '9'):
-		return p.number(dst)
+		return p.number()
 	case c == 't':
-		return p.literal(dst, "true")
+		return p.literal("true")
 	case c == 'f':
-		return p.literal(dst, "false")
+		return p.literal("false")
 	case c == 'n':
-		return p.literal(dst, "null")
+		return p.literal("null")
 	default:
-		return nil, p.errorf("unexpected character %q", c)
+		return p.errorf("unexpected character %q", c)
 	}
 }
 
-func (p *parser) literal(dst []byte, word string) ([]byte, error) {
+func (p *parser) literal(word string) error {
 	if len(p.data)-p.pos < len(word) || string(p.data[p.pos:p.pos+len(word)]) != word {
-		return nil, p.errorf("invalid literal, expected %s", word)
+		return p.errorf("invalid literal, expected %s", word)
 	}
 	p.pos += len(word)
-	return append(dst, word...), nil
+	p.buf = append(p.buf, word...)
+	return nil
 }
 
 func (p *parser) enter() error {
@@ -183,141 +283,230 @@ func (p *parser) enter() error {
 	return nil
 }
 
-// members parses an object starting at '{' and returns its members sorted.
-func (p *parser) members() ([]Member, error) {
-	if err := p.enter(); err != nil {
-		return nil, err
+func (p *parser) spanName(s span) []byte {
+	if s.nameInData {
+		return p.data[s.nameOff : s.nameOff+s.nameLen]
 	}
+	return p.names[s.nameOff : s.nameOff+s.nameLen]
+}
+
+// object parses an object at '{' and appends its canonical form to buf.
+func (p *parser) object() error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	top := p.top && p.depth == 1
 	p.pos++ // '{'
-	var members []Member
+	start := len(p.buf)
+	base := len(p.spans)
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
-		p.depth--
-		return members, nil
-	}
-	for {
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return nil, p.errorf("expected a member name in double quotes")
-		}
-		name, err := p.string()
-		if err != nil {
-			return nil, err
-		}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return nil, p.errorf("expected ':' after member name %q", name)
-		}
-		p.pos++
-		p.skipSpace()
-		val, err := p.value(nil)
-		if err != nil {
-			return nil, err
-		}
-		members = append(members, Member{Name: name, Value: val})
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in object")
-		}
-		if p.data[p.pos] == '}' {
+	} else {
+		for {
+			p.skipSpace()
+			if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+				return p.errorf("expected a member name in double quotes")
+			}
+			sp, err := p.name()
+			if err != nil {
+				return err
+			}
+			p.skipSpace()
+			if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+				return p.errorf("expected ':' after member name %q", p.spanName(sp))
+			}
 			p.pos++
-			break
+			p.skipSpace()
+			sp.valOff = len(p.buf)
+			if err := p.value(); err != nil {
+				return err
+			}
+			sp.valEnd = len(p.buf)
+			p.spans = append(p.spans, sp)
+			p.skipSpace()
+			if p.pos >= len(p.data) {
+				return p.errorf("unexpected end of input in object")
+			}
+			if p.data[p.pos] == '}' {
+				p.pos++
+				break
+			}
+			if p.data[p.pos] != ',' {
+				return p.errorf("expected ',' or '}' in object")
+			}
+			p.pos++
 		}
-		if p.data[p.pos] != ',' {
-			return nil, p.errorf("expected ',' or '}' in object")
-		}
-		p.pos++
 	}
 	p.depth--
-	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	members := p.spans[base:]
+	p.sortSpans(members)
 	for i := 1; i < len(members); i++ {
-		if members[i].Name == members[i-1].Name {
-			return nil, &SyntaxError{Offset: p.pos, Msg: fmt.Sprintf("duplicate member name %q", members[i].Name)}
+		if bytes.Equal(p.spanName(members[i]), p.spanName(members[i-1])) {
+			return &SyntaxError{Offset: p.pos, Msg: fmt.Sprintf("duplicate member name %q", p.spanName(members[i]))}
 		}
 	}
-	return members, nil
+	// Write the sorted object after the values, then move it down over them.
+	out := len(p.buf)
+	p.buf = append(p.buf, '{')
+	if top {
+		p.topMembers = make([]member, 0, len(members))
+	}
+	for i, m := range members {
+		if i > 0 {
+			p.buf = append(p.buf, ',')
+		}
+		tok := len(p.buf)
+		if m.rawName {
+			p.buf = append(p.buf, p.data[m.nameOff-1:m.nameOff+m.nameLen+1]...)
+		} else {
+			p.buf = appendString(p.buf, p.spanName(m))
+		}
+		p.buf = append(p.buf, ':')
+		val := len(p.buf)
+		p.buf = append(p.buf, p.buf[m.valOff:m.valEnd]...)
+		if top {
+			shift := out - start
+			p.topMembers = append(p.topMembers, member{
+				nameOff: m.nameOff, nameLen: m.nameLen, nameInData: m.nameInData,
+				tokOff: tok - shift, valOff: val - shift, end: len(p.buf) - shift,
+			})
+		}
+	}
+	p.buf = append(p.buf, '}')
+	n := copy(p.buf[start:], p.buf[out:])
+	p.buf = p.buf[:start+n]
+	p.spans = p.spans[:base]
+	return nil
 }
 
-func (p *parser) array(dst []byte) ([]byte, error) {
+// sortSpans sorts members by name; insertion sort for the small objects tool
+// inputs are made of.
+func (p *parser) sortSpans(s []span) {
+	if len(s) > 16 {
+		slices.SortFunc(s, func(a, b span) int { return bytes.Compare(p.spanName(a), p.spanName(b)) })
+		return
+	}
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && bytes.Compare(p.spanName(s[j]), p.spanName(s[j-1])) < 0; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// name parses a member name at '"'.
+func (p *parser) name() (span, error) {
+	s, raw, err := p.string(&p.names)
+	if err != nil {
+		return span{}, err
+	}
+	if raw {
+		return span{nameOff: p.pos - 1 - len(s), nameLen: len(s), nameInData: true, rawName: true}, nil
+	}
+	return span{nameOff: len(p.names) - len(s), nameLen: len(s)}, nil
+}
+
+func (p *parser) array() error {
 	if err := p.enter(); err != nil {
-		return nil, err
+		return err
 	}
 	p.pos++ // '['
-	dst = append(dst, '[')
+	p.buf = append(p.buf, '[')
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
 		p.depth--
-		return append(dst, ']'), nil
+		p.buf = append(p.buf, ']')
+		return nil
 	}
 	for {
 		p.skipSpace()
-		var err error
-		if dst, err = p.value(dst); err != nil {
-			return nil, err
+		if err := p.value(); err != nil {
+			return err
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in array")
+			return p.errorf("unexpected end of input in array")
 		}
 		if p.data[p.pos] == ']' {
 			p.pos++
 			break
 		}
 		if p.data[p.pos] != ',' {
-			return nil, p.errorf("expected ',' or ']' in array")
+			return p.errorf("expected ',' or ']' in array")
 		}
 		p.pos++
-		dst = append(dst, ',')
+		p.buf = append(p.buf, ',')
 	}
 	p.depth--
-	return append(dst, ']'), nil
+	p.buf = append(p.buf, ']')
+	return nil
 }
 
-// string parses a string starting at '"' and returns its decoded value.
-func (p *parser) string() (string, error) {
+// string parses a string at '"'. Without escapes it returns the raw bytes
+// (a subslice of data) and raw=true; with escapes it appends the decoded
+// string to *scratch and returns it (a subslice of *scratch).
+func (p *parser) string(scratch *[]byte) (s []byte, raw bool, err error) {
 	p.pos++ // opening quote
 	start := p.pos
-	// Fast path: no escapes.
+	// Fast path: find the closing quote, then check the run for escapes and
+	// control characters in one tight loop.
+	if end := bytes.IndexByte(p.data[start:], '"'); end >= 0 {
+		run := p.data[start : start+end]
+		clean := true
+		for _, c := range run {
+			if c < 0x20 || c == '\\' {
+				clean = false
+				break
+			}
+		}
+		if clean {
+			if !utf8.Valid(run) {
+				return nil, false, &SyntaxError{Offset: start, Msg: "string is not valid UTF-8"}
+			}
+			p.pos = start + end + 1
+			return run, true, nil
+		}
+	}
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
-		if c == '"' {
-			s := p.data[start:p.pos]
-			if !utf8.Valid(s) {
-				return "", &SyntaxError{Offset: start, Msg: "string is not valid UTF-8"}
-			}
-			p.pos++
-			return string(s), nil
-		}
-		if c == '\\' {
+		if c == '"' || c == '\\' {
 			break
 		}
 		if c < 0x20 {
-			return "", p.errorf("control character %#x in string", c)
+			return nil, false, p.errorf("control character %#x in string", c)
 		}
 		p.pos++
 	}
-	buf := append([]byte(nil), p.data[start:p.pos]...)
+	if p.pos < len(p.data) && p.data[p.pos] == '"' {
+		s := p.data[start:p.pos]
+		if !utf8.Valid(s) {
+			return nil, false, &SyntaxError{Offset: start, Msg: "string is not valid UTF-8"}
+		}
+		p.pos++
+		return s, true, nil
+	}
+	base := len(*scratch)
+	buf := append(*scratch, p.data[start:p.pos]...)
+	defer func() { *scratch = buf }()
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		switch {
 		case c == '"':
-			if !utf8.Valid(buf) {
-				return "", &SyntaxError{Offset: start, Msg: "string is not valid UTF-8"}
+			if !utf8.Valid(buf[base:]) {
+				return nil, false, &SyntaxError{Offset: start, Msg: "string is not valid UTF-8"}
 			}
 			p.pos++
-			return string(buf), nil
+			return buf[base:], false, nil
 		case c < 0x20:
-			return "", p.errorf("control character %#x in string", c)
+			return nil, false, p.errorf("control character %#x in string", c)
 		case c != '\\':
 			buf = append(buf, c)
 			p.pos++
 			continue
 		}
-		// Escape sequence.
 		if p.pos+1 >= len(p.data) {
-			return "", p.errorf("unexpected end of input in escape")
+			return nil, false, p.errorf("unexpected end of input in escape")
 		}
 		esc := p.data[p.pos+1]
 		p.pos += 2
@@ -337,30 +526,30 @@ func (p *parser) string() (string, error) {
 		case 'u':
 			r, err := p.hex4()
 			if err != nil {
-				return "", err
+				return nil, false, err
 			}
 			if r >= 0xD800 && r < 0xDC00 {
 				if p.pos+1 >= len(p.data) || p.data[p.pos] != '\\' || p.data[p.pos+1] != 'u' {
-					return "", p.errorf("lone surrogate \\u%04X", r)
+					return nil, false, p.errorf("lone surrogate \\u%04X", r)
 				}
 				p.pos += 2
 				lo, err := p.hex4()
 				if err != nil {
-					return "", err
+					return nil, false, err
 				}
 				if lo < 0xDC00 || lo >= 0xE000 {
-					return "", p.errorf("invalid surrogate pair \\u%04X\\u%04X", r, lo)
+					return nil, false, p.errorf("invalid surrogate pair \\u%04X\\u%04X", r, lo)
 				}
 				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
 			} else if r >= 0xDC00 && r < 0xE000 {
-				return "", p.errorf("lone surrogate \\u%04X", r)
+				return nil, false, p.errorf("lone surrogate \\u%04X", r)
 			}
 			buf = utf8.AppendRune(buf, r)
 		default:
-			return "", p.errorf("invalid escape \\%c", esc)
+			return nil, false, p.errorf("invalid escape \\%c", esc)
 		}
 	}
-	return "", p.errorf("unexpected end of input in string")
+	return nil, false, p.errorf("unexpected end of input in string")
 }
 
 func (p *parser) hex4() (rune, error) {
@@ -388,7 +577,7 @@ func (p *parser) hex4() (rune, error) {
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string with the shortest escapes.
-func appendString(dst []byte, s string) []byte {
+func appendString(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {

@@ -100,7 +100,7 @@ func TestParseObject(t *testing.T) {
 	if _, ok := obj.Get("cc"); ok {
 		t.Error("Get(cc) found a member that is not there")
 	}
-	got := obj.AppendCanonical(nil, func(n string) bool { return n != "body" })
+	got := obj.AppendCanonical(nil, func(n []byte) bool { return string(n) != "body" })
 	if string(got) != `{"subject":"Hi","to":"ana@example.com"}` {
 		t.Errorf("AppendCanonical without body = %s", got)
 	}
@@ -155,6 +155,49 @@ func FuzzCanonical(f *testing.F) {
 		}
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("meaning changed: %q -> %q", in, out)
+		}
+	})
+}
+
+func TestAppendObjectKeepsThePrefix(t *testing.T) {
+	obj, err := canonjson.AppendObject([]byte("tag:"), []byte(`{"b":"x\u0041","a\u00e9":[1.0,{"d":1,"c":2}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(obj.Buffer()); got != `tag:{"aé":[1,{"c":2,"d":1}],"b":"xA"}` {
+		t.Errorf("Buffer = %s", got)
+	}
+	if got := string(obj.Canonical()); got != `{"aé":[1,{"c":2,"d":1}],"b":"xA"}` {
+		t.Errorf("Canonical = %s", got)
+	}
+	if obj.Len() != 2 || string(obj.Name(0)) != "aé" || string(obj.Value(0)) != `[1,{"c":2,"d":1}]` || string(obj.Name(1)) != "b" {
+		t.Errorf("members %v", obj.Members())
+	}
+}
+
+// FuzzObject checks that AppendObject agrees with Canonical and that member
+// access matches the canonical form.
+func FuzzObject(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":{"y":[],"x":"\n"}}`, `{"\u00e9":1,"e":2}`, `{}`, `{"a":"\"q\""}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		obj, err := canonjson.AppendObject([]byte("p"), in)
+		want, werr := canonjson.Canonical(in)
+		if err != nil {
+			return
+		}
+		if werr != nil || string(obj.Canonical()) != string(want) {
+			t.Fatalf("AppendObject %q != Canonical %q (%v)", obj.Canonical(), want, werr)
+		}
+		if got := obj.AppendCanonical(nil, nil); string(got) != string(want) {
+			t.Fatalf("AppendCanonical(nil) = %q, want %q", got, want)
+		}
+		for i := range obj.Len() {
+			v, ok := obj.Get(string(obj.Name(i)))
+			if !ok || string(v) != string(obj.Value(i)) {
+				t.Fatalf("Get(%q) = %q, %v; want %q", obj.Name(i), v, ok, obj.Value(i))
+			}
 		}
 	})
 }

@@ -9,7 +9,7 @@ import (
 // hostile "1e999999999999" is refused instead of being expanded.
 const maxExponentDigits = 9
 
-// number parses a JSON number and appends its canonical form.
+// number parses a JSON number and appends its canonical form to buf.
 //
 // Numbers are compared by exact decimal value, never through float64: 1, 1.0,
 // 10e-1 and 0.1e1 are one number, and 9007199254740993 stays itself. The form
@@ -20,7 +20,7 @@ const maxExponentDigits = 9
 //	d.ddde±n            otherwise
 //
 // with no leading '+', no trailing fraction zeros and "0" for negative zero.
-func (p *parser) number(dst []byte) ([]byte, error) {
+func (p *parser) number() error {
 	start := p.pos
 	neg := false
 	if p.data[p.pos] == '-' {
@@ -34,7 +34,7 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 	case p.pos < len(p.data) && p.data[p.pos] >= '1' && p.data[p.pos] <= '9':
 		p.skipDigits()
 	default:
-		return nil, p.errorf("invalid number")
+		return p.errorf("invalid number")
 	}
 	intPart := string(p.data[intStart:p.pos])
 	var fracPart string
@@ -43,7 +43,7 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 		fs := p.pos
 		p.skipDigits()
 		if p.pos == fs {
-			return nil, p.errorf("number needs digits after '.'")
+			return p.errorf("number needs digits after '.'")
 		}
 		fracPart = string(p.data[fs:p.pos])
 	}
@@ -58,11 +58,11 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 		es := p.pos
 		p.skipDigits()
 		if p.pos == es {
-			return nil, p.errorf("number needs digits in its exponent")
+			return p.errorf("number needs digits in its exponent")
 		}
 		digits := strings.TrimLeft(string(p.data[es:p.pos]), "0")
 		if len(digits) > maxExponentDigits {
-			return nil, &SyntaxError{Offset: start, Msg: "number exponent out of range"}
+			return &SyntaxError{Offset: start, Msg: "number exponent out of range"}
 		}
 		if digits != "" {
 			exp, _ = strconv.ParseInt(digits, 10, 64)
@@ -74,7 +74,8 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 
 	digits := strings.TrimLeft(intPart+fracPart, "0")
 	if digits == "" {
-		return append(dst, '0'), nil
+		p.buf = append(p.buf, '0')
+		return nil
 	}
 	e10 := exp - int64(len(fracPart))
 	trimmed := strings.TrimRight(digits, "0")
@@ -82,36 +83,36 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 	digits = trimmed
 
 	if neg {
-		dst = append(dst, '-')
+		p.buf = append(p.buf, '-')
 	}
 	n := int64(len(digits))
 	point := n + e10 // digits before the decimal point
 	switch {
 	case e10 >= 0 && point <= 21:
-		dst = append(dst, digits...)
+		p.buf = append(p.buf, digits...)
 		for range e10 {
-			dst = append(dst, '0')
+			p.buf = append(p.buf, '0')
 		}
 	case e10 < 0 && point > 0:
-		dst = append(dst, digits[:point]...)
-		dst = append(dst, '.')
-		dst = append(dst, digits[point:]...)
+		p.buf = append(p.buf, digits[:point]...)
+		p.buf = append(p.buf, '.')
+		p.buf = append(p.buf, digits[point:]...)
 	case e10 < 0 && point > -6:
-		dst = append(dst, '0', '.')
+		p.buf = append(p.buf, '0', '.')
 		for range -point {
-			dst = append(dst, '0')
+			p.buf = append(p.buf, '0')
 		}
-		dst = append(dst, digits...)
+		p.buf = append(p.buf, digits...)
 	default:
-		dst = append(dst, digits[0])
+		p.buf = append(p.buf, digits[0])
 		if n > 1 {
-			dst = append(dst, '.')
-			dst = append(dst, digits[1:]...)
+			p.buf = append(p.buf, '.')
+			p.buf = append(p.buf, digits[1:]...)
 		}
-		dst = append(dst, 'e')
-		dst = strconv.AppendInt(dst, point-1, 10)
+		p.buf = append(p.buf, 'e')
+		p.buf = strconv.AppendInt(p.buf, point-1, 10)
 	}
-	return dst, nil
+	return nil
 }
 
 func (p *parser) skipDigits() {

@@ -372,20 +372,29 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 }
 
 func (c *call) record(state State, env envelope.Envelope) error {
-	cfg := c.t.cfg
-	b, err := env.Marshal()
-	if err != nil {
-		return err
+	return c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}, &env)
+}
+
+// writeOutcome records the final state of the record req.Key held by
+// req.Token, with env encoded through the codec as its outcome (nil keeps
+// req.Outcome). It writes on a context that outlives the caller's
+// cancellation, bounded by StoreTimeout: an effect that happened must not go
+// unrecorded because the caller stopped listening.
+func (t *Tool) writeOutcome(ctx context.Context, req FinishRequest, env *envelope.Envelope) error {
+	cfg := t.cfg
+	if env != nil {
+		b, err := env.Marshal()
+		if err != nil {
+			return err
+		}
+		if req.Outcome, err = cfg.codec.Encode(req.Key, b); err != nil {
+			return fmt.Errorf("encoding the outcome: %w", err)
+		}
 	}
-	if b, err = cfg.codec.Encode(c.ref, b); err != nil {
-		return fmt.Errorf("encoding the outcome: %w", err)
-	}
-	ctx, cancel := c.outcomeCtx()
+	req.Now, req.TTL = cfg.Now(), cfg.KeyTTL
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
-	return cfg.Store.Finish(ctx, FinishRequest{
-		Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts, Outcome: b,
-		Now: cfg.Now(), TTL: cfg.KeyTTL,
-	})
+	return cfg.Store.Finish(ctx, req)
 }
 
 // outcomeCtx is a context for recording an outcome: not cancelled with the

@@ -98,24 +98,11 @@ func (h *holding) compensated(ctx context.Context, res *Resolution) (envelope.En
 
 // finish writes the settled state. A nil env keeps the record's outcome.
 func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelope, res *Resolution, approve bool) error {
-	cfg := h.t.cfg
-	outcome := h.rec.Outcome
-	if env != nil {
-		b, err := env.Marshal()
-		if err != nil {
-			return err
-		}
-		if outcome, err = cfg.codec.Encode(h.rec.Key, b); err != nil {
-			return fmt.Errorf("encoding the outcome: %w", err)
-		}
-	}
 	if res != nil && res.At.IsZero() {
-		res.At = cfg.Now()
+		res.At = h.t.cfg.Now()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
-	defer cancel()
-	return cfg.Store.Finish(ctx, FinishRequest{
-		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: outcome,
-		Now: cfg.Now(), TTL: cfg.KeyTTL, RetryApproved: approve, Resolution: res,
-	})
+	return h.t.writeOutcome(ctx, FinishRequest{
+		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: h.rec.Outcome,
+		RetryApproved: approve, Resolution: res,
+	}, env)
 }

@@ -392,6 +392,9 @@ func (t *Tool) writeOutcome(ctx context.Context, req FinishRequest, env *envelop
 		}
 	}
 	req.Now, req.TTL = cfg.Now(), cfg.KeyTTL
+	if cfg.localStore {
+		return cfg.Store.Finish(context.WithoutCancel(ctx), req)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
 	return cfg.Store.Finish(ctx, req)

@@ -198,6 +198,8 @@ type config struct {
 	identify map[string]bool
 	logger   *slog.Logger
 	codec    Codec
+	// localStore is set when the store never waits on a network.
+	localStore bool
 }
 
 func newConfig(name string, o Options) (*config, error) {
@@ -265,6 +267,9 @@ func newConfig(name string, o Options) (*config, error) {
 		o.Now = time.Now
 	}
 	c := &config{Options: o, codec: o.Codec, logger: o.Logger}
+	if l, ok := o.Store.(LocalStore); ok && l.Local() {
+		c.localStore = true
+	}
 	if c.codec == nil {
 		c.codec = plainCodec{}
 	}

@@ -42,6 +42,14 @@ type Store interface {
 	ListUnknown(ctx context.Context, req ListRequest) ([]Record, error)
 }
 
+// LocalStore is implemented by stores whose calls never wait on a network
+// (memstore, boltstore: their contexts are checked before each call, never
+// during one). Outcome writes to them go without the StoreTimeout deadline,
+// which could not interrupt them anyway and costs a timer per call.
+type LocalStore interface {
+	Local() bool
+}
+
 // ListRequest selects records for [Store.ListUnknown].
 type ListRequest struct {
 	// Principal, if not nil, keeps only that principal's records.

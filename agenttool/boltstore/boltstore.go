@@ -44,7 +44,14 @@ type Store struct {
 	writes groupCommit
 }
 
-var _ agenttool.Store = (*Store)(nil)
+var (
+	_ agenttool.Store      = (*Store)(nil)
+	_ agenttool.LocalStore = (*Store)(nil)
+)
+
+// Local reports true: the store never waits on a network (see
+// agenttool.LocalStore).
+func (s *Store) Local() bool { return true }
 
 // Open opens or creates the store file at path. It fails with a clear error
 // if another process holds the file, if the file is not a bbolt database or

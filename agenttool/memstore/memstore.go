@@ -27,7 +27,14 @@ type Store struct {
 	closed  bool
 }
 
-var _ agenttool.Store = (*Store)(nil)
+var (
+	_ agenttool.Store      = (*Store)(nil)
+	_ agenttool.LocalStore = (*Store)(nil)
+)
+
+// Local reports true: the store never waits on a network (see
+// agenttool.LocalStore).
+func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
 func New() *Store {

@@ -364,3 +364,39 @@ func TestSchema(t *testing.T) {
 		t.Errorf("a map input type was accepted: %v", err)
 	}
 }
+
+// hangingStore's Finish waits for its context to end, as a store behind a
+// dead network would.
+type hangingStore struct {
+	agenttool.Store
+	deadline atomic.Bool
+}
+
+func (h *hangingStore) Finish(ctx context.Context, r agenttool.FinishRequest) error {
+	_, ok := ctx.Deadline()
+	h.deadline.Store(ok)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Recording an outcome outlives the caller's cancellation but is bounded by
+// StoreTimeout: a hung store cannot hold the call forever, and the envelope
+// still tells the truth.
+func TestOutcomeWriteIsBounded(t *testing.T) {
+	store := &hangingStore{Store: memstore.New()} // not a LocalStore: its writes get a deadline
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, StoreTimeout: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(scoped())
+	cancel() // the caller's context ends; the outcome write must not
+	start := time.Now()
+	env := tool.Invoke(context.WithoutCancel(ctx), emailToAna)
+	if env.Status != envelope.Success || m.count() != 1 {
+		t.Fatalf("envelope %s with %d effects", env, m.count())
+	}
+	if !store.deadline.Load() {
+		t.Error("the outcome write to a remote store had no deadline")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a hung store held the call for %v", d)
+	}
+}

@@ -16,7 +16,8 @@
 //	})
 //	// trusted application code, not the model, says who acts and where:
 //	ctx = agenttool.WithScope(ctx, "tenant-42/user-7", "conversation-9")
-//	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, []tools.Tool{send}))
+//	agent := agents.NewOpenAIFunctionsAgent(agenttool.WithToolSchemas(model, send), []tools.Tool{send})
+//	executor := agents.NewExecutor(agent)
 //
 // [Wrap] guards an existing tools.Tool; [New] builds one from a Go function
 // with a JSON input struct and exposes its JSON Schema. Either way, Call

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"context"
 	"errors"
 
 	"github.com/tmc/langchaingo/llms"
@@ -28,21 +27,5 @@ func openAIModel(getenv func(string) string, guarded []*agenttool.Tool) (llms.Mo
 	if err != nil {
 		return nil, err
 	}
-	var defs []llms.FunctionDefinition
-	for _, t := range guarded {
-		defs = append(defs, t.FunctionDefinition())
-	}
-	return &withSchemas{Model: llm, defs: defs}, nil
-}
-
-// withSchemas gives the model each tool's real input schema. langchaingo's
-// functions agent declares every tool with one string parameter; with the
-// schema the model sends the JSON object the tool expects.
-type withSchemas struct {
-	llms.Model
-	defs []llms.FunctionDefinition
-}
-
-func (m *withSchemas) GenerateContent(ctx context.Context, msgs []llms.MessageContent, opts ...llms.CallOption) (*llms.ContentResponse, error) {
-	return m.Model.GenerateContent(ctx, msgs, append(opts, llms.WithFunctions(m.defs))...)
+	return agenttool.WithToolSchemas(llm, guarded...), nil
 }

@@ -11,9 +11,23 @@ pg_install() {
     return
   fi
   echo "== installing PostgreSQL from Debian packages"
+  if [ "$(id -u)" != 0 ]; then
+    echo "PostgreSQL is not installed and this is not root: apt-get install postgresql, or set DATABASE_URL" >&2
+    return 1
+  fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  # The package would start a cluster of its own; forbid service starts
+  # while it installs, as container images do.
+  local prc=/usr/sbin/policy-rc.d created=""
+  if [ ! -e "$prc" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$prc"
+    chmod +x "$prc"
+    created=1
+  fi
+  local rc=0
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql >/dev/null || rc=$?
+  [ -z "$created" ] || rm -f "$prc"
+  return "$rc"
 }
 
 pg_free_port() {

@@ -32,7 +32,8 @@ var effectsBucket = []byte("retrysafe/effects")
 // fn may run twice: writes are group-committed, and when another write in
 // the same batch fails, the batch is rolled back and each write, this one
 // included, runs again alone. Its writes to tx commit once. So fn must have
-// no effect outside tx.
+// no effect outside tx, and should be quick: it runs inside a write
+// transaction that other calls' writes may be waiting to share.
 //
 // An error returned by fn rolls the effect back: it is reported as definite
 // unless fn classified it otherwise. A failed commit leaves the outcome

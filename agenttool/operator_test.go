@@ -244,3 +244,33 @@ func TestSweeperReconcilesWithBoundedConcurrency(t *testing.T) {
 		}
 	})
 }
+
+func TestOperatorReconcileOne(t *testing.T) {
+	store := memstore.New()
+	m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+	pending := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: fixed(reconcile.StillPending())})
+	env := pending.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.UnknownOutcome)
+
+	// The operator's tool asks the mailbox, which has the message now.
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: mailboxReconciler(m, nil)})
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := op.Reconcile(context.Background(), env.RequestRef, "maria")
+	if err != nil || v != reconcile.Applied {
+		t.Fatalf("Reconcile = %v, %v; want applied", v, err)
+	}
+	rec, _ := op.Show(context.Background(), env.RequestRef)
+	if rec.State != agenttool.Succeeded || rec.Resolution == nil || rec.Resolution.By != "operator:maria" {
+		t.Errorf("record after Reconcile: %v, resolution %+v", rec.State, rec.Resolution)
+	}
+	if _, err := op.Reconcile(context.Background(), env.RequestRef, "maria"); !errors.Is(err, agenttool.ErrNotUnknown) {
+		t.Errorf("reconciling a settled record: %v", err)
+	}
+	noCheck, _ := agenttool.NewOperator(store, pending)
+	if _, err := noCheck.Reconcile(context.Background(), "send_email/none", "maria"); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("reconciling an unknown reference: %v", err)
+	}
+}

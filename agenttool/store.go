@@ -216,9 +216,9 @@ type FinishRequest struct {
 }
 
 // DecideClaim applies the claim rules to the existing record for req.Key (nil
-// if there is none) and returns the record to write (nil if nothing changes)
-// and the result. nextToken is called only when a new claim is made. It is
-// the single source of the rules; a Store calls it inside its transaction:
+// if there is none) and returns the result and whether res.Record must be
+// written. nextToken is called only when a new claim is made. It is the
+// single source of the rules; a Store calls it inside its transaction:
 //
 //   - no record, or a succeeded/failed record past its expiry: claim;
 //   - another principal: OtherPrincipal, nothing changes;
@@ -232,19 +232,19 @@ type FinishRequest struct {
 //   - unknown and resolved as not applied (RetryApproved): claimed afresh,
 //     which consumes the approval;
 //   - unknown: taken over if req.TakeOver, else returned.
-func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (*Record, ClaimResult, error) {
+func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (res ClaimResult, write bool, err error) {
 	if req.Lease <= 0 {
-		return nil, ClaimResult{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
+		return ClaimResult{}, false, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
-	claim := func(tookOver bool, attempts int, created time.Time) (*Record, ClaimResult, error) {
+	claim := func(tookOver bool, attempts int, created time.Time) (ClaimResult, bool, error) {
 		tok, err := nextToken()
 		if err != nil {
-			return nil, ClaimResult{}, err
+			return ClaimResult{}, false, err
 		}
 		if created.IsZero() {
 			created = req.Now
 		}
-		rec := &Record{
+		rec := Record{
 			Key: req.Key, Tool: req.Tool, State: Pending,
 			Principal: req.Principal, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
@@ -254,24 +254,24 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			// A takeover keeps the audit trail and the last outcome seen.
 			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
 		}
-		return rec, ClaimResult{Claimed: true, TookOver: tookOver, Record: *rec}, nil
+		return ClaimResult{Claimed: true, TookOver: tookOver, Record: rec}, true, nil
 	}
 	if existing == nil || existing.expired(req.Now) {
 		return claim(false, 0, time.Time{})
 	}
 	if !existing.State.Valid() {
-		return nil, ClaimResult{}, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
+		return ClaimResult{}, false, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
 	}
 	if existing.Principal != req.Principal {
-		return nil, ClaimResult{Conflict: OtherPrincipal, Record: *existing}, nil
+		return ClaimResult{Conflict: OtherPrincipal, Record: *existing}, false, nil
 	}
 	if existing.Fingerprint != req.Fingerprint {
-		return nil, ClaimResult{Conflict: OtherInput, Record: *existing}, nil
+		return ClaimResult{Conflict: OtherInput, Record: *existing}, false, nil
 	}
 	switch existing.State {
 	case Pending:
 		if req.Now.Before(existing.LeaseExpiry) {
-			return nil, ClaimResult{Record: *existing}, nil
+			return ClaimResult{Record: *existing}, false, nil
 		}
 		// The dead holder claimed in order to attempt: count its attempt,
 		// whose outcome nobody knows.
@@ -280,12 +280,12 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		}
 		tok, err := nextToken()
 		if err != nil {
-			return nil, ClaimResult{}, err
+			return ClaimResult{}, false, err
 		}
 		rec := *existing
 		rec.State, rec.Token, rec.Owner, rec.LeaseExpiry, rec.Updated = Unknown, tok, "", time.Time{}, req.Now
 		rec.Attempts++
-		return &rec, ClaimResult{Record: rec}, nil
+		return ClaimResult{Record: rec}, true, nil
 	case Unknown:
 		if existing.RetryApproved {
 			return claim(false, existing.Attempts, existing.Created)
@@ -294,20 +294,20 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			return claim(true, existing.Attempts, existing.Created)
 		}
 	}
-	return nil, ClaimResult{Record: *existing}, nil
+	return ClaimResult{Record: *existing}, false, nil
 }
 
 // DecideFinish checks that req.Token still holds the pending record and
 // returns the final record to write.
-func DecideFinish(existing *Record, req FinishRequest) (*Record, error) {
+func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	if req.State != Succeeded && req.State != Failed && req.State != Unknown {
-		return nil, fmt.Errorf("agenttool: finish %s in state %v: %w", req.Key, req.State, ErrInvalidRequest)
+		return Record{}, fmt.Errorf("agenttool: finish %s in state %v: %w", req.Key, req.State, ErrInvalidRequest)
 	}
 	if err := holds(existing, req.Key, req.Token); err != nil {
-		return nil, err
+		return Record{}, err
 	}
 	if req.RetryApproved && req.State != Unknown {
-		return nil, fmt.Errorf("agenttool: finish %s: only an unknown record can be approved for retry: %w", req.Key, ErrInvalidRequest)
+		return Record{}, fmt.Errorf("agenttool: finish %s: only an unknown record can be approved for retry: %w", req.Key, ErrInvalidRequest)
 	}
 	rec := *existing
 	rec.State, rec.Owner, rec.LeaseExpiry = req.State, "", time.Time{}
@@ -320,7 +320,7 @@ func DecideFinish(existing *Record, req FinishRequest) (*Record, error) {
 	if req.State != Unknown || req.RetryApproved {
 		rec.Expires = req.Now.Add(req.TTL)
 	}
-	return &rec, nil
+	return rec, nil
 }
 
 // DecideRelease checks that token still holds the pending record, which may
@@ -331,13 +331,13 @@ func DecideRelease(existing *Record, key string, token uint64) error {
 
 // DecideRenew checks that token still holds the pending record and returns it
 // with its lease extended until the given time.
-func DecideRenew(existing *Record, key string, token uint64, until, now time.Time) (*Record, error) {
+func DecideRenew(existing *Record, key string, token uint64, until, now time.Time) (Record, error) {
 	if err := holds(existing, key, token); err != nil {
-		return nil, err
+		return Record{}, err
 	}
 	rec := *existing
 	rec.LeaseExpiry, rec.Updated = until, now
-	return &rec, nil
+	return rec, nil
 }
 
 // Sweepable reports whether a Sweep at now may delete r.

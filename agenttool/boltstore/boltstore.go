@@ -169,11 +169,11 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		if err != nil {
 			return err
 		}
-		rec, r, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		r, write, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
 		if err != nil {
 			return err
 		}
-		if rec != nil {
+		if write {
 			return errNeedsWrite
 		}
 		res = r
@@ -190,15 +190,15 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		if err != nil {
 			return err
 		}
-		rec, r, err := agenttool.DecideClaim(existing, req, b.NextSequence)
+		r, write, err := agenttool.DecideClaim(existing, req, b.NextSequence)
 		if err != nil {
 			return err
 		}
 		res = r
-		if rec == nil {
+		if !write {
 			return nil
 		}
-		return save(b, rec)
+		return save(b, &r.Record)
 	})
 	return res, err
 }
@@ -214,7 +214,7 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		if err != nil {
 			return err
 		}
-		return save(b, rec)
+		return save(b, &rec)
 	})
 }
 
@@ -243,7 +243,7 @@ func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.
 		if err != nil {
 			return err
 		}
-		return save(b, rec)
+		return save(b, &rec)
 	})
 }
 

@@ -53,18 +53,18 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) get(key string) *agenttool.Record {
-	r, ok := s.records[key]
-	if !ok {
+// get returns the record for key, or nil, through r (the caller's).
+func (s *Store) get(key string, r *agenttool.Record) *agenttool.Record {
+	var ok bool
+	if *r, ok = s.records[key]; !ok {
 		return nil
 	}
-	return &r
+	return r
 }
 
-func (s *Store) put(r *agenttool.Record) {
-	c := *r
-	c.Outcome = slices.Clone(r.Outcome)
-	s.records[r.Key] = c
+func (s *Store) put(r agenttool.Record) {
+	r.Outcome = slices.Clone(r.Outcome) // the caller keeps its slice
+	s.records[r.Key] = r
 }
 
 func (s *Store) nextToken() (uint64, error) {
@@ -78,12 +78,13 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		return agenttool.ClaimResult{}, err
 	}
 	defer s.mu.Unlock()
-	rec, res, err := agenttool.DecideClaim(s.get(req.Key), req, s.nextToken)
+	var cur agenttool.Record
+	res, write, err := agenttool.DecideClaim(s.get(req.Key, &cur), req, s.nextToken)
 	if err != nil {
 		return agenttool.ClaimResult{}, err
 	}
-	if rec != nil {
-		s.put(rec)
+	if write {
+		s.put(res.Record)
 	}
 	res.Record.Outcome = slices.Clone(res.Record.Outcome)
 	return res, nil
@@ -95,7 +96,8 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	rec, err := agenttool.DecideFinish(s.get(req.Key), req)
+	var cur agenttool.Record
+	rec, err := agenttool.DecideFinish(s.get(req.Key, &cur), req)
 	if err != nil {
 		return err
 	}
@@ -109,7 +111,8 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	if err := agenttool.DecideRelease(s.get(key), key, token); err != nil {
+	var cur agenttool.Record
+	if err := agenttool.DecideRelease(s.get(key, &cur), key, token); err != nil {
 		return err
 	}
 	delete(s.records, key)
@@ -122,7 +125,8 @@ func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.
 		return err
 	}
 	defer s.mu.Unlock()
-	rec, err := agenttool.DecideRenew(s.get(key), key, token, until, time.Now())
+	var cur agenttool.Record
+	rec, err := agenttool.DecideRenew(s.get(key, &cur), key, token, until, time.Now())
 	if err != nil {
 		return err
 	}

@@ -124,8 +124,8 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		if existing == nil {
 			continue // released or swept meanwhile: insert again
 		}
-		rec, res, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
-		if err == nil && rec == nil {
+		res, write, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		if err == nil && !write {
 			return res, nil
 		}
 		if err != nil && !errors.Is(err, errNeedsWrite) {
@@ -153,15 +153,15 @@ func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (re
 		if err != nil {
 			return err
 		}
-		rec, r, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
+		r, write, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
 		if err != nil {
 			return err
 		}
 		res = r
-		if rec == nil {
+		if !write {
 			return nil
 		}
-		return s.put(ctx, tx, rec)
+		return s.put(ctx, tx, &r.Record)
 	})
 	if err != nil {
 		return agenttool.ClaimResult{}, false, s.wrap("claim", req.Key, err)

@@ -180,21 +180,31 @@ func TestManyProcessesOneTruth(t *testing.T) {
 				stderr *bytes.Buffer
 			}
 			var procs []proc
-			for i := range 4 {
-				cmd, out, stderr := replica(t, schema, kill && i == 0)
-				procs = append(procs, proc{cmd, out, stderr})
+			start := func(victim bool) proc {
+				cmd, out, stderr := replica(t, schema, victim)
+				return proc{cmd, out, stderr}
 			}
 			victimPID := 0
 			if kill {
-				victim := procs[0]
+				// The victim starts first and holds one claim per goroutine,
+				// half of them after their effect; then the others start
+				// racing on the same actions, and the victim is killed.
+				victim := start(true)
 				victimPID = victim.cmd.Process.Pid
 				for victim.out.Scan() && victim.out.Text() != "INFLIGHT" {
 				}
+				for range 3 {
+					procs = append(procs, start(false))
+				}
+				time.Sleep(100 * time.Millisecond) // the survivors are at work, waiting on its keys
 				if err := victim.cmd.Process.Kill(); err != nil {
 					t.Fatal(err)
 				}
 				victim.cmd.Wait()
-				procs = procs[1:]
+			} else {
+				for range 4 {
+					procs = append(procs, start(false))
+				}
 			}
 			for _, p := range procs {
 				done := false

@@ -6,10 +6,16 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/canonjson"
 )
+
+// scratch holds the buffers parsing one input needs.
+type scratch struct{ src, dst []byte }
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
 
 // input is the model's input after parsing, derived once, up front: the key
 // and fingerprint are never computed again from something the tool could
@@ -36,9 +42,16 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 		fp := sha256.Sum256(append([]byte(fingerprintTag), text...))
 		return input{fingerprint: fp, identifying: fp, forward: raw}, nil
 	}
-	buf := make([]byte, len(fingerprintTag), len(fingerprintTag)+2*len(trimmed)+16)
-	copy(buf, fingerprintTag)
-	obj, err := canonjson.AppendObject(buf, []byte(trimmed))
+	// The input's bytes and its canonical form are only digested, never
+	// kept: their buffers go back to a pool.
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	sc.src = append(sc.src[:0], trimmed...)
+	sc.dst = append(sc.dst[:0], fingerprintTag...)
+	obj, err := canonjson.AppendObject(sc.dst, sc.src)
+	if err == nil {
+		sc.dst = obj.Buffer() // keep the grown buffer
+	}
 	if err != nil {
 		return input{}, &envelope.Error{Code: envelope.CodeInvalidInput,
 			Message: fmt.Sprintf("the input is not acceptable JSON (%v); send one JSON object", err)}

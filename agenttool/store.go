@@ -205,9 +205,11 @@ type FinishRequest struct {
 	Token    uint64
 	State    State // Succeeded, Failed or Unknown
 	Attempts int
-	Outcome  []byte
-	Now      time.Time
-	TTL      time.Duration // lifetime of a succeeded, failed or resolved record
+	// Outcome is handed to the store, which may keep it: the caller must not
+	// modify it afterwards.
+	Outcome []byte
+	Now     time.Time
+	TTL     time.Duration // lifetime of a succeeded, failed or resolved record
 	// RetryApproved (with State Unknown) resolves the record as not applied:
 	// one later claim may run the tool again.
 	RetryApproved bool

@@ -62,8 +62,9 @@ func (s *Store) get(key string, r *agenttool.Record) *agenttool.Record {
 	return r
 }
 
+// put stores r. Outcomes are never modified in place: Finish is handed its
+// outcome (see agenttool.FinishRequest), and what leaves the store is cloned.
 func (s *Store) put(r agenttool.Record) {
-	r.Outcome = slices.Clone(r.Outcome) // the caller keeps its slice
 	s.records[r.Key] = r
 }
 

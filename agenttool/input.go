@@ -100,18 +100,5 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 // fields.
 func (c *config) isKeyLike(name []byte) bool {
 	var stack [64]byte
-	if len(name) > len(stack) {
-		return c.keyLike[foldFieldName(string(name))]
-	}
-	b := stack[:0]
-	for _, ch := range name {
-		switch {
-		case ch == '_' || ch == '-' || ch == '.':
-		case ch >= 'A' && ch <= 'Z':
-			b = append(b, ch+'a'-'A')
-		default:
-			b = append(b, ch)
-		}
-	}
-	return c.keyLike[string(b)]
+	return c.keyLike[string(appendFolded(stack[:0], name))]
 }

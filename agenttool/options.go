@@ -297,17 +297,20 @@ func newConfig(name string, o Options) (*config, error) {
 }
 
 // foldFieldName lower-cases a field name and drops '_', '-' and '.'.
-func foldFieldName(s string) string {
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+func foldFieldName(s string) string { return string(appendFolded(nil, s)) }
+
+// appendFolded appends name, lower-cased and without '_', '-' and '.', to
+// dst.
+func appendFolded[T string | []byte](dst []byte, name T) []byte {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
 		switch {
 		case c == '_' || c == '-' || c == '.':
 		case c >= 'A' && c <= 'Z':
-			b = append(b, c+'a'-'A')
+			dst = append(dst, c+'a'-'A')
 		default:
-			b = append(b, c)
+			dst = append(dst, c)
 		}
 	}
-	return string(b)
+	return dst
 }

@@ -10,9 +10,13 @@
 //	defer store.Close()
 //	send, err := agenttool.Wrap(sendEmail, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
 //
-// Every state change is one bbolt write transaction, durable (fsynced) before
-// the call proceeds: the claim before the tool runs, the outcome before the
-// envelope is returned. Replays and waits read without writing.
+// Every state change is durable (committed and fsynced) before the call
+// proceeds: the claim before the tool runs, the outcome before the envelope
+// is returned. Replays and waits read without writing. Writes are
+// group-committed: a write that finds no commit running commits alone at
+// once, and writes that arrive while one runs share the next transaction,
+// with no timer, so a lone caller pays no batch delay and many callers share
+// fsyncs.
 //
 // # Caveats
 //

@@ -1,12 +1,9 @@
 package agenttool_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/testproc"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -126,44 +124,30 @@ func TestCrashHelper(t *testing.T) {
 // if it lived to print one.
 func runHelper(t *testing.T, env []string, crash bool) (envelope.Envelope, bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-	defer timer.Stop()
+	p := testproc.Start(t, "TestCrashHelper", env...)
 	var result envelope.Envelope
 	printed, killed := false, false
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
+	for p.Lines.Scan() {
+		line := p.Lines.Text()
 		if strings.HasPrefix(line, "CRASHPOINT ") && crash {
-			if err := cmd.Process.Kill(); err != nil { // SIGKILL: no deferred code runs
-				t.Fatal(err)
-			}
+			p.Kill()
 			killed = true
 			break
 		}
 		if rest, ok := strings.CutPrefix(line, "ENVELOPE "); ok {
+			var err error
 			if result, err = envelope.Parse([]byte(rest)); err != nil {
 				t.Fatalf("helper printed a bad envelope: %v", err)
 			}
 			printed = true
 		}
 	}
-	werr := cmd.Wait()
+	werr := p.Wait()
 	if crash && !killed {
-		t.Fatalf("helper never reached its crash point (%v)\n%s", werr, stderr.String())
+		t.Fatalf("helper never reached its crash point (%v)\n%s", werr, p.Stderr.String())
 	}
 	if !crash && werr != nil {
-		t.Fatalf("helper failed: %v\n%s", werr, stderr.String())
+		t.Fatalf("helper failed: %v\n%s", werr, p.Stderr.String())
 	}
 	return result, printed
 }

@@ -1,21 +1,19 @@
 package boltstore_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/testproc"
 )
 
 // TestDurableHelper makes guarded calls from 32 goroutines and reports each
@@ -56,32 +54,21 @@ func TestDurableHelper(t *testing.T) {
 // every call that returned has its record on reopening.
 func TestEveryReturnedCallIsDurable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDurableHelper$")
-	cmd.Env = append(os.Environ(), "RETRYSAFE_DURABLE_DB="+path)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-	defer timer.Stop()
+	p := testproc.Start(t, "TestDurableHelper", "RETRYSAFE_DURABLE_DB="+path)
 	var returned []string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
+	for p.Lines.Scan() {
+		line := p.Lines.Text()
 		if ref, ok := strings.CutPrefix(line, "DONE "); ok {
 			returned = append(returned, ref)
 			if len(returned) == 300 {
-				cmd.Process.Kill() // SIGKILL, with more calls in flight
+				p.Kill() // SIGKILL, with more calls in flight
 				break
 			}
 		} else if strings.HasPrefix(line, "FAILED") {
 			t.Fatal(line)
 		}
 	}
-	cmd.Wait()
+	p.Kill()
 	if len(returned) < 300 {
 		t.Fatalf("only %d calls returned before the helper stopped", len(returned))
 	}

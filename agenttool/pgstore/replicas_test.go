@@ -1,13 +1,10 @@
 package pgstore_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +19,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
+	"github.com/retrysafe/retrysafe/internal/testproc"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -131,25 +129,13 @@ func TestReplicaHelper(t *testing.T) {
 }
 
 // replica starts one replica process.
-func replica(t *testing.T, schema string, victim bool) (*exec.Cmd, *bufio.Scanner, *bytes.Buffer) {
+func replica(t *testing.T, schema string, victim bool) *testproc.Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReplicaHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), "RETRYSAFE_REPLICA_SCHEMA="+schema)
+	env := []string{"RETRYSAFE_REPLICA_SCHEMA=" + schema}
 	if victim {
-		cmd.Env = append(cmd.Env, "RETRYSAFE_REPLICA_VICTIM=1")
+		env = append(env, "RETRYSAFE_REPLICA_VICTIM=1")
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() }) // bounded, whatever happens
-	t.Cleanup(func() { stop.Stop(); cmd.Process.Kill(); cmd.Wait() })
-	return cmd, bufio.NewScanner(out), &stderr
+	return testproc.Start(t, "TestReplicaHelper", env...)
 }
 
 // TestManyProcessesOneTruth races 4 processes of 16 goroutines on the same
@@ -174,45 +160,31 @@ func TestManyProcessesOneTruth(t *testing.T) {
 			if _, err := s.Pool().Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+" (ref text NOT NULL, pid integer NOT NULL)"); err != nil {
 				t.Fatal(err)
 			}
-			type proc struct {
-				cmd    *exec.Cmd
-				out    *bufio.Scanner
-				stderr *bytes.Buffer
-			}
-			var procs []proc
-			start := func(victim bool) proc {
-				cmd, out, stderr := replica(t, schema, victim)
-				return proc{cmd, out, stderr}
-			}
+			var procs []*testproc.Proc
 			victimPID := 0
 			if kill {
 				// The victim starts first and holds one claim per goroutine,
 				// half of them after their effect; then the others start
 				// racing on the same actions, and the victim is killed.
-				victim := start(true)
-				victimPID = victim.cmd.Process.Pid
-				for victim.out.Scan() && victim.out.Text() != "INFLIGHT" {
-				}
+				victim := replica(t, schema, true)
+				victimPID = victim.Cmd.Process.Pid
+				victim.Until(func(line string) bool { return line == "INFLIGHT" })
 				for range 3 {
-					procs = append(procs, start(false))
+					procs = append(procs, replica(t, schema, false))
 				}
 				time.Sleep(100 * time.Millisecond) // the survivors are at work, waiting on its keys
-				if err := victim.cmd.Process.Kill(); err != nil {
-					t.Fatal(err)
-				}
-				victim.cmd.Wait()
+				victim.Kill()
 			} else {
 				for range 4 {
-					procs = append(procs, start(false))
+					procs = append(procs, replica(t, schema, false))
 				}
 			}
 			for _, p := range procs {
-				done := false
-				for p.out.Scan() {
-					done = done || p.out.Text() == "DONE"
+				done := p.Until(func(line string) bool { return line == "DONE" })
+				for p.Lines.Scan() {
 				}
-				if err := p.cmd.Wait(); err != nil || !done {
-					t.Fatalf("replica failed: %v\n%s", err, p.stderr.String())
+				if err := p.Wait(); err != nil || !done {
+					t.Fatalf("replica failed: %v\n%s", err, p.Stderr.String())
 				}
 			}
 			rows, err := s.Pool().Query(ctx, "SELECT ref, count(*) FROM "+pgx.Identifier{schema, "effects"}.Sanitize()+" GROUP BY ref")

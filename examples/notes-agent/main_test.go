@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
+	"github.com/retrysafe/retrysafe/internal/testproc"
 )
 
 func run(t *testing.T, args ...string) (demo.Summary, string) {
@@ -57,18 +57,13 @@ func TestCrashRecovery(t *testing.T) {
 	for _, at := range []string{"before-effect", "after-effect", "after-record"} {
 		t.Run(at, func(t *testing.T) {
 			db := filepath.Join(t.TempDir(), "notes.db")
-			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$")
-			cmd.Env = append(os.Environ(), "NOTES_CRASH_AT="+at, "NOTES_DB="+db)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-			err := cmd.Run()
-			timer.Stop()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ProcessState.String() != "signal: killed" {
-				t.Fatalf("the first run was not killed (%v):\n%s", err, out.String())
+			p := testproc.Start(t, "TestCrashHelper", "NOTES_CRASH_AT="+at, "NOTES_DB="+db)
+			reached := p.Until(func(line string) bool { return strings.Contains(line, "killing the process "+at) })
+			for p.Lines.Scan() {
 			}
-			if !strings.Contains(out.String(), "killing the process "+at) {
-				t.Fatalf("the first run did not reach %s:\n%s", at, out.String())
+			err := p.Wait()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ProcessState.String() != "signal: killed" || !reached {
+				t.Fatalf("the first run was not killed at %s (%v, reached %v):\n%s", at, err, reached, p.Stderr.String())
 			}
 
 			sum, transcript := run(t, "-db", db)

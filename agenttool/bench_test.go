@@ -1,8 +1,6 @@
 package agenttool_test
 
 import (
-	"context"
-	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -11,29 +9,8 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/internal/benchtool"
 )
-
-// benchTool is a cheap langchaingo tool: it parses its input and answers, as
-// a tool in front of a fast destination would.
-type benchTool struct{}
-
-func (benchTool) Name() string        { return "send_email" }
-func (benchTool) Description() string { return "Send an email." }
-func (benchTool) Call(_ context.Context, in string) (string, error) {
-	var e emailInput
-	if err := json.Unmarshal([]byte(in), &e); err != nil {
-		return "", err
-	}
-	return `{"message_id":"<1@mail.test>"}`, nil
-}
-
-// benchInput returns a typical tool input of about 300 bytes; i makes each
-// one a distinct logical action.
-func benchInput(i int) string {
-	return `{"to":"user` + strconv.Itoa(i) + `@example.com","subject":"Your booking is confirmed",` +
-		`"body":"Hello, your seat 14C on flight TP1234 from Lisbon to Porto on 12 December at 09:40 is confirmed.` +
-		` Please arrive at the gate 30 minutes before departure. Reply to this message if anything needs to change."}`
-}
 
 // BenchmarkCall compares, in one run, a bare tool call with the same tool
 // guarded on memstore and on boltstore, and boltstore with two bare bbolt
@@ -44,11 +21,11 @@ func BenchmarkCall(b *testing.B) {
 	ctx := scoped()
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
-		var tool benchTool
+		var tool benchtool.Tool
 		i := 0
 		for b.Loop() {
 			i++
-			if _, err := tool.Call(ctx, benchInput(i)); err != nil {
+			if _, err := tool.Call(ctx, benchtool.Input(int64(i))); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -59,12 +36,12 @@ func BenchmarkCall(b *testing.B) {
 	wrapped := func(b *testing.B, open func() agenttool.Store, sameInput bool) {
 		b.ReportAllocs()
 		guard := func() *agenttool.Tool {
-			tool, err := agenttool.Wrap(benchTool{}, agenttool.Options{Store: open(), Class: agenttool.Keyed})
+			tool, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: open(), Class: agenttool.Keyed})
 			if err != nil {
 				b.Fatal(err)
 			}
 			if sameInput {
-				tool.Invoke(ctx, benchInput(0))
+				tool.Invoke(ctx, benchtool.Input(0))
 			}
 			return tool
 		}
@@ -79,7 +56,7 @@ func BenchmarkCall(b *testing.B) {
 					b.StartTimer()
 				}
 			}
-			if env := tool.Invoke(ctx, benchInput(i)); env.Status != "success" {
+			if env := tool.Invoke(ctx, benchtool.Input(int64(i))); env.Status != "success" {
 				b.Fatal(env)
 			}
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -18,39 +17,16 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/benchtool"
 )
 
-// emailTool is a cheap langchaingo tool: it parses its input and answers, as
-// a tool in front of a fast destination would.
-type emailTool struct{}
-
-type email struct {
-	To      string `json:"to"`
-	Subject string `json:"subject"`
-	Body    string `json:"body"`
-}
-
-func (emailTool) Name() string        { return "send_email" }
-func (emailTool) Description() string { return "Send an email." }
-func (emailTool) Call(_ context.Context, in string) (string, error) {
-	var e email
-	if err := json.Unmarshal([]byte(in), &e); err != nil {
-		return "", err
-	}
-	return `{"message_id":"<1@mail.example>"}`, nil
-}
-
 // input returns a typical ~300-byte tool input; i makes each a new action.
-func input(i int64) string {
-	return `{"to":"user` + strconv.FormatInt(i, 10) + `@example.com","subject":"Your booking is confirmed",` +
-		`"body":"Hello, your seat 14C on flight TP1234 from Lisbon to Porto on 12 December at 09:40 is confirmed.` +
-		` Please arrive at the gate 30 minutes before departure. Reply to this message if anything needs to change."}`
-}
+func input(i int64) string { return benchtool.Input(i) }
 
 var scope = agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
 
 func guard(store agenttool.Store) *agenttool.Tool {
-	t, err := agenttool.Wrap(emailTool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	t, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
 	if err != nil {
 		panic(err)
 	}
@@ -73,7 +49,7 @@ func measureMemory() MemResult {
 	var seq atomic.Int64
 	bare := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
-		var t emailTool
+		var t benchtool.Tool
 		for b.Loop() {
 			if _, err := t.Call(scope, input(seq.Add(1))); err != nil {
 				b.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -74,7 +73,8 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	return c.claimAndRun(in.fingerprint)
 }
 
-// call is the state of one guarded call.
+// call is the state of one guarded call. Its flight and its first attempt's
+// context live in it, so that a call allocates them once.
 type call struct {
 	t        *Tool
 	ctx      context.Context
@@ -84,9 +84,8 @@ type call struct {
 	token    uint64
 	maybeRan bool // an attempt of this key may have applied the effect
 
-	leaseMu      sync.Mutex
-	leaseStopped bool
-	leaseTimer   *time.Timer
+	fl    flight     // while the call holds its key
+	first attemptCtx // the first attempt's context
 }
 
 func (c *call) claimAndRun(fp Digest) envelope.Envelope {
@@ -115,16 +114,7 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},
 				envelope.AskHuman, "The details differ from the earlier request for the same action; confirm with the user before changing it.")
 		case res.Claimed:
-			fl := c.t.flights.begin(c.ref)
-			defer c.t.flights.end(c.ref, fl)
-			c.token, c.maybeRan = res.Record.Token, res.TookOver
-			if c.maybeRan && cfg.Class == Reconcilable {
-				// Ask the destination before any new write.
-				if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
-					return env
-				}
-			}
-			return c.attempts(res.Record.Attempts)
+			return c.hold(res)
 		}
 		switch rec := res.Record; rec.State {
 		case Succeeded, Failed:
@@ -154,6 +144,20 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 			return c.storeUnavailable(fmt.Errorf("record in state %v: %w", rec.State, ErrCorrupt))
 		}
 	}
+}
+
+// hold runs a call that has claimed its key, as one flight.
+func (c *call) hold(res ClaimResult) envelope.Envelope {
+	c.token, c.maybeRan = res.Record.Token, res.TookOver
+	c.t.flights.begin(c)
+	defer c.t.flights.end(c)
+	if c.maybeRan && c.t.cfg.Class == Reconcilable {
+		// Ask the destination before any new write.
+		if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
+			return env
+		}
+	}
+	return c.attempts(res.Record.Attempts)
 }
 
 // waitFor waits until the holder of rec in this process ends, or for one poll
@@ -241,7 +245,15 @@ func (c *call) attempts(done int) envelope.Envelope {
 // attempt runs the tool once with the call's information on its context.
 func (c *call) attempt(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
-	ctx := withCallInfo(c.ctx, CallInfo{RequestRef: c.ref, Attempt: n, Scope: c.scope, Token: c.token})
+	info := CallInfo{RequestRef: c.ref, Attempt: n, Scope: c.scope, Token: c.token}
+	var ctx context.Context
+	if c.first.Context == nil {
+		c.first = attemptCtx{c.ctx, info}
+		ctx = &c.first
+	} else {
+		// A goroutine of an earlier attempt may still read its context.
+		ctx = &attemptCtx{c.ctx, info}
+	}
 	if cfg.AttemptTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)
@@ -251,9 +263,7 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 	if cfg.Hooks.Attempt != nil {
 		start = cfg.Now()
 	}
-	c.keepLease()
 	out, err := c.t.run(ctx, c.in)
-	c.stopLease()
 	if h := cfg.Hooks.Attempt; h != nil {
 		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
 			Class: envelope.Classify(err), Duration: cfg.Now().Sub(start)})
@@ -378,8 +388,8 @@ func (c *call) record(state State, env envelope.Envelope) error {
 // writeOutcome records the final state of the record req.Key held by
 // req.Token, with env encoded through the codec as its outcome (nil keeps
 // req.Outcome). It writes on a context that outlives the caller's
-// cancellation, bounded by StoreTimeout: an effect that happened must not go
-// unrecorded because the caller stopped listening.
+// cancellation, bounded by StoreTimeout unless the store is local: an effect
+// that happened must not go unrecorded because the caller stopped listening.
 func (t *Tool) writeOutcome(ctx context.Context, req FinishRequest, env *envelope.Envelope) error {
 	cfg := t.cfg
 	if env != nil {
@@ -392,10 +402,11 @@ func (t *Tool) writeOutcome(ctx context.Context, req FinishRequest, env *envelop
 		}
 	}
 	req.Now, req.TTL = cfg.Now(), cfg.KeyTTL
+	ctx = context.WithoutCancel(ctx)
 	if cfg.localStore {
-		return cfg.Store.Finish(context.WithoutCancel(ctx), req)
+		return cfg.Store.Finish(ctx, req)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
 	defer cancel()
 	return cfg.Store.Finish(ctx, req)
 }

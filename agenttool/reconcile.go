@@ -3,7 +3,6 @@ package agenttool
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -13,14 +12,12 @@ import (
 // earlier call (or a process that died), not from this call's attempt.
 var errEarlierAttempt = errors.New("an earlier attempt of this action has an unknown outcome")
 
-// reconcile asks the destination what became of the call's key, holding the
-// lease while it asks. settled is false only for a not-applied verdict: the
+// reconcile asks the destination what became of the call's key; the call's
+// flight keeps its lease while it asks. settled is false only for a not-applied verdict: the
 // caller may then attempt again with the same key.
 func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, settled bool) {
 	cfg := c.t.cfg
-	c.keepLease()
 	ans := cfg.Reconciler.Check(c.ctx, c.ref)
-	c.stopLease()
 	c.t.reported(ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:
@@ -50,47 +47,4 @@ func (t *Tool) reported(ans reconcile.Answer, ref, by string) {
 	if h := t.cfg.Hooks.Reconcile; h != nil {
 		h(ReconcileEvent{Tool: t.name, RequestRef: ref, Verdict: ans.Verdict, Err: ans.Err, By: by})
 	}
-}
-
-// keepLease renews the call's lease every third of its length until
-// stopLease is called, so that a slow but live attempt or check is not
-// presumed dead. A renewal that finds the lease taken over stops. It costs
-// one timer while the tool is quick.
-func (c *call) keepLease() {
-	if c.t.cfg.Class == ReadOnly || c.token == 0 {
-		return
-	}
-	c.leaseMu.Lock()
-	c.leaseStopped = false
-	c.leaseTimer = time.AfterFunc(c.t.cfg.Lease/3, c.renewLease)
-	c.leaseMu.Unlock()
-}
-
-// stopLease stops the renewals and waits for one in progress.
-func (c *call) stopLease() {
-	c.leaseMu.Lock()
-	c.leaseStopped = true
-	if c.leaseTimer != nil {
-		c.leaseTimer.Stop()
-	}
-	c.leaseMu.Unlock()
-}
-
-func (c *call) renewLease() {
-	cfg := c.t.cfg
-	c.leaseMu.Lock() // held while renewing, so that stopLease waits for it
-	defer c.leaseMu.Unlock()
-	if c.leaseStopped {
-		return
-	}
-	ctx, cancel := c.outcomeCtx()
-	err := cfg.Store.Renew(ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease))
-	cancel()
-	if err != nil {
-		cfg.logger.Warn("retrysafe: lease renewal failed", "ref", c.ref, "err", err)
-		if errors.Is(err, ErrFenced) {
-			return
-		}
-	}
-	c.leaseTimer.Reset(cfg.Lease / 3)
 }

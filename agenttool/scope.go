@@ -79,5 +79,20 @@ func RequestRef(ctx context.Context) string {
 }
 
 func withCallInfo(ctx context.Context, c CallInfo) context.Context {
-	return context.WithValue(ctx, callKey, c)
+	return &attemptCtx{ctx, c}
+}
+
+// attemptCtx is the context a tool runs with: its caller's, carrying the
+// call's information. It is context.WithValue's equivalent, as a type that a
+// call can hold without an allocation of its own.
+type attemptCtx struct {
+	context.Context
+	info CallInfo
+}
+
+func (c *attemptCtx) Value(key any) any {
+	if key == any(callKey) {
+		return c.info
+	}
+	return c.Context.Value(key)
 }

@@ -56,7 +56,7 @@ func Wrap(t tools.Tool, opts Options) (*Tool, error) {
 			if err != nil {
 				return nil, err
 			}
-			return resultJSON(out), nil
+			return envelope.ResultFromText(out), nil
 		},
 		schema: json.RawMessage(`{"type":"object"}`),
 	}, nil
@@ -129,23 +129,6 @@ func (t *Tool) FunctionDefinition() llms.FunctionDefinition {
 // an error, and the model must see every outcome, unknown ones above all.
 func (t *Tool) Call(ctx context.Context, input string) (string, error) {
 	return t.Invoke(ctx, input).String(), nil
-}
-
-// resultJSON embeds a tool's string result: as JSON if it is valid JSON, as
-// a JSON string otherwise.
-func resultJSON(out string) json.RawMessage {
-	trimmed := []byte(strings.TrimSpace(out))
-	if len(trimmed) > 0 && json.Valid(trimmed) {
-		if bytes.IndexAny(trimmed, " \t\r\n") < 0 {
-			return trimmed // already compact
-		}
-		var buf bytes.Buffer
-		if json.Compact(&buf, trimmed) == nil {
-			return buf.Bytes()
-		}
-	}
-	b, _ := json.Marshal(out)
-	return b
 }
 
 // refused builds the envelope of a call refused before the tool ran.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -84,22 +85,45 @@ type Envelope struct {
 // Marshal returns the compact JSON form of e. Fields appear in a fixed order;
 // the output is what encoding/json writes without HTML escaping.
 func (e Envelope) Marshal() ([]byte, error) {
-	if err := e.Validate(); err != nil {
-		return nil, err
-	}
-	return e.appendJSON(make([]byte, 0, 256+len(e.Result))), nil
+	return e.AppendJSON(make([]byte, 0, e.sizeHint()))
 }
 
 // AppendJSON appends the compact JSON form of e to dst, or returns an error
 // if e is invalid.
 func (e Envelope) AppendJSON(dst []byte) ([]byte, error) {
-	if err := e.Validate(); err != nil {
+	if err := e.validateFields(); err != nil {
 		return dst, err
 	}
-	return e.appendJSON(dst), nil
+	// The result is checked as it is copied: one pass over it.
+	b, ok := e.appendJSON(dst)
+	if !ok {
+		return dst, errResultNotJSON
+	}
+	return b, nil
 }
 
-func (e Envelope) appendJSON(b []byte) []byte {
+// sizeHint is at least the length of e's JSON form when no string needs
+// escaping and the result is compact.
+func (e Envelope) sizeHint() int {
+	n := 64 + len(e.Status) + len(e.Tool) + len(e.Next) // with version, attempts and braces
+	if e.RequestRef != "" {
+		n += 17 + len(e.RequestRef)
+	}
+	if len(e.Result) > 0 {
+		n += 10 + len(e.Result)
+	}
+	if e.Error != nil {
+		n += 33 + len(e.Error.Code) + len(e.Error.Message)
+	}
+	if e.Note != "" {
+		n += 10 + len(e.Note)
+	}
+	return n + 34 // replayed, reconciled
+}
+
+// appendJSON appends e's JSON form, or returns false if e.Result is not
+// valid JSON.
+func (e Envelope) appendJSON(b []byte) ([]byte, bool) {
 	b = append(b, `{"version":`...)
 	b = strconv.AppendInt(b, int64(e.Version), 10)
 	b = append(b, `,"status":`...)
@@ -120,7 +144,10 @@ func (e Envelope) appendJSON(b []byte) []byte {
 	}
 	if len(e.Result) > 0 {
 		b = append(b, `,"result":`...)
-		b = appendCompact(b, e.Result)
+		var ok bool
+		if b, ok = appendCompact(b, []byte(e.Result)); !ok {
+			return b, false
+		}
 	}
 	if e.Error != nil {
 		b = append(b, `,"error":{"code":`...)
@@ -135,20 +162,7 @@ func (e Envelope) appendJSON(b []byte) []byte {
 		b = append(b, `,"note":`...)
 		b = appendString(b, e.Note)
 	}
-	return append(b, '}')
-}
-
-// appendCompact appends JSON without insignificant space; JSON that is
-// already compact is copied as it is.
-func appendCompact(b, raw []byte) []byte {
-	if bytes.IndexAny(raw, " \t\r\n") < 0 {
-		return append(b, raw...)
-	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, raw) != nil {
-		return append(b, raw...) // Validate has checked it; not reached
-	}
-	return append(b, buf.Bytes()...)
+	return append(b, '}'), true
 }
 
 const hexDigits = "0123456789abcdef"
@@ -211,12 +225,22 @@ func appendString(b []byte, s string) []byte {
 // String returns the JSON form of e, or a JSON description of why e is
 // invalid. It never panics.
 func (e Envelope) String() string {
-	b, err := e.Marshal()
+	buf := stringBufs.Get().(*[]byte)
+	defer stringBufs.Put(buf)
+	b, err := e.AppendJSON((*buf)[:0])
 	if err != nil {
 		return fmt.Sprintf(`{"invalid_envelope":%q}`, err.Error())
 	}
+	if cap(b) <= maxPooled {
+		*buf = b
+	}
 	return string(b)
 }
+
+// stringBufs holds String's scratch buffers, of at most maxPooled bytes.
+var stringBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooled = 64 << 10
 
 // ErrInvalid is wrapped by every error that reports an invalid envelope.
 var ErrInvalid = errors.New("invalid envelope")
@@ -226,6 +250,19 @@ var ErrInvalid = errors.New("invalid envelope")
 // or unknown outcome, and at least one attempt unless the call was refused
 // before running.
 func (e Envelope) Validate() error {
+	if err := e.validateFields(); err != nil {
+		return err
+	}
+	if len(e.Result) > 0 && !validJSON([]byte(e.Result)) {
+		return errResultNotJSON
+	}
+	return nil
+}
+
+var errResultNotJSON = fmt.Errorf("%w: result is not valid JSON", ErrInvalid)
+
+// validateFields is Validate without the check that the result is JSON.
+func (e Envelope) validateFields() error {
 	switch {
 	case e.Version != Version:
 		return fmt.Errorf("%w: version %d, this package reads version %d", ErrInvalid, e.Version, Version)
@@ -245,8 +282,6 @@ func (e Envelope) Validate() error {
 		return fmt.Errorf("%w: a %s needs an error with a code", ErrInvalid, e.Status)
 	case e.Status != Success && len(e.Result) > 0:
 		return fmt.Errorf("%w: a %s carries a result", ErrInvalid, e.Status)
-	case len(e.Result) > 0 && !json.Valid(e.Result):
-		return fmt.Errorf("%w: result is not valid JSON", ErrInvalid)
 	}
 	return nil
 }

@@ -125,12 +125,21 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 			Attempts: attempts, Next: envelope.Continue, Note: note, Replayed: attempts%2 == 0, Reconciled: fail}
 		if fail {
 			e.Status, e.Next, e.Error = envelope.UnknownOutcome, envelope.Wait, &envelope.Error{Code: "c" + msg, Message: msg}
-		} else if json.Valid([]byte(result)) {
+		} else if result != "" {
 			e.Result = json.RawMessage(result)
 		}
 		got, err := e.Marshal()
+		if len(e.Result) > 0 && !json.Valid(e.Result) {
+			if err == nil {
+				t.Fatalf("Marshal accepted the invalid result %q", result)
+			}
+			return
+		}
 		if err != nil {
 			return // invalid envelopes are refused, not encoded
+		}
+		if s := e.String(); s != string(got) {
+			t.Fatalf("String %s, Marshal %s", s, got)
 		}
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
@@ -142,4 +151,19 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 			t.Fatalf("Marshal:\n%s\nencoding/json:\n%s", got, want.String())
 		}
 	})
+}
+
+// Marshal sizes its buffer once: one allocation, whatever the envelope holds.
+func TestMarshalAllocatesOnce(t *testing.T) {
+	for _, e := range []envelope.Envelope{
+		{Version: envelope.Version, Status: envelope.Success, Tool: "send_email", RequestRef: "send_email/abcdefghijklmnopqrstuvwxyzabcdef",
+			Attempts: 123, Replayed: true, Reconciled: true, Result: json.RawMessage(`{"message_id":"<1@mail.example>"}`),
+			Next: envelope.Continue, Note: "Already done by an earlier call; this is its recorded result."},
+		{Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: "t", Attempts: 1, Next: envelope.DoNotRetry,
+			Error: &envelope.Error{Code: "rejected", Message: "no"}},
+	} {
+		if n := testing.AllocsPerRun(100, func() { e.Marshal() }); n != 1 {
+			t.Errorf("Marshal of %s: %v allocations, want 1", e, n)
+		}
+	}
 }

@@ -91,7 +91,7 @@ type call struct {
 func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	cfg := c.t.cfg
 	req := ClaimRequest{
-		Key: c.ref, Tool: c.t.name, Principal: principalDigest(c.scope.Principal), Fingerprint: fp,
+		Key: c.ref, Tool: c.t.name, Principal: c.t.principalDigest(c.scope.Principal), Fingerprint: fp,
 		Owner: newOwner(), Lease: cfg.Lease,
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.

@@ -12,8 +12,11 @@ import (
 	"github.com/retrysafe/retrysafe/internal/canonjson"
 )
 
-// scratch holds the buffers parsing one input needs.
-type scratch struct{ src, dst []byte }
+// scratch holds the memory parsing one input needs.
+type scratch struct {
+	src, dst []byte
+	obj      canonjson.Object
+}
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
 
@@ -48,7 +51,8 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 	defer scratchPool.Put(sc)
 	sc.src = append(sc.src[:0], trimmed...)
 	sc.dst = append(sc.dst[:0], fingerprintTag...)
-	obj, err := canonjson.AppendObject(sc.dst, sc.src)
+	obj := &sc.obj
+	err := obj.Append(sc.dst, sc.src)
 	if err == nil {
 		sc.dst = obj.Buffer() // keep the grown buffer
 	}
@@ -100,5 +104,9 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 // fields.
 func (c *config) isKeyLike(name []byte) bool {
 	var stack [64]byte
-	return c.keyLike[string(appendFolded(stack[:0], name))]
+	folded := appendFolded(stack[:0], name)
+	if c.keyLens&(1<<min(len(folded), 63)) == 0 {
+		return false // no key-like field is this long
+	}
+	return c.keyLike[string(folded)]
 }

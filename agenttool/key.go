@@ -58,3 +58,22 @@ func principalDigest(p string) Digest {
 	var stack [128]byte
 	return sha256.Sum256(append(append(stack[:0], principalTag...), p...))
 }
+
+// principalMemo is the last principal a tool digested, with its digest: an
+// agent's calls come from one principal at a time, and a digest costs more
+// than a comparison.
+type principalMemo struct {
+	name   string
+	digest Digest
+}
+
+// principalDigest returns principalDigest(p), from the memo when p is the
+// principal of the tool's previous call.
+func (t *Tool) principalDigest(p string) Digest {
+	if m := t.principal.Load(); m != nil && m.name == p {
+		return m.digest
+	}
+	d := principalDigest(p)
+	t.principal.Store(&principalMemo{name: p, digest: d})
+	return d
+}

@@ -195,6 +195,7 @@ func (plainCodec) Decode(_ string, b []byte) ([]byte, error) { return b, nil }
 type config struct {
 	Options
 	keyLike  map[string]bool
+	keyLens  uint64 // bit n set if a folded key-like field has n bytes (n < 64)
 	identify map[string]bool
 	logger   *slog.Logger
 	codec    Codec
@@ -282,7 +283,9 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	c.keyLike = make(map[string]bool, len(fields))
 	for _, f := range fields {
-		c.keyLike[foldFieldName(f)] = true
+		folded := foldFieldName(f)
+		c.keyLike[folded] = true
+		c.keyLens |= 1 << min(len(folded), 63)
 	}
 	if len(o.IdentifyingFields) > 0 {
 		c.identify = make(map[string]bool, len(o.IdentifyingFields))

@@ -20,4 +20,7 @@ var (
 	ownerSeq atomic.Uint64
 )
 
-func newOwner() string { return ownerPrefix + strconv.FormatUint(ownerSeq.Add(1), 36) }
+func newOwner() string {
+	var b [40]byte
+	return string(strconv.AppendUint(append(b[:0], ownerPrefix...), ownerSeq.Add(1), 36))
+}

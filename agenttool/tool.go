@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tmc/langchaingo/llms"
 	"github.com/tmc/langchaingo/tools"
@@ -29,6 +30,7 @@ type Tool struct {
 	decode      func(forward string) (any, error) // nil for wrapped tools
 	schema      json.RawMessage
 	flights     flights
+	principal   atomic.Pointer[principalMemo]
 }
 
 var _ tools.Tool = (*Tool)(nil)

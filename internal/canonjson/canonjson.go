@@ -20,6 +20,7 @@ package canonjson
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -88,33 +89,39 @@ func ParseObject(data []byte) (Object, error) {
 // form, [Object.Canonical] the canonical form alone. Putting a digest's
 // domain tag in dst lets the caller hash tag and form without a copy.
 func AppendObject(dst, data []byte) (Object, error) {
+	var o Object
+	err := o.Append(dst, data)
+	return o, err
+}
+
+// Append is [AppendObject] into o, reusing the memory o holds from an
+// earlier parse; o is overwritten, also on error.
+func (o *Object) Append(dst, data []byte) error {
 	if cap(dst)-len(dst) < 2*len(data)+2 {
 		// Values are written once, then again in sorted order before being
 		// moved down: room for twice the input avoids regrowing.
 		dst = append(make([]byte, 0, len(dst)+2*len(data)+16), dst...)
 	}
 	p := parsers.Get().(*parser)
-	*p = parser{data: data, buf: dst, top: true, spans: p.spans[:0], names: p.names[:0]}
+	*p = parser{data: data, buf: dst, top: true, spans: p.spans[:0], names: p.names[:0], topMembers: o.members[:0]}
 	defer func() {
 		*p = parser{spans: p.spans[:0], names: p.names[:0]} // keep the scratch, drop the rest
 		parsers.Put(p)
 	}()
+	*o = Object{members: o.members[:0], names: o.names[:0]}
 	p.skipSpace()
 	if p.pos >= len(p.data) || p.data[p.pos] != '{' {
-		return Object{}, p.errorf("expected a JSON object")
+		return p.errorf("expected a JSON object")
 	}
 	if err := p.object(); err != nil {
-		return Object{}, err
+		return err
 	}
 	p.skipSpace()
 	if p.pos != len(p.data) {
-		return Object{}, p.errorf("unexpected data after the JSON value")
+		return p.errorf("unexpected data after the JSON value")
 	}
-	var names []byte
-	if len(p.names) > 0 {
-		names = bytes.Clone(p.names) // the scratch goes back to the pool
-	}
-	return Object{buf: p.buf, start: len(dst), data: data, names: names, members: p.topMembers}, nil
+	*o = Object{buf: p.buf, start: len(dst), data: data, names: append(o.names, p.names...), members: p.topMembers}
+	return nil
 }
 
 // Canonical returns the canonical form of the object.
@@ -350,7 +357,7 @@ func (p *parser) object() error {
 	out := len(p.buf)
 	p.buf = append(p.buf, '{')
 	if top {
-		p.topMembers = make([]member, 0, len(members))
+		p.topMembers = slices.Grow(p.topMembers[:0], len(members))
 	}
 	for i, m := range members {
 		if i > 0 {
@@ -453,15 +460,8 @@ func (p *parser) string(scratch *[]byte) (s []byte, raw bool, err error) {
 	// control characters in one tight loop.
 	if end := bytes.IndexByte(p.data[start:], '"'); end >= 0 {
 		run := p.data[start : start+end]
-		clean := true
-		for _, c := range run {
-			if c < 0x20 || c == '\\' {
-				clean = false
-				break
-			}
-		}
-		if clean {
-			if !utf8.Valid(run) {
+		if clean, ascii := scanRun(run); clean {
+			if !ascii && !utf8.Valid(run) {
 				return nil, false, &SyntaxError{Offset: start, Msg: "string is not valid UTF-8"}
 			}
 			p.pos = start + end + 1
@@ -606,4 +606,35 @@ func appendString(dst, s []byte) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// scanRun reports whether run holds no backslash and no control character
+// (clean), and whether it is all ASCII. It reads eight bytes at a time:
+// for each word, (x - n*ones) &^ x & highs is non-zero exactly when some
+// byte of x is below n (n <= 0x80), and a backslash is a zero byte of
+// x ^ ('\\'*ones).
+func scanRun(run []byte) (clean, ascii bool) {
+	var high uint64
+	i := 0
+	for ; i+8 <= len(run); i += 8 {
+		x := binary.LittleEndian.Uint64(run[i:])
+		b := x ^ ('\\' * ones)
+		if ((x-0x20*ones)&^x|(b-ones)&^b)&highs != 0 {
+			return false, false
+		}
+		high |= x
+	}
+	for ; i < len(run); i++ {
+		c := run[i]
+		if c < 0x20 || c == '\\' {
+			return false, false
+		}
+		high |= uint64(c)
+	}
+	return true, high&highs == 0
 }

@@ -199,5 +199,38 @@ func FuzzObject(f *testing.F) {
 				t.Fatalf("Get(%q) = %q, %v; want %q", obj.Name(i), v, ok, obj.Value(i))
 			}
 		}
+		// An Object reused after another parse reads the same.
+		reused := reusedObject(t)
+		if err := reused.Append([]byte("p"), in); err != nil {
+			t.Fatalf("Append into a reused Object: %v", err)
+		}
+		if !reflect.DeepEqual(reused.Members(), obj.Members()) || string(reused.Buffer()) != string(obj.Buffer()) {
+			t.Fatalf("reused Object: %v %q; fresh: %v %q", reused.Members(), reused.Buffer(), obj.Members(), obj.Buffer())
+		}
 	})
+}
+
+// reusedObject returns an Object that has held a larger object with escaped
+// names.
+func reusedObject(t *testing.T) *canonjson.Object {
+	var o canonjson.Object
+	if err := o.Append(nil, []byte(`{"z\u00e9":1,"y\n":2,"x":3,"w":4,"v":5,"u":{"t":6}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Append(nil, []byte(`[1]`)); err == nil {
+		t.Fatal("Append accepted an array")
+	}
+	return &o
+}
+
+func TestObjectAppendReusesMemory(t *testing.T) {
+	in := []byte(`{"to":"ana@example.com","subject":"Lunch","body":"See you at noon"}`)
+	var o canonjson.Object
+	dst := make([]byte, 0, 512)
+	if err := o.Append(dst, in); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { o.Append(dst, in) }); n != 0 {
+		t.Errorf("Append into a used Object: %v allocations, want 0", n)
+	}
 }

@@ -10,6 +10,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,8 @@ import (
 // is not usable; call [New].
 type Store struct {
 	mu      sync.Mutex
-	records map[string]agenttool.Record
+	records map[string]entry
+	expiry  expiries // when records may be swept
 	token   uint64
 	closed  bool
 }
@@ -38,7 +40,7 @@ func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{records: make(map[string]agenttool.Record)}
+	return &Store{records: make(map[string]entry)}
 }
 
 func (s *Store) lock(ctx context.Context) error {
@@ -55,17 +57,84 @@ func (s *Store) lock(ctx context.Context) error {
 
 // get returns the record for key, or nil, through r (the caller's).
 func (s *Store) get(key string, r *agenttool.Record) *agenttool.Record {
-	var ok bool
-	if *r, ok = s.records[key]; !ok {
+	e, ok := s.records[key]
+	if !ok {
 		return nil
 	}
+	*r = e.record(key)
 	return r
 }
 
 // put stores r. Outcomes are never modified in place: Finish is handed its
 // outcome (see agenttool.FinishRequest), and what leaves the store is cloned.
 func (s *Store) put(r agenttool.Record) {
-	s.records[r.Key] = r
+	s.records[r.Key] = newEntry(&r)
+	if !r.Expires.IsZero() {
+		s.expiry.push(expiry{at: r.Expires.UnixNano(), key: r.Key})
+	}
+}
+
+// entry is a record as the store keeps it: its key is the map's, and its
+// times are Unix nanoseconds. It is about half the size of a Record and has
+// fewer pointers for the garbage collector to follow, which a store holding
+// many records pays for on every collection.
+type entry struct {
+	tool, owner   string
+	outcome       []byte
+	resolution    *agenttool.Resolution
+	principal     agenttool.Digest
+	fingerprint   agenttool.Digest
+	token         uint64
+	leaseExpiry   int64
+	created       int64
+	updated       int64
+	expires       int64
+	attempts      int32
+	state         agenttool.State
+	retryApproved bool
+}
+
+func newEntry(r *agenttool.Record) entry {
+	return entry{
+		tool: r.Tool, owner: r.Owner, outcome: r.Outcome, resolution: r.Resolution,
+		principal: r.Principal, fingerprint: r.Fingerprint, token: r.Token,
+		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
+		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
+		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved,
+	}
+}
+
+// sweepable is Record.Sweepable.
+func (e *entry) sweepable(now time.Time) bool {
+	r := agenttool.Record{State: e.state, RetryApproved: e.retryApproved, Expires: fromUnixNano(e.expires)}
+	return r.Sweepable(now)
+}
+
+func (e *entry) record(key string) agenttool.Record {
+	return agenttool.Record{
+		Key: key, Tool: e.tool, State: e.state, Principal: e.principal, Fingerprint: e.fingerprint,
+		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
+		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
+		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution,
+	}
+}
+
+// zeroTime stands for the zero time.Time, whose Unix nanoseconds do not fit
+// an int64.
+const zeroTime = math.MinInt64
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return zeroTime
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == zeroTime {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 func (s *Store) nextToken() (uint64, error) {
@@ -141,10 +210,11 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 		return agenttool.Record{}, err
 	}
 	defer s.mu.Unlock()
-	r, ok := s.records[key]
+	e, ok := s.records[key]
 	if !ok {
 		return agenttool.Record{}, fmt.Errorf("memstore: %s: %w", key, agenttool.ErrNotFound)
 	}
+	r := e.record(key)
 	r.Outcome = slices.Clone(r.Outcome)
 	return r, nil
 }
@@ -156,13 +226,65 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 	defer s.mu.Unlock()
 	n := 0
-	for k, r := range s.records {
-		if r.Sweepable(now) {
-			delete(s.records, k)
+	for nowNs := now.UnixNano(); len(s.expiry) > 0 && s.expiry[0].at <= nowNs; {
+		e := s.expiry.pop()
+		// The entry is a hint: the record may have changed or gone since.
+		if r, ok := s.records[e.key]; ok && r.expires == e.at && r.sweepable(now) {
+			delete(s.records, e.key)
 			n++
 		}
 	}
 	return n, nil
+}
+
+// expiry says that the record of key may be swept from at, if it has not
+// changed since.
+type expiry struct {
+	at  int64 // Unix nanoseconds
+	key string
+}
+
+// expiries is a min-heap of expiries by time: a sweep visits only the
+// records it deletes (and entries left by records that changed), not every
+// record.
+type expiries []expiry
+
+func (h *expiries) push(e expiry) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q[i].at >= q[parent].at {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *expiries) pop() expiry {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = expiry{}
+	q = q[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(q) && q[l].at < q[least].at {
+			least = l
+		}
+		if r < len(q) && q[r].at < q[least].at {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		q[i], q[least] = q[least], q[i]
+		i = least
+	}
+	*h = q
+	return top
 }
 
 // ListUnknown implements agenttool.Store.
@@ -176,10 +298,12 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 		limit = 100
 	}
 	var out []agenttool.Record
-	for k, r := range s.records {
-		if k > req.After && r.AwaitsReconciliation(req.Now) && (req.Principal == nil || *req.Principal == r.Principal) {
-			r.Outcome = slices.Clone(r.Outcome)
-			out = append(out, r)
+	for k, e := range s.records {
+		if k > req.After && (req.Principal == nil || *req.Principal == e.principal) {
+			if r := e.record(k); r.AwaitsReconciliation(req.Now) {
+				r.Outcome = slices.Clone(r.Outcome)
+				out = append(out, r)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b agenttool.Record) int { return strings.Compare(a.Key, b.Key) })

@@ -6,6 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
 )
 
 // Tool is a cheap langchaingo tool: it parses its input and answers, as a
@@ -39,4 +45,50 @@ func Input(i int64) string {
 	return `{"to":"user` + strconv.FormatInt(i, 10) + `@example.com","subject":"Your booking is confirmed",` +
 		`"body":"Hello, your seat 14C on flight TP1234 from Lisbon to Porto on 12 December at 09:40 is confirmed.` +
 		` Please arrive at the gate 30 minutes before departure. Reply to this message if anything needs to change."}`
+}
+
+// Steady is a guarded Tool on a memstore kept in the steady state of a store
+// swept at its key lifetime: a synthetic clock (the real one plus a skew)
+// advances by KeyTTL/Live per call, so that about Live records are current,
+// and every 256th call sweeps the expired ones. The sweep is timed with the
+// calls: a long-running store pays for it too.
+type Steady struct {
+	tool  *agenttool.Tool
+	store *memstore.Store
+	skew  atomic.Int64 // nanoseconds
+	calls atomic.Int64
+}
+
+// Live is how many records a Steady store holds.
+const Live = 4096
+
+// keyTTL is the shortest key lifetime the default retry window and lease
+// allow.
+const keyTTL = 75 * time.Second
+
+// NewSteady returns a Steady tool of class Keyed.
+func NewSteady() *Steady {
+	s := &Steady{store: memstore.New()}
+	tool, err := agenttool.Wrap(Tool{}, agenttool.Options{
+		Store: s.store, Class: agenttool.Keyed, KeyTTL: keyTTL, Now: s.now,
+	})
+	if err != nil {
+		panic(err)
+	}
+	s.tool = tool
+	return s
+}
+
+func (s *Steady) now() time.Time { return time.Now().Add(time.Duration(s.skew.Load())) }
+
+// Invoke makes the i-th call.
+func (s *Steady) Invoke(ctx context.Context, i int64) envelope.Envelope {
+	s.skew.Add(int64(keyTTL / Live))
+	env := s.tool.Invoke(ctx, Input(i))
+	if s.calls.Add(1)%256 == 0 {
+		if _, err := s.store.Sweep(ctx, s.now()); err != nil {
+			panic(err)
+		}
+	}
+	return env
 }

@@ -118,7 +118,13 @@ func (e Envelope) sizeHint() int {
 	if e.Note != "" {
 		n += 10 + len(e.Note)
 	}
-	return n + 34 // replayed, reconciled
+	if e.Replayed {
+		n += 16
+	}
+	if e.Reconciled {
+		n += 18
+	}
+	return n
 }
 
 // appendJSON appends e's JSON form, or returns false if e.Result is not

@@ -74,7 +74,7 @@ func run(w io.Writer, asJSON bool, svgPath string, quick bool) error {
 	rep := Report{Started: time.Now().UTC(), GoVersion: goVersion()}
 
 	progress("memory: bare vs guarded …")
-	rep.Memory = measureMemory()
+	rep.Memory = measureMemory(100 / scale)
 	rep.Ratios.MemOverheadNs = rep.Memory.GuardedNs - rep.Memory.BareNs
 
 	progress("boltstore: a lone call vs two bare Updates …")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,30 +45,50 @@ type MemResult struct {
 	BareAllocs, GuardedAllocs float64
 }
 
-func measureMemory() MemResult {
+// measureMemory times bare and guarded calls in alternating blocks, so that
+// the machine's moods fall on both alike, and reports the median block of
+// each. The guarded tool's store is first filled to its steady state.
+func measureMemory(rounds int) MemResult {
+	const block = 2000
 	var seq atomic.Int64
-	bare := testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		var t benchtool.Tool
-		for b.Loop() {
-			if _, err := t.Call(scope, input(seq.Add(1))); err != nil {
-				b.Fatal(err)
-			}
+	var bare benchtool.Tool
+	callBare := func() {
+		if _, err := bare.Call(scope, input(seq.Add(1))); err != nil {
+			panic(err)
 		}
-	})
-	guarded := testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		// A store in the steady state of one swept at its key lifetime,
-		// not one that grows by every iteration.
-		tool := benchtool.NewSteady()
-		for b.Loop() {
-			mustSucceed(tool.Invoke(scope, seq.Add(1)))
-		}
-	})
-	return MemResult{
-		BareNs: float64(bare.NsPerOp()), GuardedNs: float64(guarded.NsPerOp()),
-		BareAllocs: float64(bare.AllocsPerOp()), GuardedAllocs: float64(guarded.AllocsPerOp()),
 	}
+	// A store in the steady state of one swept at its key lifetime, not
+	// one that grows by every iteration.
+	guarded := benchtool.NewSteady()
+	callGuarded := func() { mustSucceed(guarded.Invoke(scope, seq.Add(1))) }
+	for range benchtool.Live {
+		callGuarded()
+		callBare()
+	}
+	bareNs := make([]float64, rounds)
+	guardedNs := make([]float64, rounds)
+	for r := range rounds {
+		t0 := time.Now()
+		for range block {
+			callBare()
+		}
+		t1 := time.Now()
+		for range block {
+			callGuarded()
+		}
+		bareNs[r] = float64(t1.Sub(t0).Nanoseconds()) / block
+		guardedNs[r] = float64(time.Since(t1).Nanoseconds()) / block
+	}
+	return MemResult{
+		BareNs: median(bareNs), GuardedNs: median(guardedNs),
+		BareAllocs: testing.AllocsPerRun(1000, callBare), GuardedAllocs: testing.AllocsPerRun(1000, callGuarded),
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // PairResult is a latency comparison measured in alternation.

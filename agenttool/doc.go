@@ -87,8 +87,9 @@
 // with who and why, and runs a sweeper that reconciles them in the
 // background with bounded concurrency.
 //
-// A call renews its lease while the tool or a check runs, so a slow but live
-// call is not presumed dead; a call whose lease was taken over cannot record
+// A call renews its lease for as long as it holds its key (while the tool or
+// a check runs, and between attempts), so a slow but live call is not
+// presumed dead; a call whose lease was taken over cannot record
 // its outcome over the new holder's (fencing).
 //
 // # Concurrency

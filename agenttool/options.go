@@ -136,8 +136,9 @@ type Options struct {
 	// does. A timeout is an unknown outcome, not a failure.
 	AttemptTimeout time.Duration
 	// Lease is how long a claim is held before another call may presume its
-	// holder dead; the holder renews it every third of a lease while the tool
-	// or a check runs. 0 means 1m.
+	// holder dead; the holder renews it every third of a lease for as long as
+	// it holds the key (while the tool or a check runs, and between
+	// attempts). 0 means 1m.
 	Lease time.Duration
 	// KeyTTL is how long succeeded and failed outcomes are kept for replay. It
 	// must cover the retry window plus the lease (invariant I7). 0 means 24h.

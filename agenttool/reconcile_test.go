@@ -173,6 +173,38 @@ func TestSlowCallKeepsItsLease(t *testing.T) {
 	})
 }
 
+// A call waiting between attempts still holds its key: its lease is renewed
+// through a backoff longer than the lease, and a second call hears
+// in_progress instead of taking the key over.
+func TestLeaseKeptBetweenAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return false, envelope.MarkTransient(errors.New("421 try again later"))
+			}
+			return true, nil
+		}}
+		opts := agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Lease: 30 * time.Second,
+			KeyTTL: time.Hour, WaitTimeout: -1, Retry: agenttool.RetryPolicy{
+				MaxAttempts: 2, InitialInterval: 100 * time.Second, MaxInterval: 100 * time.Second,
+				RandomizationFactor: -1, MaxElapsed: 10 * time.Minute,
+			}}
+		tool := newEmailTool(t, m, opts)
+		done := make(chan envelope.Envelope)
+		go func() { done <- tool.Invoke(scoped(), emailToAna) }()
+		time.Sleep(90 * time.Second) // three leases into the backoff
+		busy := tool.Invoke(scoped(), emailToAna)
+		if busy.Error == nil || busy.Error.Code != envelope.CodeInProgress {
+			t.Errorf("during the backoff: %s; want in_progress", busy)
+		}
+		env := <-done
+		mustStatus(t, env, envelope.Success)
+		if m.runs.Load() != 2 || env.Attempts != 2 {
+			t.Errorf("runs %d, attempts %d: want the holder's two attempts only", m.runs.Load(), env.Attempts)
+		}
+	})
+}
+
 // The model repeats the action after unknown_outcome with a key-irrelevant
 // field changed: the call is refused and nothing is written.
 func TestRepeatWithOtherWordingWritesNothing(t *testing.T) {

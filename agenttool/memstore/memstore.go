@@ -23,8 +23,10 @@ import (
 // is not usable; call [New].
 type Store struct {
 	mu      sync.Mutex
-	records map[string]entry
-	expiry  expiries // when records may be swept
+	index   map[string]int // key → its entry in entries
+	entries []entry        // records, in slots reused after a delete
+	free    []int          // empty slots of entries
+	expiry  expiries       // when records may be swept
 	token   uint64
 	closed  bool
 }
@@ -40,7 +42,7 @@ func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{records: make(map[string]entry)}
+	return &Store{index: make(map[string]int)}
 }
 
 func (s *Store) lock(ctx context.Context) error {
@@ -57,18 +59,47 @@ func (s *Store) lock(ctx context.Context) error {
 
 // get returns the record for key, or nil, through r (the caller's).
 func (s *Store) get(key string, r *agenttool.Record) *agenttool.Record {
-	e, ok := s.records[key]
+	i, ok := s.index[key]
 	if !ok {
 		return nil
 	}
-	*r = e.record(key)
+	*r = s.entries[i].record()
 	return r
+}
+
+// lookup returns the entry of key, or nil. The pointer is good until the
+// next put or delete.
+func (s *Store) lookup(key string) *entry {
+	i, ok := s.index[key]
+	if !ok {
+		return nil
+	}
+	return &s.entries[i]
+}
+
+// delete removes the record of key, which must exist.
+func (s *Store) delete(key string) {
+	i := s.index[key]
+	delete(s.index, key)
+	s.entries[i] = entry{}
+	s.free = append(s.free, i)
 }
 
 // put stores r. Outcomes are never modified in place: Finish is handed its
 // outcome (see agenttool.FinishRequest), and what leaves the store is cloned.
 func (s *Store) put(r agenttool.Record) {
-	s.records[r.Key] = newEntry(&r)
+	if i, ok := s.index[r.Key]; ok {
+		s.entries[i] = newEntry(&r)
+	} else {
+		if n := len(s.free); n > 0 {
+			i, s.free = s.free[n-1], s.free[:n-1]
+			s.entries[i] = newEntry(&r)
+		} else {
+			i = len(s.entries)
+			s.entries = append(s.entries, newEntry(&r))
+		}
+		s.index[r.Key] = i
+	}
 	if !r.Expires.IsZero() {
 		s.expiry.push(expiry{at: r.Expires.UnixNano(), key: r.Key})
 	}
@@ -79,7 +110,8 @@ func (s *Store) put(r agenttool.Record) {
 // fewer pointers for the garbage collector to follow, which a store holding
 // many records pays for on every collection.
 type entry struct {
-	tool, owner   string
+	key, tool     string
+	owner         string
 	outcome       []byte
 	resolution    *agenttool.Resolution
 	principal     agenttool.Digest
@@ -96,7 +128,7 @@ type entry struct {
 
 func newEntry(r *agenttool.Record) entry {
 	return entry{
-		tool: r.Tool, owner: r.Owner, outcome: r.Outcome, resolution: r.Resolution,
+		key: r.Key, tool: r.Tool, owner: r.Owner, outcome: r.Outcome, resolution: r.Resolution,
 		principal: r.Principal, fingerprint: r.Fingerprint, token: r.Token,
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
@@ -110,9 +142,9 @@ func (e *entry) sweepable(now time.Time) bool {
 	return r.Sweepable(now)
 }
 
-func (e *entry) record(key string) agenttool.Record {
+func (e *entry) record() agenttool.Record {
 	return agenttool.Record{
-		Key: key, Tool: e.tool, State: e.state, Principal: e.principal, Fingerprint: e.fingerprint,
+		Key: e.key, Tool: e.tool, State: e.state, Principal: e.principal, Fingerprint: e.fingerprint,
 		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution,
@@ -185,7 +217,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	if err := agenttool.DecideRelease(s.get(key, &cur), key, token); err != nil {
 		return err
 	}
-	delete(s.records, key)
+	s.delete(key)
 	return nil
 }
 
@@ -210,11 +242,11 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 		return agenttool.Record{}, err
 	}
 	defer s.mu.Unlock()
-	e, ok := s.records[key]
-	if !ok {
+	e := s.lookup(key)
+	if e == nil {
 		return agenttool.Record{}, fmt.Errorf("memstore: %s: %w", key, agenttool.ErrNotFound)
 	}
-	r := e.record(key)
+	r := e.record()
 	r.Outcome = slices.Clone(r.Outcome)
 	return r, nil
 }
@@ -229,8 +261,8 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	for nowNs := now.UnixNano(); len(s.expiry) > 0 && s.expiry[0].at <= nowNs; {
 		e := s.expiry.pop()
 		// The entry is a hint: the record may have changed or gone since.
-		if r, ok := s.records[e.key]; ok && r.expires == e.at && r.sweepable(now) {
-			delete(s.records, e.key)
+		if r := s.lookup(e.key); r != nil && r.expires == e.at && r.sweepable(now) {
+			s.delete(e.key)
 			n++
 		}
 	}
@@ -298,9 +330,10 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 		limit = 100
 	}
 	var out []agenttool.Record
-	for k, e := range s.records {
+	for k, i := range s.index {
+		e := &s.entries[i]
 		if k > req.After && (req.Principal == nil || *req.Principal == e.principal) {
-			if r := e.record(k); r.AwaitsReconciliation(req.Now) {
+			if r := e.record(); r.AwaitsReconciliation(req.Now) {
 				r.Outcome = slices.Clone(r.Outcome)
 				out = append(out, r)
 			}
@@ -317,7 +350,7 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.records)
+	return len(s.index)
 }
 
 // Close makes every later call fail with agenttool.ErrClosed, as a store that

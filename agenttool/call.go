@@ -60,7 +60,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 		return t.refused("", bad, envelope.FixInput, "")
 	}
 	c := &call{
-		t: t, ctx: ctx, in: in, scope: scope,
+		t: t, ctx: ctx, args: in.args, scope: scope,
 		ref: deriveRef(t.cfg.KeyPrefix, scope, actionIDFrom(ctx), in.identifying),
 	}
 	if err := ctx.Err(); err != nil {
@@ -78,7 +78,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 type call struct {
 	t        *Tool
 	ctx      context.Context
-	in       input
+	args     args
 	scope    Scope
 	ref      string
 	token    uint64
@@ -245,14 +245,13 @@ func (c *call) attempts(done int) envelope.Envelope {
 // attempt runs the tool once with the call's information on its context.
 func (c *call) attempt(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
-	info := CallInfo{RequestRef: c.ref, Attempt: n, Scope: c.scope, Token: c.token}
 	var ctx context.Context
 	if c.first.Context == nil {
-		c.first = attemptCtx{c.ctx, info}
+		c.first = attemptCtx{c.ctx, c, n}
 		ctx = &c.first
 	} else {
 		// A goroutine of an earlier attempt may still read its context.
-		ctx = &attemptCtx{c.ctx, info}
+		ctx = &attemptCtx{c.ctx, c, n}
 	}
 	if cfg.AttemptTimeout > 0 {
 		var cancel context.CancelFunc
@@ -263,7 +262,7 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 	if cfg.Hooks.Attempt != nil {
 		start = cfg.Now()
 	}
-	out, err := c.t.run(ctx, c.in)
+	out, err := c.t.run(ctx, c.args)
 	if h := cfg.Hooks.Attempt; h != nil {
 		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
 			Class: envelope.Classify(err), Duration: cfg.Now().Sub(start)})

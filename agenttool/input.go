@@ -26,8 +26,13 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
 type input struct {
 	fingerprint Digest // of the whole input, canonical
 	identifying Digest // of the identifying part, canonical
-	forward     string // what the tool receives
-	value       any    // decoded input of a typed tool
+	args
+}
+
+// args is what the tool is run with.
+type args struct {
+	forward string // what the tool receives
+	value   any    // decoded input of a typed tool
 }
 
 // parseInput parses and checks model input. JSON objects (input starting
@@ -43,7 +48,7 @@ func (c *config) parseInput(raw string) (input, *envelope.Error) {
 		}
 		text, _ := json.Marshal(trimmed)
 		fp := sha256.Sum256(append([]byte(fingerprintTag), text...))
-		return input{fingerprint: fp, identifying: fp, forward: raw}, nil
+		return input{fingerprint: fp, identifying: fp, args: args{forward: raw}}, nil
 	}
 	// The input's bytes and its canonical form are only digested, never
 	// kept: their buffers go back to a pool.

@@ -79,20 +79,22 @@ func RequestRef(ctx context.Context) string {
 }
 
 func withCallInfo(ctx context.Context, c CallInfo) context.Context {
-	return &attemptCtx{ctx, c}
+	return context.WithValue(ctx, callKey, c)
 }
 
-// attemptCtx is the context a tool runs with: its caller's, carrying the
-// call's information. It is context.WithValue's equivalent, as a type that a
-// call can hold without an allocation of its own.
+// attemptCtx is the context an attempt runs the tool with: its caller's,
+// answering CallInfoFrom from the call itself. It is context.WithValue's
+// equivalent, as a type that a call can hold without an allocation of its
+// own.
 type attemptCtx struct {
 	context.Context
-	info CallInfo
+	c       *call
+	attempt int
 }
 
-func (c *attemptCtx) Value(key any) any {
+func (a *attemptCtx) Value(key any) any {
 	if key == any(callKey) {
-		return c.info
+		return CallInfo{RequestRef: a.c.ref, Attempt: a.attempt, Scope: a.c.scope, Token: a.c.token}
 	}
-	return c.Context.Value(key)
+	return a.Context.Value(key)
 }

@@ -26,7 +26,7 @@ type Tool struct {
 	name        string
 	description string
 	cfg         *config
-	run         func(ctx context.Context, in input) (json.RawMessage, error)
+	run         func(ctx context.Context, in args) (json.RawMessage, error)
 	decode      func(forward string) (any, error) // nil for wrapped tools
 	schema      json.RawMessage
 	flights     flights
@@ -53,7 +53,7 @@ func Wrap(t tools.Tool, opts Options) (*Tool, error) {
 		name:        t.Name(),
 		description: t.Description() + envelopeHint,
 		cfg:         cfg,
-		run: func(ctx context.Context, in input) (json.RawMessage, error) {
+		run: func(ctx context.Context, in args) (json.RawMessage, error) {
 			out, err := t.Call(ctx, in.forward)
 			if err != nil {
 				return nil, err
@@ -92,7 +92,7 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 			}
 			return v, nil
 		},
-		run: func(ctx context.Context, in input) (json.RawMessage, error) {
+		run: func(ctx context.Context, in args) (json.RawMessage, error) {
 			out, err := fn(ctx, in.value.(In))
 			if err != nil {
 				return nil, err

@@ -6,12 +6,13 @@
 //	go run ./internal/bench -json -svg docs/throughput.svg
 //
 // It measures: a bare tool call against the same tool guarded on memstore
-// (the overhead budget); a lone guarded call on boltstore against two bare
+// (the overhead budget), in alternating blocks, on a store held in the steady
+// state of one swept at its key lifetime; a lone guarded call on boltstore against two bare
 // bbolt Update transactions on the same disk; 1, 8, 64 and 256 concurrent
 // callers on boltstore against plain Update and bbolt's Batch; and, when
 // DATABASE_URL is set, pgstore against the bare INSERT … ON CONFLICT + UPDATE
-// pair. Disk-bound pairs are measured in alternation, so that drift in the
-// disk's speed hits both sides alike.
+// pair. Pairs are measured in alternation, so that drift in the machine's
+// speed hits both sides alike.
 package main
 
 import (

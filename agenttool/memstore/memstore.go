@@ -57,48 +57,46 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-// get returns the record for key, or nil, through r (the caller's).
-func (s *Store) get(key string, r *agenttool.Record) *agenttool.Record {
+// get returns the record for key, through r (the caller's), and its slot in
+// entries; or nil and -1.
+func (s *Store) get(key string, r *agenttool.Record) (*agenttool.Record, int) {
 	i, ok := s.index[key]
 	if !ok {
-		return nil
+		return nil, -1
 	}
 	*r = s.entries[i].record()
-	return r
+	return r, i
 }
 
-// lookup returns the entry of key, or nil. The pointer is good until the
-// next put or delete.
-func (s *Store) lookup(key string) *entry {
-	i, ok := s.index[key]
-	if !ok {
-		return nil
+// lookup returns the slot of key's entry, or -1.
+func (s *Store) lookup(key string) int {
+	if i, ok := s.index[key]; ok {
+		return i
 	}
-	return &s.entries[i]
+	return -1
 }
 
-// delete removes the record of key, which must exist.
-func (s *Store) delete(key string) {
-	i := s.index[key]
+// delete removes the record of key, in slot i.
+func (s *Store) delete(key string, i int) {
 	delete(s.index, key)
 	s.entries[i] = entry{}
 	s.free = append(s.free, i)
 }
 
-// put stores r. Outcomes are never modified in place: Finish is handed its
+// put stores r in slot i, the slot of its key's record, or in a new slot if
+// i is -1. Outcomes are never modified in place: Finish is handed its
 // outcome (see agenttool.FinishRequest), and what leaves the store is cloned.
-func (s *Store) put(r agenttool.Record) {
-	if i, ok := s.index[r.Key]; ok {
+func (s *Store) put(i int, r agenttool.Record) {
+	switch n := len(s.free); {
+	case i >= 0:
 		s.entries[i] = newEntry(&r)
-	} else {
-		if n := len(s.free); n > 0 {
-			i, s.free = s.free[n-1], s.free[:n-1]
-			s.entries[i] = newEntry(&r)
-		} else {
-			i = len(s.entries)
-			s.entries = append(s.entries, newEntry(&r))
-		}
+	case n > 0:
+		i, s.free = s.free[n-1], s.free[:n-1]
+		s.entries[i] = newEntry(&r)
 		s.index[r.Key] = i
+	default:
+		s.index[r.Key] = len(s.entries)
+		s.entries = append(s.entries, newEntry(&r))
 	}
 	if !r.Expires.IsZero() {
 		s.expiry.push(expiry{at: r.Expires.UnixNano(), key: r.Key})
@@ -181,12 +179,13 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
-	res, write, err := agenttool.DecideClaim(s.get(req.Key, &cur), req, s.nextToken)
+	existing, slot := s.get(req.Key, &cur)
+	res, write, err := agenttool.DecideClaim(existing, req, s.nextToken)
 	if err != nil {
 		return agenttool.ClaimResult{}, err
 	}
 	if write {
-		s.put(res.Record)
+		s.put(slot, res.Record)
 	}
 	res.Record.Outcome = slices.Clone(res.Record.Outcome)
 	return res, nil
@@ -199,11 +198,12 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
-	rec, err := agenttool.DecideFinish(s.get(req.Key, &cur), req)
+	existing, slot := s.get(req.Key, &cur)
+	rec, err := agenttool.DecideFinish(existing, req)
 	if err != nil {
 		return err
 	}
-	s.put(rec)
+	s.put(slot, rec)
 	return nil
 }
 
@@ -214,10 +214,11 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
-	if err := agenttool.DecideRelease(s.get(key, &cur), key, token); err != nil {
+	existing, slot := s.get(key, &cur)
+	if err := agenttool.DecideRelease(existing, key, token); err != nil {
 		return err
 	}
-	s.delete(key)
+	s.delete(key, slot)
 	return nil
 }
 
@@ -228,11 +229,12 @@ func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
-	rec, err := agenttool.DecideRenew(s.get(key, &cur), key, token, until, time.Now())
+	existing, slot := s.get(key, &cur)
+	rec, err := agenttool.DecideRenew(existing, key, token, until, time.Now())
 	if err != nil {
 		return err
 	}
-	s.put(rec)
+	s.put(slot, rec)
 	return nil
 }
 
@@ -242,11 +244,11 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 		return agenttool.Record{}, err
 	}
 	defer s.mu.Unlock()
-	e := s.lookup(key)
-	if e == nil {
+	i := s.lookup(key)
+	if i < 0 {
 		return agenttool.Record{}, fmt.Errorf("memstore: %s: %w", key, agenttool.ErrNotFound)
 	}
-	r := e.record()
+	r := s.entries[i].record()
 	r.Outcome = slices.Clone(r.Outcome)
 	return r, nil
 }
@@ -261,8 +263,8 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	for nowNs := now.UnixNano(); len(s.expiry) > 0 && s.expiry[0].at <= nowNs; {
 		e := s.expiry.pop()
 		// The entry is a hint: the record may have changed or gone since.
-		if r := s.lookup(e.key); r != nil && r.expires == e.at && r.sweepable(now) {
-			s.delete(e.key)
+		if i := s.lookup(e.key); i >= 0 && s.entries[i].expires == e.at && s.entries[i].sweepable(now) {
+			s.delete(e.key, i)
 			n++
 		}
 	}

@@ -46,6 +46,9 @@ func (e *SyntaxError) Error() string {
 
 // Canonical returns the canonical form of the JSON value in data.
 func Canonical(data []byte) ([]byte, error) {
+	if len(data) > maxInput {
+		return nil, &SyntaxError{Msg: fmt.Sprintf("input of %d bytes is larger than %d", len(data), maxInput)}
+	}
 	var stack [16]span
 	p := parser{data: data, buf: make([]byte, 0, 2*len(data)+16), spans: stack[:0]}
 	p.skipSpace()
@@ -73,10 +76,10 @@ type Object struct {
 // member locates one top-level member: its decoded name (in data or in
 // names) and its canonical name token and value (in buf).
 type member struct {
-	nameOff, nameLen int
+	nameOff, nameLen int32
+	tokOff, valOff   int32 // name token "…" starts at tokOff; value spans valOff..end
+	end              int32
 	nameInData       bool
-	tokOff, valOff   int // name token "…" starts at tokOff; value spans valOff..end
-	end              int
 }
 
 // ParseObject parses data, which must hold one JSON object.
@@ -102,13 +105,30 @@ func (o *Object) Append(dst, data []byte) error {
 		// moved down: room for twice the input avoids regrowing.
 		dst = append(make([]byte, 0, len(dst)+2*len(data)+16), dst...)
 	}
+	if len(data) > maxInput || len(dst) > maxInput {
+		*o = Object{members: o.members[:0], names: o.names[:0]}
+		return &SyntaxError{Msg: fmt.Sprintf("input of %d bytes (with %d before it) is larger than %d", len(data), len(dst), maxInput)}
+	}
 	p := parsers.Get().(*parser)
 	*p = parser{data: data, buf: dst, top: true, spans: p.spans[:0], names: p.names[:0], topMembers: o.members[:0]}
-	defer func() {
-		*p = parser{spans: p.spans[:0], names: p.names[:0]} // keep the scratch, drop the rest
-		parsers.Put(p)
-	}()
-	*o = Object{members: o.members[:0], names: o.names[:0]}
+	err := p.topObject()
+	if err == nil {
+		*o = Object{buf: p.buf, start: len(dst), data: data, names: append(o.names[:0], p.names...), members: p.topMembers}
+	} else {
+		*o = Object{members: p.topMembers[:0], names: o.names[:0]}
+	}
+	*p = parser{spans: p.spans[:0], names: p.names[:0]} // keep the scratch, drop the rest
+	parsers.Put(p)
+	return err
+}
+
+// MaxInput is the largest input, in bytes, that [Canonical] and
+// [Object.Append] accept; offsets into it are kept in 32 bits.
+const MaxInput = 1 << 28
+
+var maxInput = MaxInput // lowered by tests
+
+func (p *parser) topObject() error {
 	p.skipSpace()
 	if p.pos >= len(p.data) || p.data[p.pos] != '{' {
 		return p.errorf("expected a JSON object")
@@ -120,7 +140,6 @@ func (o *Object) Append(dst, data []byte) error {
 	if p.pos != len(p.data) {
 		return p.errorf("unexpected data after the JSON value")
 	}
-	*o = Object{buf: p.buf, start: len(dst), data: data, names: append(o.names, p.names...), members: p.topMembers}
 	return nil
 }
 
@@ -202,8 +221,8 @@ func (o Object) AppendCanonical(dst []byte, keep func(name []byte) bool) []byte 
 
 // span is a member of an object being parsed.
 type span struct {
-	nameOff, nameLen int
-	valOff, valEnd   int // in buf
+	nameOff, nameLen int32
+	valOff, valEnd   int32 // in buf
 	nameInData       bool
 	rawName          bool // the name had no escapes: its token is data[nameOff-1 : nameOff+nameLen+1]
 }
@@ -251,9 +270,8 @@ func (p *parser) value() error {
 			return err
 		}
 		if raw {
-			p.buf = append(p.buf, '"')
-			p.buf = append(p.buf, s...)
-			p.buf = append(p.buf, '"')
+			// Without escapes the token is already canonical, quotes and all.
+			p.buf = append(p.buf, p.data[p.pos-len(s)-2:p.pos]...)
 			return nil
 		}
 		// The decoded string was put at start; encode it canonically.
@@ -325,11 +343,11 @@ func (p *parser) object() error {
 			}
 			p.pos++
 			p.skipSpace()
-			sp.valOff = len(p.buf)
+			sp.valOff = int32(len(p.buf))
 			if err := p.value(); err != nil {
 				return err
 			}
-			sp.valEnd = len(p.buf)
+			sp.valEnd = int32(len(p.buf))
 			p.spans = append(p.spans, sp)
 			p.skipSpace()
 			if p.pos >= len(p.data) {
@@ -376,7 +394,7 @@ func (p *parser) object() error {
 			shift := out - start
 			p.topMembers = append(p.topMembers, member{
 				nameOff: m.nameOff, nameLen: m.nameLen, nameInData: m.nameInData,
-				tokOff: tok - shift, valOff: val - shift, end: len(p.buf) - shift,
+				tokOff: int32(tok - shift), valOff: int32(val - shift), end: int32(len(p.buf) - shift),
 			})
 		}
 	}
@@ -408,9 +426,9 @@ func (p *parser) name() (span, error) {
 		return span{}, err
 	}
 	if raw {
-		return span{nameOff: p.pos - 1 - len(s), nameLen: len(s), nameInData: true, rawName: true}, nil
+		return span{nameOff: int32(p.pos - 1 - len(s)), nameLen: int32(len(s)), nameInData: true, rawName: true}, nil
 	}
-	return span{nameOff: len(p.names) - len(s), nameLen: len(s)}, nil
+	return span{nameOff: int32(len(p.names) - len(s)), nameLen: int32(len(s))}, nil
 }
 
 func (p *parser) array() error {
@@ -486,6 +504,12 @@ func (p *parser) string(scratch *[]byte) (s []byte, raw bool, err error) {
 		p.pos++
 		return s, true, nil
 	}
+	return p.escaped(scratch, start)
+}
+
+// escaped decodes the rest of a string with escapes, from p.pos (an escape
+// or the end of the input), the string's content having begun at start.
+func (p *parser) escaped(scratch *[]byte, start int) (s []byte, raw bool, err error) {
 	base := len(*scratch)
 	buf := append(*scratch, p.data[start:p.pos]...)
 	defer func() { *scratch = buf }()

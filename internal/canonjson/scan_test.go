@@ -31,3 +31,19 @@ func FuzzScanRun(f *testing.F) {
 		}
 	})
 }
+
+func TestInputTooLarge(t *testing.T) {
+	defer func(m int) { maxInput = m }(maxInput)
+	maxInput = 16
+	in := []byte(`{"subject":"a long one"}`)
+	if _, err := Canonical(in); err == nil || !strings.Contains(err.Error(), "larger than 16") {
+		t.Errorf("Canonical of %d bytes: %v", len(in), err)
+	}
+	var o Object
+	if err := o.Append(nil, in); err == nil || !strings.Contains(err.Error(), "larger than 16") || o.Len() != 0 {
+		t.Errorf("Append of %d bytes: %v, %d members", len(in), err, o.Len())
+	}
+	if err := o.Append(nil, []byte(`{"a":1}`)); err != nil || o.Len() != 1 {
+		t.Errorf("Append within the limit: %v", err)
+	}
+}

@@ -80,3 +80,23 @@ func TestResultFromText(t *testing.T) {
 		}
 	}
 }
+
+func FuzzPlainWord(f *testing.F) {
+	for _, s := range []string{"abcdefgh", "abc\"efgh", "abcdefg\\", "\x1fbcdefgh", "abcdefg\x80", "\x7f\x20~!#$%&", "a\u2028bcde"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) < 8 {
+			return
+		}
+		want := true
+		for i := range 8 {
+			if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+				want = false
+			}
+		}
+		if got := plainWord(load64(s, 0)); got != want {
+			t.Fatalf("plainWord(%q) = %v, want %v", s[:8], got, want)
+		}
+	})
+}

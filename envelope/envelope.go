@@ -173,6 +173,28 @@ func (e Envelope) appendJSON(b []byte) ([]byte, bool) {
 
 const hexDigits = "0123456789abcdef"
 
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// load64 reads s[i:i+8] as a little-endian word.
+func load64(s string, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// plainWord reports whether none of the eight bytes of x needs escaping or a
+// closer look: no control character, '"', '\\' or non-ASCII byte. For each
+// word, (x - n*ones) &^ x & highs is non-zero exactly when some byte of x is
+// below n, and a byte equal to c is a zero byte of x ^ (c*ones).
+func plainWord(x uint64) bool {
+	q := x ^ ('"' * ones)
+	bs := x ^ ('\\' * ones)
+	return ((x-0x20*ones)|(q-ones)&^q|(bs-ones)&^bs|x)&highs == 0
+}
+
 // appendString appends s as a JSON string the way encoding/json does without
 // HTML escaping: '"', '\\' and control characters escaped, U+2028 and
 // U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
@@ -180,6 +202,10 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i+8 <= len(s) && plainWord(load64(s, i)) {
+			i += 8 // eight bytes that need no escape
+			continue
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

@@ -59,10 +59,8 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	if bad != nil {
 		return t.refused("", bad, envelope.FixInput, "")
 	}
-	c := &call{
-		t: t, ctx: ctx, args: in.args, scope: scope,
-		ref: deriveRef(t.cfg.KeyPrefix, scope, actionIDFrom(ctx), in.identifying),
-	}
+	c := &call{t: t, ctx: ctx, args: in.args, scope: scope}
+	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
 		return t.refused(c.ref, &envelope.Error{Code: envelope.CodeCancelled,
 			Message: fmt.Sprintf("the call was cancelled before the tool ran: %v", err)}, envelope.Wait, "")
@@ -81,6 +79,7 @@ type call struct {
 	args     args
 	scope    Scope
 	ref      string
+	owner    string // the lease owner of the call's claims
 	token    uint64
 	maybeRan bool // an attempt of this key may have applied the effect
 
@@ -92,7 +91,7 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	cfg := c.t.cfg
 	req := ClaimRequest{
 		Key: c.ref, Tool: c.t.name, Principal: c.t.principalDigest(c.scope.Principal), Fingerprint: fp,
-		Owner: newOwner(), Lease: cfg.Lease,
+		Owner: c.owner, Lease: cfg.Lease,
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),

@@ -27,6 +27,21 @@ const refBytes = 20
 // action id or the digest of the canonical identifying fields. Each part is
 // length prefixed, so no two different tuples share an encoding.
 func deriveRef(prefix string, s Scope, actionID string, identifying Digest) string {
+	var out [128]byte
+	return string(appendRef(out[:0], prefix, s, actionID, identifying))
+}
+
+// refAndOwner returns deriveRef's reference and a new lease owner for
+// claiming it, in one allocation.
+func refAndOwner(prefix string, s Scope, actionID string, identifying Digest) (ref, owner string) {
+	var out [160]byte
+	b := appendRef(out[:0], prefix, s, actionID, identifying)
+	n := len(b)
+	both := string(appendOwner(b))
+	return both[:n], both[n:]
+}
+
+func appendRef(ref []byte, prefix string, s Scope, actionID string, identifying Digest) []byte {
 	var stack [256]byte
 	b := append(stack[:0], keyTag...)
 	b = appendPart(b, prefix)
@@ -40,12 +55,11 @@ func deriveRef(prefix string, s Scope, actionID string, identifying Digest) stri
 		b = append(b, identifying[:]...)
 	}
 	sum := sha256.Sum256(b)
-	var out [128]byte
-	ref := append(append(out[:0], prefix...), '/')
+	ref = append(append(ref, prefix...), '/')
 	n := len(ref)
 	ref = append(ref, make([]byte, refEncoding.EncodedLen(refBytes))...)
 	refEncoding.Encode(ref[n:], sum[:refBytes])
-	return string(ref)
+	return ref
 }
 
 func appendPart(b []byte, s string) []byte {

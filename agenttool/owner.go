@@ -22,5 +22,9 @@ var (
 
 func newOwner() string {
 	var b [40]byte
-	return string(strconv.AppendUint(append(b[:0], ownerPrefix...), ownerSeq.Add(1), 36))
+	return string(appendOwner(b[:0]))
+}
+
+func appendOwner(b []byte) []byte {
+	return strconv.AppendUint(append(b, ownerPrefix...), ownerSeq.Add(1), 36)
 }

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -338,10 +337,7 @@ func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
 }
 
 func save(b *bolt.Bucket, r *agenttool.Record) error {
-	v, err := encode(r)
-	if err != nil {
-		return err
-	}
+	v := encode(r)
 	key := []byte(r.Key)
 	if err := b.Put(key, v); err != nil {
 		return err
@@ -360,79 +356,4 @@ func remove(b *bolt.Bucket, key []byte) error {
 		return err
 	}
 	return openIndex(b).Delete(key)
-}
-
-// diskRecord is a record as stored: JSON with a format version.
-type diskRecord struct {
-	V           int              `json:"v"`
-	Tool        string           `json:"tool"`
-	State       agenttool.State  `json:"state"`
-	Principal   agenttool.Digest `json:"principal"`
-	Fingerprint agenttool.Digest `json:"fingerprint"`
-	Owner       string           `json:"owner,omitempty"`
-	Token       uint64           `json:"token"`
-	LeaseExpiry int64            `json:"lease_expiry,omitempty"`
-	Attempts    int              `json:"attempts"`
-	Outcome     []byte           `json:"outcome,omitempty"`
-	Created     int64            `json:"created"`
-	Updated     int64            `json:"updated"`
-	Expires     int64            `json:"expires,omitempty"`
-	Approved    bool             `json:"retry_approved,omitempty"`
-	Resolution  *diskResolution  `json:"resolution,omitempty"`
-}
-
-type diskResolution struct {
-	Verdict string `json:"verdict"`
-	By      string `json:"by"`
-	Why     string `json:"why,omitempty"`
-	At      int64  `json:"at"`
-}
-
-const recordFormat = 1
-
-func encode(r *agenttool.Record) ([]byte, error) {
-	d := diskRecord{
-		V: recordFormat, Tool: r.Tool, State: r.State, Principal: r.Principal, Fingerprint: r.Fingerprint,
-		Owner: r.Owner, Token: r.Token, LeaseExpiry: nanos(r.LeaseExpiry), Attempts: r.Attempts,
-		Outcome: r.Outcome, Created: nanos(r.Created), Updated: nanos(r.Updated), Expires: nanos(r.Expires),
-		Approved: r.RetryApproved,
-	}
-	if res := r.Resolution; res != nil {
-		d.Resolution = &diskResolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: nanos(res.At)}
-	}
-	return json.Marshal(d)
-}
-
-func decode(key, v []byte) (agenttool.Record, error) {
-	var d diskRecord
-	if err := json.Unmarshal(v, &d); err != nil {
-		return agenttool.Record{}, fmt.Errorf("boltstore: record %s: %w: %w", key, agenttool.ErrCorrupt, err)
-	}
-	if d.V != recordFormat || !d.State.Valid() {
-		return agenttool.Record{}, fmt.Errorf("boltstore: record %s has format %d and state %d: %w", key, d.V, d.State, agenttool.ErrCorrupt)
-	}
-	rec := agenttool.Record{
-		Key: string(key), Tool: d.Tool, State: d.State, Principal: d.Principal, Fingerprint: d.Fingerprint,
-		Owner: d.Owner, Token: d.Token, LeaseExpiry: fromNanos(d.LeaseExpiry), Attempts: d.Attempts,
-		Outcome: d.Outcome, Created: fromNanos(d.Created), Updated: fromNanos(d.Updated), Expires: fromNanos(d.Expires),
-		RetryApproved: d.Approved,
-	}
-	if res := d.Resolution; res != nil {
-		rec.Resolution = &agenttool.Resolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: fromNanos(res.At)}
-	}
-	return rec, nil
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
 }

@@ -39,4 +39,8 @@
 //   - Records hold digests of the principal and input and the encoded
 //     outcome, never the input itself. Outcomes pass through the tool's
 //     Codec, which can redact or encrypt them.
+//   - Records are stored in a compact binary format. Files written by
+//     earlier versions, whose records are JSON, are read as they are; each
+//     record is rewritten in the binary format when it next changes. A
+//     record in neither format fails closed (agenttool.ErrCorrupt).
 package boltstore

@@ -1,0 +1,274 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+)
+
+// Records are written in a binary format, format 2:
+//
+//	byte     2 (the format)
+//	byte     state
+//	byte     flags: 1 retry approved, 2 has a resolution
+//	[32]byte principal digest
+//	[32]byte fingerprint
+//	uvarint  token
+//	uvarint  attempts
+//	varint   lease expiry, created, updated, expires (Unix nanoseconds; 0 is the zero time)
+//	bytes    tool, owner, outcome (each a uvarint length, then the bytes)
+//	if a resolution: bytes verdict, by, why; varint at
+//
+// Format 1, JSON, was written by earlier versions; it is still read, and a
+// record is rewritten in format 2 when it next changes. A record in neither
+// format, or with bytes left over, is corrupt: it fails closed.
+const (
+	formatJSON   = 1
+	formatBinary = 2
+)
+
+const (
+	flagApproved   = 1
+	flagResolution = 2
+)
+
+// maxField bounds a stored string or outcome, so that a corrupt length
+// cannot ask for an absurd allocation.
+const maxField = 1 << 30
+
+// appendRecord appends r's format-2 encoding to b.
+func appendRecord(b []byte, r *agenttool.Record) []byte {
+	var flags byte
+	if r.RetryApproved {
+		flags |= flagApproved
+	}
+	if r.Resolution != nil {
+		flags |= flagResolution
+	}
+	b = append(b, formatBinary, byte(r.State), flags)
+	b = append(b, r.Principal[:]...)
+	b = append(b, r.Fingerprint[:]...)
+	b = binary.AppendUvarint(b, r.Token)
+	b = binary.AppendUvarint(b, uint64(r.Attempts))
+	b = binary.AppendVarint(b, nanos(r.LeaseExpiry))
+	b = binary.AppendVarint(b, nanos(r.Created))
+	b = binary.AppendVarint(b, nanos(r.Updated))
+	b = binary.AppendVarint(b, nanos(r.Expires))
+	b = appendField(b, r.Tool)
+	b = appendField(b, r.Owner)
+	b = appendField(b, r.Outcome)
+	if res := r.Resolution; res != nil {
+		b = appendField(b, res.Verdict)
+		b = appendField(b, res.By)
+		b = appendField(b, res.Why)
+		b = binary.AppendVarint(b, nanos(res.At))
+	}
+	return b
+}
+
+func appendField[T string | []byte](b []byte, s T) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// recordSize is an upper bound on the length of r's encoding.
+func recordSize(r *agenttool.Record) int {
+	n := 3 + 64 + 6*binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome)
+	if res := r.Resolution; res != nil {
+		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
+	}
+	return n
+}
+
+func encode(r *agenttool.Record) []byte {
+	return appendRecord(make([]byte, 0, recordSize(r)), r)
+}
+
+// decode reads a record of either format. The record's key is key.
+func decode(key, v []byte) (agenttool.Record, error) {
+	var (
+		rec agenttool.Record
+		err error
+	)
+	switch {
+	case len(v) > 0 && v[0] == formatBinary:
+		rec, err = decodeBinary(v)
+	case len(v) > 0 && v[0] == '{':
+		rec, err = decodeJSON(v)
+	default:
+		err = errors.New("unknown record format")
+	}
+	if err == nil && !rec.State.Valid() {
+		err = fmt.Errorf("state %d", rec.State)
+	}
+	if err != nil {
+		return agenttool.Record{}, fmt.Errorf("boltstore: record %s: %w: %w", key, agenttool.ErrCorrupt, err)
+	}
+	rec.Key = string(key)
+	return rec, nil
+}
+
+// reader reads a format-2 record; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("truncated or invalid %s", what)
+	}
+}
+
+func (r *reader) bytes(n int, what string) []byte {
+	if r.err != nil || n > len(r.b) {
+		r.fail(what)
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) time(what string) time.Time {
+	if r.err != nil {
+		return time.Time{}
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return time.Time{}
+	}
+	r.b = r.b[n:]
+	return fromNanos(v)
+}
+
+func (r *reader) field(what string) []byte {
+	n := r.uvarint(what)
+	if n > maxField {
+		r.fail(what)
+		return nil
+	}
+	return r.bytes(int(n), what)
+}
+
+func decodeBinary(v []byte) (agenttool.Record, error) {
+	r := reader{b: v}
+	head := r.bytes(3, "header")
+	if r.err != nil {
+		return agenttool.Record{}, r.err
+	}
+	var rec agenttool.Record
+	rec.State = agenttool.State(head[1])
+	flags := head[2]
+	if flags&^(flagApproved|flagResolution) != 0 {
+		return agenttool.Record{}, fmt.Errorf("unknown flags %#x", flags)
+	}
+	rec.RetryApproved = flags&flagApproved != 0
+	copy(rec.Principal[:], r.bytes(32, "principal"))
+	copy(rec.Fingerprint[:], r.bytes(32, "fingerprint"))
+	rec.Token = r.uvarint("token")
+	attempts := r.uvarint("attempts")
+	if attempts > math.MaxInt32 {
+		r.fail("attempts")
+	}
+	rec.Attempts = int(attempts)
+	rec.LeaseExpiry = r.time("lease expiry")
+	rec.Created = r.time("created")
+	rec.Updated = r.time("updated")
+	rec.Expires = r.time("expires")
+	rec.Tool = string(r.field("tool"))
+	rec.Owner = string(r.field("owner"))
+	if out := r.field("outcome"); len(out) > 0 {
+		rec.Outcome = append([]byte(nil), out...) // v belongs to the transaction
+	}
+	if flags&flagResolution != 0 {
+		res := &agenttool.Resolution{}
+		res.Verdict = string(r.field("verdict"))
+		res.By = string(r.field("by"))
+		res.Why = string(r.field("why"))
+		res.At = r.time("resolution time")
+		rec.Resolution = res
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%d bytes after the record", len(r.b))
+	}
+	return rec, r.err
+}
+
+// diskRecord is a record in format 1: JSON.
+type diskRecord struct {
+	V           int              `json:"v"`
+	Tool        string           `json:"tool"`
+	State       agenttool.State  `json:"state"`
+	Principal   agenttool.Digest `json:"principal"`
+	Fingerprint agenttool.Digest `json:"fingerprint"`
+	Owner       string           `json:"owner,omitempty"`
+	Token       uint64           `json:"token"`
+	LeaseExpiry int64            `json:"lease_expiry,omitempty"`
+	Attempts    int              `json:"attempts"`
+	Outcome     []byte           `json:"outcome,omitempty"`
+	Created     int64            `json:"created"`
+	Updated     int64            `json:"updated"`
+	Expires     int64            `json:"expires,omitempty"`
+	Approved    bool             `json:"retry_approved,omitempty"`
+	Resolution  *diskResolution  `json:"resolution,omitempty"`
+}
+
+type diskResolution struct {
+	Verdict string `json:"verdict"`
+	By      string `json:"by"`
+	Why     string `json:"why,omitempty"`
+	At      int64  `json:"at"`
+}
+
+func decodeJSON(v []byte) (agenttool.Record, error) {
+	var d diskRecord
+	if err := json.Unmarshal(v, &d); err != nil {
+		return agenttool.Record{}, err
+	}
+	if d.V != formatJSON {
+		return agenttool.Record{}, fmt.Errorf("format %d", d.V)
+	}
+	rec := agenttool.Record{
+		Tool: d.Tool, State: d.State, Principal: d.Principal, Fingerprint: d.Fingerprint,
+		Owner: d.Owner, Token: d.Token, LeaseExpiry: fromNanos(d.LeaseExpiry), Attempts: d.Attempts,
+		Outcome: d.Outcome, Created: fromNanos(d.Created), Updated: fromNanos(d.Updated), Expires: fromNanos(d.Expires),
+		RetryApproved: d.Approved,
+	}
+	if res := d.Resolution; res != nil {
+		rec.Resolution = &agenttool.Resolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: fromNanos(res.At)}
+	}
+	return rec, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}

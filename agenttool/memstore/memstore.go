@@ -253,7 +253,9 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 	return r, nil
 }
 
-// Sweep implements agenttool.Store.
+// Sweep implements agenttool.Store. It visits only the records whose
+// lifetime has ended (kept in order of expiry), not every record, so a
+// long-running process can sweep often.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err

@@ -281,6 +281,7 @@ func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
 	// No attempt applied the effect: free the key so that a later call can
 	// try afresh. If the release fails the lease expires and the record is
 	// then treated as unknown: safe, if cautious.
+	c.t.flights.quiet(c) // a renewal of a released key would only fail
 	ctx, cancel := c.outcomeCtx()
 	defer cancel()
 	if rerr := c.t.cfg.Store.Release(ctx, c.ref, c.token); rerr != nil {

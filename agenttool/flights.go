@@ -28,7 +28,7 @@ type flight struct {
 	c     *call
 	done  chan struct{} // made by the first waiter
 	timer *time.Timer   // renews the lease
-	ended bool
+	ended bool          // no more renewals
 }
 
 // begin marks c's key as held by c until end, and keeps its lease.
@@ -56,6 +56,15 @@ func (f *flights) end(c *call) {
 	}
 	fl.done, fl.ended = closedChan, true
 	fl.timer.Stop()
+	f.mu.Unlock()
+}
+
+// quiet stops renewing c's lease before the call gives its key back; the
+// flight goes on until end.
+func (f *flights) quiet(c *call) {
+	f.mu.Lock()
+	c.fl.ended = true
+	c.fl.timer.Stop()
 	f.mu.Unlock()
 }
 

@@ -22,17 +22,8 @@ var refEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPad
 // refBytes is how much of the key digest the reference keeps: 160 bits.
 const refBytes = 20
 
-// deriveRef returns the request reference of a logical action: prefix "/"
-// and the digest of the key tag, prefix, principal, session and either the
-// action id or the digest of the canonical identifying fields. Each part is
-// length prefixed, so no two different tuples share an encoding.
-func deriveRef(prefix string, s Scope, actionID string, identifying Digest) string {
-	var out [128]byte
-	return string(appendRef(out[:0], prefix, s, actionID, identifying))
-}
-
-// refAndOwner returns deriveRef's reference and a new lease owner for
-// claiming it, in one allocation.
+// refAndOwner returns the request reference of a logical action and a new
+// lease owner for claiming it, in one allocation.
 func refAndOwner(prefix string, s Scope, actionID string, identifying Digest) (ref, owner string) {
 	var out [160]byte
 	b := appendRef(out[:0], prefix, s, actionID, identifying)
@@ -41,6 +32,10 @@ func refAndOwner(prefix string, s Scope, actionID string, identifying Digest) (r
 	return both[:n], both[n:]
 }
 
+// appendRef appends the request reference of a logical action: prefix "/"
+// and the digest of the key tag, prefix, principal, session and either the
+// action id or the digest of the canonical identifying fields. Each part is
+// length prefixed, so no two different tuples share an encoding.
 func appendRef(ref []byte, prefix string, s Scope, actionID string, identifying Digest) []byte {
 	var stack [256]byte
 	b := append(stack[:0], keyTag...)

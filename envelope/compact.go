@@ -74,9 +74,9 @@ func (c *compactor[T]) value(depth int) bool {
 	}
 	switch b := c.src[c.pos]; {
 	case b == '{':
-		return c.object(depth + 1)
+		return c.container(depth+1, true, '}')
 	case b == '[':
-		return c.array(depth + 1)
+		return c.container(depth+1, false, ']')
 	case b == '"':
 		return c.string()
 	case b == '-' || (b >= '0' && b <= '9'):
@@ -91,29 +91,33 @@ func (c *compactor[T]) value(depth int) bool {
 	return false
 }
 
-func (c *compactor[T]) object(depth int) bool {
+// container checks an object (named members, closing '}') or an array
+// (closing ']') at its opening byte.
+func (c *compactor[T]) container(depth int, named bool, closing byte) bool {
 	if depth > maxDepth {
 		return false
 	}
+	c.byte(c.src[c.pos])
 	c.pos++
-	c.byte('{')
 	c.space()
-	if c.pos < len(c.src) && c.src[c.pos] == '}' {
+	if c.pos < len(c.src) && c.src[c.pos] == closing {
 		c.pos++
-		c.byte('}')
+		c.byte(closing)
 		return true
 	}
 	for {
-		if c.pos >= len(c.src) || c.src[c.pos] != '"' || !c.string() {
-			return false
+		if named {
+			if c.pos >= len(c.src) || c.src[c.pos] != '"' || !c.string() {
+				return false
+			}
+			c.space()
+			if c.pos >= len(c.src) || c.src[c.pos] != ':' {
+				return false
+			}
+			c.pos++
+			c.byte(':')
+			c.space()
 		}
-		c.space()
-		if c.pos >= len(c.src) || c.src[c.pos] != ':' {
-			return false
-		}
-		c.pos++
-		c.byte(':')
-		c.space()
 		if !c.value(depth) {
 			return false
 		}
@@ -126,44 +130,9 @@ func (c *compactor[T]) object(depth int) bool {
 			c.pos++
 			c.byte(',')
 			c.space()
-		case '}':
+		case closing:
 			c.pos++
-			c.byte('}')
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-func (c *compactor[T]) array(depth int) bool {
-	if depth > maxDepth {
-		return false
-	}
-	c.pos++
-	c.byte('[')
-	c.space()
-	if c.pos < len(c.src) && c.src[c.pos] == ']' {
-		c.pos++
-		c.byte(']')
-		return true
-	}
-	for {
-		if !c.value(depth) {
-			return false
-		}
-		c.space()
-		if c.pos >= len(c.src) {
-			return false
-		}
-		switch c.src[c.pos] {
-		case ',':
-			c.pos++
-			c.byte(',')
-			c.space()
-		case ']':
-			c.pos++
-			c.byte(']')
+			c.byte(closing)
 			return true
 		default:
 			return false

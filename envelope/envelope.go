@@ -188,7 +188,9 @@ func load64(s string, i int) uint64 {
 // plainWord reports whether none of the eight bytes of x needs escaping or a
 // closer look: no control character, '"', '\\' or non-ASCII byte. For each
 // word, (x - n*ones) &^ x & highs is non-zero exactly when some byte of x is
-// below n, and a byte equal to c is a zero byte of x ^ (c*ones).
+// below n, and a byte equal to c is a zero byte of x ^ (c*ones). (The
+// module's canonical-JSON scanner uses the same trick; envelope keeps its own
+// so that it imports nothing beyond the standard library.)
 func plainWord(x uint64) bool {
 	q := x ^ ('"' * ones)
 	bs := x ^ ('\\' * ones)

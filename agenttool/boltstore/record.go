@@ -77,7 +77,8 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *agenttool.Record) int {
-	n := 3 + 64 + 6*binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome)
+	// Header and digests; token, attempts, four times and three lengths.
+	n := 3 + 64 + 9*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}

@@ -103,8 +103,8 @@ func (s *Store) put(i int, r agenttool.Record) {
 	}
 }
 
-// entry is a record as the store keeps it: its key is the map's, and its
-// times are Unix nanoseconds. It is about half the size of a Record and has
+// entry is a record as the store keeps it, with its times as Unix
+// nanoseconds. It is about half the size of a Record and has
 // fewer pointers for the garbage collector to follow, which a store holding
 // many records pays for on every collection.
 type entry struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -45,22 +44,12 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 		}
 		scope = *t.cfg.DefaultScope
 	}
-	in, bad := t.cfg.parseInput(raw)
-	if bad == nil && t.decode != nil {
-		v, err := t.decode(in.forward)
-		switch {
-		case err != nil && !strings.HasPrefix(strings.TrimSpace(in.forward), "{"):
-			bad = &envelope.Error{Code: envelope.CodeInvalidInput, Message: "the input must be one JSON object with the tool's parameters"}
-		case err != nil:
-			bad = &envelope.Error{Code: envelope.CodeInvalidInput, Message: fmt.Sprintf("the input does not fit the tool's parameters: %v", err)}
-		}
-		in.value = v
-	}
+	in, bad := t.parse(raw)
 	if bad != nil {
 		return t.refused("", bad, envelope.FixInput, "")
 	}
 	c := &call{t: t, ctx: ctx, args: in.args, scope: scope}
-	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, scope, actionIDFrom(ctx), in.identifying)
+	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, t.name, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
 		return t.refused(c.ref, &envelope.Error{Code: envelope.CodeCancelled,
 			Message: fmt.Sprintf("the call was cancelled before the tool ran: %v", err)}, envelope.Wait, "")
@@ -109,9 +98,13 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
 				Message: "this request reference belongs to another principal; nothing was run"}, envelope.DoNotRetry, "")
 		case res.Conflict == OtherInput:
-			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeKeyReused,
+			env := c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeKeyReused,
 				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},
-				envelope.AskHuman, "The details differ from the earlier request for the same action; confirm with the user before changing it.")
+				envelope.AskHuman, "")
+			env.Earlier = earlierOf(res.Record, req.Now)
+			env.Note = fmt.Sprintf("The details differ from an earlier request for the same action, which %s; confirm with the user before changing it.",
+				earlierPhrase(env.Earlier.State))
+			return env
 		case res.Claimed:
 			return c.hold(res)
 		}
@@ -134,10 +127,10 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 				waitUntil = now.Add(cfg.WaitTimeout)
 			}
 			if !now.Before(waitUntil) {
-				return c.inProgress(rec.Attempts)
+				return c.inProgress(rec)
 			}
 			if err := c.waitFor(rec, earliest(waitUntil, rec.LeaseExpiry).Sub(now), &poll); err != nil {
-				return c.inProgress(rec.Attempts)
+				return c.inProgress(rec)
 			}
 		default:
 			return c.storeUnavailable(fmt.Errorf("record in state %v: %w", rec.State, ErrCorrupt))
@@ -325,13 +318,42 @@ func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.
 	return env
 }
 
-func (c *call) inProgress(attempts int) envelope.Envelope {
+func (c *call) inProgress(rec Record) envelope.Envelope {
 	return envelope.Envelope{
 		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-		Attempts: attempts, Next: envelope.Wait,
-		Error: &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"},
-		Note:  "The same action is already in progress. Wait, then call again with the same input to get its outcome; it will not run twice.",
+		Attempts: rec.Attempts, Next: envelope.Wait,
+		Error:   &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"},
+		Earlier: &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionRunning},
+		Note:    "The same action is already in progress. Wait, then call again with the same input to get its outcome; it will not run twice.",
 	}
+}
+
+// earlierOf says what became of the action of rec, for a refusal that met
+// it.
+func earlierOf(rec Record, now time.Time) *envelope.Earlier {
+	e := &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionUnknown}
+	switch {
+	case rec.State == Succeeded:
+		e.State = envelope.ActionSucceeded
+	case rec.State == Failed, rec.State == Unknown && rec.RetryApproved:
+		e.State = envelope.ActionFailed
+	case rec.State == Pending && now.Before(rec.LeaseExpiry):
+		e.State = envelope.ActionRunning
+	}
+	return e
+}
+
+// earlierPhrase says an earlier action's state in words for a note.
+func earlierPhrase(s envelope.ActionState) string {
+	switch s {
+	case envelope.ActionSucceeded:
+		return "was done"
+	case envelope.ActionFailed:
+		return "was not done"
+	case envelope.ActionRunning:
+		return "is still running"
+	}
+	return "may or may not have happened and is being verified"
 }
 
 func (c *call) storeUnavailable(err error) envelope.Envelope {

@@ -59,10 +59,13 @@ func TestInvalidInputRunsNothing(t *testing.T) {
 		{"truncated JSON", tool, `{"to":"ana@example.com",`, "not acceptable JSON"},
 		{"duplicate field", tool, `{"to":"ana@example.com","to":"eve@example.com","subject":"x"}`, `duplicate member name "to"`},
 		{"unknown field", tool, `{"to":"ana@example.com","subject":"x","bcc":"eve@example.com"}`, `unknown field "bcc"`},
-		{"wrong type", tool, `{"to":["ana@example.com"],"subject":"x"}`, "cannot unmarshal array"},
-		{"not an object", tool, `send it to ana`, "must be one JSON object"},
-		{"missing identifying field", ident, `{"to":"ana@example.com"}`, "missing field subject"},
-		{"text for identifying fields", ident, `ana@example.com`, "expected a JSON object with the fields to, subject"},
+		{"wrong type", tool, `{"to":["ana@example.com"],"subject":"x"}`, `field "to" must be a string, not an array`},
+		{"not an object", tool, `send it to ana`, `send one JSON object with the tool's parameters ("to", "subject", "body"), not plain text`},
+		{"an array", tool, `[{"to":"ana@example.com","subject":"x"}]`, "not an array"},
+		{"null", tool, `null`, "not null"},
+		{"nothing", tool, `  `, "not nothing"},
+		{"missing required field", ident, `{"to":"ana@example.com"}`, `missing required field "subject"`},
+		{"text for identifying fields", ident, `ana@example.com`, "send one JSON object"},
 		{"invalid UTF-8", tool, "{\"to\":\"ana@example.com\",\"subject\":\"\xff\"}", "not valid UTF-8"},
 	}
 	for _, tt := range tests {
@@ -79,14 +82,15 @@ func TestInvalidInputRunsNothing(t *testing.T) {
 
 func TestWrappedToolTakesText(t *testing.T) {
 	var seen []string
-	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, TextInput: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := tool.Invoke(scoped(), "  remind Ana about lunch ")
 	b := tool.Invoke(scoped(), "remind Ana about lunch")
 	mustStatus(t, a, envelope.Success)
-	if !b.Replayed || len(seen) != 1 || seen[0] != "  remind Ana about lunch " {
+	// The tool receives the text it was digested as: trimmed.
+	if !b.Replayed || len(seen) != 1 || seen[0] != "remind Ana about lunch" {
 		t.Errorf("text input: %s then %s, tool saw %q", a, b, seen)
 	}
 	if string(a.Result) != `{"ok":true}` {

@@ -30,23 +30,44 @@
 // One call is: Envelope(Claim(Retry(AttemptTimeout(tool)))). Retries live
 // inside the claim, around one tool call, never around the agent run.
 //
-// # Keys
+// # Keys: what counts as one action
 //
 // The key of an action is a digest of the key version, the tool's key
-// prefix, the principal, the session and the canonical JSON of the tool's
-// identifying fields (all fields by default), or of an explicit action id
-// ([WithActionID]) from an orchestrator. The fingerprint is a digest of the
-// canonical JSON of the whole input and is compared every time a key is met
-// again: other input under the same key is refused with
-// key_reused_with_different_input and the first record is left untouched.
-// The printable key is the request reference ("send_email/…"): the tool finds
-// it with [RequestRef] and passes it downstream (Idempotency-Key header,
-// Message-ID, client reference).
+// prefix and name, the principal, the session and the loose form of the
+// tool's identifying values (all fields by default), or of an explicit
+// action id ([WithActionID]) from an orchestrator. The fingerprint is a
+// digest of the exact canonical form of what the tool receives, and is
+// compared every time a key is met again: other input under the same key is
+// refused with key_reused_with_different_input and the first record is left
+// untouched. The printable key is the request reference ("send_email/…"):
+// the tool finds it with [RequestRef] and passes it downstream
+// (Idempotency-Key header, Message-ID, client reference).
+//
+// Two inputs the tool cannot tell apart are one action:
+//
+//   - A tool built with [New] reads its input strictly: member names must be
+//     exactly its JSON names, null is accepted only for pointer and
+//     interface fields, required fields must be present and not empty. Key
+//     and fingerprint are computed from the decoded value, re-encoded.
+//   - A wrapped tool takes one JSON object ([Options].TextInput for plain
+//     text); names that differ only in case are refused, and the tool
+//     receives the canonical form that was digested.
+//   - Identifying values are compared loosely: Unicode NFKC, case folded,
+//     invisible format characters dropped, white space trimmed and
+//     collapsed. "ANA  LIMA" meets the key of "Ana Lima" and is refused as
+//     other input (or replayed, if identical): cosmetic variants are
+//     refused, not merged, and never run as a second action. ExactFields
+//     (or a retrysafe:"exact" tag) opts a field out.
+//   - Empty identifying values (null, "", [], {}) are missing: invalid_input,
+//     nothing run, nothing stored.
 //
 // Input that carries its own key-like field (idempotency_key, request_id, …,
-// see [DefaultKeyLikeFields]) is refused with model_supplied_key by default;
-// [StripModelKeys] removes the field instead. Either way it never reaches the
-// key, the fingerprint or the tool. Only top-level fields are checked.
+// see [DefaultKeyLikeFields]), at any depth and under any disguise of case,
+// separators, lookalike letters or invisible characters, or a value equal to
+// one of the tool's request references, is refused with model_supplied_key
+// by default; [StripModelKeys] removes such fields instead. Either way they
+// never reach the key, the fingerprint or the tool. Input that starts with a
+// byte-order mark is refused.
 //
 // A call without a scope is refused with missing_scope unless the tool has a
 // DefaultScope.
@@ -119,5 +140,8 @@
 //     late outcome is then fenced out and the action reconciled.
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
-//   - Unicode normalisation is not applied to inputs before digesting.
+//   - The fingerprint is exact: a cosmetic variant of an earlier action is
+//     refused as other input, not merged with it. A second action that
+//     differs from an earlier one only in the case or spacing of an
+//     identifying value is refused too, unless the field is exact.
 package agenttool

@@ -258,8 +258,9 @@ func TestI3_ModelCannotChooseTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := wrapped.Invoke(scoped(), `{"to":"ana@example.com"}`)
+	// The first call carries a key, so that the tool has a key to see.
 	keyed1 := wrapped.Invoke(scoped(), `{"to":"ana@example.com","idempotency_key":"model-1"}`)
+	plain := wrapped.Invoke(scoped(), `{"to":"ana@example.com"}`)
 	keyed2 := wrapped.Invoke(scoped(), `{"to":"ana@example.com","idempotency_key":"model-2"}`)
 	if plain.RequestRef != keyed1.RequestRef || keyed1.RequestRef != keyed2.RequestRef {
 		t.Errorf("model keys changed the reference: %s %s %s", plain.RequestRef, keyed1.RequestRef, keyed2.RequestRef)

@@ -7,12 +7,18 @@ import (
 )
 
 // Every digest starts with its own domain tag, so that no two kinds of digest
-// can collide. Changing how one is derived means a new tag.
+// can collide. Changing how one is derived means a new tag: golden vectors
+// in key_test.go pin each.
+//
+// Version 2 of the key adds the tool's name (tools that share a prefix
+// never share a key) and digests the loose form of the identifying values;
+// the fingerprint digests the canonical form of what the tool receives.
 const (
-	keyTag         = "retrysafe/key/v1"
-	fingerprintTag = "retrysafe/fingerprint/v1\x00"
-	identifyingTag = "retrysafe/identifying/v1\x00"
+	keyTag         = "retrysafe/key/v2"
+	fingerprintTag = "retrysafe/fingerprint/v2\x00"
+	identifyingTag = "retrysafe/identifying/v2\x00"
 	principalTag   = "retrysafe/principal/v1\x00"
+	sessionTag     = "retrysafe/session/v1\x00"
 )
 
 // refEncoding writes keys in lower-case base32 without padding: safe in
@@ -22,24 +28,28 @@ var refEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPad
 // refBytes is how much of the key digest the reference keeps: 160 bits.
 const refBytes = 20
 
+// refLen is the length of a reference after its prefix and '/'.
+var refLen = refEncoding.EncodedLen(refBytes)
+
 // refAndOwner returns the request reference of a logical action and a new
 // lease owner for claiming it, in one allocation.
-func refAndOwner(prefix string, s Scope, actionID string, identifying Digest) (ref, owner string) {
+func refAndOwner(prefix, tool string, s Scope, actionID string, identifying Digest) (ref, owner string) {
 	var out [160]byte
-	b := appendRef(out[:0], prefix, s, actionID, identifying)
+	b := appendRef(out[:0], prefix, tool, s, actionID, identifying)
 	n := len(b)
 	both := string(appendOwner(b))
 	return both[:n], both[n:]
 }
 
 // appendRef appends the request reference of a logical action: prefix "/"
-// and the digest of the key tag, prefix, principal, session and either the
-// action id or the digest of the canonical identifying fields. Each part is
+// and the digest of the key tag, prefix, tool name, principal, session and
+// either the action id or the digest of the identifying values. Each part is
 // length prefixed, so no two different tuples share an encoding.
-func appendRef(ref []byte, prefix string, s Scope, actionID string, identifying Digest) []byte {
+func appendRef(ref []byte, prefix, tool string, s Scope, actionID string, identifying Digest) []byte {
 	var stack [256]byte
 	b := append(stack[:0], keyTag...)
 	b = appendPart(b, prefix)
+	b = appendPart(b, tool)
 	b = appendPart(b, s.Principal)
 	b = appendPart(b, s.Session)
 	if actionID != "" {
@@ -58,8 +68,19 @@ func appendRef(ref []byte, prefix string, s Scope, actionID string, identifying 
 }
 
 func appendPart(b []byte, s string) []byte {
-	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-	return append(b, s...)
+	return append(binaryLen(b, len(s)), s...)
+}
+
+// binaryLen appends n as a fixed-size length prefix.
+func binaryLen(b []byte, n int) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(n))
+}
+
+// sessionDigest digests a scope's principal and session together: records
+// keep it to find the open actions of a session (the unknown fence).
+func sessionDigest(s Scope) Digest {
+	b := appendPart(appendPart([]byte(sessionTag), s.Principal), s.Session)
+	return sha256.Sum256(b)
 }
 
 // principalDigest digests a principal; records keep the digest, not the name.

@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -59,12 +60,54 @@ const (
 )
 
 // DefaultKeyLikeFields are the input fields taken as a model's attempt to
-// supply its own key. Names are compared after lower-casing and removing '_',
-// '-' and '.', so "idempotencyKey" and "Idempotency-Key" match too.
+// supply its own key, at any depth of the input. Names are compared by their
+// skeletons: Unicode NFKD without combining marks, letters that imitate
+// Latin ones (dotless ı, Cyrillic and Greek lookalikes) mapped to them, case
+// folded, and everything but letters and digits removed. So
+// "idempotencyKey", "Idempotency-Key", "idempotency key ", full-width
+// letters and names with zero-width spaces all match "idempotency_key".
+// With the default list, any name whose skeleton contains "idempot" or
+// "dedup" is key-like too ([KeyLikeStems]).
 var DefaultKeyLikeFields = []string{
-	"idempotency_key", "idempotence_key", "request_id", "request_key", "dedup_key",
-	"dedupe_key", "deduplication_id", "deduplication_key", "client_request_id",
-	"client_token", "x_request_id",
+	"idempotency_key", "idempotence_key", "idempotency_token", "idem_key", "request_id", "request_key",
+	"request_token", "request_uuid", "dedup_key", "dedupe_key", "deduplication_id", "deduplication_key",
+	"client_request_id", "client_token", "x_request_id", "request_ref", "request_reference",
+}
+
+// KeyLikeStems are the parts of a name that make it key-like wherever they
+// appear in its skeleton, when Options.KeyLikeFields is nil.
+var KeyLikeStems = []string{"idempot", "dedup"}
+
+// FenceScope says which earlier actions a call of a tool waits for when their
+// outcome is unknown (the unknown fence): none of the tool's writes runs
+// under a new key while an earlier action of the tool in the fence's scope
+// is unknown, until that action is settled.
+type FenceScope uint8
+
+const (
+	// FenceSession fences the actions of one principal in one session (one
+	// conversation, one run). The default.
+	FenceSession FenceScope = iota
+	// FencePrincipal fences all of a principal's actions, across sessions:
+	// safer when one user drives several conversations at once, at the cost
+	// of one unsettled action holding up the user's other conversations.
+	FencePrincipal
+	// FenceOff turns the fence off: an unknown action holds up only retries
+	// of itself. A reworded request is then a new action and may run while
+	// the earlier one is unknown.
+	FenceOff
+)
+
+func (f FenceScope) String() string {
+	switch f {
+	case FenceSession:
+		return "session"
+	case FencePrincipal:
+		return "principal"
+	case FenceOff:
+		return "off"
+	}
+	return fmt.Sprintf("FenceScope(%d)", uint8(f))
 }
 
 // RetryPolicy bounds the retries inside one call. Retries use exponential
@@ -120,12 +163,29 @@ type Options struct {
 	// action from another; other fields (wording, formatting hints) may change
 	// between retries without making a new action, but are still
 	// fingerprinted: a change is reported as key_reused_with_different_input.
-	// Default: all fields.
+	// Their values are compared in a loose form (Unicode NFKC, case folded,
+	// white space trimmed and collapsed) unless listed in ExactFields; none
+	// may be empty. For a tool built with [New] they must be required fields
+	// of its input type, by their JSON names. Default: all fields.
 	IdentifyingFields []string
+	// ExactFields are identifying fields whose case and spacing matter (a
+	// case-sensitive code, a password reset token): their values are
+	// compared exactly. A struct field tag retrysafe:"exact" does the same.
+	ExactFields []string
+	// TextInput declares that a wrapped tool takes plain text rather than a
+	// JSON object. The text, trimmed, is the action: compared loosely for
+	// the key and exactly for the fingerprint. Without it a wrapped tool's
+	// input must be one JSON object.
+	TextInput bool
+	// Fence scopes the unknown fence: while an earlier action of this tool
+	// in the scope has an unknown outcome, a call under another key first
+	// settles it through the Reconciler, and does not run while it stays
+	// unknown. Default: FenceSession.
+	Fence FenceScope
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.
 	ModelKeys ModelKeyPolicy
-	// KeyLikeFields replaces DefaultKeyLikeFields.
+	// KeyLikeFields replaces DefaultKeyLikeFields (and KeyLikeStems).
 	KeyLikeFields []string
 	// DefaultScope, if set, is used when the context carries no scope. Leave
 	// it nil unless the tool really acts for one fixed principal.
@@ -195,11 +255,13 @@ func (plainCodec) Decode(_ string, b []byte) ([]byte, error) { return b, nil }
 // config is Options after defaults and validation.
 type config struct {
 	Options
-	keyLike  map[string]bool
-	keyLens  uint64 // bit n set if a folded key-like field has n bytes (n < 64)
-	identify map[string]bool
-	logger   *slog.Logger
-	codec    Codec
+	keyLike       map[string]bool // skeletons of key-like names
+	keyStems      []string
+	identify      map[string]bool
+	identifyOrder []string // IdentifyingFields, sorted
+	exact         map[string]bool
+	logger        *slog.Logger
+	codec         Codec
 	// localStore is set when the store never waits on a network.
 	localStore bool
 }
@@ -208,8 +270,8 @@ func newConfig(name string, o Options) (*config, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("agenttool: tool %q: %s: %w", name, fmt.Sprintf(format, args...), ErrInvalidOptions)
 	}
-	if name == "" {
-		return nil, bad("the tool has no name")
+	if !validName(name, false) {
+		return nil, bad("a tool's name must be 1 to 64 letters, digits, '_' or '-', as function-calling APIs require")
 	}
 	switch o.Class {
 	case ReadOnly, Keyed, Reconcilable, AtMostOnce:
@@ -221,14 +283,22 @@ func newConfig(name string, o Options) (*config, error) {
 	if o.Store == nil && o.Class != ReadOnly {
 		return nil, bad("Store is required for a %v tool (boltstore for one process, pgstore for many)", o.Class)
 	}
-	if o.DefaultScope != nil && !o.DefaultScope.valid() {
-		return nil, bad("DefaultScope needs both a principal and a session")
+	if o.DefaultScope != nil {
+		if !o.DefaultScope.valid() {
+			return nil, bad("DefaultScope needs both a principal and a session")
+		}
+		// A copy: a caller changing its Scope later must not change keys.
+		scope := *o.DefaultScope
+		o.DefaultScope = &scope
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = name
 	}
-	if strings.Contains(o.KeyPrefix, "/") {
-		return nil, bad("KeyPrefix %q must not contain '/'", o.KeyPrefix)
+	if !validName(o.KeyPrefix, true) {
+		return nil, bad("KeyPrefix %q must be 1 to 64 letters, digits, '_', '-' or '.': it starts every request reference, which travels in HTTP headers and Message-IDs", o.KeyPrefix)
+	}
+	if o.Fence > FenceOff {
+		return nil, bad("unknown Fence %d", o.Fence)
 	}
 	o.Retry = o.Retry.withDefaults()
 	if o.Retry.MaxAttempts < 1 || o.Retry.InitialInterval < 0 || o.Retry.MaxInterval < 0 || o.Retry.MaxElapsed < 0 || o.Retry.Multiplier < 1 {
@@ -281,40 +351,49 @@ func newConfig(name string, o Options) (*config, error) {
 	fields := o.KeyLikeFields
 	if fields == nil {
 		fields = DefaultKeyLikeFields
+		c.keyStems = KeyLikeStems
 	}
 	c.keyLike = make(map[string]bool, len(fields))
 	for _, f := range fields {
-		folded := foldFieldName(f)
-		c.keyLike[folded] = true
-		c.keyLens |= 1 << min(len(folded), 63)
+		c.keyLike[skeleton(f)] = true
 	}
 	if len(o.IdentifyingFields) > 0 {
+		if o.TextInput {
+			return nil, bad("IdentifyingFields name fields of a JSON object, but the tool takes plain text (TextInput)")
+		}
 		c.identify = make(map[string]bool, len(o.IdentifyingFields))
 		for _, f := range o.IdentifyingFields {
-			if c.keyLike[foldFieldName(f)] {
+			if c.isKeyLike(f) {
 				return nil, bad("identifying field %q looks like a key the model would supply; keys come from trusted code", f)
+			}
+			if c.identify[f] {
+				return nil, bad("identifying field %q is listed twice", f)
 			}
 			c.identify[f] = true
 		}
+		c.identifyOrder = slices.Sorted(maps.Keys(c.identify))
+	}
+	c.exact = make(map[string]bool, len(o.ExactFields))
+	for _, f := range o.ExactFields {
+		if c.identify != nil && !c.identify[f] {
+			return nil, bad("ExactFields names %q, which is not one of the IdentifyingFields", f)
+		}
+		c.exact[f] = true
 	}
 	return c, nil
 }
 
-// foldFieldName lower-cases a field name and drops '_', '-' and '.'.
-func foldFieldName(s string) string { return string(appendFolded(nil, s)) }
-
-// appendFolded appends name, lower-cased and without '_', '-' and '.', to
-// dst.
-func appendFolded[T string | []byte](dst []byte, name T) []byte {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_' || c == '-' || c == '.':
-		case c >= 'A' && c <= 'Z':
-			dst = append(dst, c+'a'-'A')
-		default:
-			dst = append(dst, c)
+// validName reports whether s is 1 to 64 ASCII letters, digits, '_' or '-'
+// (and '.' if dot).
+func validName(s string, dot bool) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || (dot && c == '.')) {
+			return false
 		}
 	}
-	return dst
+	return true
 }

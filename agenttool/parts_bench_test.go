@@ -34,14 +34,14 @@ func BenchmarkParts(b *testing.B) {
 	now := time.Now()
 
 	canonical := func() input {
-		parsed, bad := cfg.parseInput(in)
+		parsed, bad := tool.parse(in)
 		if bad != nil {
 			b.Fatal(bad)
 		}
 		return parsed
 	}
 	key := func(parsed input) (string, string, Digest) {
-		ref, owner := refAndOwner(cfg.KeyPrefix, scope, "", parsed.identifying)
+		ref, owner := refAndOwner(cfg.KeyPrefix, tool.Name(), scope, "", parsed.identifying)
 		return ref, owner, tool.principalDigest(scope.Principal)
 	}
 	encode := func(ref string) []byte {

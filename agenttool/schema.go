@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
-	"time"
 )
 
 // schemaFor derives a JSON Schema for the input type of a typed tool. It
 // covers what tool inputs are made of: structs, strings, numbers, booleans,
 // slices, maps with string keys, pointers and time.Time.
-func schemaFor[In any]() (json.RawMessage, error) {
-	t := reflect.TypeFor[In]()
+func schemaFor(t reflect.Type) (json.RawMessage, error) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -25,8 +22,6 @@ func schemaFor[In any]() (json.RawMessage, error) {
 	}
 	return json.Marshal(s)
 }
-
-var timeType = reflect.TypeFor[time.Time]()
 
 func schemaOf(t reflect.Type, seen map[reflect.Type]bool) (map[string]any, error) {
 	for t.Kind() == reflect.Pointer {
@@ -70,28 +65,21 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) (map[string]any, error
 		defer delete(seen, t)
 		props := map[string]any{}
 		required := []string{}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" && opts == "" {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			ps, err := schemaOf(f.Type, seen)
+		fields, err := structFields(t)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fields {
+			ps, err := schemaOf(f.typ, seen)
 			if err != nil {
-				return nil, fmt.Errorf("field %s: %w", f.Name, err)
+				return nil, fmt.Errorf("field %s: %w", f.goName, err)
 			}
-			if d := f.Tag.Get("desc"); d != "" {
-				ps["description"] = d
+			if f.desc != "" {
+				ps["description"] = f.desc
 			}
-			props[name] = ps
-			if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
-				required = append(required, name)
+			props[f.name] = ps
+			if f.required {
+				required = append(required, f.name)
 			}
 		}
 		return map[string]any{

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/tmc/langchaingo/llms"
@@ -27,7 +27,7 @@ type Tool struct {
 	description string
 	cfg         *config
 	run         func(ctx context.Context, in args) (json.RawMessage, error)
-	decode      func(forward string) (any, error) // nil for wrapped tools
+	typed       *typedInput // nil for wrapped tools
 	schema      json.RawMessage
 	flights     flights
 	principal   atomic.Pointer[principalMemo]
@@ -35,11 +35,13 @@ type Tool struct {
 
 var _ tools.Tool = (*Tool)(nil)
 
-// Wrap guards a langchaingo tool. The tool receives the model's input as it
-// was given (or with key-like fields removed, under StripModelKeys) and finds
-// the request reference on its context ([RequestRef]). Its string result
-// becomes the envelope's result: embedded as JSON if it is valid JSON, as a
-// JSON string otherwise.
+// Wrap guards a langchaingo tool. Its input must be one JSON object (or, with
+// Options.TextInput, plain text). The tool receives the input in the
+// canonical form that was digested (members sorted, no insignificant space;
+// key-like fields removed under StripModelKeys) and finds the request
+// reference on its context ([RequestRef]). Its string result becomes the
+// envelope's result: embedded as JSON if it is valid JSON, as a JSON string
+// otherwise.
 //
 // Wrap returns an error wrapping [ErrInvalidOptions] if the options are
 // inconsistent, for example a key lifetime shorter than the retry window plus
@@ -65,32 +67,82 @@ func Wrap(t tools.Tool, opts Options) (*Tool, error) {
 }
 
 // New builds a guarded tool from a Go function with a JSON input struct. The
-// model's input is decoded into In strictly (unknown fields are refused with
-// fix_input) before any key is claimed; the function's Out is marshalled as
-// the envelope's result. [Tool.Schema] describes In for function-calling
-// models: struct fields by their json names, `desc:"…"` tags as
-// descriptions, fields without omitempty as required.
+// model's input is checked and decoded strictly before any key is claimed:
+// member names must be exactly the struct's JSON names (unknown names, and
+// names that differ only in case, are refused with fix_input); null is
+// accepted only for pointer and interface fields; other fields without
+// omitempty are required and must not be empty. The key and fingerprint follow the
+// decoded value, what the function receives. The function's Out is
+// marshalled as the envelope's result.
+//
+// [Tool.Schema] describes In for function-calling models: struct fields by
+// their json names, `desc:"…"` tags as descriptions, fields that are neither
+// pointers nor omitempty as required (identifying fields must be required).
+//
+// New returns an error wrapping [ErrInvalidOptions] if In cannot be read
+// from JSON, if it has a field whose name looks like an idempotency key, or
+// if IdentifyingFields or ExactFields name a field In does not have or an
+// optional one.
 func New[In, Out any](name, description string, fn func(ctx context.Context, in In) (Out, error), opts Options) (*Tool, error) {
 	cfg, err := newConfig(name, opts)
 	if err != nil {
 		return nil, err
 	}
-	schema, err := schemaFor[In]()
+	bad := func(format string, args ...any) (*Tool, error) {
+		return nil, fmt.Errorf("agenttool: tool %q: %s: %w", name, fmt.Sprintf(format, args...), ErrInvalidOptions)
+	}
+	if cfg.TextInput {
+		return bad("TextInput is for wrapped tools; a tool built with New reads a JSON object into its input type")
+	}
+	in := reflect.TypeFor[In]()
+	sh, err := shapeOf(in)
 	if err != nil {
-		return nil, fmt.Errorf("agenttool: tool %q: %w: %w", name, err, ErrInvalidOptions)
+		return bad("%v", err)
+	}
+	if path := cfg.keyLikeField(sh, ""); path != "" {
+		return bad("input field %q looks like an idempotency key, and such fields are refused from the model; rename it, or set KeyLikeFields", path)
+	}
+	for _, f := range cfg.IdentifyingFields {
+		fd := sh.fields[f]
+		switch {
+		case fd == nil && sh.near(f) != "":
+			return bad("IdentifyingFields names %q; the JSON name of that field is %q", f, sh.near(f))
+		case fd == nil:
+			return bad("IdentifyingFields names %q, which is not a JSON field of %v (its fields: %s)", f, in, sh.list())
+		case !fd.required:
+			return bad("identifying field %q is optional (a pointer, or omitempty); an action cannot be told apart by a field the model may leave out", f)
+		}
+	}
+	for _, f := range cfg.ExactFields {
+		if sh.fields[f] == nil {
+			return bad("ExactFields names %q, which is not a JSON field of %v (its fields: %s)", f, in, sh.list())
+		}
+	}
+	for _, f := range sh.fields {
+		if f.exact {
+			cfg.exact[f.name] = true
+		}
+	}
+	schema, err := schemaFor(in)
+	if err != nil {
+		return bad("%v", err)
 	}
 	return &Tool{
 		name:        name,
 		description: description + envelopeHint,
 		cfg:         cfg,
-		decode: func(forward string) (any, error) {
-			var v In
-			dec := json.NewDecoder(strings.NewReader(forward))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&v); err != nil {
-				return nil, err
-			}
-			return v, nil
+		typed: &typedInput{
+			shape: sh,
+			decode: func(canonical []byte) (any, error) {
+				var v In
+				dec := json.NewDecoder(bytes.NewReader(canonical))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&v); err != nil {
+					return nil, err
+				}
+				return v, nil
+			},
+			encode: func(v any) ([]byte, error) { return json.Marshal(v.(In)) },
 		},
 		run: func(ctx context.Context, in args) (json.RawMessage, error) {
 			out, err := fn(ctx, in.value.(In))
@@ -108,6 +160,24 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 		},
 		schema: schema,
 	}, nil
+}
+
+// keyLikeField returns the path of a field of s, at any depth, whose name
+// is key-like, or "".
+func (c *config) keyLikeField(s *shape, path string) string {
+	if s.elem != nil {
+		return c.keyLikeField(s.elem, path)
+	}
+	for _, name := range s.names {
+		p := join(path, name)
+		if c.isKeyLike(name) {
+			return p
+		}
+		if found := c.keyLikeField(s.fields[name].shape, p); found != "" {
+			return found
+		}
+	}
+	return ""
 }
 
 // Name returns the tool's name.

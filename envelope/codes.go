@@ -40,3 +40,19 @@ const CodeScopeMismatch = "scope_mismatch"
 // CodeCompensated: the action's effect, if it happened, was undone by its
 // compensating action after an unknown outcome.
 const CodeCompensated = "compensated"
+
+// Codes of the unknown fence: a call of a tool in a scope where an earlier
+// action of the same tool had an unknown outcome. The call did not run; its
+// envelope's Earlier field names the earlier action and says what became of
+// it.
+const (
+	// CodeEarlierUnknown: an earlier action of this tool in this scope still
+	// has an unknown outcome, so nothing new was run (status
+	// unknown_outcome: the earlier action happened at most once).
+	CodeEarlierUnknown = "earlier_action_unknown"
+	// CodeEarlierApplied: an earlier action of this tool in this scope, whose
+	// outcome was unknown, was just found applied; this call was not run
+	// (status definite_failure), so that the user hears of the earlier
+	// action before anything else is sent.
+	CodeEarlierApplied = "earlier_action_applied"
+)

@@ -66,6 +66,42 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// ActionState is the state of an earlier action that a refused call met.
+type ActionState string
+
+const (
+	// ActionSucceeded: the earlier action was applied, once.
+	ActionSucceeded ActionState = "succeeded"
+	// ActionFailed: the earlier action was not applied.
+	ActionFailed ActionState = "failed"
+	// ActionUnknown: the earlier action may have been applied; it awaits
+	// reconciliation.
+	ActionUnknown ActionState = "unknown"
+	// ActionRunning: the earlier action is being attempted by another call.
+	ActionRunning ActionState = "running"
+)
+
+// Valid reports whether s is one of the four states.
+func (s ActionState) Valid() bool {
+	switch s {
+	case ActionSucceeded, ActionFailed, ActionUnknown, ActionRunning:
+		return true
+	}
+	return false
+}
+
+// Earlier describes the action that a refused call met: the one already
+// recorded under the same key (key_reused_with_different_input,
+// in_progress), or an action of the same tool and scope whose outcome was
+// unknown (the unknown fence). A refusal says only that this call did
+// nothing; Earlier says whether the earlier action happened, so that the
+// model can tell the user the truth.
+type Earlier struct {
+	RequestRef string          `json:"request_ref"`
+	State      ActionState     `json:"state"`
+	Result     json.RawMessage `json:"result,omitempty"` // the earlier action's result, when it succeeded and may be shown
+}
+
 // Envelope reports the outcome of one guarded call. It is a plain value: safe
 // to copy and to share once built.
 type Envelope struct {
@@ -78,6 +114,7 @@ type Envelope struct {
 	Reconciled bool            `json:"reconciled,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *Error          `json:"error,omitempty"`
+	Earlier    *Earlier        `json:"earlier,omitempty"`
 	Next       Next            `json:"next"`
 	Note       string          `json:"note,omitempty"`
 }
@@ -117,6 +154,9 @@ func (e Envelope) sizeHint() int {
 	}
 	if e.Note != "" {
 		n += 10 + len(e.Note)
+	}
+	if e.Earlier != nil {
+		n += 48 + len(e.Earlier.RequestRef) + len(e.Earlier.State) + len(e.Earlier.Result)
 	}
 	if e.Replayed {
 		n += 16
@@ -160,6 +200,20 @@ func (e Envelope) appendJSON(b []byte) ([]byte, bool) {
 		b = appendString(b, e.Error.Code)
 		b = append(b, `,"message":`...)
 		b = appendString(b, e.Error.Message)
+		b = append(b, '}')
+	}
+	if a := e.Earlier; a != nil {
+		b = append(b, `,"earlier":{"request_ref":`...)
+		b = appendString(b, a.RequestRef)
+		b = append(b, `,"state":`...)
+		b = appendString(b, string(a.State))
+		if len(a.Result) > 0 {
+			b = append(b, `,"result":`...)
+			var ok bool
+			if b, ok = appendCompact(b, []byte(a.Result)); !ok {
+				return b, false
+			}
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `,"next":`...)
@@ -290,6 +344,9 @@ func (e Envelope) Validate() error {
 	if len(e.Result) > 0 && !validJSON([]byte(e.Result)) {
 		return errResultNotJSON
 	}
+	if e.Earlier != nil && len(e.Earlier.Result) > 0 && !validJSON([]byte(e.Earlier.Result)) {
+		return errResultNotJSON
+	}
 	return nil
 }
 
@@ -316,6 +373,10 @@ func (e Envelope) validateFields() error {
 		return fmt.Errorf("%w: a %s needs an error with a code", ErrInvalid, e.Status)
 	case e.Status != Success && len(e.Result) > 0:
 		return fmt.Errorf("%w: a %s carries a result", ErrInvalid, e.Status)
+	case e.Earlier != nil && (e.Earlier.RequestRef == "" || !e.Earlier.State.Valid()):
+		return fmt.Errorf("%w: earlier needs a request_ref and a state (succeeded, failed, unknown, running), not %q", ErrInvalid, e.Earlier.State)
+	case e.Earlier != nil && len(e.Earlier.Result) > 0 && e.Earlier.State != ActionSucceeded:
+		return fmt.Errorf("%w: earlier carries a result but is %s", ErrInvalid, e.Earlier.State)
 	}
 	return nil
 }
@@ -341,6 +402,13 @@ func Parse(data []byte) (Envelope, error) {
 			return Envelope{}, fmt.Errorf("%w: result: %w", ErrInvalid, err)
 		}
 		e.Result = buf.Bytes()
+	}
+	if e.Earlier != nil && len(e.Earlier.Result) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, e.Earlier.Result); err != nil {
+			return Envelope{}, fmt.Errorf("%w: earlier result: %w", ErrInvalid, err)
+		}
+		e.Earlier.Result = buf.Bytes()
 	}
 	return e, nil
 }

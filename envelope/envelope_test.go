@@ -50,6 +50,33 @@ func TestParseRoundTrip(t *testing.T) {
 	}
 }
 
+func TestEarlierRoundTrip(t *testing.T) {
+	in := `{"version":1,"status":"definite_failure","tool":"send_email","request_ref":"send_email/b","attempts":0,` +
+		`"error":{"code":"earlier_action_applied","message":"m"},` +
+		`"earlier":{"request_ref":"send_email/a","state":"succeeded","result":{"id":"<m1@x>"}},"next":"ask_human"}`
+	e, err := envelope.Parse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Earlier == nil || e.Earlier.State != envelope.ActionSucceeded || e.Earlier.RequestRef != "send_email/a" {
+		t.Fatalf("parsed earlier = %+v", e.Earlier)
+	}
+	out, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != in {
+		t.Errorf("round trip changed the envelope:\n%s\n%s", in, out)
+	}
+	var std bytes.Buffer
+	enc := json.NewEncoder(&std)
+	enc.SetEscapeHTML(false)
+	enc.Encode(e)
+	if !bytes.Equal(bytes.TrimSuffix(std.Bytes(), []byte("\n")), out) {
+		t.Errorf("Marshal differs from encoding/json:\n%s\n%s", out, std.String())
+	}
+}
+
 func TestParseRefusesInconsistentEnvelopes(t *testing.T) {
 	tests := []struct{ name, in, msg string }{
 		{"not json", `{`, "invalid envelope"},
@@ -63,6 +90,9 @@ func TestParseRefusesInconsistentEnvelopes(t *testing.T) {
 		{"unknown field", `{"version":1,"status":"success","tool":"t","attempts":1,"next":"continue","key":"k"}`, "unknown field"},
 		{"trailing data", `{"version":1,"status":"success","tool":"t","attempts":1,"next":"continue"} {}`, "after the envelope"},
 		{"no tool", `{"version":1,"status":"success","tool":"","attempts":1,"next":"continue"}`, "tool is empty"},
+		{"earlier without state", `{"version":1,"status":"definite_failure","tool":"t","attempts":0,"error":{"code":"x","message":""},"earlier":{"request_ref":"t/a","state":""},"next":"ask_human"}`, "earlier needs"},
+		{"earlier with an unknown state", `{"version":1,"status":"definite_failure","tool":"t","attempts":0,"error":{"code":"x","message":""},"earlier":{"request_ref":"t/a","state":"done"},"next":"ask_human"}`, "earlier needs"},
+		{"earlier result of a failure", `{"version":1,"status":"definite_failure","tool":"t","attempts":0,"error":{"code":"x","message":""},"earlier":{"request_ref":"t/a","state":"failed","result":1},"next":"ask_human"}`, "earlier carries a result"},
 	}
 	for _, tt := range tests {
 		_, err := envelope.Parse([]byte(tt.in))
@@ -125,11 +155,16 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 			Attempts: attempts, Next: envelope.Continue, Note: note, Replayed: attempts%2 == 0, Reconciled: fail}
 		if fail {
 			e.Status, e.Next, e.Error = envelope.UnknownOutcome, envelope.Wait, &envelope.Error{Code: "c" + msg, Message: msg}
+			// The earlier action a refusal met, with its result when it succeeded.
+			e.Earlier = &envelope.Earlier{RequestRef: "e" + ref, State: envelope.ActionUnknown}
+			if result != "" {
+				e.Earlier.State, e.Earlier.Result = envelope.ActionSucceeded, json.RawMessage(result)
+			}
 		} else if result != "" {
 			e.Result = json.RawMessage(result)
 		}
 		got, err := e.Marshal()
-		if len(e.Result) > 0 && !json.Valid(e.Result) {
+		if result != "" && !json.Valid([]byte(result)) {
 			if err == nil {
 				t.Fatalf("Marshal accepted the invalid result %q", result)
 			}

@@ -1,0 +1,364 @@
+package agenttool_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// seatBooking is a typed input with a pointer field and an optional one.
+type seatBooking struct {
+	Flight    string  `json:"flight"`
+	Date      string  `json:"date"`
+	Passenger string  `json:"passenger"`
+	Seat      *string `json:"seat"`           // may be null
+	Note      string  `json:"note,omitempty"` // optional
+}
+
+type bookingDesk struct {
+	runs atomic.Int64
+	seen atomic.Value // the last seatBooking the tool received
+}
+
+func (d *bookingDesk) book(_ context.Context, b seatBooking) (string, error) {
+	d.runs.Add(1)
+	d.seen.Store(b)
+	return "BK-1", nil
+}
+
+func newBookingTool(t *testing.T, d *bookingDesk, store agenttool.Store, opts agenttool.Options) *agenttool.Tool {
+	t.Helper()
+	opts.Store, opts.Class = store, agenttool.Keyed
+	tool, err := agenttool.New("book_flight", "Book a seat.", d.book, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func wantCode(t *testing.T, env envelope.Envelope, code string, mention string) {
+	t.Helper()
+	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != code || !strings.Contains(env.Error.Message, mention) {
+		t.Errorf("envelope %s; want definite_failure %s mentioning %q", env, code, mention)
+	}
+}
+
+// A typed tool reads member names exactly: encoding/json would match "To"
+// and "ſubject" to To and Subject, and let a later member overwrite an
+// earlier one, so that input the key saw one way would reach the tool
+// another way.
+func TestTypedInputIsReadStrictly(t *testing.T) {
+	d := &bookingDesk{}
+	store := memstore.New()
+	tool := newBookingTool(t, d, store, agenttool.Options{})
+	tests := []struct{ name, in, msg string }{
+		{"upper-case name", `{"Flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`, `unknown field "Flight": the field is called "flight", exactly`},
+		{"long s folds to s", `{"flight":"TP1234","date":"2026-12-12","paſſenger":"Ana Lima"}`, `the field is called "passenger"`},
+		{"two names, one field", `{"flight":"TP1234","date":"2026-12-12","passenger":"x","Passenger":"Ana Lima"}`, `differ only in case`},
+		{"null member added", `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima","PASSENGER":null}`, `differ only in case`},
+		{"null for a string", `{"flight":"TP1234","date":"2026-12-12","passenger":null}`, `field "passenger" is null`},
+		{"null for an optional string", `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima","note":null}`, `field "note" is null; leave it out`},
+		{"missing required field", `{"flight":"TP1234","date":"2026-12-12"}`, `missing required field "passenger"`},
+		{"empty required field", `{"flight":"TP1234","date":"2026-12-12","passenger":""}`, `required field "passenger" is empty`},
+		{"white space only", `{"flight":"TP1234","date":"2026-12-12","passenger":" \u00a0\t"}`, `required field "passenger" is empty`},
+		{"empty object", `{}`, `missing required field "flight"`},
+		{"null", `null`, `not null`},
+		{"unknown field", `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima","class":"business"}`, `unknown field "class": the fields are "flight", "date", "passenger", "seat", "note"`},
+		{"wrong type", `{"flight":1234,"date":"2026-12-12","passenger":"Ana Lima"}`, `field "flight" must be a string, not a number`},
+	}
+	for _, tt := range tests {
+		env := tool.Invoke(scoped(), tt.in)
+		if env.Next != envelope.FixInput {
+			t.Errorf("%s: next %s, want fix_input", tt.name, env.Next)
+		}
+		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeInvalidInput || !strings.Contains(env.Error.Message, tt.msg) {
+			t.Errorf("%s: %s; want invalid_input mentioning %q", tt.name, env, tt.msg)
+		}
+	}
+	if d.runs.Load() != 0 || store.Len() != 0 {
+		t.Fatalf("refused input ran the tool %d times and left %d records", d.runs.Load(), store.Len())
+	}
+}
+
+// The key and fingerprint follow the decoded value: inputs the tool cannot
+// tell apart are one action, replayed, never run twice.
+func TestKeyFollowsTheDecodedValue(t *testing.T) {
+	d := &bookingDesk{}
+	tool := newBookingTool(t, d, memstore.New(), agenttool.Options{})
+	first := tool.Invoke(scoped(), `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`)
+	mustStatus(t, first, envelope.Success)
+	for _, in := range []string{
+		`{"passenger":"Ana Lima","flight":"TP1234","date":"2026-12-12"}`,              // order
+		` {"flight": "TP1234", "date": "2026-12-12", "passenger": "Ana Lima"}` + "\n", // spacing
+		`{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima","seat":null}`,  // null pointer = absent
+		`{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima","note":""}`,    // empty optional = absent
+		`{"flight":"TP\u0031234","date":"2026-12-12","passenger":"Ana Lima"}`,         // an escape
+	} {
+		env := tool.Invoke(scoped(), in)
+		if env.Status != envelope.Success || !env.Replayed || env.RequestRef != first.RequestRef {
+			t.Errorf("%s: %s; want the first seatBooking replayed", in, env)
+		}
+	}
+	if d.runs.Load() != 1 {
+		t.Fatalf("one action ran %d times", d.runs.Load())
+	}
+}
+
+// A cosmetic variant of an identifying value (case, spacing, a non-breaking
+// space, full-width letters) meets the earlier action's key: refused as
+// other input, never a second effect.
+func TestCosmeticVariantsMeetOneKey(t *testing.T) {
+	d := &bookingDesk{}
+	tool := newBookingTool(t, d, memstore.New(), agenttool.Options{IdentifyingFields: []string{"flight", "date", "passenger"}})
+	first := tool.Invoke(scoped(), `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`)
+	mustStatus(t, first, envelope.Success)
+	for _, passenger := range []string{"Ana Lima ", "Ana  Lima", "Ana\u00a0Lima", "ANA LIMA", "ana lima", "Ana Lima\\n", "\u200bAna Lima", "Ａｎａ Ｌｉｍａ"} {
+		env := tool.Invoke(scoped(), `{"flight":"TP1234","date":"2026-12-12","passenger":"`+passenger+`"}`)
+		if env.RequestRef != first.RequestRef {
+			t.Errorf("%q got reference %s, want %s", passenger, env.RequestRef, first.RequestRef)
+		}
+		wantCode(t, env, envelope.CodeKeyReused, "different input")
+		if env.Earlier == nil || env.Earlier.State != envelope.ActionSucceeded || env.Earlier.RequestRef != first.RequestRef {
+			t.Errorf("%q: the refusal does not say the earlier seatBooking succeeded: %s", passenger, env)
+		}
+	}
+	// Another passenger is another action.
+	mustStatus(t, tool.Invoke(scoped(), `{"flight":"TP1234","date":"2026-12-12","passenger":"Rui Lima"}`), envelope.Success)
+	if d.runs.Load() != 2 {
+		t.Fatalf("the tool ran %d times, want 2", d.runs.Load())
+	}
+}
+
+// A field whose case matters opts out of the loose form: by option or by tag.
+func TestExactFieldsCompareExactly(t *testing.T) {
+	type reset struct {
+		Code string `json:"code" retrysafe:"exact"`
+		User string `json:"user"`
+	}
+	runs := 0
+	fn := func(context.Context, reset) (string, error) { runs++; return "ok", nil }
+	tagged, err := agenttool.New("reset", "", fn, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOption, err := agenttool.New("reset", "", fn, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed,
+		IdentifyingFields: []string{"code", "user"}, ExactFields: []string{"code"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []*agenttool.Tool{tagged, byOption} {
+		a := tool.Invoke(scoped(), `{"code":"aB3x","user":"ana"}`)
+		b := tool.Invoke(scoped(), `{"code":"Ab3X","user":"ana"}`)
+		c := tool.Invoke(scoped(), `{"code":"aB3x","user":"ANA"}`) // user is still loose
+		mustStatus(t, a, envelope.Success)
+		mustStatus(t, b, envelope.Success)
+		if a.RequestRef == b.RequestRef {
+			t.Errorf("codes that differ in case share a key")
+		}
+		if c.RequestRef != a.RequestRef {
+			t.Errorf("a loose field compared exactly: %s vs %s", c.RequestRef, a.RequestRef)
+		}
+	}
+	if runs != 4 {
+		t.Errorf("runs = %d, want 4", runs)
+	}
+}
+
+// Empty identifying values say nothing about the action: refused, nothing
+// stored.
+func TestEmptyIdentifyingValuesAreMissing(t *testing.T) {
+	var seen []string
+	store := memstore.New()
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"to"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{`{"to":null}`, `{"to":""}`, `{"to":"  "}`, `{"to":[]}`, `{"to":{}}`, `{"subject":"x"}`} {
+		wantCode(t, tool.Invoke(scoped(), in), envelope.CodeInvalidInput, `missing field "to"`)
+	}
+	for _, in := range []string{`{}`, `{"to":null,"subject":""}`} {
+		wantCode(t, plain.Invoke(scoped(), in), envelope.CodeInvalidInput, "the input is empty")
+	}
+	if len(seen) != 0 || store.Len() != 0 {
+		t.Fatalf("empty input ran the tool %d times and left %d records", len(seen), store.Len())
+	}
+}
+
+// A wrapped tool gets one JSON object, in the canonical form that was
+// digested; names that differ only in case are refused, and a name's case
+// does not make a new action.
+func TestWrappedToolInput(t *testing.T) {
+	var seen []string
+	store := memstore.New()
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, tool.Invoke(scoped(), `[{"to":"ana@example.com"}]`), envelope.CodeInvalidInput, "not an array")
+	wantCode(t, tool.Invoke(scoped(), `{"to":"x1","To":"eve@example.com"}`), envelope.CodeInvalidInput, "differ only in case")
+	wantCode(t, tool.Invoke(scoped(), `{"a":{"b":1,"B":2}}`), envelope.CodeInvalidInput, `"a.B" and "a.b" differ only in case`)
+	if len(seen) != 0 {
+		t.Fatalf("refused input reached the tool: %q", seen)
+	}
+	a := tool.Invoke(scoped(), ` {"to": "ana@example.com", "subject":"Lunch"} `)
+	mustStatus(t, a, envelope.Success)
+	if len(seen) != 1 || seen[0] != `{"subject":"Lunch","to":"ana@example.com"}` {
+		t.Errorf("the tool received %q, want the canonical form", seen)
+	}
+	b := tool.Invoke(scoped(), `{"To":"ana@example.com","subject":"Lunch"}`)
+	if b.RequestRef != a.RequestRef {
+		t.Errorf("a member name's case made a new action: %s vs %s", b.RequestRef, a.RequestRef)
+	}
+	wantCode(t, b, envelope.CodeKeyReused, "different input")
+	if len(seen) != 1 {
+		t.Fatalf("the tool ran %d times for one action", len(seen))
+	}
+}
+
+// Key-like members are found at any depth and under any disguise; a value
+// that is a request reference of the tool is a key too.
+func TestKeyLikeFieldsAreFoundInDisguise(t *testing.T) {
+	m := &mailServer{}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	var seen []string
+	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := wrapped.Invoke(scoped(), `{"to":"ana@example.com"}`)
+	for _, in := range []string{
+		`{"to":"a@x","subject":"s","meta":{"idempotency_key":"k"}}`,
+		`{"to":"a@x","subject":"s","idempotency key":"k"}`,
+		`{"to":"a@x","subject":"s","idempotency_key ":"k"}`,
+		`{"to":"a@x","subject":"s","ıdempotency_key":"k"}`,
+		`{"to":"a@x","subject":"s","ｉｄｅｍｐｏｔｅｎｃｙ＿ｋｅｙ":"k"}`,
+		`{"to":"a@x","subject":"s","idempotency\u200b_key":"k"}`,
+		`{"to":"a@x","subject":"s","idеmpotency_key":"k"}`, // Cyrillic е
+		`{"to":"a@x","subject":"s","IdempotencyKeyValue":"k"}`,
+		`{"to":"a@x","subject":"s","items":[{"dedupe_id":"k"}]}`,
+		`{"to":"a@x","subject":"s","Request-ID":"k"}`,
+	} {
+		for _, tl := range []*agenttool.Tool{tool, wrapped} {
+			env := tl.Invoke(scoped(), in)
+			if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeModelSuppliedKey {
+				t.Errorf("%s: %s; want model_supplied_key", in, env)
+			}
+		}
+	}
+	for _, in := range []string{
+		`{"to":"ana@example.com","ref":"` + first.RequestRef + `"}`,
+		`{"to":"ana@example.com","notes":["` + strings.ToUpper(first.RequestRef) + ` "]}`,
+	} {
+		wantCode(t, wrapped.Invoke(scoped(), in), envelope.CodeModelSuppliedKey, "request reference")
+	}
+	wantCode(t, tool.Invoke(scoped(), "\ufeff"+emailToAna), envelope.CodeInvalidInput, "byte-order mark")
+	if m.runs.Load() != 0 || len(seen) != 1 {
+		t.Fatalf("refused input ran the tools %d and %d times", m.runs.Load(), len(seen)-1)
+	}
+}
+
+// Under StripModelKeys, key-like members are removed at every depth before
+// anything is digested or handed to the tool.
+func TestStripModelKeysAtAnyDepth(t *testing.T) {
+	var seen []string
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, ModelKeys: agenttool.StripModelKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed := tool.Invoke(scoped(), `{"to":"ana@example.com","Idempotency-Key":"model-1","meta":{"tag":"x","request_id":"model-2"}}`)
+	mustStatus(t, keyed, envelope.Success)
+	if len(seen) != 1 || seen[0] != `{"meta":{"tag":"x"},"to":"ana@example.com"}` {
+		t.Fatalf("the tool received %q; want the input without the model's keys", seen)
+	}
+	plain := tool.Invoke(scoped(), `{"to":"ana@example.com","meta":{"tag":"x"}}`)
+	if plain.RequestRef != keyed.RequestRef || !plain.Replayed {
+		t.Errorf("without the model's keys: %s; want the keyed call replayed", plain)
+	}
+}
+
+// Options that could only be blamed on the model at run time are refused
+// when the tool is built.
+func TestConstructionRefusesTraps(t *testing.T) {
+	store := memstore.New()
+	d := &bookingDesk{}
+	type withKey struct {
+		To       string `json:"to"`
+		ClientID string `json:"client_token"`
+	}
+	keyFn := func(context.Context, withKey) (string, error) { return "", nil }
+	tests := []struct {
+		name string
+		err  func() error
+		msg  string
+	}{
+		{"Go name as identifying field", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"Passenger"}})
+			return err
+		}, `the JSON name of that field is "passenger"`},
+		{"no such field", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"route"}})
+			return err
+		}, `"route", which is not a JSON field`},
+		{"optional identifying field", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"note"}})
+			return err
+		}, `identifying field "note" is optional`},
+		{"key-like input field", func() error {
+			_, err := agenttool.New("x", "", keyFn, agenttool.Options{Store: store, Class: agenttool.Keyed})
+			return err
+		}, `input field "client_token" looks like an idempotency key`},
+		{"name function calling rejects", func() error {
+			_, err := agenttool.New("bad name!", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed})
+			return err
+		}, "letters, digits"},
+		{"header injection in the prefix", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, KeyPrefix: "bad\r\nX-Injected: 1"})
+			return err
+		}, "HTTP headers"},
+		{"TextInput on a typed tool", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
+			return err
+		}, "TextInput is for wrapped tools"},
+	}
+	for _, tt := range tests {
+		err := tt.err()
+		if !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: %v; want ErrInvalidOptions mentioning %q", tt.name, err, tt.msg)
+		}
+	}
+	// Identifying fields are required fields, and the schema the model sees
+	// says so; pointers are optional.
+	tool := newBookingTool(t, d, store, agenttool.Options{IdentifyingFields: []string{"flight", "passenger"}})
+	if s := string(tool.Schema()); !strings.Contains(s, `"required":["flight","date","passenger"]`) {
+		t.Errorf("schema %s does not list the required fields", s)
+	}
+	_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"seat"}})
+	if !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), `identifying field "seat" is optional`) {
+		t.Errorf("an optional pointer as identifying field: %v", err)
+	}
+}
+
+// DefaultScope is copied when the tool is built: changing the caller's
+// value later changes no key.
+func TestDefaultScopeIsFixedAtConstruction(t *testing.T) {
+	m := &mailServer{}
+	scope := &agenttool.Scope{Principal: "batch-job", Session: "nightly"}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, DefaultScope: scope})
+	a := tool.Invoke(context.Background(), emailToAna)
+	scope.Session = "changed"
+	b := tool.Invoke(context.Background(), emailToAna)
+	if a.RequestRef != b.RequestRef || !b.Replayed || m.runs.Load() != 1 {
+		t.Errorf("changing the DefaultScope after construction changed the action: %s then %s", a, b)
+	}
+}

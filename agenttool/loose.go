@@ -1,0 +1,192 @@
+package agenttool
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// The loose form of a value is what a key compares: two values the model
+// would call the same ("Ana Lima", "ANA  LIMA ", "Ana\u00a0Lima") have one
+// loose form. Strings are normalised (Unicode NFKC), case-folded, stripped of
+// invisible format characters, trimmed, and their runs of white space
+// collapsed to one space. The fingerprint keeps the exact form, so a cosmetic
+// variant meets the earlier action's key and is refused
+// (key_reused_with_different_input) or replayed if identical: never run as a
+// second action.
+
+var folder = cases.Fold()
+
+// looseString returns the loose form of s.
+func looseString(s string) string {
+	if isPlainLower(s) {
+		return s // nothing to normalise: the common case for identifiers
+	}
+	// Folding and normalising can each undo what the other did (some
+	// letters fold to a form that normalises back): repeat to a fixed point.
+	for range 4 {
+		next := norm.NFKC.String(folder.String(norm.NFKC.String(s)))
+		if next == s {
+			break
+		}
+		s = next
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	space := false
+	for _, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			space = b.Len() > 0
+		case unicode.Is(unicode.Cf, r):
+			// invisible: zero-width spaces and joiners, byte-order marks, bidi marks
+		default:
+			if space {
+				b.WriteByte(' ')
+				space = false
+			}
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// isPlainLower reports whether s is printable ASCII without upper-case
+// letters and without leading, trailing or doubled spaces: its own loose
+// form.
+func isPlainLower(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x21 || c > 0x7e || (c >= 'A' && c <= 'Z') {
+			if c != ' ' || i == 0 || i == len(s)-1 || s[i+1] == ' ' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// appendLoose appends an unambiguous encoding of the loose form of v, a value
+// decoded by encoding/json with UseNumber, to b. Every part is tagged and
+// length-prefixed, so two different loose values never share an encoding.
+// exact keeps strings as they are (a field whose case or spacing matters).
+// Object members are ordered by their loose names.
+func appendLoose(b []byte, v any, exact bool) []byte {
+	str := func(s string) string {
+		if exact {
+			return s
+		}
+		return looseString(s)
+	}
+	switch v := v.(type) {
+	case nil:
+		return append(b, 'n')
+	case bool:
+		if v {
+			return append(b, 't')
+		}
+		return append(b, 'f')
+	case json.Number:
+		return appendPart(append(b, 'd'), string(v))
+	case string:
+		return appendPart(append(b, 's'), str(v))
+	case []any:
+		b = binaryLen(append(b, 'a'), len(v))
+		for _, item := range v {
+			b = appendLoose(b, item, exact)
+		}
+		return b
+	case map[string]any:
+		names := make([][2]string, 0, len(v)) // loose name, name
+		for name := range v {
+			names = append(names, [2]string{looseString(name), name})
+		}
+		slices.SortFunc(names, func(x, y [2]string) int { return strings.Compare(x[0], y[0]) })
+		b = binaryLen(append(b, 'o'), len(v))
+		for _, n := range names {
+			b = appendPart(b, n[0])
+			b = appendLoose(b, v[n[1]], exact)
+		}
+		return b
+	}
+	panic(fmt.Sprintf("agenttool: appendLoose: unexpected %T", v))
+}
+
+// isEmpty reports whether v says nothing: null, a string of white space
+// (after the loose form), an empty array or an empty object.
+func isEmpty(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case string:
+		return looseString(v) == ""
+	case []any:
+		return len(v) == 0
+	case map[string]any:
+		return len(v) == 0
+	}
+	return false
+}
+
+// skeleton folds a member name for comparison with key-like names: Unicode
+// NFKD with combining marks dropped, letters that imitate Latin ones mapped
+// to them, case folded, and everything but letters and digits removed. So
+// "Idempotency-Key", "idempotency key ", "ıdempotency_key" (dotless ı),
+// full-width letters and names with zero-width spaces all fold to
+// "idempotencykey".
+func skeleton(name string) string {
+	if isPlainName(name) {
+		// ASCII letters, digits and separators: fold without allocating
+		// more than the result.
+		b := make([]byte, 0, len(name))
+		for i := 0; i < len(name); i++ {
+			switch c := name[i]; {
+			case c >= 'A' && c <= 'Z':
+				b = append(b, c+'a'-'A')
+			case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+				b = append(b, c)
+			}
+		}
+		return string(b)
+	}
+	s := folder.String(norm.NFKD.String(name))
+	var b strings.Builder
+	for _, r := range norm.NFKD.String(s) {
+		if m, ok := lookalikes[r]; ok {
+			r = m
+		}
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	return b.String()
+}
+
+func isPlainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// lookalikes maps letters that render like Latin letters to them. It covers
+// the letters a model (or a person) would use to disguise a field name:
+// dotless i and j, and the Cyrillic and Greek letters that look Latin.
+var lookalikes = map[rune]rune{
+	'ı': 'i', 'ȷ': 'j', 'ɩ': 'i', 'ʏ': 'y', 'ɡ': 'g',
+	// Cyrillic
+	'а': 'a', 'в': 'b', 'е': 'e', 'ё': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c',
+	'т': 't', 'у': 'y', 'х': 'x', 'ѕ': 's', 'і': 'i', 'ї': 'i', 'ј': 'j', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w',
+	'һ': 'h', 'ӏ': 'l', 'ɑ': 'a',
+	// Greek
+	'α': 'a', 'β': 'b', 'ε': 'e', 'η': 'n', 'ι': 'i', 'κ': 'k', 'ν': 'v', 'ο': 'o', 'ρ': 'p', 'τ': 't',
+	'υ': 'u', 'χ': 'x', 'ω': 'w', 'ϲ': 'c', 'ϳ': 'j', 'ζ': 'z',
+}

@@ -49,6 +49,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 		return t.refused("", bad, envelope.FixInput, "")
 	}
 	c := &call{t: t, ctx: ctx, args: in.args, scope: scope}
+	c.principal, c.session = t.scopeDigests(scope)
 	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, t.name, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
 		return t.refused(c.ref, &envelope.Error{Code: envelope.CodeCancelled,
@@ -63,14 +64,16 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 // call is the state of one guarded call. Its flight and its first attempt's
 // context live in it, so that a call allocates them once.
 type call struct {
-	t        *Tool
-	ctx      context.Context
-	args     args
-	scope    Scope
-	ref      string
-	owner    string // the lease owner of the call's claims
-	token    uint64
-	maybeRan bool // an attempt of this key may have applied the effect
+	t     *Tool
+	ctx   context.Context
+	args  args
+	scope Scope
+	// principal and session are the scope's digests, as records keep them.
+	principal, session Digest
+	ref                string
+	owner              string // the lease owner of the call's claims
+	token              uint64
+	maybeRan           bool // an attempt of this key may have applied the effect
 
 	fl    flight     // while the call holds its key
 	first attemptCtx // the first attempt's context
@@ -79,7 +82,7 @@ type call struct {
 func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	cfg := c.t.cfg
 	req := ClaimRequest{
-		Key: c.ref, Tool: c.t.name, Principal: c.t.principalDigest(c.scope.Principal), Fingerprint: fp,
+		Key: c.ref, Tool: c.t.name, Principal: c.principal, Session: c.session, Fingerprint: fp,
 		Owner: c.owner, Lease: cfg.Lease,
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
@@ -143,6 +146,13 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 	c.token, c.maybeRan = res.Record.Token, res.TookOver
 	c.t.flights.begin(c)
 	defer c.t.flights.end(c)
+	if !res.TookOver && res.Record.Attempts == 0 {
+		// A new action: no new write while an earlier one is unknown.
+		if env, blocked := c.fence(); blocked {
+			c.giveBack()
+			return env
+		}
+	}
 	if c.maybeRan && c.t.cfg.Class == Reconcilable {
 		// Ask the destination before any new write.
 		if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
@@ -272,15 +282,21 @@ func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
 		return c.markUnknown(attempts, err)
 	}
 	// No attempt applied the effect: free the key so that a later call can
-	// try afresh. If the release fails the lease expires and the record is
-	// then treated as unknown: safe, if cautious.
+	// try afresh.
+	c.giveBack()
+	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
+}
+
+// giveBack releases the call's key when no attempt applied the effect. If
+// the release fails the lease expires and the record is then treated as
+// unknown: safe, if cautious.
+func (c *call) giveBack() {
 	c.t.flights.quiet(c) // a renewal of a released key would only fail
 	ctx, cancel := c.outcomeCtx()
 	defer cancel()
-	if rerr := c.t.cfg.Store.Release(ctx, c.ref, c.token); rerr != nil {
-		c.t.cfg.logger.Warn("retrysafe: could not release key after transient failures", "ref", c.ref, "err", rerr)
+	if err := c.t.cfg.Store.Release(ctx, c.ref, c.token); err != nil {
+		c.t.cfg.logger.Warn("retrysafe: could not release a key whose tool did not run", "ref", c.ref, "err", err)
 	}
-	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
 }
 
 func (t *Tool) refusedAfter(ref string, attempts int, code string, err error) envelope.Envelope {

@@ -113,7 +113,7 @@ func holderOf(t *testing.T, store agenttool.Store, ref string, now time.Time, in
 	// throwaway store that records them.
 	rec := recordOf(t, input)
 	res, err := store.Claim(context.Background(), agenttool.ClaimRequest{
-		Key: ref, Tool: "send_email", Principal: rec.Principal, Fingerprint: rec.Fingerprint,
+		Key: ref, Tool: "send_email", Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: "dead-process", Now: now, Lease: time.Minute,
 	})
 	if err != nil || !res.Claimed {

@@ -89,21 +89,21 @@ func principalDigest(p string) Digest {
 	return sha256.Sum256(append(append(stack[:0], principalTag...), p...))
 }
 
-// principalMemo is the last principal a tool digested, with its digest: an
-// agent's calls come from one principal at a time, and a digest costs more
-// than a comparison.
-type principalMemo struct {
-	name   string
-	digest Digest
+// scopeMemo is the last scope a tool digested, with its digests: an agent's
+// calls come from one scope at a time, and a digest costs more than a
+// comparison.
+type scopeMemo struct {
+	scope              Scope
+	principal, session Digest
 }
 
-// principalDigest returns principalDigest(p), from the memo when p is the
-// principal of the tool's previous call.
-func (t *Tool) principalDigest(p string) Digest {
-	if m := t.principal.Load(); m != nil && m.name == p {
-		return m.digest
+// scopeDigests returns principalDigest(s.Principal) and sessionDigest(s),
+// from the memo when s is the scope of the tool's previous call.
+func (t *Tool) scopeDigests(s Scope) (principal, session Digest) {
+	if m := t.scopeMemo.Load(); m != nil && m.scope == s {
+		return m.principal, m.session
 	}
-	d := principalDigest(p)
-	t.principal.Store(&principalMemo{name: p, digest: d})
-	return d
+	m := &scopeMemo{scope: s, principal: principalDigest(s.Principal), session: sessionDigest(s)}
+	t.scopeMemo.Store(m)
+	return m.principal, m.session
 }

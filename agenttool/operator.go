@@ -100,7 +100,8 @@ func (o *Operator) Reconcile(ctx context.Context, ref, by string) (reconcile.Ver
 	if err != nil {
 		return reconcile.CantSay, err
 	}
-	return h.reconcile(ctx, "operator:"+by)
+	ans, err := h.reconcile(ctx, "operator:"+by)
+	return ans.Verdict, err
 }
 
 // hold checks the caller's right to the record and takes it over.
@@ -119,22 +120,23 @@ func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
 	return t.takeOver(ctx, ref)
 }
 
-// reconcile asks the tool's reconciler about a held record and settles it.
-func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Verdict, error) {
+// reconcile asks the tool's reconciler about a held record and settles it
+// by the answer, which it returns.
+func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, error) {
 	r := h.t.cfg.Reconciler
 	if r == nil {
-		return reconcile.CantSay, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
+		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
 	}
 	ans := r.Check(ctx, h.rec.Key)
 	h.t.reported(ans, h.rec.Key, by)
 	switch ans.Verdict {
 	case reconcile.Applied:
 		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
-		return ans.Verdict, err
+		return ans, err
 	case reconcile.NotApplied:
-		return ans.Verdict, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
+		return ans, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
 	}
-	return ans.Verdict, h.stillUnknown(ctx)
+	return ans, h.stillUnknown(ctx)
 }
 
 // clock is the operator's idea of now: the first tool's clock, or time.Now.

@@ -104,7 +104,9 @@ func TestApproverCompensates(t *testing.T) {
 	}
 }
 
-// unknownRecords makes n unknown records, for principal a or b alternately.
+// unknownRecords makes n unknown records, for principal a or b alternately,
+// each in a session of its own (within a session, the unknown fence would
+// hold back every action after the first).
 func unknownRecords(t *testing.T, tool *agenttool.Tool, n int) (refs []string) {
 	t.Helper()
 	for i := range n {
@@ -112,7 +114,7 @@ func unknownRecords(t *testing.T, tool *agenttool.Tool, n int) (refs []string) {
 		if i%2 == 1 {
 			principal = "tenant-2/bo"
 		}
-		ctx := agenttool.WithScope(context.Background(), principal, "s")
+		ctx := agenttool.WithScope(context.Background(), principal, fmt.Sprintf("s%d", i))
 		env := tool.Invoke(ctx, fmt.Sprintf(`{"to":"u%d@example.com","subject":"s"}`, i))
 		mustStatus(t, env, envelope.UnknownOutcome)
 		refs = append(refs, env.RequestRef)
@@ -159,7 +161,7 @@ func TestOperatorListsShowsAndResolves(t *testing.T) {
 		if err := ana.ResolveApplied(ctx, refs[0], []byte(`{"message_id":"<x@mail.test>"}`), "ana", "found it in Sent"); err != nil {
 			t.Fatal(err)
 		}
-		env := tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s"), `{"to":"u0@example.com","subject":"s"}`)
+		env := tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s0"), `{"to":"u0@example.com","subject":"s"}`)
 		if env.Status != envelope.Success || !env.Replayed || !env.Reconciled || string(env.Result) != `{"message_id":"<x@mail.test>"}` {
 			t.Errorf("after ResolveApplied: %s", env)
 		}
@@ -176,7 +178,7 @@ func TestOperatorListsShowsAndResolves(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs := lost.runs.Load()
-		tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s"), `{"to":"u2@example.com","subject":"s"}`)
+		tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s2"), `{"to":"u2@example.com","subject":"s"}`)
 		if lost.runs.Load() != runs+1 {
 			t.Errorf("after ResolveNotApplied the tool ran %d more times, want 1", lost.runs.Load()-runs)
 		}

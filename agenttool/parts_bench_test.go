@@ -42,7 +42,8 @@ func BenchmarkParts(b *testing.B) {
 	}
 	key := func(parsed input) (string, string, Digest) {
 		ref, owner := refAndOwner(cfg.KeyPrefix, tool.Name(), scope, "", parsed.identifying)
-		return ref, owner, tool.principalDigest(scope.Principal)
+		principal, _ := tool.scopeDigests(scope)
+		return ref, owner, principal
 	}
 	encode := func(ref string) []byte {
 		out, err := envelope.Envelope{Version: envelope.Version, Status: envelope.Success, Tool: "send_email", RequestRef: ref,

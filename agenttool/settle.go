@@ -42,7 +42,7 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 		return nil, fmt.Errorf("agenttool: %s is %v: %w", key, rec.State, ErrNotUnknown)
 	}
 	res, err := cfg.Store.Claim(ctx, ClaimRequest{
-		Key: key, Tool: rec.Tool, Principal: rec.Principal, Fingerprint: rec.Fingerprint,
+		Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true,
 	})
 	switch {

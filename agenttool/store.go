@@ -38,7 +38,10 @@ type Store interface {
 	// ListUnknown returns, ordered by key, the records that await
 	// reconciliation: unknown records not yet resolved, and pending records
 	// whose lease expired at or before req.Now (their holder is presumed
-	// dead). See [Record.AwaitsReconciliation].
+	// dead). See [Record.AwaitsReconciliation]. A request with a Tool and a
+	// Principal (the unknown fence asks one for every new action) must be
+	// answered from an index of the open records of that tool and
+	// principal, at a cost that does not grow with the store.
 	ListUnknown(ctx context.Context, req ListRequest) ([]Record, error)
 }
 
@@ -54,6 +57,11 @@ type LocalStore interface {
 type ListRequest struct {
 	// Principal, if not nil, keeps only that principal's records.
 	Principal *Digest
+	// Tool, if not empty, keeps only that tool's records.
+	Tool string
+	// Session, if not nil, keeps only the records of that session (see
+	// [Record.Session]).
+	Session *Digest
 	// After, if not empty, starts the list after this key (for paging).
 	After string
 	// Limit bounds the number of records; 0 means 100.
@@ -137,6 +145,7 @@ type Record struct {
 	Tool        string    // the tool's name
 	State       State     //
 	Principal   Digest    // digest of the principal that made the record
+	Session     Digest    // digest of the principal and session that made the record (zero in records of older versions)
 	Fingerprint Digest    // digest of the canonical input
 	Owner       string    // lease owner of a pending record (unique per claim)
 	Token       uint64    // fencing token, unique per claim within a store
@@ -160,6 +169,7 @@ type ClaimRequest struct {
 	Key         string
 	Tool        string
 	Principal   Digest
+	Session     Digest
 	Fingerprint Digest
 	Owner       string        // unique per claim (a UUID)
 	Now         time.Time     // the caller's clock
@@ -248,7 +258,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		}
 		rec := Record{
 			Key: req.Key, Tool: req.Tool, State: Pending,
-			Principal: req.Principal, Fingerprint: req.Fingerprint,
+			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now,
 		}
@@ -355,6 +365,21 @@ func (r *Record) expired(now time.Time) bool {
 // expired.
 func (r *Record) AwaitsReconciliation(now time.Time) bool {
 	return (r.State == Unknown && !r.RetryApproved) || (r.State == Pending && !now.Before(r.LeaseExpiry))
+}
+
+// Open reports whether r may come to await reconciliation: pending, or
+// unknown and not resolved. Stores index the open records, so that listing
+// what awaits reconciliation reads only them.
+func (r *Record) Open() bool {
+	return r.State == Pending || (r.State == Unknown && !r.RetryApproved)
+}
+
+// Matches reports whether r is selected by the filters of req (principal,
+// tool, session), whatever its state.
+func (req *ListRequest) Matches(r *Record) bool {
+	return (req.Principal == nil || *req.Principal == r.Principal) &&
+		(req.Tool == "" || req.Tool == r.Tool) &&
+		(req.Session == nil || *req.Session == r.Session)
 }
 
 func holds(existing *Record, key string, token uint64) error {

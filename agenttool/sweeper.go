@@ -90,7 +90,8 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	var mu sync.Mutex
 	count := func(f func(*SweepReport)) { mu.Lock(); f(&rep); mu.Unlock() }
 	settle := func(h *holding) {
-		v, err := h.reconcile(ctx, "sweeper")
+		ans, err := h.reconcile(ctx, "sweeper")
+		v := ans.Verdict
 		count(func(r *SweepReport) {
 			r.Checked++
 			switch {

@@ -30,7 +30,7 @@ type Tool struct {
 	typed       *typedInput // nil for wrapped tools
 	schema      json.RawMessage
 	flights     flights
-	principal   atomic.Pointer[principalMemo]
+	scopeMemo   atomic.Pointer[scopeMemo]
 }
 
 var _ tools.Tool = (*Tool)(nil)

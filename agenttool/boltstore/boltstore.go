@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,7 +17,8 @@ import (
 )
 
 // schemaVersion is the layout of the file this package writes and reads.
-const schemaVersion = "1"
+// Version 2 adds the scope index; a version-1 file is upgraded at Open.
+const schemaVersion = "2"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -23,7 +26,11 @@ var (
 	// openBucket indexes the keys of pending and unresolved unknown records,
 	// so that listing what awaits reconciliation does not read every record.
 	openBucket = []byte("retrysafe/open")
-	schemaKey  = []byte("schema")
+	// scopeBucket indexes the same records by tool, principal and session
+	// (see scopeKey), so that the unknown fence finds a scope's open
+	// records with one seek.
+	scopeBucket = []byte("retrysafe/scope")
+	schemaKey   = []byte("schema")
 )
 
 // Options configure [Open]. A nil *Options means all defaults.
@@ -98,15 +105,46 @@ func initSchema(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	if v := meta.Get(schemaKey); string(v) != schemaVersion {
+	v := string(meta.Get(schemaKey))
+	if v != "1" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
-	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket} {
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
 	}
+	if v == "1" {
+		if err := indexScopes(tx); err != nil {
+			return fmt.Errorf("upgrading schema 1 to %s: %w", schemaVersion, err)
+		}
+		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
+			return err
+		}
+	}
 	return expireLeases(tx)
+}
+
+// indexScopes fills the scope index from the open index (schema 1 had
+// none).
+func indexScopes(tx *bolt.Tx) error {
+	b := tx.Bucket(recordsBucket)
+	var recs []*agenttool.Record
+	err := tx.Bucket(openBucket).ForEach(func(k, _ []byte) error {
+		if rec, err := load(b, string(k)); err == nil && rec != nil {
+			recs = append(recs, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if err := tx.Bucket(scopeBucket).Put(scopeKey(rec), nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // expireLeases ends the leases of pending records at Open. bbolt locks the
@@ -227,7 +265,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 		if err := agenttool.DecideRelease(existing, key, token); err != nil {
 			return err
 		}
-		return remove(b, []byte(key))
+		return remove(b, []byte(key), existing)
 	})
 }
 
@@ -268,19 +306,19 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	err := s.update(ctx, func(b *bolt.Bucket) error {
-		var doomed [][]byte
+		var doomed []agenttool.Record
 		err := b.ForEach(func(k, v []byte) error {
 			rec, err := decode(k, v)
 			if err == nil && rec.Sweepable(now) {
-				doomed = append(doomed, bytes.Clone(k))
+				doomed = append(doomed, rec)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range doomed {
-			if err := remove(b, k); err != nil {
+		for i := range doomed {
+			if err := remove(b, []byte(doomed[i].Key), &doomed[i]); err != nil {
 				return err
 			}
 		}
@@ -298,6 +336,14 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 		limit = 100
 	}
 	var out []agenttool.Record
+	if req.Tool != "" && req.Principal != nil {
+		err := s.view(ctx, func(b *bolt.Bucket) error {
+			var err error
+			out, err = listScope(b, req, limit)
+			return err
+		})
+		return out, err
+	}
 	err := s.view(ctx, func(b *bolt.Bucket) error {
 		c := openIndex(b).Cursor()
 		k, _ := c.First()
@@ -315,13 +361,58 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 			if rec == nil {
 				return fmt.Errorf("boltstore: index names %s, which has no record: %w", k, agenttool.ErrCorrupt)
 			}
-			if rec.AwaitsReconciliation(req.Now) && (req.Principal == nil || *req.Principal == rec.Principal) {
+			if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
 				out = append(out, *rec)
 			}
 		}
 		return nil
 	})
 	return out, err
+}
+
+// listScope answers ListUnknown for one tool and principal (and session)
+// from the scope index: one seek, then only that scope's open records.
+func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttool.Record, error) {
+	prefix := scopePrefix(req.Tool, *req.Principal, req.Session)
+	var out []agenttool.Record
+	c := b.Tx().Bucket(scopeBucket).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		key := string(k[len(req.Tool)+1+64:])
+		if key <= req.After {
+			continue
+		}
+		rec, err := load(b, key)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil {
+			return nil, fmt.Errorf("boltstore: scope index names %s, which has no record: %w", key, agenttool.ErrCorrupt)
+		}
+		if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
+			out = append(out, *rec)
+		}
+	}
+	slices.SortFunc(out, func(x, y agenttool.Record) int { return strings.Compare(x.Key, y.Key) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// scopeKey is a record's key in the scope index: tool, 0, principal
+// digest, session digest, record key.
+func scopeKey(r *agenttool.Record) []byte {
+	k := scopePrefix(r.Tool, r.Principal, &r.Session)
+	return append(k, r.Key...)
+}
+
+func scopePrefix(tool string, principal agenttool.Digest, session *agenttool.Digest) []byte {
+	k := make([]byte, 0, len(tool)+1+64+64)
+	k = append(append(append(k, tool...), 0), principal[:]...)
+	if session != nil {
+		k = append(k, session[:]...)
+	}
+	return k
 }
 
 func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
@@ -336,24 +427,41 @@ func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
 	return &rec, nil
 }
 
+// save writes r and keeps the open and scope indexes. A record's tool,
+// principal and session never change under one key, so its scope index
+// entry is r's own.
 func save(b *bolt.Bucket, r *agenttool.Record) error {
 	v := encode(r)
 	key := []byte(r.Key)
 	if err := b.Put(key, v); err != nil {
 		return err
 	}
-	if r.State == agenttool.Pending || (r.State == agenttool.Unknown && !r.RetryApproved) {
+	scopes := b.Tx().Bucket(scopeBucket)
+	if r.Open() {
+		if err := scopes.Put(scopeKey(r), nil); err != nil {
+			return err
+		}
 		return openIndex(b).Put(key, []byte{})
+	}
+	if err := scopes.Delete(scopeKey(r)); err != nil {
+		return err
 	}
 	return openIndex(b).Delete(key)
 }
 
-func remove(b *bolt.Bucket, key []byte) error {
+// remove deletes the record of key, rec (nil if unreadable), with its index
+// entries and its effect.
+func remove(b *bolt.Bucket, key []byte, rec *agenttool.Record) error {
 	if err := b.Delete(key); err != nil {
 		return err
 	}
 	if err := b.Tx().Bucket(effectsBucket).Delete(key); err != nil {
 		return err
+	}
+	if rec != nil {
+		if err := b.Tx().Bucket(scopeBucket).Delete(scopeKey(rec)); err != nil {
+			return err
+		}
 	}
 	return openIndex(b).Delete(key)
 }

@@ -20,5 +20,15 @@ func TestConformance(t *testing.T) {
 			return s
 		},
 		Kill: func(t *testing.T, s agenttool.Store) { s.(*boltstore.Store).Close() },
+		Reopen: func(t *testing.T, s agenttool.Store) agenttool.Store {
+			path := s.(*boltstore.Store).Path()
+			s.(*boltstore.Store).Close()
+			again, err := boltstore.Open(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { again.Close() })
+			return again
+		},
 	})
 }

@@ -15,9 +15,10 @@ import (
 //
 //	byte     2 (the format)
 //	byte     state
-//	byte     flags: 1 retry approved, 2 has a resolution
+//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest
 //	[32]byte principal digest
 //	[32]byte fingerprint
+//	[32]byte session digest, if flag 4
 //	uvarint  token
 //	uvarint  attempts
 //	varint   lease expiry, created, updated, expires (Unix nanoseconds; 0 is the zero time)
@@ -35,6 +36,7 @@ const (
 const (
 	flagApproved   = 1
 	flagResolution = 2
+	flagSession    = 4
 )
 
 // maxField bounds a stored string or outcome, so that a corrupt length
@@ -50,9 +52,15 @@ func appendRecord(b []byte, r *agenttool.Record) []byte {
 	if r.Resolution != nil {
 		flags |= flagResolution
 	}
+	if r.Session != (agenttool.Digest{}) {
+		flags |= flagSession
+	}
 	b = append(b, formatBinary, byte(r.State), flags)
 	b = append(b, r.Principal[:]...)
 	b = append(b, r.Fingerprint[:]...)
+	if flags&flagSession != 0 {
+		b = append(b, r.Session[:]...)
+	}
 	b = binary.AppendUvarint(b, r.Token)
 	b = binary.AppendUvarint(b, uint64(r.Attempts))
 	b = binary.AppendVarint(b, nanos(r.LeaseExpiry))
@@ -78,7 +86,7 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *agenttool.Record) int {
 	// Header and digests; token, attempts, four times and three lengths.
-	n := 3 + 64 + 9*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome)
+	n := 3 + 96 + 9*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}
@@ -179,12 +187,15 @@ func decodeBinary(v []byte) (agenttool.Record, error) {
 	var rec agenttool.Record
 	rec.State = agenttool.State(head[1])
 	flags := head[2]
-	if flags&^(flagApproved|flagResolution) != 0 {
+	if flags&^(flagApproved|flagResolution|flagSession) != 0 {
 		return agenttool.Record{}, fmt.Errorf("unknown flags %#x", flags)
 	}
 	rec.RetryApproved = flags&flagApproved != 0
 	copy(rec.Principal[:], r.bytes(32, "principal"))
 	copy(rec.Fingerprint[:], r.bytes(32, "fingerprint"))
+	if flags&flagSession != 0 {
+		copy(rec.Session[:], r.bytes(32, "session"))
+	}
 	rec.Token = r.uvarint("token")
 	attempts := r.uvarint("attempts")
 	if attempts > math.MaxInt32 {

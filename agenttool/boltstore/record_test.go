@@ -17,7 +17,7 @@ func sampleRecord() agenttool.Record {
 	now := time.Unix(0, 1_780_000_000_123_456_789)
 	return agenttool.Record{
 		Key: "send_email/abc", Tool: "send_email", State: agenttool.Unknown,
-		Principal: agenttool.Digest{1, 2, 3}, Fingerprint: agenttool.Digest{31: 9},
+		Principal: agenttool.Digest{1, 2, 3}, Session: agenttool.Digest{5, 5}, Fingerprint: agenttool.Digest{31: 9},
 		Owner: "", Token: 42, Attempts: 2,
 		Outcome: []byte(`{"version":1,"status":"unknown_outcome"}`),
 		Created: now, Updated: now.Add(time.Second), RetryApproved: true,
@@ -156,10 +156,55 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		if verdict != "" {
 			r.Resolution = &agenttool.Resolution{Verdict: verdict, By: by, Why: why, At: fromNanos(created)}
 		}
+		if approved {
+			r.Session = agenttool.Digest{byte(token), 7}
+		}
 		got, err := decode([]byte("k"), encode(&r))
 		if err != nil {
 			t.Fatal(err)
 		}
 		sameRecord(t, got, r)
+	})
+}
+
+// A file of schema 1 (before the scope index) is upgraded at Open: its open
+// records are indexed, so that the unknown fence finds them.
+func TestSchemaOneFileIsUpgraded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := sampleRecord()
+	old.State, old.RetryApproved, old.Session = agenttool.Unknown, false, agenttool.Digest{}
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		// As version 1 wrote it: no scope bucket, no session digest.
+		if err := tx.DeleteBucket(scopeBucket); err != nil {
+			return err
+		}
+		if err := tx.Bucket(metaBucket).Put(schemaKey, []byte("1")); err != nil {
+			return err
+		}
+		if err := tx.Bucket(recordsBucket).Put([]byte(old.Key), encode(&old)); err != nil {
+			return err
+		}
+		return tx.Bucket(openBucket).Put([]byte(old.Key), nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs, err := s.ListUnknown(context.Background(), agenttool.ListRequest{Tool: old.Tool, Principal: &old.Principal, Now: time.Now(), Limit: 10})
+	if err != nil || len(recs) != 1 || recs[0].Key != old.Key {
+		t.Fatalf("after the upgrade the scope lists %+v, %v; want %s", recs, err, old.Key)
+	}
+	s.DB().View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(metaBucket).Get(schemaKey); string(v) != schemaVersion {
+			t.Errorf("schema %q after the upgrade", v)
+		}
+		return nil
 	})
 }

@@ -23,10 +23,11 @@ import (
 // is not usable; call [New].
 type Store struct {
 	mu      sync.Mutex
-	index   map[string]int // key → its entry in entries
-	entries []entry        // records, in slots reused after a delete
-	free    []int          // empty slots of entries
-	expiry  expiries       // when records may be swept
+	index   map[string]int                // key → its entry in entries
+	entries []entry                       // records, in slots reused after a delete
+	free    []int                         // empty slots of entries
+	expiry  expiries                      // when records may be swept
+	open    map[scope]map[string]struct{} // keys of open records, by tool and principal
 	token   uint64
 	closed  bool
 }
@@ -42,7 +43,32 @@ func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{index: make(map[string]int)}
+	return &Store{index: make(map[string]int), open: make(map[scope]map[string]struct{})}
+}
+
+// scope is what the open index is keyed by: the unknown fence asks for the
+// open records of one tool and principal.
+type scope struct {
+	tool      string
+	principal agenttool.Digest
+}
+
+// indexOpen adds e's key to, or removes it from, the open index.
+func (s *Store) indexOpen(e *entry, open bool) {
+	sc := scope{e.tool, e.principal}
+	keys := s.open[sc]
+	if open {
+		if keys == nil {
+			keys = make(map[string]struct{})
+			s.open[sc] = keys
+		}
+		keys[e.key] = struct{}{}
+		return
+	}
+	delete(keys, e.key)
+	if len(keys) == 0 {
+		delete(s.open, sc)
+	}
 }
 
 func (s *Store) lock(ctx context.Context) error {
@@ -78,6 +104,7 @@ func (s *Store) lookup(key string) int {
 
 // delete removes the record of key, in slot i.
 func (s *Store) delete(key string, i int) {
+	s.indexOpen(&s.entries[i], false)
 	delete(s.index, key)
 	s.entries[i] = entry{}
 	s.free = append(s.free, i)
@@ -87,16 +114,22 @@ func (s *Store) delete(key string, i int) {
 // i is -1. Outcomes are never modified in place: Finish is handed its
 // outcome (see agenttool.FinishRequest), and what leaves the store is cloned.
 func (s *Store) put(i int, r agenttool.Record) {
+	if i >= 0 && s.entries[i].open() {
+		s.indexOpen(&s.entries[i], false)
+	}
 	switch n := len(s.free); {
 	case i >= 0:
-		s.entries[i] = newEntry(&r)
 	case n > 0:
 		i, s.free = s.free[n-1], s.free[:n-1]
-		s.entries[i] = newEntry(&r)
 		s.index[r.Key] = i
 	default:
-		s.index[r.Key] = len(s.entries)
-		s.entries = append(s.entries, newEntry(&r))
+		i = len(s.entries)
+		s.index[r.Key] = i
+		s.entries = append(s.entries, entry{})
+	}
+	s.entries[i] = newEntry(&r)
+	if r.Open() {
+		s.indexOpen(&s.entries[i], true)
 	}
 	if !r.Expires.IsZero() {
 		s.expiry.push(expiry{at: r.Expires.UnixNano(), key: r.Key})
@@ -113,6 +146,7 @@ type entry struct {
 	outcome       []byte
 	resolution    *agenttool.Resolution
 	principal     agenttool.Digest
+	session       agenttool.Digest
 	fingerprint   agenttool.Digest
 	token         uint64
 	leaseExpiry   int64
@@ -127,11 +161,16 @@ type entry struct {
 func newEntry(r *agenttool.Record) entry {
 	return entry{
 		key: r.Key, tool: r.Tool, owner: r.Owner, outcome: r.Outcome, resolution: r.Resolution,
-		principal: r.Principal, fingerprint: r.Fingerprint, token: r.Token,
+		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
 		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved,
 	}
+}
+
+// open is Record.Open.
+func (e *entry) open() bool {
+	return e.state == agenttool.Pending || (e.state == agenttool.Unknown && !e.retryApproved)
 }
 
 // sweepable is Record.Sweepable.
@@ -142,7 +181,7 @@ func (e *entry) sweepable(now time.Time) bool {
 
 func (e *entry) record() agenttool.Record {
 	return agenttool.Record{
-		Key: e.key, Tool: e.tool, State: e.state, Principal: e.principal, Fingerprint: e.fingerprint,
+		Key: e.key, Tool: e.tool, State: e.state, Principal: e.principal, Session: e.session, Fingerprint: e.fingerprint,
 		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution,
@@ -334,13 +373,21 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 		limit = 100
 	}
 	var out []agenttool.Record
-	for k, i := range s.index {
-		e := &s.entries[i]
-		if k > req.After && (req.Principal == nil || *req.Principal == e.principal) {
-			if r := e.record(); r.AwaitsReconciliation(req.Now) {
+	visit := func(k string, i int) {
+		if e := &s.entries[i]; k > req.After && e.open() {
+			if r := e.record(); req.Matches(&r) && r.AwaitsReconciliation(req.Now) {
 				r.Outcome = slices.Clone(r.Outcome)
 				out = append(out, r)
 			}
+		}
+	}
+	if req.Tool != "" && req.Principal != nil {
+		for k := range s.open[scope{req.Tool, *req.Principal}] {
+			visit(k, s.index[k])
+		}
+	} else {
+		for k, i := range s.index {
+			visit(k, i)
 		}
 	}
 	slices.SortFunc(out, func(a, b agenttool.Record) int { return strings.Compare(a.Key, b.Key) })

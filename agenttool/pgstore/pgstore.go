@@ -104,10 +104,10 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 	for range 10 {
 		var token int64
 		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			req.Now.Add(req.Lease), req.Now).Scan(&token)
+			req.Now.Add(req.Lease), req.Now, req.Session[:]).Scan(&token)
 		if err == nil {
 			rec := agenttool.Record{
-				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Fingerprint: req.Fingerprint,
+				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 				Owner: req.Owner, Token: uint64(token), LeaseExpiry: req.Now.Add(req.Lease), Created: req.Now, Updated: req.Now,
 			}
 			return agenttool.ClaimResult{Claimed: true, Record: rec}, nil
@@ -238,11 +238,18 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 	if limit <= 0 {
 		limit = 100
 	}
-	var principal []byte
+	var principal, session []byte
 	if req.Principal != nil {
 		principal = req.Principal[:]
 	}
-	rows, err := s.pool.Query(ctx, s.q.listUnknown, req.Now, req.After, principal, limit)
+	if req.Session != nil {
+		session = req.Session[:]
+	}
+	q := s.q.listUnknown
+	if req.Tool != "" && req.Principal != nil {
+		q = s.q.listScope
+	}
+	rows, err := s.pool.Query(ctx, q, req.Now, req.After, principal, limit, req.Tool, session)
 	if err != nil {
 		return nil, s.wrap("list", "", err)
 	}
@@ -300,7 +307,7 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, s.q.update, r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
-		nullTime(r.LeaseExpiry), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res)
+		nullTime(r.LeaseExpiry), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res, r.Session[:])
 	return err
 }
 
@@ -339,6 +346,7 @@ func scanRecord(row rowScanner) (*agenttool.Record, error) {
 		r                agenttool.Record
 		state            int16
 		principal, fp    []byte
+		session          []byte
 		token            int64
 		lease, expires   *time.Time
 		resolution       []byte
@@ -349,7 +357,7 @@ func scanRecord(row rowScanner) (*agenttool.Record, error) {
 		retryApproved    bool
 	)
 	if err := row.Scan(&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
-		&created, &updated, &expires, &retryApproved, &resolution); err != nil {
+		&created, &updated, &expires, &retryApproved, &resolution, &session); err != nil {
 		return nil, err
 	}
 	r = agenttool.Record{
@@ -361,6 +369,13 @@ func scanRecord(row rowScanner) (*agenttool.Record, error) {
 	}
 	copy(r.Principal[:], principal)
 	copy(r.Fingerprint[:], fp)
+	switch len(session) {
+	case 0: // a record of an older version
+	case len(r.Session):
+		copy(r.Session[:], session)
+	default:
+		return nil, fmt.Errorf("record %s has a session digest of %d bytes: %w", key, len(session), agenttool.ErrCorrupt)
+	}
 	if lease != nil {
 		r.LeaseExpiry = *lease
 	}

@@ -19,6 +19,16 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) agenttool.Store { return pgtest.Open(t) },
 		Kill: func(t *testing.T, s agenttool.Store) { s.(*pgstore.Store).Pool().Close() },
+		Reopen: func(t *testing.T, s agenttool.Store) agenttool.Store {
+			schema := s.(*pgstore.Store).Schema()
+			s.(*pgstore.Store).Close()
+			again, err := pgstore.Open(context.Background(), &pgstore.Options{URL: pgtest.URL(t), Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { again.Close() })
+			return again
+		},
 	})
 }
 
@@ -62,9 +72,10 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".migrations").Scan(&n); err != nil || n != 1 {
-		t.Errorf("migrations table has %d rows (%v), want 1", n, err)
+	var n, versions int
+	err = conn.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT version) FROM "+schema+".migrations").Scan(&n, &versions)
+	if err != nil || n != versions || n < 2 {
+		t.Errorf("migrations table has %d rows for %d versions (%v); want each version applied once", n, versions, err)
 	}
 	// A schema written by a newer retrysafe is refused, not misread.
 	if _, err := conn.Exec(context.Background(), "INSERT INTO "+schema+".migrations (version) VALUES (99)"); err != nil {

@@ -32,29 +32,33 @@ var migrations = []string{
 	CREATE SEQUENCE {s}.tokens;
 	CREATE INDEX records_open ON {s}.records (key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);
 	CREATE INDEX records_expires ON {s}.records (expires) WHERE expires IS NOT NULL;`,
+	// 2: the session digest, and the open records of a tool and principal
+	// (the unknown fence) by index.
+	`ALTER TABLE {s}.records ADD COLUMN session bytea NOT NULL DEFAULT ''::bytea;
+	CREATE INDEX records_scope ON {s}.records (tool, principal, session, key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session`
 
 // awaiting is the SQL form of agenttool.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
 type queries struct {
-	insert, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, claimUnknown string
+	insert, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown string
 }
 
 func newQueries(schema string) queries {
 	t := pgx.Identifier{schema, "records"}.Sanitize()
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
 	return queries{
-		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated)
-			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7)
+		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session)
+			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8)
 			ON CONFLICT (key) DO NOTHING RETURNING token`,
 		get:          `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15 WHERE key = $1`,
+			retry_approved = $14, resolution = $15, session = $16 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = NULL, attempts = $4, outcome = $5, updated = $6,
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
@@ -64,7 +68,13 @@ func newQueries(schema string) queries {
 		sweep: `DELETE FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
 			AND (state IN (2, 3) OR (state = 4 AND retry_approved))`,
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
-			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) ORDER BY key LIMIT $4`,
+			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
+			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,
+		// listScope is listUnknown for one tool and principal, by the
+		// records_scope index.
+		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
+			AND ($6::bytea IS NULL OR session = $6) AND (state = 1 OR (state = 4 AND NOT retry_approved))
+			AND ` + awaiting + ` AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
 			FROM (SELECT key FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,6 +36,9 @@ type Harness struct {
 	// Kill makes the store's backing database unreachable, as a crash or an
 	// outage would. If nil, the outage test is skipped.
 	Kill func(t *testing.T, s agenttool.Store)
+	// Reopen closes s and opens the same data again, as a restart would.
+	// If nil, the restart checks are skipped.
+	Reopen func(t *testing.T, s agenttool.Store) agenttool.Store
 }
 
 var (
@@ -97,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.Open(t)) })
 	}
+	t.Run("OpenRecordsOfAScope", func(t *testing.T) { testScope(t, h) })
 	t.Run("DatabaseGone", func(t *testing.T) {
 		if h.Kill == nil {
 			t.Skip("the harness cannot kill this store")
@@ -534,5 +539,100 @@ func testDatabaseGone(t *testing.T, h Harness) {
 	}
 	if _, err := s.Get(ctx, key); err == nil || errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("Get with the database gone: %v; want an error that is not ErrNotFound (never read as absent)", err)
+	}
+}
+
+// testScope checks what the unknown fence asks for: the records of one tool
+// and principal (and session) that await reconciliation, from an index,
+// kept through takeovers, settlements and a restart.
+func testScope(t *testing.T, h Harness) {
+	s := h.Open(t)
+	tool := fmt.Sprintf("fence-%d", keyCount.Add(1))
+	s1, s2 := agenttool.Digest{0x51}, agenttool.Digest{0x52}
+	claim := func(tool string, principal, session agenttool.Digest, now time.Time) (string, uint64) {
+		key := newKey()
+		req := claimReq(key, now)
+		req.Tool, req.Principal, req.Session = tool, principal, session
+		res := mustClaim(t, s, req)
+		if !res.Claimed || res.Record.Session != session {
+			t.Fatalf("claim %s: %+v; want claimed with its session", key, res)
+		}
+		return key, res.Record.Token
+	}
+	settle := func(key string, token uint64, state agenttool.State) {
+		t.Helper()
+		if err := s.Finish(bg, finish(key, token, state, t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unknown1, tok := claim(tool, alice, s1, t0)
+	settle(unknown1, tok, agenttool.Unknown)
+	dead1, _ := claim(tool, alice, s1, t0) // its lease ends at t0+1m
+	done1, tok := claim(tool, alice, s1, t0)
+	settle(done1, tok, agenttool.Succeeded)
+	approved1, tok := claim(tool, alice, s1, t0)
+	approve := finish(approved1, tok, agenttool.Unknown, t0)
+	approve.RetryApproved = true
+	if err := s.Finish(bg, approve); err != nil {
+		t.Fatal(err)
+	}
+	unknown2, tok := claim(tool, alice, s2, t0)
+	settle(unknown2, tok, agenttool.Unknown)
+	other, tok := claim(tool+"-other", alice, s1, t0)
+	settle(other, tok, agenttool.Unknown)
+	bobs, tok := claim(tool, bob, s1, t0)
+	settle(bobs, tok, agenttool.Unknown)
+	now := t0.Add(2 * minute)
+	live1, _ := claim(tool, alice, s1, now) // a live lease: running, not awaiting
+
+	list := func(session *agenttool.Digest) []string {
+		t.Helper()
+		recs, err := s.ListUnknown(bg, agenttool.ListRequest{Tool: tool, Principal: &alice, Session: session, Now: now, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, r := range recs {
+			if r.Tool != tool || r.Principal != alice || (session != nil && r.Session != *session) {
+				t.Errorf("listed %s of tool %q in another scope", r.Key, r.Tool)
+			}
+			keys = append(keys, r.Key)
+		}
+		return keys
+	}
+	same := func(what string, got []string, want ...string) {
+		t.Helper()
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: listed %v, want %v", what, got, want)
+		}
+	}
+	same("session", list(&s1), unknown1, dead1)
+	same("principal", list(nil), unknown1, dead1, unknown2)
+	_ = live1
+
+	// A takeover keeps the session; a settled record leaves the listing.
+	req := claimReq(unknown1, now)
+	req.Tool, req.Session, req.TakeOver = tool, s1, true
+	res := mustClaim(t, s, req)
+	if !res.Claimed || !res.TookOver || res.Record.Session != s1 {
+		t.Fatalf("takeover of %s: %+v", unknown1, res)
+	}
+	if err := s.Finish(bg, finish(unknown1, res.Record.Token, agenttool.Succeeded, now)); err != nil {
+		t.Fatal(err)
+	}
+	same("after a settlement", list(&s1), dead1)
+	got, err := s.Get(bg, dead1)
+	if err != nil || got.Session != s1 {
+		t.Errorf("Get(%s) = %+v, %v; want its session", dead1, got, err)
+	}
+
+	if h.Reopen == nil {
+		return
+	}
+	s = h.Reopen(t, s)
+	same("after a restart", list(&s2), unknown2)
+	if keys := list(&s1); !slices.Contains(keys, dead1) {
+		t.Errorf("after a restart the dead holder's record %s is not listed: %v", dead1, keys)
 	}
 }

@@ -1,0 +1,146 @@
+package agenttool
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// The unknown fence (invariant I9): while an action of a tool in a scope has
+// an unknown outcome, no new write of that tool in that scope runs until the
+// earlier action is settled. A model that reads "the email may have been
+// sent" and resends it reworded makes a new key; the fence stops that
+// second email before the first is known.
+//
+//	a new action's claim → list the scope's records awaiting reconciliation
+//	  none                         → run
+//	  each, through the Reconciler:
+//	    not applied                → settled (approved for a retry); next
+//	    applied                    → settled as success; this call does not
+//	                                 run: earlier_action_applied, ask_human
+//	    pending, can't say, busy,
+//	    or no reconciler           → this call does not run:
+//	                                 earlier_action_unknown
+
+// fencePage bounds the records read per listing.
+const fencePage = 16
+
+// fence settles the earlier actions of the call's scope that await
+// reconciliation. blocked is true when the call must not run; env then
+// says why.
+func (c *call) fence() (env envelope.Envelope, blocked bool) {
+	cfg := c.t.cfg
+	if cfg.Fence == FenceOff || cfg.Class == ReadOnly {
+		return envelope.Envelope{}, false
+	}
+	req := ListRequest{Tool: c.t.name, Principal: &c.principal, Limit: fencePage}
+	if cfg.Fence == FenceSession {
+		req.Session = &c.session
+	}
+	for {
+		req.Now = cfg.Now()
+		recs, err := cfg.Store.ListUnknown(c.ctx, req)
+		if err != nil {
+			return c.storeUnavailable(fmt.Errorf("looking for earlier actions with unknown outcomes: %w", err)), true
+		}
+		for _, rec := range recs {
+			if rec.Key == c.ref {
+				continue
+			}
+			if env, blocked := c.settleEarlier(rec); blocked {
+				return env, true
+			}
+		}
+		if len(recs) < fencePage {
+			return envelope.Envelope{}, false
+		}
+		req.After = recs[len(recs)-1].Key
+	}
+}
+
+// settleEarlier asks the destination about one earlier action, and settles
+// it by the answer.
+func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
+	cfg := c.t.cfg
+	if cfg.Reconciler == nil {
+		return c.fenced(rec.Key, "no reconciler can ask the destination, so it waits for a person"), true
+	}
+	h, err := c.t.takeOver(c.ctx, rec.Key)
+	switch {
+	case errors.Is(err, ErrNotUnknown):
+		// Settled since it was listed: by whom does not matter, what does.
+		cur, gerr := cfg.Store.Get(c.ctx, rec.Key)
+		switch {
+		case gerr == nil && cur.State == Succeeded:
+			return c.earlierApplied(rec.Key, c.t.storedResult(cur)), true
+		case gerr == nil && (cur.State == Failed || cur.State == Unknown && cur.RetryApproved), errors.Is(gerr, ErrNotFound):
+			return envelope.Envelope{}, false
+		}
+		return c.fenced(rec.Key, "it is being settled"), true
+	case errors.Is(err, ErrBusy):
+		return c.fenced(rec.Key, "it is being verified right now"), true
+	case err != nil:
+		return c.storeUnavailable(fmt.Errorf("taking over the earlier action %s: %w", rec.Key, err)), true
+	}
+	ans, err := h.reconcile(c.ctx, "fence")
+	switch {
+	case err != nil:
+		return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true
+	case ans.Verdict == reconcile.Applied:
+		return c.earlierApplied(rec.Key, ans.Result), true
+	case ans.Verdict == reconcile.NotApplied:
+		return envelope.Envelope{}, false
+	}
+	return c.fenced(rec.Key, "the destination's answer: "+describe(ans)), true
+}
+
+// fenced is the envelope of a call held back by an earlier action whose
+// outcome is still unknown.
+func (c *call) fenced(earlier, why string) envelope.Envelope {
+	next := envelope.DoNotRetry
+	if c.t.cfg.Class == AtMostOnce {
+		next = envelope.AskHuman
+	}
+	return envelope.Envelope{
+		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref, Next: next,
+		Error: &envelope.Error{Code: envelope.CodeEarlierUnknown,
+			Message: fmt.Sprintf("an earlier %s of this %s (%s) has an unknown outcome (%s); this call was not run", c.t.name, c.t.cfg.Fence, earlier, why)},
+		Earlier: &envelope.Earlier{RequestRef: earlier, State: envelope.ActionUnknown},
+		Note: fmt.Sprintf("An earlier %s in this conversation may already have happened and is still being verified (reference %s); nothing new was done. "+
+			"Tell the user it is pending, and do not call %s again until it is settled.", c.t.name, earlier, c.t.name),
+	}
+}
+
+// earlierApplied is the envelope of a call held back by an earlier action
+// that, once asked, turned out done: the user hears of it before anything
+// else is sent.
+func (c *call) earlierApplied(earlier string, result json.RawMessage) envelope.Envelope {
+	if len(result) > 0 && !json.Valid(result) {
+		result = nil
+	}
+	return envelope.Envelope{
+		Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: c.t.name, RequestRef: c.ref, Next: envelope.AskHuman,
+		Error: &envelope.Error{Code: envelope.CodeEarlierApplied,
+			Message: fmt.Sprintf("an earlier %s of this %s (%s), whose outcome was unknown, was confirmed done; this call was not run", c.t.name, c.t.cfg.Fence, earlier)},
+		Earlier: &envelope.Earlier{RequestRef: earlier, State: envelope.ActionSucceeded, Result: result},
+		Note: fmt.Sprintf("An earlier %s in this conversation was confirmed done (reference %s); nothing new was done. "+
+			"Tell the user, and ask before doing it again.", c.t.name, earlier),
+	}
+}
+
+// storedResult returns the result of a succeeded record, or nil if its
+// outcome cannot be read.
+func (t *Tool) storedResult(rec Record) json.RawMessage {
+	raw, err := t.cfg.codec.Decode(rec.Key, rec.Outcome)
+	if err != nil {
+		return nil
+	}
+	env, err := envelope.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	return env.Result
+}

@@ -93,7 +93,8 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 
 // compensate runs the tool's compensating action for a held unknown record.
 func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) envelope.Envelope {
-	err := t.cfg.Compensate(withCallInfo(ctx, CallInfo{RequestRef: h.rec.Key, Scope: scope}), CallInfo{RequestRef: h.rec.Key, Scope: scope})
+	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token}
+	err := t.cfg.Compensate(withCallInfo(h.work, info), info)
 	if err != nil {
 		if rerr := h.stillUnknown(ctx); rerr != nil {
 			t.cfg.logger.Warn("retrysafe: could not give back a record after a failed compensation", "ref", h.rec.Key, "err", rerr)

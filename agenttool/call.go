@@ -48,7 +48,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	if bad != nil {
 		return t.refused("", bad, envelope.FixInput, "")
 	}
-	c := &call{t: t, ctx: ctx, args: in.args, scope: scope}
+	c := &call{t: t, ctx: ctx, work: ctx, args: in.args, scope: scope}
 	c.principal, c.session = t.scopeDigests(scope)
 	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, t.name, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
@@ -64,10 +64,18 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 // call is the state of one guarded call. Its flight and its first attempt's
 // context live in it, so that a call allocates them once.
 type call struct {
-	t     *Tool
-	ctx   context.Context
-	args  args
-	scope Scope
+	t   *Tool
+	ctx context.Context
+	// work is the context of what the call does while it holds its key
+	// (attempts, checks, backoff): ctx, cancelled with ErrLeaseLost when
+	// the key's lease cannot be kept.
+	work     context.Context
+	stopWork context.CancelCauseFunc
+	// leaseUntil is the end of the claim's lease; heldUntil, after a
+	// takeover, the end of the earlier holder's (see ClaimResult).
+	leaseUntil, heldUntil time.Time
+	args                  args
+	scope                 Scope
 	// principal and session are the scope's digests, as records keep them.
 	principal, session Digest
 	ref                string
@@ -144,6 +152,9 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 // hold runs a call that has claimed its key, as one flight.
 func (c *call) hold(res ClaimResult) envelope.Envelope {
 	c.token, c.maybeRan = res.Record.Token, res.TookOver
+	c.leaseUntil, c.heldUntil = res.Record.LeaseExpiry, res.HeldUntil
+	c.work, c.stopWork = context.WithCancelCause(c.ctx)
+	defer c.stopWork(nil)
 	c.t.flights.begin(c)
 	defer c.t.flights.end(c)
 	if !res.TookOver && res.Record.Attempts == 0 {
@@ -163,12 +174,14 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 }
 
 // waitFor waits until the holder of rec in this process ends, or for one poll
-// interval (growing to 50ms) when the holder is elsewhere, at most d.
+// interval (growing to 50ms) when the holder is elsewhere, at most d. A
+// lease that has expired without the store granting the claim is polled
+// too, never claimed again in a tight loop.
 func (c *call) waitFor(rec Record, d time.Duration, poll *time.Duration) error {
-	if d <= 0 {
-		return nil // the lease has expired: claim again
-	}
 	done := c.t.flights.done(c.ref)
+	if d <= 0 {
+		d, done = *poll, nil
+	}
 	if done == nil {
 		d = min(d, *poll)
 		*poll = min(*poll*2, 50*time.Millisecond)
@@ -191,11 +204,17 @@ func (c *call) attempts(done int) envelope.Envelope {
 	var policy *backoff.ExponentialBackOff // made when a retry is first needed
 	attempt := done
 	for n := 1; ; n++ {
+		if cause := context.Cause(c.work); errors.Is(cause, ErrLeaseLost) {
+			return c.leaseLost(attempt, cause)
+		}
 		attempt++
 		if n > 1 && cfg.Class != ReadOnly {
-			if err := cfg.Store.Renew(c.ctx, c.ref, c.token, cfg.Now().Add(cfg.Lease)); err != nil {
+			now := cfg.Now()
+			until := now.Add(cfg.Lease)
+			if err := cfg.Store.Renew(c.ctx, RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now}); err != nil {
 				return c.stopRetrying(attempt-1, fmt.Errorf("renewing the lease before attempt %d: %w", attempt, err))
 			}
+			c.fl.keep.extended(until)
 		}
 		out, err := c.attempt(attempt)
 		if err == nil {
@@ -238,7 +257,7 @@ func (c *call) attempts(done int) envelope.Envelope {
 			policy = newBackOff(cfg.Retry, cfg.Now)
 		}
 		wait := policy.NextBackOff()
-		if wait < 0 || sleep(c.ctx, wait) != nil {
+		if wait < 0 || sleep(c.work, wait) != nil {
 			return c.stopRetrying(attempt, err)
 		}
 	}
@@ -249,11 +268,11 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
 	var ctx context.Context
 	if c.first.Context == nil {
-		c.first = attemptCtx{c.ctx, c, n}
+		c.first = attemptCtx{c.work, c, n}
 		ctx = &c.first
 	} else {
 		// A goroutine of an earlier attempt may still read its context.
-		ctx = &attemptCtx{c.ctx, c, n}
+		ctx = &attemptCtx{c.work, c, n}
 	}
 	if cfg.AttemptTimeout > 0 {
 		var cancel context.CancelFunc
@@ -297,6 +316,18 @@ func (c *call) giveBack() {
 	if err := c.t.cfg.Store.Release(ctx, c.ref, c.token); err != nil {
 		c.t.cfg.logger.Warn("retrysafe: could not release a key whose tool did not run", "ref", c.ref, "err", err)
 	}
+}
+
+// leaseLost ends a call whose lease could not be kept before its next
+// attempt: another call may take the key over, so nothing more is run.
+func (c *call) leaseLost(attempts int, cause error) envelope.Envelope {
+	if c.maybeRan {
+		return c.markUnknown(attempts, cause)
+	}
+	c.giveBack()
+	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
+		Message: fmt.Sprintf("the key's lease could not be kept, so the tool was not run: %v", cause)},
+		envelope.Wait, "Nothing was done. Try again later.")
 }
 
 func (t *Tool) refusedAfter(ref string, attempts int, code string, err error) envelope.Envelope {
@@ -378,21 +409,46 @@ func (c *call) storeUnavailable(err error) envelope.Envelope {
 		envelope.Wait, "Nothing was done. Try again later.")
 }
 
-// replay returns a recorded outcome; the tool does not run.
+// replay returns a recorded outcome; the tool does not run. An outcome that
+// cannot be read does not change what the record's state says: a succeeded
+// action is answered as a success without its result.
 func (c *call) replay(rec Record) envelope.Envelope {
 	raw, err := c.t.cfg.codec.Decode(c.ref, rec.Outcome)
-	if err != nil {
-		return c.storeUnavailable(fmt.Errorf("decoding the stored outcome: %w", err))
+	var env envelope.Envelope
+	if err == nil {
+		if env, err = envelope.Parse(raw); err != nil {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 	}
-	env, err := envelope.Parse(raw)
+	if err == nil && env.Status != statusOf(rec.State) {
+		err = fmt.Errorf("%w: a %v record holds a %s outcome", ErrCorrupt, rec.State, env.Status)
+	}
 	if err != nil {
-		return c.storeUnavailable(fmt.Errorf("stored outcome: %w: %w", ErrCorrupt, err))
+		c.t.cfg.logger.Warn("retrysafe: stored outcome unreadable", "ref", c.ref, "state", rec.State, "err", err)
+		if rec.State == Succeeded {
+			return envelope.Envelope{
+				Version: envelope.Version, Status: envelope.Success, Tool: c.t.name, RequestRef: c.ref,
+				Attempts: max(rec.Attempts, 1), Replayed: true, Next: envelope.Continue,
+				Note: "Already done by an earlier call, which was recorded; its result cannot be read back. Nothing was repeated.",
+			}
+		}
+		return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
+			Message: fmt.Sprintf("an earlier call for this action was recorded as not applied, but its outcome cannot be read: %v", err)},
+			envelope.AskHuman, "This action was not done by the earlier call; its details cannot be read. Ask the user before trying again.")
 	}
 	env.Replayed = true
 	if env.Note == "" && env.Status == envelope.Success {
 		env.Note = "Already done by an earlier call; this is its recorded result. Nothing was repeated."
 	}
 	return env
+}
+
+// statusOf is the envelope status of a final record state.
+func statusOf(s State) envelope.Status {
+	if s == Succeeded {
+		return envelope.Success
+	}
+	return envelope.DefiniteFailure
 }
 
 // finish records a final outcome and returns env completed with the call's

@@ -42,7 +42,7 @@ func (c *call) fence() (env envelope.Envelope, blocked bool) {
 	}
 	for {
 		req.Now = cfg.Now()
-		recs, err := cfg.Store.ListUnknown(c.ctx, req)
+		recs, err := cfg.Store.ListUnknown(c.work, req)
 		if err != nil {
 			return c.storeUnavailable(fmt.Errorf("looking for earlier actions with unknown outcomes: %w", err)), true
 		}
@@ -68,11 +68,11 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	if cfg.Reconciler == nil {
 		return c.fenced(rec.Key, "no reconciler can ask the destination, so it waits for a person"), true
 	}
-	h, err := c.t.takeOver(c.ctx, rec.Key)
+	h, err := c.t.takeOver(c.work, rec.Key)
 	switch {
 	case errors.Is(err, ErrNotUnknown):
 		// Settled since it was listed: by whom does not matter, what does.
-		cur, gerr := cfg.Store.Get(c.ctx, rec.Key)
+		cur, gerr := cfg.Store.Get(c.work, rec.Key)
 		switch {
 		case gerr == nil && cur.State == Succeeded:
 			return c.earlierApplied(rec.Key, c.t.storedResult(cur)), true
@@ -85,7 +85,7 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	case err != nil:
 		return c.storeUnavailable(fmt.Errorf("taking over the earlier action %s: %w", rec.Key, err)), true
 	}
-	ans, err := h.reconcile(c.ctx, "fence")
+	ans, err := h.reconcile(c.work, "fence")
 	switch {
 	case err != nil:
 		return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true

@@ -133,7 +133,14 @@ func mustStatus(t *testing.T, env envelope.Envelope, want envelope.Status) {
 // faultyStore fails chosen operations, as a store that goes away would.
 type faultyStore struct {
 	agenttool.Store
-	failClaim, failFinish, failRelease atomic.Bool
+	failClaim, failFinish, failRelease, failRenew atomic.Bool
+}
+
+func (f *faultyStore) Renew(ctx context.Context, r agenttool.RenewRequest) error {
+	if f.failRenew.Load() {
+		return errStoreDown
+	}
+	return f.Store.Renew(ctx, r)
 }
 
 var errStoreDown = errors.New("connection to store refused")

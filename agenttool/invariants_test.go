@@ -338,10 +338,22 @@ func TestI4_FailClosedWhenStoreIsDown(t *testing.T) {
 		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Codec: brokenCodec{}})
 		first := tool.Invoke(scoped(), emailToAna)
 		mustStatus(t, first, envelope.Success)
+		// The record says the action succeeded; only its result is lost. The
+		// envelope says so: a success without a result, never "nothing was
+		// done", and no second run.
 		again := tool.Invoke(scoped(), emailToAna)
-		mustStatus(t, again, envelope.DefiniteFailure)
-		if again.Error.Code != envelope.CodeStoreUnavailable || m.runs.Load() != 1 {
-			t.Fatalf("unreadable record: %s after %d runs; want store_unavailable and no second run", again, m.runs.Load())
+		mustStatus(t, again, envelope.Success)
+		if !again.Replayed || len(again.Result) != 0 || !strings.Contains(again.Note, "cannot be read") || m.runs.Load() != 1 {
+			t.Fatalf("unreadable record: %s after %d runs; want a replayed success without its result and no second run", again, m.runs.Load())
+		}
+		// A failure whose outcome cannot be read is still not applied.
+		failing := newEmailTool(t, &mailServer{script: func(int) (bool, error) {
+			return false, envelope.MarkDefinite(errors.New("550 no such user"), "smtp_550")
+		}}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Codec: brokenCodec{}})
+		in := `{"to":"nobody@example.com","subject":"Lunch"}`
+		mustStatus(t, failing.Invoke(scoped(), in), envelope.DefiniteFailure)
+		if env := failing.Invoke(scoped(), in); env.Status != envelope.DefiniteFailure || strings.Contains(env.Note, "Nothing was done. Try") {
+			t.Errorf("an unreadable failure: %s", env)
 		}
 	})
 }
@@ -525,7 +537,7 @@ func TestI1_TakeoverFencesTheOldHolder(t *testing.T) {
 		if err := store.Finish(ctx, agenttool.FinishRequest{Key: ref, Token: old, State: agenttool.Failed, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
 			t.Errorf("old holder's Finish = %v, want ErrFenced", err)
 		}
-		if err := store.Renew(ctx, ref, old, clk.Now().Add(time.Hour)); !errors.Is(err, agenttool.ErrFenced) {
+		if err := store.Renew(ctx, agenttool.RenewRequest{Key: ref, Token: old, Until: clk.Now().Add(time.Hour), Now: clk.Now()}); !errors.Is(err, agenttool.ErrFenced) {
 			t.Errorf("old holder's Renew = %v, want ErrFenced", err)
 		}
 		if rec, _ := store.Get(ctx, ref); rec.State != agenttool.Succeeded {

@@ -63,11 +63,11 @@ func (s mortalStore) Release(ctx context.Context, key string, token uint64) erro
 	return s.Store.Release(ctx, key, token)
 }
 
-func (s mortalStore) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
+func (s mortalStore) Renew(ctx context.Context, req agenttool.RenewRequest) error {
 	if s.dead.Load() {
 		return errProcessDead
 	}
-	return s.Store.Renew(ctx, key, token, until)
+	return s.Store.Renew(ctx, req)
 }
 
 // world is one run of the model: a durable store, a destination and a clock

@@ -127,7 +127,7 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 	if r == nil {
 		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
 	}
-	ans := r.Check(ctx, h.rec.Key)
+	ans := h.t.trust(r.Check(h.work, h.rec.Key), h.heldUntil)
 	h.t.reported(ans, h.rec.Key, by)
 	switch ans.Verdict {
 	case reconcile.Applied:

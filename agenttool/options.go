@@ -200,6 +200,13 @@ type Options struct {
 	// it holds the key (while the tool or a check runs, and between
 	// attempts). 0 means 1m.
 	Lease time.Duration
+	// ClockSkew is how far apart the clocks of the processes sharing a store
+	// may be. A call that takes over a key whose holder's lease lapsed
+	// trusts a not-applied answer only after that lease's end plus
+	// AttemptTimeout plus ClockSkew; before then the holder's attempt may
+	// still be in flight, and the answer counts as pending. 0 means 1s;
+	// negative means none (one process, one clock).
+	ClockSkew time.Duration
 	// KeyTTL is how long succeeded and failed outcomes are kept for replay. It
 	// must cover the retry window plus the lease (invariant I7). 0 means 24h.
 	// Unknown records never expire.
@@ -328,6 +335,11 @@ func newConfig(name string, o Options) (*config, error) {
 	if window := o.Retry.MaxElapsed + o.Lease; o.KeyTTL < window {
 		return nil, bad("key lifetime %v is shorter than retry window %v plus lease %v (%v): a retry could find its key gone and run again",
 			o.KeyTTL, o.Retry.MaxElapsed, o.Lease, window)
+	}
+	if o.ClockSkew == 0 {
+		o.ClockSkew = time.Second
+	} else if o.ClockSkew < 0 {
+		o.ClockSkew = 0
 	}
 	if o.WaitTimeout == 0 {
 		o.WaitTimeout = 10 * time.Second

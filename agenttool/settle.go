@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -18,11 +19,26 @@ var (
 	ErrBusy = errors.New("record is held by a live call")
 )
 
-// holding is an unknown record taken over to be settled.
+// holding is an unknown record taken over to be settled. Its lease is kept
+// while it is held, and its work (a check, a compensation) runs on a
+// context that ends if the lease cannot be kept: at most one reconciler or
+// compensation runs per key at a time.
 type holding struct {
-	t     *Tool
-	rec   Record // as it was before the takeover
-	token uint64
+	t         *Tool
+	rec       Record // as it was before the takeover
+	token     uint64
+	heldUntil time.Time // see ClaimResult.HeldUntil
+	work      context.Context
+	stopWork  context.CancelCauseFunc
+	keep      keeper
+}
+
+// hold starts keeping a taken-over record's lease.
+func (t *Tool) hold(ctx context.Context, rec Record, res ClaimResult) *holding {
+	h := &holding{t: t, rec: rec, token: res.Record.Token, heldUntil: res.HeldUntil}
+	h.work, h.stopWork = context.WithCancelCause(ctx)
+	h.keep.start(t, ctx, rec.Key, h.token, res.Record.LeaseExpiry, h.stopWork)
+	return h
 }
 
 // takeOver claims a record that awaits reconciliation, so that its outcome can
@@ -49,11 +65,11 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 	case err != nil:
 		return nil, err
 	case res.Claimed && res.TookOver:
-		return &holding{t: t, rec: rec, token: res.Record.Token}, nil
+		return t.hold(ctx, rec, res), nil
 	case res.Claimed:
 		// Between the read and the claim the record was approved for a retry,
 		// and this claim consumed the approval: give it back.
-		h := &holding{t: t, rec: res.Record, token: res.Record.Token}
+		h := t.hold(ctx, res.Record, res)
 		if err := h.finish(ctx, Unknown, nil, rec.Resolution, true); err != nil {
 			return nil, err
 		}
@@ -96,8 +112,11 @@ func (h *holding) compensated(ctx context.Context, res *Resolution) (envelope.En
 	return env, h.finish(ctx, Failed, &env, res, false)
 }
 
-// finish writes the settled state. A nil env keeps the record's outcome.
+// finish writes the settled state and lets the record go. A nil env keeps
+// the record's outcome.
 func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelope, res *Resolution, approve bool) error {
+	h.keep.stop()
+	defer h.stopWork(nil)
 	if res != nil && res.At.IsZero() {
 		res.At = h.t.cfg.Now()
 	}

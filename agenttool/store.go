@@ -26,9 +26,10 @@ type Store interface {
 	// certainly did not apply the effect. It returns [ErrFenced] if the caller
 	// no longer holds the record.
 	Release(ctx context.Context, key string, token uint64) error
-	// Renew extends the lease of the pending record held by token until the
-	// given time. It returns [ErrFenced] if the caller no longer holds it.
-	Renew(ctx context.Context, key string, token uint64, until time.Time) error
+	// Renew extends the lease of the pending record held by req.Token until
+	// req.Until. It returns [ErrFenced] if the caller no longer holds it.
+	// See [DecideRenew].
+	Renew(ctx context.Context, req RenewRequest) error
 	// Get returns the record for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Record, error)
 	// Sweep deletes the records for which [Record.Sweepable] is true at now
@@ -78,10 +79,11 @@ type UnknownClaimer interface {
 	// ClaimUnknown takes over up to req.Limit records that await
 	// reconciliation at req.Now and were last updated before
 	// req.UpdatedBefore, as [DecideClaim] would with TakeOver: each comes
-	// back pending, held by req.Owner under a new token, with its
-	// principal, fingerprint, outcome and resolution kept, and its attempts
+	// back as a ClaimResult with TookOver and HeldUntil set, its record
+	// pending, held by req.Owner under a new token, with its principal,
+	// session, fingerprint, outcome and resolution kept, and its attempts
 	// counted as DecideClaim counts them.
-	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]Record, error)
+	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]ClaimResult, error)
 }
 
 // ClaimUnknownRequest selects records for [UnknownClaimer.ClaimUnknown].
@@ -202,11 +204,27 @@ type ClaimResult struct {
 	// TookOver is true if the claim replaced an unknown record or an expired
 	// lease: an earlier attempt's outcome is not known.
 	TookOver bool
+	// HeldUntil, when TookOver, is when the last lease of an earlier holder
+	// ended, if its holder did not record the outcome itself (its lease
+	// lapsed): that holder's attempt may have been in flight until then.
+	// Zero when the earlier holder recorded the outcome as unknown, or is
+	// known to be gone (boltstore ends leases found at Open).
+	HeldUntil time.Time
 	// Conflict is set when the existing record belongs to another principal
 	// or input. Record is then the existing one, unchanged.
 	Conflict Conflict
 	// Record is the record after the claim.
 	Record Record
+}
+
+// RenewRequest extends a lease. Until and Now come from the holder's clock:
+// a store compares leases with the clock of the callers that wrote them,
+// never with its own.
+type RenewRequest struct {
+	Key   string
+	Token uint64
+	Until time.Time
+	Now   time.Time
 }
 
 // FinishRequest moves a pending record to a final state.
@@ -249,6 +267,10 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		return ClaimResult{}, false, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
 	claim := func(tookOver bool, attempts int, created time.Time) (ClaimResult, bool, error) {
+		var heldUntil time.Time
+		if tookOver {
+			heldUntil = existing.LeaseExpiry
+		}
 		tok, err := nextToken()
 		if err != nil {
 			return ClaimResult{}, false, err
@@ -266,7 +288,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			// A takeover keeps the audit trail and the last outcome seen.
 			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
 		}
-		return ClaimResult{Claimed: true, TookOver: tookOver, Record: rec}, true, nil
+		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Record: rec}, true, nil
 	}
 	if existing == nil || existing.expired(req.Now) {
 		return claim(false, 0, time.Time{})
@@ -294,8 +316,10 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		if err != nil {
 			return ClaimResult{}, false, err
 		}
+		// The lapsed lease stays on the record: whoever takes it over learns
+		// until when the dead holder's attempt may have been in flight.
 		rec := *existing
-		rec.State, rec.Token, rec.Owner, rec.LeaseExpiry, rec.Updated = Unknown, tok, "", time.Time{}, req.Now
+		rec.State, rec.Token, rec.Owner, rec.Updated = Unknown, tok, "", req.Now
 		rec.Attempts++
 		return ClaimResult{Record: rec}, true, nil
 	case Unknown:
@@ -341,14 +365,14 @@ func DecideRelease(existing *Record, key string, token uint64) error {
 	return holds(existing, key, token)
 }
 
-// DecideRenew checks that token still holds the pending record and returns it
-// with its lease extended until the given time.
-func DecideRenew(existing *Record, key string, token uint64, until, now time.Time) (Record, error) {
-	if err := holds(existing, key, token); err != nil {
+// DecideRenew checks that req.Token still holds the pending record and
+// returns it with its lease extended until req.Until.
+func DecideRenew(existing *Record, req RenewRequest) (Record, error) {
+	if err := holds(existing, req.Key, req.Token); err != nil {
 		return Record{}, err
 	}
 	rec := *existing
-	rec.LeaseExpiry, rec.Updated = until, now
+	rec.LeaseExpiry, rec.Updated = req.Until, req.Now
 	return rec, nil
 }
 

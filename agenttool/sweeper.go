@@ -184,8 +184,8 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int
 			return err
 		}
 		var wg sync.WaitGroup
-		for _, rec := range recs {
-			wg.Go(func() { settle(&holding{t: o.tools[rec.Tool], rec: rec, token: rec.Token}) })
+		for _, res := range recs {
+			wg.Go(func() { settle(o.tools[res.Record.Tool].hold(ctx, res.Record, res)) })
 		}
 		wg.Wait()
 		if len(recs) < conc {

@@ -270,13 +270,13 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 }
 
 // Renew implements agenttool.Store.
-func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
+func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
-		existing, err := load(b, key)
+		existing, err := load(b, req.Key)
 		if err != nil {
 			return err
 		}
-		rec, err := agenttool.DecideRenew(existing, key, token, until, time.Now())
+		rec, err := agenttool.DecideRenew(existing, req)
 		if err != nil {
 			return err
 		}

@@ -262,14 +262,14 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 }
 
 // Renew implements agenttool.Store.
-func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
+func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
-	existing, slot := s.get(key, &cur)
-	rec, err := agenttool.DecideRenew(existing, key, token, until, time.Now())
+	existing, slot := s.get(req.Key, &cur)
+	rec, err := agenttool.DecideRenew(existing, req)
 	if err != nil {
 		return err
 	}

@@ -203,13 +203,13 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 }
 
 // Renew implements agenttool.Store.
-func (s *Store) Renew(ctx context.Context, key string, token uint64, until time.Time) error {
-	tag, err := s.pool.Exec(ctx, s.q.renew, key, int64(token), until)
+func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
+	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), req.Until, req.Now)
 	if err != nil {
-		return s.wrap("renew", key, err)
+		return s.wrap("renew", req.Key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: renew %s: no pending record with token %d: %w", key, token, agenttool.ErrFenced)
+		return fmt.Errorf("pgstore: renew %s: no pending record with token %d: %w", req.Key, req.Token, agenttool.ErrFenced)
 	}
 	return nil
 }
@@ -258,7 +258,7 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 
 // ClaimUnknown implements agenttool.UnknownClaimer with FOR UPDATE SKIP
 // LOCKED: concurrent sweepers get disjoint records and never wait.
-func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequest) ([]agenttool.Record, error) {
+func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequest) ([]agenttool.ClaimResult, error) {
 	if req.Lease <= 0 || req.Limit <= 0 {
 		return nil, fmt.Errorf("pgstore: claim unknown with lease %v and limit %d: %w", req.Lease, req.Limit, agenttool.ErrInvalidRequest)
 	}
@@ -271,7 +271,24 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 	if err != nil {
 		return nil, s.wrap("claim unknown", "", err)
 	}
-	return s.collect(rows)
+	defer rows.Close()
+	var out []agenttool.ClaimResult
+	for rows.Next() {
+		var held *time.Time
+		rec, err := scanRecord(rows, &held)
+		if err != nil {
+			return nil, s.wrap("claim unknown", "", err)
+		}
+		res := agenttool.ClaimResult{Claimed: true, TookOver: true, Record: *rec}
+		if held != nil {
+			res.HeldUntil = *held
+		}
+		out = append(out, res)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("claim unknown", "", err)
+	}
+	return out, nil
 }
 
 func (s *Store) nextToken(ctx context.Context, q pgx.Tx) (uint64, error) {
@@ -341,7 +358,8 @@ func (s *Store) wrap(op, key string, err error) error {
 
 type rowScanner interface{ Scan(dest ...any) error }
 
-func scanRecord(row rowScanner) (*agenttool.Record, error) {
+// scanRecord reads the columns of a record, then into extra, if any.
+func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	var (
 		r                agenttool.Record
 		state            int16
@@ -356,8 +374,9 @@ func scanRecord(row rowScanner) (*agenttool.Record, error) {
 		outcome          []byte
 		retryApproved    bool
 	)
-	if err := row.Scan(&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
-		&created, &updated, &expires, &retryApproved, &resolution, &session); err != nil {
+	dest := append([]any{&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
+		&created, &updated, &expires, &retryApproved, &resolution, &session}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r = agenttool.Record{

@@ -64,7 +64,7 @@ func newQueries(schema string) queries {
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
-		renew:   `UPDATE ` + t + ` SET lease_expiry = $3, updated = now() WHERE key = $1 AND token = $2 AND state = 1`,
+		renew:   `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4 WHERE key = $1 AND token = $2 AND state = 1`,
 		sweep: `DELETE FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
 			AND (state IN (2, 3) OR (state = 4 AND retry_approved))`,
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
@@ -77,11 +77,11 @@ func newQueries(schema string) queries {
 			AND ` + awaiting + ` AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
-			FROM (SELECT key FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
+			FROM (SELECT key, lease_expiry AS held_until FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
 				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick
 			WHERE r.key = pick.key
-			RETURNING ` + prefixed("r.", columns),
+			RETURNING ` + prefixed("r.", columns) + `, pick.held_until`,
 	}
 }
 

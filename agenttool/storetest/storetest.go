@@ -228,7 +228,7 @@ func testFencing(t *testing.T, s agenttool.Store) {
 	if err := s.Release(bg, key, old.Record.Token); !errors.Is(err, agenttool.ErrFenced) {
 		t.Errorf("old holder's Release: %v, want ErrFenced", err)
 	}
-	if err := s.Renew(bg, key, old.Record.Token, t0.Add(time.Hour)); !errors.Is(err, agenttool.ErrFenced) {
+	if err := s.Renew(bg, agenttool.RenewRequest{Key: key, Token: old.Record.Token, Until: t0.Add(time.Hour), Now: t0}); !errors.Is(err, agenttool.ErrFenced) {
 		t.Errorf("old holder's Renew: %v, want ErrFenced", err)
 	}
 	rec, _ := s.Get(bg, key)
@@ -370,11 +370,16 @@ func testRelease(t *testing.T, s agenttool.Store) {
 func testRenew(t *testing.T, s agenttool.Store) {
 	key := newKey()
 	res := mustClaim(t, s, claimReq(key, t0))
-	if err := s.Renew(bg, key, res.Record.Token, t0.Add(10*minute)); err != nil {
+	if err := s.Renew(bg, agenttool.RenewRequest{Key: key, Token: res.Record.Token, Until: t0.Add(10 * minute), Now: t0.Add(minute / 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if r := mustClaim(t, s, claimReq(key, t0.Add(5*minute))); r.Claimed || r.Record.State != agenttool.Pending {
 		t.Errorf("claim during a renewed lease: %+v", r)
+	}
+	// One clock: the times written are the holder's, never the store's own.
+	rec, err := s.Get(bg, key)
+	if err != nil || !rec.LeaseExpiry.Equal(t0.Add(10*minute)) || !rec.Updated.Equal(t0.Add(minute/2)) {
+		t.Errorf("after Renew: lease %v, updated %v (%v); want the holder's times", rec.LeaseExpiry, rec.Updated, err)
 	}
 }
 

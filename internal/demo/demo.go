@@ -52,6 +52,8 @@ type Example struct {
 	Setup func(ctx context.Context, env *Env) (*Scenario, error)
 	// Script is the offline model's behaviour for a fault.
 	Script func(fault string) scripted.Script
+	// MaxIterations bounds the agent's turns; 0 means 8.
+	MaxIterations int
 }
 
 // Env is what Setup gets.
@@ -75,6 +77,9 @@ type Summary struct {
 	Fault     string              `json:"fault"`
 	Effects   int                 `json:"effects"`
 	Envelopes []envelope.Envelope `json:"envelopes"`
+	// EffectsAfter counts the effects at the destination after each
+	// envelope, for tests that check each envelope against them.
+	EffectsAfter []int `json:"-"`
 }
 
 // Main runs ex with the process's arguments and environment, and exits.
@@ -153,9 +158,13 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 	sum := Summary{Example: ex.Name, Fault: *fault, Envelopes: []envelope.Envelope{}}
 	var agentTools []tools.Tool
 	for _, t := range sc.Tools {
-		agentTools = append(agentTools, &transcript{Tool: t, out: out, seen: &sum.Envelopes})
+		agentTools = append(agentTools, &transcript{Tool: t, out: out, sum: &sum, effects: sc.Effects})
 	}
-	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, agentTools), agents.WithMaxIterations(8))
+	turns := ex.MaxIterations
+	if turns == 0 {
+		turns = 8
+	}
+	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, agentTools), agents.WithMaxIterations(turns))
 	fmt.Fprintf(out, "user  : %s\n", ex.Prompt)
 	ctx = agenttool.WithScope(ctx, ex.Principal, ex.Session)
 	if ex.Context != nil {
@@ -184,14 +193,16 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 // and keeps the envelopes for the summary.
 type transcript struct {
 	*agenttool.Tool
-	out  io.Writer
-	seen *[]envelope.Envelope
+	out     io.Writer
+	sum     *Summary
+	effects func() int
 }
 
 func (t *transcript) Call(ctx context.Context, input string) (string, error) {
 	fmt.Fprintf(t.out, "model → %s %s\n", t.Name(), input)
 	env := t.Invoke(ctx, input)
-	*t.seen = append(*t.seen, env)
+	t.sum.Envelopes = append(t.sum.Envelopes, env)
+	t.sum.EffectsAfter = append(t.sum.EffectsAfter, t.effects())
 	out := env.String()
 	fmt.Fprintf(t.out, "tool  ← %s\n", out)
 	return out, nil

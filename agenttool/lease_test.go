@@ -1,0 +1,174 @@
+package agenttool_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// A call whose lease cannot be renewed stops its attempt before the lease
+// ends: its context is cancelled with ErrLeaseLost, with a margin.
+func TestLostLeaseStopsTheAttemptBeforeTheLeaseEnds(t *testing.T) {
+	const lease = 90 * time.Millisecond
+	store := &faultyStore{Store: memstore.New()}
+	var cancelledAt time.Time
+	var cause error
+	started := time.Now()
+	tool, err := agenttool.New("send_email", "", func(ctx context.Context, _ emailInput) (sent, error) {
+		store.failRenew.Store(true) // the store goes away while the tool runs
+		select {
+		case <-ctx.Done():
+			cancelledAt, cause = time.Now(), context.Cause(ctx)
+			return sent{}, ctx.Err()
+		case <-time.After(10 * lease):
+			return sent{}, nil
+		}
+	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Lease: lease, KeyTTL: time.Hour, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), emailToAna)
+	if !errors.Is(cause, agenttool.ErrLeaseLost) {
+		t.Fatalf("the attempt's context ended with %v, want ErrLeaseLost", cause)
+	}
+	if d := cancelledAt.Sub(started); d >= lease {
+		t.Errorf("the attempt was stopped %v after the claim, at or after its lease of %v ended", d, lease)
+	}
+	mustStatus(t, env, envelope.UnknownOutcome)
+}
+
+// The reproduction of the review: the store is unreachable for longer than
+// the lease while a reconcilable tool's request is in flight; another call
+// takes the key over, and the destination truthfully says "not applied"
+// because the first request has not landed yet. That answer is not trusted
+// until the first holder's lease end plus AttemptTimeout plus ClockSkew: the
+// tool does not run twice, and no envelope claims a second success.
+func TestTakeoverTrustsNotAppliedOnlyAfterTheHolderCannotBeInFlight(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	store := &faultyStore{Store: memstore.New()}
+	m := &mailServer{}
+	landed := make(chan struct{})
+	var runs atomic.Int64
+	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Lease: lease, KeyTTL: time.Hour,
+		AttemptTimeout: 200 * time.Millisecond, ClockSkew: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+		Reconciler: mailboxReconciler(m, nil)}
+	tool, err := agenttool.New("send_email", "", func(ctx context.Context, in emailInput) (sent, error) {
+		if runs.Add(1) == 1 {
+			store.failRenew.Store(true)
+			// The request is on the wire; it lands after the lease lapsed,
+			// whatever the caller does.
+			time.Sleep(3 * lease)
+			m.send(ctx, in)
+			close(landed)
+			return sent{}, errors.New("read: connection reset by peer")
+		}
+		return m.send(ctx, in)
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first envelope.Envelope
+	var wg sync.WaitGroup
+	wg.Go(func() { first = tool.Invoke(scoped(), emailToAna) })
+	time.Sleep(2 * lease) // the first holder's lease has lapsed
+	store.failRenew.Store(false)
+	second := tool.Invoke(scoped(), emailToAna)
+	wg.Wait()
+	<-landed
+	if runs.Load() != 1 || m.count() != 1 {
+		t.Fatalf("the tool ran %d times, %d effects; want one", runs.Load(), m.count())
+	}
+	for _, env := range []envelope.Envelope{first, second} {
+		if env.Status == envelope.DefiniteFailure {
+			t.Errorf("an envelope says not applied: %s", env)
+		}
+	}
+	// Once the first holder cannot be in flight, the destination is trusted.
+	time.Sleep(opts.AttemptTimeout + opts.ClockSkew)
+	third := tool.Invoke(scoped(), emailToAna)
+	if third.Status != envelope.Success || !third.Reconciled || runs.Load() != 1 {
+		t.Errorf("after the in-flight window: %s, runs %d; want the effect confirmed, not repeated", third, runs.Load())
+	}
+}
+
+// A takeover by the sweeper (or an operator, an approver, the fence) keeps
+// its lease while it checks: a check slower than the lease is not taken
+// over by a caller, and two reconcilers never run at once for one key.
+func TestTakeoverKeepsItsLeaseWhileItChecks(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	store := memstore.New()
+	lost := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+	var inCheck, peak atomic.Int64
+	slow := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		n := inCheck.Add(1)
+		defer inCheck.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(5 * lease)
+		return reconcile.StillPending()
+	})
+	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Lease: lease, KeyTTL: time.Hour, WaitTimeout: -1,
+		ClockSkew: -1, Reconciler: slow, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+	// The first call's attempt is lost; its own check is slow too.
+	first := newEmailTool(t, lost, opts).Invoke(scoped(), emailToAna)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	tool := newEmailTool(t, lost, opts)
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan agenttool.SweepReport)
+	go func() {
+		rep, _ := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+		done <- rep
+	}()
+	for inCheck.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(2 * lease) // the sweeper's first lease would have lapsed
+	env := tool.Invoke(scoped(), emailToAna)
+	if env.Error == nil || env.Error.Code != envelope.CodeInProgress {
+		t.Errorf("a call during the sweeper's check: %s; want in_progress", env)
+	}
+	<-done
+	if peak.Load() != 1 {
+		t.Errorf("%d reconcilers ran at once for one key", peak.Load())
+	}
+	if lost.runs.Load() != 1 {
+		t.Errorf("the tool ran %d times", lost.runs.Load())
+	}
+}
+
+// A store that keeps answering "pending, lease expired" without granting
+// the claim is polled with backoff, not hammered.
+func TestClaimLoopBacksOffWhenTheStoreWillNotGrant(t *testing.T) {
+	s := &stuckStore{Store: memstore.New()}
+	tool := newEmailTool(t, &mailServer{}, agenttool.Options{Store: s, Class: agenttool.Keyed, WaitTimeout: 200 * time.Millisecond})
+	env := tool.Invoke(scoped(), emailToAna)
+	if env.Error == nil || env.Error.Code != envelope.CodeInProgress {
+		t.Errorf("envelope %s; want in_progress", env)
+	}
+	if n := s.claims.Load(); n > 50 {
+		t.Errorf("%d claims in 200ms; want a bounded, backed-off loop", n)
+	}
+}
+
+type stuckStore struct {
+	*memstore.Store
+	claims atomic.Int64
+}
+
+func (s *stuckStore) Claim(_ context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+	s.claims.Add(1)
+	rec := agenttool.Record{Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal,
+		Fingerprint: req.Fingerprint, Token: 1, LeaseExpiry: req.Now.Add(-time.Second)}
+	return agenttool.ClaimResult{Record: rec}, nil
+}

@@ -111,7 +111,22 @@
 // A call renews its lease for as long as it holds its key (while the tool or
 // a check runs, and between attempts), so a slow but live call is not
 // presumed dead; a call whose lease was taken over cannot record
-// its outcome over the new holder's (fencing).
+// its outcome over the new holder's (fencing). Takeovers by the sweeper, an
+// operator, an approver or the fence renew theirs too, so at most one check
+// or compensation runs per key at a time. A holder whose renewals keep
+// failing has its work cancelled ([ErrLeaseLost]) a sixth of a lease before
+// the lease ends.
+//
+// # The unknown fence
+//
+// While an action of a tool in a scope (the session, by default: see
+// [FenceScope]) is unknown, no new write of that tool in that scope runs.
+// A call under a new key first asks the destination about each earlier
+// unknown action through the Reconciler: not applied settles it and the
+// call runs; applied settles it as a success and answers
+// earlier_action_applied (the call does not run, so the user hears of the
+// earlier action first); anything else, or no reconciler, answers
+// earlier_action_unknown. Stores find a scope's open records by an index.
 //
 // # Concurrency
 //
@@ -137,7 +152,19 @@
 //     lease lapses.
 //   - A process that stalls (paused, partitioned from the store) for longer
 //     than Options.Lease can be presumed dead while its tool still runs; its
-//     late outcome is then fenced out and the action reconciled.
+//     late outcome is then fenced out and the action reconciled. To keep
+//     that reconciliation honest, a call that takes over a lapsed lease
+//     counts a not-applied answer as pending until the lapsed lease's end
+//     plus AttemptTimeout plus ClockSkew (the holder stops its attempt
+//     before its lease ends, and the attempt timeout bounds a request
+//     already on the wire). The residual risk: a tool that ignores its
+//     context and an AttemptTimeout of 0, or clocks further apart than
+//     ClockSkew, or a destination that applies a request later than that.
+//   - The unknown fence sees actions while they are unknown. If the sweeper
+//     or an operator settles one as applied before the model sends its
+//     reworded request, the fence has nothing left to hold, and the
+//     reworded request is a new action. Sweep less often than a
+//     conversation's turns, or tell the user what the sweeper found.
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
 //   - The fingerprint is exact: a cosmetic variant of an earlier action is

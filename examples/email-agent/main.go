@@ -36,6 +36,7 @@ var example = demo.Example{
 		{Name: "lost-ack", Help: "the server stores the message, then drops the connection before its final reply"},
 		{Name: "none", Help: "everything works"},
 		{Name: "bad-recipient", Help: "the server refuses the recipient (550): a definite failure"},
+		{Name: "reword", Help: "as lost-ack, and the model rewords the email and sends it again (the unknown fence)"},
 	},
 	Prompt:    "Email Ana to ask whether lunch at noon on Friday works.",
 	Principal: "tenant-42/user-7",
@@ -155,8 +156,13 @@ func sendSMTP(ctx context.Context, addr string, e email, id string) error {
 // script plays a real, imperfect model. It sends the email; after an unknown
 // outcome it sends it again, the first time with its arguments rewritten and
 // an idempotency key of its own; after being told to drop the key, it sends
-// once more.
+// once more. Under the reword fault it rewords the email instead, which
+// makes a new key: the unknown fence holds it back until the first is
+// settled.
 func script(fault string) scripted.Script {
+	if fault == "reword" {
+		return rewordScript()
+	}
 	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
 	const withKey = `{"body":"Hi Ana, does lunch at noon on Friday work for you? Sam","idempotency_key":"ana-lunch-friday-1","subject":"Lunch on Friday?","to":"ana@example.com"}`
 	const rewritten = `{"subject":"Lunch on Friday?", "to":"ana@example.com", "body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
@@ -184,6 +190,33 @@ func script(fault string) scripted.Script {
 			return scripted.Reply{Text: "The email may already have gone out; it is being verified (" + last.RequestRef + ")."}
 		}
 		return scripted.Reply{Text: "I could not email Ana: " + last.Error.Message}
+	}
+}
+
+// rewordScript sends the email, and after an unknown outcome "improves" it
+// and sends it again; it tells the user what the last envelope says.
+func rewordScript() scripted.Script {
+	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
+	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
+	return func(results []string) scripted.Reply {
+		call := func(args string) scripted.Reply {
+			return scripted.Reply{Call: &scripted.Call{Tool: "send_email", Arguments: args}}
+		}
+		if len(results) == 0 {
+			return call(first)
+		}
+		last, err := envelope.Parse([]byte(results[len(results)-1]))
+		switch {
+		case err != nil:
+			return scripted.Reply{Text: "The tool's answer was unreadable."}
+		case last.Status == envelope.UnknownOutcome && len(results) == 1:
+			return call(reworded)
+		case last.Earlier != nil && last.Earlier.State == envelope.ActionSucceeded:
+			return scripted.Reply{Text: fmt.Sprintf("My first email to Ana did go out (%s), so I did not send the reworded one. Shall I send it anyway?", last.Earlier.RequestRef)}
+		case last.Status == envelope.Success:
+			return scripted.Reply{Text: fmt.Sprintf("I emailed Ana (message %s).", messageOf(last))}
+		}
+		return scripted.Reply{Text: "The email may already have gone out; it is being verified."}
 	}
 }
 

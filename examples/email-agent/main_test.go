@@ -31,6 +31,8 @@ func TestFaults(t *testing.T) {
 			[]string{envelope.CodeOutcomeUnknown, envelope.CodeModelSuppliedKey, ""}},
 		{"none", 1, []envelope.Status{envelope.Success}, []string{""}},
 		{"bad-recipient", 0, []envelope.Status{envelope.DefiniteFailure}, []string{"smtp_550"}},
+		{"reword", 1, []envelope.Status{envelope.UnknownOutcome, envelope.DefiniteFailure},
+			[]string{envelope.CodeOutcomeUnknown, envelope.CodeEarlierApplied}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault, func(t *testing.T) {
@@ -70,12 +72,12 @@ func TestJSONAndHelp(t *testing.T) {
 	}
 	out.Reset()
 	demo.Run(context.Background(), example, []string{"-h"}, &out, os.Getenv)
-	for _, f := range []string{"lost-ack", "none", "bad-recipient", "-llm", "-db", "-json"} {
+	for _, f := range []string{"lost-ack", "none", "bad-recipient", "reword", "-llm", "-db", "-json"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("-h does not mention %s:\n%s", f, out.String())
 		}
 	}
-	if _, err := demo.Run(context.Background(), example, []string{"-fault", "meteor"}, &out, os.Getenv); err == nil || !strings.Contains(err.Error(), "choose one of lost-ack, none, bad-recipient") {
+	if _, err := demo.Run(context.Background(), example, []string{"-fault", "meteor"}, &out, os.Getenv); err == nil || !strings.Contains(err.Error(), "choose one of lost-ack, none, bad-recipient, reword") {
 		t.Errorf("unknown fault: %v", err)
 	}
 }

@@ -29,7 +29,7 @@ type ApprovalRequest struct {
 	Tool       string
 	RequestRef string
 	Scope      Scope     // the trusted scope of the call that asks
-	Attempts   int       // attempts made so far
+	Attempts   int       // attempts made so far: the outcome to decide on (see Approval.Attempts)
 	Since      time.Time // when the outcome became unknown
 }
 
@@ -49,10 +49,18 @@ const (
 
 // Approval is an approver's decision, with who made it and why. It is
 // recorded with the key's record.
+//
+// A decision is bound to one unknown outcome: Attempts must be the
+// ApprovalRequest.Attempts the person decided on. A decision for another
+// attempt count is stale and ignored, so a ticket that stays "approved"
+// allows exactly one more attempt, not one per call. Compensate runs at
+// most once per outcome: after a failed compensation, the record waits for
+// an operator.
 type Approval struct {
 	Decision Decision
 	By       string // who decided; required for RetryOnce and Compensate
 	Reason   string
+	Attempts int // the ApprovalRequest.Attempts decided on; required for RetryOnce and Compensate
 }
 
 // askApprover asks the tool's approver about an unknown record met by this
@@ -76,6 +84,14 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 		cfg.logger.Warn("retrysafe: approval ignored: it names no approver, or asks to compensate without a Compensate function", "ref", c.ref)
 		return waiting("the outcome is unknown; the approval given was incomplete and was ignored"), false
 	}
+	if a.Attempts != rec.Attempts {
+		cfg.logger.Warn("retrysafe: approval ignored: it was given for another outcome of this action", "ref", c.ref,
+			"approved_attempts", a.Attempts, "attempts", rec.Attempts)
+		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", rec.Attempts, a.Attempts)), false
+	}
+	if a.Decision == Compensate && rec.Resolution != nil && rec.Resolution.Verdict == verdictCompensationFailed {
+		return waiting("a compensation was already tried for this outcome and failed; an operator must settle it"), false
+	}
 	h, err := c.t.takeOver(c.ctx, c.ref)
 	if err != nil {
 		return waiting(fmt.Sprintf("the outcome is unknown; the approval could not be applied: %v", err)), false
@@ -91,12 +107,17 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 	return c.t.compensate(c.ctx, h, c.scope, res), false
 }
 
+// verdictCompensationFailed marks an unknown record whose compensation was
+// tried and failed: it is not tried again for the same outcome.
+const verdictCompensationFailed = "compensation failed"
+
 // compensate runs the tool's compensating action for a held unknown record.
 func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) envelope.Envelope {
 	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token}
 	err := t.cfg.Compensate(withCallInfo(h.work, info), info)
 	if err != nil {
-		if rerr := h.stillUnknown(ctx); rerr != nil {
+		failed := &Resolution{Verdict: verdictCompensationFailed, By: res.By, Why: err.Error()}
+		if rerr := h.finish(ctx, Unknown, nil, failed, false); rerr != nil {
 			t.cfg.logger.Warn("retrysafe: could not give back a record after a failed compensation", "ref", h.rec.Key, "err", rerr)
 		}
 		return envelope.Envelope{

@@ -169,7 +169,7 @@ func (w *world) process() (*agenttool.Tool, *atomic.Bool, *bool) {
 			if w.rng.IntN(2) == 0 || w.applied[req.RequestRef] > 0 {
 				return agenttool.Approval{}, nil // no decision yet, or a person who sees it went out
 			}
-			return agenttool.Approval{Decision: agenttool.RetryOnce, By: "checker", Reason: "not in the provider's log"}, nil
+			return agenttool.Approval{Decision: agenttool.RetryOnce, By: "checker", Reason: "not in the provider's log", Attempts: req.Attempts}, nil
 		})
 	}
 	tool, err := agenttool.New("send_email", "Send an email.", send, opts)

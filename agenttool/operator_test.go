@@ -32,15 +32,17 @@ func TestAtMostOnceWithoutApproverAsksHuman(t *testing.T) {
 
 func TestApproverRetryOnceAllowsExactlyOneAttempt(t *testing.T) {
 	store := memstore.New()
-	var decision atomic.Int32 // 0 undecided, 1 retry
+	var decided atomic.Int64 // the attempt count a person approved one more attempt after; 0 undecided
 	var asked atomic.Int64
 	approver := agenttool.ApproverFunc(func(ctx context.Context, req agenttool.ApprovalRequest) (agenttool.Approval, error) {
 		asked.Add(1)
 		if req.Scope.Principal != "tenant-42/user-7" || req.Tool != "send_email" {
 			return agenttool.Approval{}, fmt.Errorf("unexpected request %+v", req)
 		}
-		if decision.Load() == 1 {
-			return agenttool.Approval{Decision: agenttool.RetryOnce, By: "maria", Reason: "the provider's log shows nothing sent"}, nil
+		if n := decided.Load(); n > 0 {
+			// The ticket stays approved: it keeps answering with the
+			// outcome it was decided on.
+			return agenttool.Approval{Decision: agenttool.RetryOnce, By: "maria", Reason: "the provider's log shows nothing sent", Attempts: int(n)}, nil
 		}
 		return agenttool.Approval{}, nil
 	})
@@ -54,7 +56,7 @@ func TestApproverRetryOnceAllowsExactlyOneAttempt(t *testing.T) {
 		t.Fatalf("undecided: %s, runs %d, asked %d", waiting, m.runs.Load(), asked.Load())
 	}
 
-	decision.Store(1)
+	decided.Store(int64(first.Attempts))
 	retried := tool.Invoke(scoped(), emailToAna) // one more attempt, ambiguous again
 	mustStatus(t, retried, envelope.UnknownOutcome)
 	if m.runs.Load() != 2 {
@@ -64,17 +66,25 @@ func TestApproverRetryOnceAllowsExactlyOneAttempt(t *testing.T) {
 	if rec.Resolution == nil || rec.Resolution.By != "approver:maria" || rec.Resolution.Verdict != "not applied" || rec.Resolution.At.IsZero() {
 		t.Errorf("resolution %+v: want who, what and when recorded", rec.Resolution)
 	}
-	// The approval was consumed: the new unknown outcome needs a new one.
-	decision.Store(0)
-	if env := tool.Invoke(scoped(), emailToAna); env.Next != envelope.AskHuman || m.runs.Load() != 2 {
-		t.Errorf("a used approval allowed another attempt: %s, runs %d", env, m.runs.Load())
+	// The approval was consumed: the new unknown outcome needs a new one,
+	// however many times the standing ticket answers "approved".
+	for range 3 {
+		if env := tool.Invoke(scoped(), emailToAna); env.Next != envelope.AskHuman || m.runs.Load() != 2 {
+			t.Fatalf("a used approval allowed another attempt: %s, runs %d", env, m.runs.Load())
+		}
+	}
+	// A decision on the new outcome allows one more.
+	decided.Store(int64(retried.Attempts))
+	tool.Invoke(scoped(), emailToAna)
+	if m.runs.Load() != 3 {
+		t.Errorf("a fresh approval of attempt %d: runs %d, want 3", retried.Attempts, m.runs.Load())
 	}
 }
 
 func TestApproverCompensates(t *testing.T) {
 	var undone []string
-	approver := agenttool.ApproverFunc(func(context.Context, agenttool.ApprovalRequest) (agenttool.Approval, error) {
-		return agenttool.Approval{Decision: agenttool.Compensate, By: "oncall", Reason: "recall the message"}, nil
+	approver := agenttool.ApproverFunc(func(_ context.Context, req agenttool.ApprovalRequest) (agenttool.Approval, error) {
+		return agenttool.Approval{Decision: agenttool.Compensate, By: "oncall", Reason: "recall the message", Attempts: req.Attempts}, nil
 	})
 	m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
 	opts := agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, Approver: approver,
@@ -93,14 +103,21 @@ func TestApproverCompensates(t *testing.T) {
 		t.Errorf("after compensation: %s, undone %d times", again, len(undone))
 	}
 
+	// A failed compensation is not tried again for the same outcome, however
+	// often the approver repeats itself: an operator settles it.
 	failing := opts
 	failing.Store = memstore.New()
-	failing.Compensate = func(context.Context, agenttool.CallInfo) error { return errors.New("recall window closed") }
+	tries := 0
+	failing.Compensate = func(context.Context, agenttool.CallInfo) error { tries++; return errors.New("recall window closed") }
 	tool2 := newEmailTool(t, &mailServer{script: func(int) (bool, error) { return true, errLostReply }}, failing)
 	tool2.Invoke(scoped(), emailToAna)
 	env2 := tool2.Invoke(scoped(), emailToAna)
 	if env2.Status != envelope.UnknownOutcome || env2.Next != envelope.AskHuman || !strings.Contains(env2.Error.Message, "recall window closed") {
 		t.Errorf("failed compensation: %s", env2)
+	}
+	env3 := tool2.Invoke(scoped(), emailToAna)
+	if tries != 1 || env3.Status != envelope.UnknownOutcome || !strings.Contains(env3.Error.Message, "already tried") {
+		t.Errorf("after a failed compensation: %s; compensation tried %d times, want 1", env3, tries)
 	}
 }
 

@@ -160,7 +160,7 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 	if !res.TookOver && res.Record.Attempts == 0 {
 		// A new action: no new write while an earlier one is unknown.
 		if env, blocked := c.fence(); blocked {
-			c.giveBack()
+			c.giveBack() // the tool did not run: nothing can be recorded under the key
 			return env
 		}
 	}
@@ -233,10 +233,16 @@ func (c *call) attempts(done int) envelope.Envelope {
 			if code == "" {
 				code = envelope.CodeRejected
 			}
-			return c.finish(Failed, envelope.Envelope{
-				Status: envelope.DefiniteFailure, Attempts: attempt, Next: envelope.DoNotRetry,
-				Error: &envelope.Error{Code: code, Message: err.Error()},
-			})
+			env := envelope.Envelope{
+				Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: c.t.name, RequestRef: c.ref,
+				Attempts: attempt, Next: envelope.DoNotRetry, Error: &envelope.Error{Code: code, Message: err.Error()},
+			}
+			if rerr := c.record(Failed, env); errors.Is(rerr, ErrEffectApplied) {
+				return c.effectApplied(attempt, err)
+			} else if rerr != nil {
+				c.t.cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", Failed, "err", rerr)
+			}
+			return env
 		}
 		if class == envelope.Unknown && cfg.Class != ReadOnly {
 			c.maybeRan = true
@@ -302,20 +308,40 @@ func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
 	}
 	// No attempt applied the effect: free the key so that a later call can
 	// try afresh.
-	c.giveBack()
+	if gerr := c.giveBack(); errors.Is(gerr, ErrEffectApplied) {
+		return c.effectApplied(attempts, err)
+	}
 	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
+}
+
+// effectApplied ends a call whose tool reported a failure after an effect
+// committed under its key (the store refused to forget it): the action
+// happened. The destination is asked, if the tool has a reconciler;
+// otherwise the outcome is recorded as unknown, never as not applied.
+func (c *call) effectApplied(attempts int, err error) envelope.Envelope {
+	c.maybeRan = true
+	cause := fmt.Errorf("the tool reported %w after its effect was recorded", err)
+	if cfg := c.t.cfg; cfg.Reconciler != nil && cfg.Class != AtMostOnce {
+		if env, settled := c.reconcile(attempts, cause); settled {
+			return env
+		}
+	}
+	return c.markUnknown(attempts, cause)
 }
 
 // giveBack releases the call's key when no attempt applied the effect. If
 // the release fails the lease expires and the record is then treated as
-// unknown: safe, if cautious.
-func (c *call) giveBack() {
+// unknown: safe, if cautious. A store that refuses because an effect
+// committed under the key says so (ErrEffectApplied).
+func (c *call) giveBack() error {
 	c.t.flights.quiet(c) // a renewal of a released key would only fail
 	ctx, cancel := c.outcomeCtx()
 	defer cancel()
-	if err := c.t.cfg.Store.Release(ctx, c.ref, c.token); err != nil {
+	err := c.t.cfg.Store.Release(ctx, c.ref, c.token)
+	if err != nil && !errors.Is(err, ErrEffectApplied) {
 		c.t.cfg.logger.Warn("retrysafe: could not release a key whose tool did not run", "ref", c.ref, "err", err)
 	}
+	return err
 }
 
 // leaseLost ends a call whose lease could not be kept before its next
@@ -324,7 +350,9 @@ func (c *call) leaseLost(attempts int, cause error) envelope.Envelope {
 	if c.maybeRan {
 		return c.markUnknown(attempts, cause)
 	}
-	c.giveBack()
+	if err := c.giveBack(); errors.Is(err, ErrEffectApplied) {
+		return c.effectApplied(attempts, cause)
+	}
 	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
 		Message: fmt.Sprintf("the key's lease could not be kept, so the tool was not run: %v", cause)},
 		envelope.Wait, "Nothing was done. Try again later.")

@@ -22,4 +22,8 @@ var (
 	// ErrInvalidOptions: a tool's options are inconsistent; the message says
 	// which and why.
 	ErrInvalidOptions = errors.New("invalid tool options")
+	// ErrEffectApplied: a store refused to release a key, or to record it as
+	// failed, because an effect committed under it (boltstore.Store.Effect).
+	// The action happened, whatever the tool reported afterwards.
+	ErrEffectApplied = errors.New("an effect is recorded under this key")
 )

@@ -240,7 +240,9 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 	return res, err
 }
 
-// Finish implements agenttool.Store.
+// Finish implements agenttool.Store. A key under which an effect committed
+// ([Store.Effect]) cannot be recorded as failed, nor approved for another
+// attempt: agenttool.ErrEffectApplied.
 func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, req.Key)
@@ -251,11 +253,15 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		if err != nil {
 			return err
 		}
+		if (rec.State == agenttool.Failed || rec.RetryApproved) && applied(b, req.Key) {
+			return fmt.Errorf("boltstore: %s cannot be recorded as not applied: %w", req.Key, agenttool.ErrEffectApplied)
+		}
 		return save(b, &rec)
 	})
 }
 
-// Release implements agenttool.Store.
+// Release implements agenttool.Store. A key under which an effect committed
+// ([Store.Effect]) is never released: agenttool.ErrEffectApplied.
 func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, key)
@@ -265,8 +271,16 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 		if err := agenttool.DecideRelease(existing, key, token); err != nil {
 			return err
 		}
+		if applied(b, key) {
+			return fmt.Errorf("boltstore: %s cannot be released: %w", key, agenttool.ErrEffectApplied)
+		}
 		return remove(b, []byte(key), existing)
 	})
+}
+
+// applied reports whether an effect committed under key.
+func applied(b *bolt.Bucket, key string) bool {
+	return b.Tx().Bucket(effectsBucket).Get([]byte(key)) != nil
 }
 
 // Renew implements agenttool.Store.

@@ -36,8 +36,15 @@ var effectsBucket = []byte("retrysafe/effects")
 // transaction that other calls' writes may be waiting to share.
 //
 // An error returned by fn rolls the effect back: it is reported as definite
-// unless fn classified it otherwise. A failed commit leaves the outcome
-// unknown.
+// unless fn classified it otherwise. A panic in fn rolls back this write
+// only and is reported as a definite error (code effect_panicked) to this
+// caller; the other writes of its batch commit. A failed commit leaves the
+// outcome unknown.
+//
+// Once the effect has committed, the key cannot be released nor recorded as
+// failed, whatever the tool reports afterwards: the store answers
+// agenttool.ErrEffectApplied, and the call settles the action through its
+// reconciler (or records it as unknown), never as not applied.
 func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessage, error)) (json.RawMessage, error) {
 	info, ok := agenttool.CallInfoFrom(ctx)
 	if !ok || info.RequestRef == "" {
@@ -68,6 +75,8 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 		return effects.Put(key, result)
 	})
 	switch {
+	case errors.Is(err, ErrPanicked):
+		return nil, envelope.MarkDefinite(err, "effect_panicked") // rolled back: nothing committed
 	case fnErr != nil:
 		if envelope.Classify(fnErr) == envelope.Unknown {
 			return nil, envelope.MarkDefinite(fnErr, "")

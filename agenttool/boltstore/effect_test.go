@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,5 +154,96 @@ func TestOpenEndsLeasesOfDeadProcesses(t *testing.T) {
 	res, err := s.Claim(context.Background(), agenttool.ClaimRequest{Key: "k/1", Owner: "new", Now: now.Add(time.Second), Lease: time.Hour})
 	if err != nil || res.Claimed || res.Record.State != agenttool.Unknown {
 		t.Fatalf("claim after reopening: %+v, %v; want the dead holder's record unknown at once", res, err)
+	}
+}
+
+// Once an Effect has committed, nothing can forget the key: a tool that
+// then reports a transient error (retries exhausted) or a definite one does
+// not free the key or record "not applied", and the next call does not
+// apply the effect again.
+func TestAnAppliedEffectIsNeverReleased(t *testing.T) {
+	for name, after := range map[string]error{
+		"transient": envelope.MarkTransient(errors.New("503 from the notifier, after the note was written")),
+		"definite":  envelope.MarkDefinite(errors.New("the notifier refused the follow-up"), "refused"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := boltstore.Open(filepath.Join(t.TempDir(), "notes.db"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			tool := appendNote(t, s, func(int) error { return after })
+			in := `{"text":"check the carrier scan"}`
+			first := tool.Invoke(scope(), in)
+			if first.Status != envelope.Success || !first.Reconciled {
+				t.Errorf("after an effect committed and the tool failed: %s; want the effect confirmed", first)
+			}
+			again := tool.Invoke(scope(), in)
+			if again.Status != envelope.Success || notesIn(t, s) != 1 {
+				t.Fatalf("next call: %s, %d notes; want one note, replayed", again, notesIn(t, s))
+			}
+		})
+	}
+}
+
+// A panic in an Effect callback fails its own write only: it is reported to
+// its own caller, the writes that shared its transaction commit, and the
+// store keeps working.
+func TestPanickingEffectFailsOnlyItsOwnWrite(t *testing.T) {
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "notes.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tool, err := agenttool.New("append_note", "", func(ctx context.Context, in note) (json.RawMessage, error) {
+		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			if in.Text == "boom" {
+				panic("the callback's bug")
+			}
+			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+			if err != nil {
+				return nil, err
+			}
+			return json.RawMessage(`{}`), b.Put([]byte(in.Text), nil)
+		})
+	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	envs := make([]envelope.Envelope, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		text := "note-" + strconv.Itoa(i)
+		if i%4 == 0 {
+			text = "boom"
+		}
+		ctx := agenttool.WithScope(context.Background(), "tenant-1", "s-"+strconv.Itoa(i))
+		wg.Go(func() { envs[i] = tool.Invoke(ctx, `{"text":"`+text+`"}`) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store is wedged after a panicking callback")
+	}
+	for i, env := range envs {
+		if i%4 == 0 {
+			if env.Status != envelope.DefiniteFailure || env.Error.Code != "effect_panicked" {
+				t.Errorf("call %d, whose callback panicked: %s", i, env)
+			}
+			continue
+		}
+		if env.Status != envelope.Success {
+			t.Errorf("call %d, sharing a batch with a panic: %s", i, env)
+		}
+	}
+	if got := notesIn(t, s); got != n-n/4 {
+		t.Errorf("%d notes, want %d", got, n-n/4)
+	}
+	// The store still works.
+	if env := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1", "later"), `{"text":"after"}`); env.Status != envelope.Success {
+		t.Errorf("after the panics: %s", env)
 	}
 }

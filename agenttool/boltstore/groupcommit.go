@@ -3,6 +3,8 @@ package boltstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -91,7 +93,7 @@ func (g *groupCommit) commit(batch []*write) {
 	if len(batch) > 1 {
 		err := g.db.Update(func(tx *bolt.Tx) error {
 			for _, w := range batch {
-				if err := w.fn(tx); err != nil {
+				if err := w.run(tx); err != nil {
 					return errRollback
 				}
 			}
@@ -106,7 +108,25 @@ func (g *groupCommit) commit(batch []*write) {
 		// Every write runs again alone, the failing one included.
 	}
 	for _, w := range batch {
-		w.err = g.db.Update(w.fn)
+		w.err = g.db.Update(w.run)
 		close(w.done)
 	}
 }
+
+// run runs the write's function. A panic in it (a callback of
+// [Store.Effect] is the caller's code) fails this write only, as an error
+// wrapping ErrPanicked returned to its own caller: the transaction rolls
+// back, the other writes of the batch commit without it, and the store
+// keeps working.
+func (w *write) run(tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrPanicked, r, debug.Stack())
+		}
+	}()
+	return w.fn(tx)
+}
+
+// ErrPanicked is wrapped by the error of a write whose function panicked;
+// nothing of that write was committed.
+var ErrPanicked = errors.New("boltstore: a write's function panicked")

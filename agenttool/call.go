@@ -108,6 +108,9 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 		case res.Conflict == OtherPrincipal:
 			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
 				Message: "this request reference belongs to another principal; nothing was run"}, envelope.DoNotRetry, "")
+		case res.Conflict == OtherTool:
+			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
+				Message: fmt.Sprintf("this request reference belongs to another tool than %s; nothing was run", c.t.name)}, envelope.DoNotRetry, "")
 		case res.Conflict == OtherInput:
 			env := c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeKeyReused,
 				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},

@@ -362,3 +362,32 @@ func TestDefaultScopeIsFixedAtConstruction(t *testing.T) {
 		t.Errorf("changing the DefaultScope after construction changed the action: %s then %s", a, b)
 	}
 }
+
+// Tools that share a key prefix never share a key: a refund is not answered
+// with the charge's outcome.
+func TestToolsSharingAPrefixNeverShareAKey(t *testing.T) {
+	store := memstore.New()
+	type amount struct {
+		Order string `json:"order"`
+		Cents int    `json:"cents"`
+	}
+	var charged, refunded int
+	charge, err := agenttool.New("charge", "", func(context.Context, amount) (string, error) { charged++; return "charged", nil },
+		agenttool.Options{Store: store, Class: agenttool.Keyed, KeyPrefix: "payments"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refund, err := agenttool.New("refund", "", func(context.Context, amount) (string, error) { refunded++; return "refunded", nil },
+		agenttool.Options{Store: store, Class: agenttool.Keyed, KeyPrefix: "payments"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `{"order":"A-1","cents":1200}`
+	c := charge.Invoke(scoped(), in)
+	r := refund.Invoke(scoped(), in)
+	mustStatus(t, c, envelope.Success)
+	mustStatus(t, r, envelope.Success)
+	if r.Replayed || r.Tool != "refund" || c.RequestRef == r.RequestRef || charged != 1 || refunded != 1 {
+		t.Errorf("charge %s, refund %s; charged %d, refunded %d", c, r, charged, refunded)
+	}
+}

@@ -194,6 +194,9 @@ const (
 	// OtherInput: the record was made for this key with a different input
 	// fingerprint.
 	OtherInput
+	// OtherTool: the record was made by another tool. It is never replayed
+	// to this one.
+	OtherTool
 )
 
 // ClaimResult is a Store's answer to a claim.
@@ -252,6 +255,7 @@ type FinishRequest struct {
 //
 //   - no record, or a succeeded/failed record past its expiry: claim;
 //   - another principal: OtherPrincipal, nothing changes;
+//   - another tool: OtherTool, nothing changes (never replayed across tools);
 //   - another fingerprint: OtherInput, nothing changes (checked before
 //     anything is written, on every path);
 //   - succeeded or failed: returned for replay;
@@ -298,6 +302,9 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 	}
 	if existing.Principal != req.Principal {
 		return ClaimResult{Conflict: OtherPrincipal, Record: *existing}, false, nil
+	}
+	if existing.Tool != req.Tool {
+		return ClaimResult{Conflict: OtherTool, Record: *existing}, false, nil
 	}
 	if existing.Fingerprint != req.Fingerprint {
 		return ClaimResult{Conflict: OtherInput, Record: *existing}, false, nil

@@ -33,8 +33,8 @@ const (
 	CodeOutcomeUnknown = "outcome_unknown"
 )
 
-// CodeScopeMismatch: the request reference belongs to another principal.
-// Nothing ran and nothing of the other principal's record is revealed.
+// CodeScopeMismatch: the request reference belongs to another principal, or
+// another tool. Nothing ran and nothing of the other record is revealed.
 const CodeScopeMismatch = "scope_mismatch"
 
 // CodeCompensated: the action's effect, if it happened, was undone by its

@@ -116,7 +116,7 @@ func TestEffectRefusesAStaleHolder(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		if _, err := s.Claim(ctx, agenttool.ClaimRequest{Key: ref, Principal: rec.Principal, Fingerprint: rec.Fingerprint,
+		if _, err := s.Claim(ctx, agenttool.ClaimRequest{Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 			Owner: "other", Now: time.Now().Add(2 * time.Hour), Lease: time.Hour, TakeOver: true}); err != nil {
 			return "", err
 		}

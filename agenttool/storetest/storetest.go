@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"RetryApprovalIsConsumedOnce", testRetryApproval},
 		{"FingerprintMismatch", testFingerprintMismatch},
 		{"PrincipalIsolation", testPrincipalIsolation},
+		{"ToolIsolation", testToolIsolation},
 		{"ReleaseFreesTheKey", testRelease},
 		{"RenewExtendsTheLease", testRenew},
 		{"SweepNeverDropsUnknown", testSweep},
@@ -639,5 +640,26 @@ func testScope(t *testing.T, h Harness) {
 	same("after a restart", list(&s2), unknown2)
 	if keys := list(&s1); !slices.Contains(keys, dead1) {
 		t.Errorf("after a restart the dead holder's record %s is not listed: %v", dead1, keys)
+	}
+}
+
+// testToolIsolation: a record made by one tool is never handed to another
+// that meets its key (tools sharing a key prefix, or a key from an older
+// version): the claim is refused and the record is unchanged.
+func testToolIsolation(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	res := mustClaim(t, s, claimReq(key, t0))
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Get(bg, key)
+	req := claimReq(key, t0)
+	req.Tool, req.TakeOver = "refund", true
+	r := mustClaim(t, s, req)
+	if r.Claimed || r.Conflict != agenttool.OtherTool {
+		t.Errorf("claim by another tool: %+v; want refused, OtherTool", r)
+	}
+	if after, _ := s.Get(bg, key); after.Token != before.Token || after.State != agenttool.Succeeded || after.Tool != "conformance" {
+		t.Errorf("the record changed: %+v", after)
 	}
 }

@@ -1,6 +1,9 @@
 package agenttool
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by stores and by construction. Wrapped errors carry detail;
 // test with errors.Is.
@@ -27,3 +30,39 @@ var (
 	// The action happened, whatever the tool reported afterwards.
 	ErrEffectApplied = errors.New("an effect is recorded under this key")
 )
+
+// CorruptRecordError reports a record that a store could not read while
+// listing or sweeping: the record is skipped, reported and left in place. It
+// wraps [ErrCorrupt].
+type CorruptRecordError struct {
+	Key string
+	Err error
+}
+
+func (e *CorruptRecordError) Error() string {
+	return fmt.Sprintf("record %s is unreadable and was skipped: %v", e.Key, e.Err)
+}
+
+func (e *CorruptRecordError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// CorruptKeys returns the keys of the records err reports as unreadable
+// (see [CorruptRecordError]), in the order reported.
+func CorruptKeys(err error) []string {
+	var keys []string
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *CorruptRecordError:
+			keys = append(keys, e.Key)
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return keys
+}

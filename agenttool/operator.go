@@ -48,7 +48,8 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 
 // Unknown lists the records awaiting reconciliation, ordered by reference,
 // starting after the reference after ("" for the first page). limit 0 means
-// 100.
+// 100. Records the store cannot read are skipped and reported: the readable
+// ones come back with an error naming the others ([CorruptKeys]).
 func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
 	return o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
 }

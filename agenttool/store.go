@@ -34,7 +34,9 @@ type Store interface {
 	Get(ctx context.Context, key string) (Record, error)
 	// Sweep deletes the records for which [Record.Sweepable] is true at now
 	// and returns how many it deleted. Pending records and unresolved unknown
-	// records are never swept.
+	// records are never swept. A record it cannot read is left in place and
+	// reported: the sweep goes on, and its error wraps [ErrCorrupt] naming
+	// the record (with the count of those it deleted).
 	Sweep(ctx context.Context, now time.Time) (int, error)
 	// ListUnknown returns, ordered by key, the records that await
 	// reconciliation: unknown records not yet resolved, and pending records
@@ -42,7 +44,9 @@ type Store interface {
 	// dead). See [Record.AwaitsReconciliation]. A request with a Tool and a
 	// Principal (the unknown fence asks one for every new action) must be
 	// answered from an index of the open records of that tool and
-	// principal, at a cost that does not grow with the store.
+	// principal, at a cost that does not grow with the store. A record it
+	// cannot read is skipped and reported: the readable records come back
+	// with an error that wraps [ErrCorrupt] and names the others.
 	ListUnknown(ctx context.Context, req ListRequest) ([]Record, error)
 }
 

@@ -32,6 +32,7 @@ type SweepReport struct {
 	Unknown    int // still unknown (pending, can't say)
 	Skipped    int // records of tools without a reconciler, or held by a live call
 	Errors     int // checks or store writes that failed
+	Corrupt    int // records the store could not read: skipped, reported and left in place
 }
 
 // RunSweeper runs [Operator.SweepOnce] every opts.Interval until ctx ends,
@@ -82,10 +83,15 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n, err := o.store.Sweep(ctx, o.clock())
-	if err != nil {
+	rep.Expired = n
+	if keys := CorruptKeys(err); len(keys) > 0 {
+		for _, k := range keys {
+			logger.Warn("retrysafe: unreadable record left in place", "ref", k)
+		}
+		rep.Corrupt += len(keys)
+	} else if err != nil {
 		return rep, err
 	}
-	rep.Expired = n
 
 	var mu sync.Mutex
 	count := func(f func(*SweepReport)) { mu.Lock(); f(&rep); mu.Unlock() }
@@ -109,17 +115,28 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 			logger.Warn("retrysafe: sweeper could not settle", "ref", h.rec.Key, "err", err)
 		}
 	}
+	unreadable := func(key string) {
+		logger.Warn("retrysafe: unreadable record skipped", "ref", key)
+		count(func(r *SweepReport) { r.Corrupt++ })
+	}
 	if uc, ok := o.store.(UnknownClaimer); ok {
-		return rep, o.sweepClaimed(ctx, uc, conc, settle)
+		err := o.sweepClaimed(ctx, uc, conc, settle, unreadable)
+		mu.Lock()
+		defer mu.Unlock()
+		return rep, err
 	}
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	after := ""
 	for ctx.Err() == nil {
 		recs, err := o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: batch, Now: o.clock()})
-		if err != nil {
+		corrupt := CorruptKeys(err)
+		if err != nil && len(corrupt) == 0 {
 			wg.Wait()
 			return rep, err
+		}
+		for _, k := range corrupt {
+			unreadable(k)
 		}
 		for _, rec := range recs {
 			t := o.tools[rec.Tool]
@@ -148,10 +165,15 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 				settle(h)
 			})
 		}
-		if len(recs) < batch {
+		if len(recs)+len(corrupt) < batch {
 			break
 		}
-		after = recs[len(recs)-1].Key
+		for _, k := range corrupt {
+			after = max(after, k)
+		}
+		if len(recs) > 0 {
+			after = max(after, recs[len(recs)-1].Key)
+		}
 	}
 	wg.Wait()
 	return rep, ctx.Err()
@@ -161,7 +183,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 // batches (FOR UPDATE SKIP LOCKED): concurrency records at a time, so that
 // none waits for a worker while its lease runs. Records settled as still
 // unknown in this pass are not taken again in it.
-func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int, settle func(*holding)) error {
+func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int, settle func(*holding), unreadable func(key string)) error {
 	var names []string
 	lease := time.Duration(0)
 	for name, t := range o.tools {
@@ -180,15 +202,19 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int
 			Principal: o.principal, Tools: names, Owner: owner, Now: o.clock(), Lease: lease,
 			Limit: conc, UpdatedBefore: passStart,
 		})
-		if err != nil {
+		corrupt := CorruptKeys(err)
+		if err != nil && len(corrupt) == 0 {
 			return err
+		}
+		for _, k := range corrupt {
+			unreadable(k)
 		}
 		var wg sync.WaitGroup
 		for _, res := range recs {
 			wg.Go(func() { settle(o.tools[res.Record.Tool].hold(ctx, res.Record, res)) })
 		}
 		wg.Wait()
-		if len(recs) < conc {
+		if len(recs)+len(corrupt) < conc {
 			return nil
 		}
 	}

@@ -316,14 +316,20 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 }
 
 // Sweep implements agenttool.Store. It deletes expired succeeded and failed
-// records in one transaction; unreadable records are left alone.
+// records in one transaction; unreadable records are left alone and
+// reported.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	n := 0
+	var corrupt []error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
 		var doomed []agenttool.Record
+		corrupt = corrupt[:0] // the function may run twice
 		err := b.ForEach(func(k, v []byte) error {
 			rec, err := decode(k, v)
-			if err == nil && rec.Sweepable(now) {
+			switch {
+			case err != nil:
+				corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: string(k), Err: err})
+			case rec.Sweepable(now):
 				doomed = append(doomed, rec)
 			}
 			return nil
@@ -339,7 +345,10 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		n = len(doomed)
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return n, err
+	}
+	return n, errors.Join(corrupt...)
 }
 
 // ListUnknown implements agenttool.Store. It reads in one transaction;
@@ -351,12 +360,15 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 	}
 	var out []agenttool.Record
 	if req.Tool != "" && req.Principal != nil {
+		var corrupt error
 		err := s.view(ctx, func(b *bolt.Bucket) error {
-			var err error
-			out, err = listScope(b, req, limit)
-			return err
+			out, corrupt = listScope(b, req, limit)
+			return nil
 		})
-		return out, err
+		if err != nil {
+			return nil, err
+		}
+		return out, corrupt
 	}
 	err := s.view(ctx, func(b *bolt.Bucket) error {
 		c := openIndex(b).Cursor()
@@ -367,19 +379,23 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 				k, _ = c.Next()
 			}
 		}
-		for ; k != nil && len(out) < limit; k, _ = c.Next() {
+		// An unreadable record counts towards the page: a short page
+		// still means the end.
+		var corrupt []error
+		for ; k != nil && len(out)+len(corrupt) < limit; k, _ = c.Next() {
 			rec, err := load(b, string(k))
-			if err != nil {
-				return err
+			if err == nil && rec == nil {
+				err = errors.New("the open index names it, but it has no record")
 			}
-			if rec == nil {
-				return fmt.Errorf("boltstore: index names %s, which has no record: %w", k, agenttool.ErrCorrupt)
+			if err != nil {
+				corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: string(k), Err: err}) // skipped, reported, left in place
+				continue
 			}
 			if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
 				out = append(out, *rec)
 			}
 		}
-		return nil
+		return errors.Join(corrupt...)
 	})
 	return out, err
 }
@@ -389,6 +405,7 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttool.Record, error) {
 	prefix := scopePrefix(req.Tool, *req.Principal, req.Session)
 	var out []agenttool.Record
+	var corrupt []error
 	c := b.Tx().Bucket(scopeBucket).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		key := string(k[len(req.Tool)+1+64:])
@@ -396,11 +413,12 @@ func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttoo
 			continue
 		}
 		rec, err := load(b, key)
-		if err != nil {
-			return nil, err
+		if err == nil && rec == nil {
+			err = errors.New("the scope index names it, but it has no record")
 		}
-		if rec == nil {
-			return nil, fmt.Errorf("boltstore: scope index names %s, which has no record: %w", key, agenttool.ErrCorrupt)
+		if err != nil {
+			corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: key, Err: err})
+			continue
 		}
 		if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
 			out = append(out, *rec)
@@ -410,7 +428,7 @@ func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttoo
 	if len(out) > limit {
 		out = out[:limit]
 	}
-	return out, nil
+	return out, errors.Join(corrupt...)
 }
 
 // scopeKey is a record's key in the scope index: tool, 0, principal

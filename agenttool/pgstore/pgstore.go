@@ -273,9 +273,14 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 	}
 	defer rows.Close()
 	var out []agenttool.ClaimResult
+	var corrupt []error
 	for rows.Next() {
 		var held *time.Time
 		rec, err := scanRecord(rows, &held)
+		if errors.Is(err, agenttool.ErrCorrupt) {
+			corrupt = append(corrupt, err) // its lease lapses; it is reported again next pass
+			continue
+		}
 		if err != nil {
 			return nil, s.wrap("claim unknown", "", err)
 		}
@@ -288,7 +293,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 	if err := rows.Err(); err != nil {
 		return nil, s.wrap("claim unknown", "", err)
 	}
-	return out, nil
+	return out, errors.Join(corrupt...)
 }
 
 func (s *Store) nextToken(ctx context.Context, q pgx.Tx) (uint64, error) {
@@ -328,11 +333,19 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
 	return err
 }
 
+// collect reads listed records. A row it cannot read is skipped and
+// reported (an error wrapping agenttool.ErrCorrupt, with the readable
+// records), never a reason to stop.
 func (s *Store) collect(rows pgx.Rows) ([]agenttool.Record, error) {
 	defer rows.Close()
 	var out []agenttool.Record
+	var corrupt []error
 	for rows.Next() {
 		rec, err := scanRecord(rows)
+		if errors.Is(err, agenttool.ErrCorrupt) {
+			corrupt = append(corrupt, err)
+			continue
+		}
 		if err != nil {
 			return nil, s.wrap("list", "", err)
 		}
@@ -341,7 +354,7 @@ func (s *Store) collect(rows pgx.Rows) ([]agenttool.Record, error) {
 	if err := rows.Err(); err != nil {
 		return nil, s.wrap("list", "", err)
 	}
-	return out, nil
+	return out, errors.Join(corrupt...)
 }
 
 // wrap adds context to a database error, keeping context errors findable.
@@ -384,7 +397,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
-		return nil, fmt.Errorf("record %s has state %d and digests of %d and %d bytes: %w", key, state, len(principal), len(fp), agenttool.ErrCorrupt)
+		return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}
 	}
 	copy(r.Principal[:], principal)
 	copy(r.Fingerprint[:], fp)
@@ -393,7 +406,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	case len(r.Session):
 		copy(r.Session[:], session)
 	default:
-		return nil, fmt.Errorf("record %s has a session digest of %d bytes: %w", key, len(session), agenttool.ErrCorrupt)
+		return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("a session digest of %d bytes", len(session))}
 	}
 	if lease != nil {
 		r.LeaseExpiry = *lease
@@ -404,7 +417,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	if len(resolution) > 0 {
 		var res agenttool.Resolution
 		if err := json.Unmarshal(resolution, &res); err != nil {
-			return nil, fmt.Errorf("record %s: resolution: %w: %w", key, agenttool.ErrCorrupt, err)
+			return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("resolution: %w", err)}
 		}
 		r.Resolution = &res
 	}

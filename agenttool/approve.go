@@ -113,7 +113,7 @@ const verdictCompensationFailed = "compensation failed"
 
 // compensate runs the tool's compensating action for a held unknown record.
 func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) envelope.Envelope {
-	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token}
+	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token, Codec: t.cfg.codec}
 	err := t.cfg.Compensate(withCallInfo(h.work, info), info)
 	if err != nil {
 		failed := &Resolution{Verdict: verdictCompensationFailed, By: res.By, Why: err.Error()}

@@ -106,7 +106,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	} else {
 		in.forward = string(canon)
 	}
-	in.fingerprint = digest(fingerprintTag, canon)
+	in.fingerprint = c.digest(fingerprintTag, canon)
 	var e *envelope.Error
 	if in.identifying, e = c.identifyingDigest(tree.(map[string]any), t.typed); e != nil {
 		return input{}, e
@@ -124,7 +124,7 @@ func (c *config) parseText(text string) (input, *envelope.Error) {
 	}
 	var in input
 	in.forward = text
-	in.fingerprint = digest(fingerprintTag, appendPart([]byte("text"), text))
+	in.fingerprint = c.digest(fingerprintTag, appendPart([]byte("text"), text))
 	in.identifying = digest(identifyingTag, appendLoose(nil, text, false))
 	return in, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -502,7 +503,10 @@ func newSealCodec(t *testing.T) sealCodec {
 }
 
 func (c sealCodec) Encode(key string, b []byte) ([]byte, error) {
-	nonce := make([]byte, c.aead.NonceSize()) // a test key; real codecs use random nonces
+	nonce := make([]byte, c.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
 	return c.aead.Seal(nonce, nonce, b, []byte(key)), nil
 }
 

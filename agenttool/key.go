@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
@@ -78,15 +79,32 @@ func binaryLen(b []byte, n int) []byte {
 
 // sessionDigest digests a scope's principal and session together: records
 // keep it to find the open actions of a session (the unknown fence).
-func sessionDigest(s Scope) Digest {
-	b := appendPart(appendPart([]byte(sessionTag), s.Principal), s.Session)
-	return sha256.Sum256(b)
+func (c *config) sessionDigest(s Scope) Digest {
+	return c.digest(sessionTag, appendPart(appendPart(nil, s.Principal), s.Session))
+}
+
+// digest returns the digest of tag and b that records keep: SHA-256, or
+// HMAC-SHA-256 keyed with Options.DigestKey when one is set, so that a copy
+// of the store cannot be searched for guessed principals or inputs.
+func (c *config) digest(tag string, b []byte) Digest {
+	if c.digestKey == nil {
+		return digest(tag, b)
+	}
+	m := hmac.New(sha256.New, c.digestKey)
+	m.Write([]byte(tag))
+	m.Write(b)
+	var d Digest
+	m.Sum(d[:0])
+	return d
 }
 
 // principalDigest digests a principal; records keep the digest, not the name.
-func principalDigest(p string) Digest {
-	var stack [128]byte
-	return sha256.Sum256(append(append(stack[:0], principalTag...), p...))
+func (c *config) principalDigest(p string) Digest {
+	if c.digestKey == nil {
+		var stack [128]byte
+		return sha256.Sum256(append(append(stack[:0], principalTag...), p...))
+	}
+	return c.digest(principalTag, []byte(p))
 }
 
 // scopeMemo is the last scope a tool digested, with its digests: an agent's
@@ -103,7 +121,7 @@ func (t *Tool) scopeDigests(s Scope) (principal, session Digest) {
 	if m := t.scopeMemo.Load(); m != nil && m.scope == s {
 		return m.principal, m.session
 	}
-	m := &scopeMemo{scope: s, principal: principalDigest(s.Principal), session: sessionDigest(s)}
+	m := &scopeMemo{scope: s, principal: t.cfg.principalDigest(s.Principal), session: t.cfg.sessionDigest(s)}
 	t.scopeMemo.Store(m)
 	return m.principal, m.session
 }

@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,12 +26,16 @@ type Operator struct {
 }
 
 // NewOperator returns an operator for the given tools, which must all use
-// store. Records of tools not given are listed but cannot be settled.
+// store (and one DigestKey). Records of tools not given are listed but
+// cannot be settled.
 func NewOperator(store Store, tools ...*Tool) (*Operator, error) {
 	o := &Operator{store: store, tools: make(map[string]*Tool, len(tools))}
 	for _, t := range tools {
 		if t.cfg.Store != store {
 			return nil, fmt.Errorf("agenttool: operator: tool %q uses another store: %w", t.name, ErrInvalidOptions)
+		}
+		if !bytes.Equal(t.cfg.digestKey, tools[0].cfg.digestKey) {
+			return nil, fmt.Errorf("agenttool: operator: tools %q and %q digest principals with different keys: %w", tools[0].name, t.name, ErrInvalidOptions)
 		}
 		if _, dup := o.tools[t.name]; dup {
 			return nil, fmt.Errorf("agenttool: operator: two tools are named %q: %w", t.name, ErrInvalidOptions)
@@ -42,7 +47,12 @@ func NewOperator(store Store, tools ...*Tool) (*Operator, error) {
 
 // ForPrincipal returns an operator limited to one principal's records.
 func (o *Operator) ForPrincipal(principal string) *Operator {
-	d := principalDigest(principal)
+	c := &config{}
+	for _, t := range o.tools {
+		c = t.cfg // they share one DigestKey
+		break
+	}
+	d := c.principalDigest(principal)
 	return &Operator{store: o.store, tools: o.tools, principal: &d}
 }
 
@@ -50,8 +60,21 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 // starting after the reference after ("" for the first page). limit 0 means
 // 100. Records the store cannot read are skipped and reported: the readable
 // ones come back with an error naming the others ([CorruptKeys]).
+// Resolutions are decoded with their tools' codecs.
 func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
-	return o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
+	recs, err := o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
+	for i := range recs {
+		o.open(&recs[i])
+	}
+	return recs, err
+}
+
+// open decodes a record's resolution with its tool's codec, if the tool is
+// known.
+func (o *Operator) open(r *Record) {
+	if t := o.tools[r.Tool]; t != nil {
+		r.Resolution = t.openResolution(r.Key, r.Resolution)
+	}
 }
 
 // Show returns the record of one reference. A record of another principal is
@@ -64,6 +87,7 @@ func (o *Operator) Show(ctx context.Context, ref string) (Record, error) {
 	if o.principal != nil && rec.Principal != *o.principal {
 		return Record{}, fmt.Errorf("agenttool: %s: %w", ref, ErrNotFound)
 	}
+	o.open(&rec)
 	return rec, nil
 }
 
@@ -128,7 +152,8 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 	if r == nil {
 		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
 	}
-	ans := h.t.trust(r.Check(h.work, h.rec.Key), h.heldUntil)
+	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
+	ans := h.t.trust(r.Check(withCallInfo(h.work, info), h.rec.Key), h.heldUntil)
 	h.t.reported(ans, h.rec.Key, by)
 	switch ans.Verdict {
 	case reconcile.Applied:

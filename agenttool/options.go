@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -233,9 +234,20 @@ type Options struct {
 	// if it happened. It runs when an approver or an operator chooses
 	// compensation; it must be safe to run when the effect did not happen.
 	Compensate func(ctx context.Context, info CallInfo) error
-	// Codec encodes stored outcomes (to redact or encrypt them). Default: as
-	// they are.
+	// Codec encodes what the store keeps that came from an outcome, an error
+	// or a person: outcomes (results and error texts), operators' and
+	// approvers' names and notes, and results of boltstore.Store.Effect. Use
+	// it to redact or encrypt them. Default: as they are (readable in a copy
+	// of the store).
 	Codec Codec
+	// DigestKey, if set (32 bytes or more), keys the digests records keep of
+	// principals, sessions and inputs (HMAC-SHA-256 instead of SHA-256), so
+	// that a copy of the store cannot be searched for a guessed principal or
+	// input. Every tool sharing a store must use the same key. Rotating it
+	// makes records made under the old key belong to no principal: calls
+	// that meet them are refused (scope_mismatch), never run twice, until
+	// they expire; settle their unknown ones first.
+	DigestKey []byte
 	// Logger receives warnings (an outcome that could not be recorded). nil
 	// means discard.
 	Logger *slog.Logger
@@ -262,6 +274,7 @@ func (plainCodec) Decode(_ string, b []byte) ([]byte, error) { return b, nil }
 // config is Options after defaults and validation.
 type config struct {
 	Options
+	digestKey     []byte
 	keyLike       map[string]bool // skeletons of key-like names
 	keyStems      []string
 	identify      map[string]bool
@@ -350,7 +363,10 @@ func newConfig(name string, o Options) (*config, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &config{Options: o, codec: o.Codec, logger: o.Logger}
+	if o.DigestKey != nil && len(o.DigestKey) < 32 {
+		return nil, bad("DigestKey has %d bytes; use 32 random bytes or more", len(o.DigestKey))
+	}
+	c := &config{Options: o, codec: o.Codec, logger: o.Logger, digestKey: bytes.Clone(o.DigestKey)}
 	if l, ok := o.Store.(LocalStore); ok && l.Local() {
 		c.localStore = true
 	}

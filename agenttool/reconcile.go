@@ -17,7 +17,8 @@ var errEarlierAttempt = errors.New("an earlier attempt of this action has an unk
 // caller may then attempt again with the same key.
 func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, settled bool) {
 	cfg := c.t.cfg
-	ans := c.t.trust(cfg.Reconciler.Check(c.work, c.ref), c.heldUntil)
+	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
+	ans := c.t.trust(cfg.Reconciler.Check(withCallInfo(c.work, info), c.ref), c.heldUntil)
 	c.t.reported(ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:

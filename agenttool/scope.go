@@ -62,10 +62,15 @@ type CallInfo struct {
 	// claim of the key. A destination that stores it can refuse a write
 	// from a holder whose lease was taken over (see boltstore.Store.Effect).
 	Token uint64
+	// Codec is the tool's Codec: a store that keeps data for the call
+	// (boltstore.Store.Effect) encodes it so, and its reconciler decodes it.
+	Codec Codec
 }
 
 // CallInfoFrom returns the call information that a guarded tool finds on the
-// context it is run with.
+// context it is run with. A Reconciler and a Compensate function find it on
+// theirs too (without Attempt, and without Scope when a sweeper or an
+// operator asks).
 func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
 	c, ok := ctx.Value(callKey).(CallInfo)
 	return c, ok
@@ -94,7 +99,7 @@ type attemptCtx struct {
 
 func (a *attemptCtx) Value(key any) any {
 	if key == any(callKey) {
-		return CallInfo{RequestRef: a.c.ref, Attempt: a.attempt, Scope: a.c.scope, Token: a.c.token}
+		return CallInfo{RequestRef: a.c.ref, Attempt: a.attempt, Scope: a.c.scope, Token: a.c.token, Codec: a.c.t.cfg.codec}
 	}
 	return a.Context.Value(key)
 }

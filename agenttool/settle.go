@@ -2,9 +2,11 @@ package agenttool
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/retrysafe/retrysafe/envelope"
@@ -113,15 +115,69 @@ func (h *holding) compensated(ctx context.Context, res *Resolution) (envelope.En
 }
 
 // finish writes the settled state and lets the record go. A nil env keeps
-// the record's outcome.
+// the record's outcome. The resolution's who and why pass through the
+// tool's codec (I8).
 func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelope, res *Resolution, approve bool) error {
 	h.keep.stop()
 	defer h.stopWork(nil)
-	if res != nil && res.At.IsZero() {
-		res.At = h.t.cfg.Now()
+	if res != nil {
+		if res.At.IsZero() {
+			res.At = h.t.cfg.Now()
+		}
+		sealed, err := h.t.sealResolution(h.rec.Key, res)
+		if err != nil {
+			return err
+		}
+		res = sealed
 	}
 	return h.t.writeOutcome(ctx, FinishRequest{
 		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: h.rec.Outcome,
 		RetryApproved: approve, Resolution: res,
 	}, env)
+}
+
+// sealPrefix starts a resolution's who or why as the tool's codec encoded
+// it, in base64.
+const sealPrefix = "sealed:"
+
+// sealResolution returns res with By and Why encoded by the tool's codec,
+// unless the codec is the default one, which keeps them as they are.
+func (t *Tool) sealResolution(key string, res *Resolution) (*Resolution, error) {
+	if _, plain := t.cfg.codec.(plainCodec); plain {
+		return res, nil
+	}
+	out := *res
+	for _, f := range []*string{&out.By, &out.Why} {
+		if *f == "" {
+			continue
+		}
+		b, err := t.cfg.codec.Encode(key, []byte(*f))
+		if err != nil {
+			return nil, fmt.Errorf("encoding the resolution: %w", err)
+		}
+		*f = sealPrefix + base64.StdEncoding.EncodeToString(b)
+	}
+	return &out, nil
+}
+
+// openResolution returns res with By and Why decoded by the tool's codec,
+// as far as it can.
+func (t *Tool) openResolution(key string, res *Resolution) *Resolution {
+	if res == nil {
+		return nil
+	}
+	out := *res
+	for _, f := range []*string{&out.By, &out.Why} {
+		if !strings.HasPrefix(*f, sealPrefix) {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString((*f)[len(sealPrefix):])
+		if err == nil {
+			b, err = t.cfg.codec.Decode(key, b)
+		}
+		if err == nil {
+			*f = string(b)
+		}
+	}
+	return &out
 }

@@ -63,8 +63,10 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 		}
 		effects := b.Tx().Bucket(effectsBucket)
 		if prev := effects.Get(key); prev != nil {
-			result = bytes.Clone(prev) // applied by an earlier attempt: never twice
-			return nil
+			// Applied by an earlier attempt: never twice.
+			var err error
+			result, err = openResult(info.Codec, info.RequestRef, prev)
+			return err
 		}
 		if result, fnErr = fn(b.Tx()); fnErr != nil {
 			return fnErr
@@ -72,7 +74,11 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 		if len(result) == 0 {
 			result = json.RawMessage("null")
 		}
-		return effects.Put(key, result)
+		sealed, err := sealResult(info.Codec, info.RequestRef, result)
+		if err != nil {
+			return err
+		}
+		return effects.Put(key, sealed)
 	})
 	switch {
 	case errors.Is(err, ErrPanicked):
@@ -93,13 +99,21 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 // Reconciler answers for effects applied through [Store.Effect]: Applied with
 // the recorded result when the key's effect committed, NotApplied otherwise.
 // The answer is exact because the effect and its record commit together and
-// a holder that lost its lease cannot apply it.
+// a holder that lost its lease cannot apply it. The result is decoded with
+// the codec of the tool that asks (agenttool.CallInfo on the check's
+// context).
 func (s *Store) Reconciler() reconcile.Reconciler {
 	return reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
 		var result []byte
 		err := s.view(ctx, func(b *bolt.Bucket) error {
-			result = bytes.Clone(b.Tx().Bucket(effectsBucket).Get([]byte(ref)))
-			return nil
+			stored := b.Tx().Bucket(effectsBucket).Get([]byte(ref))
+			if stored == nil {
+				return nil
+			}
+			info, _ := agenttool.CallInfoFrom(ctx)
+			var err error
+			result, err = openResult(info.Codec, ref, stored)
+			return err
 		})
 		switch {
 		case err != nil:
@@ -109,4 +123,30 @@ func (s *Store) Reconciler() reconcile.Reconciler {
 		}
 		return reconcile.NotAppliedYet()
 	})
+}
+
+// sealResult encodes an effect's result with the calling tool's codec: the
+// effects bucket keeps nothing a tool's codec would not let it keep (I8).
+func sealResult(codec agenttool.Codec, ref string, result []byte) ([]byte, error) {
+	if codec == nil {
+		return result, nil
+	}
+	b, err := codec.Encode(ref, result)
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: encoding the effect's result: %w", err)
+	}
+	return b, nil
+}
+
+// openResult decodes what sealResult stored; the bytes returned are the
+// caller's.
+func openResult(codec agenttool.Codec, ref string, stored []byte) ([]byte, error) {
+	if codec == nil {
+		return bytes.Clone(stored), nil
+	}
+	b, err := codec.Decode(ref, bytes.Clone(stored))
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: decoding the effect's result: %w", err)
+	}
+	return b, nil
 }

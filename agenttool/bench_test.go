@@ -38,7 +38,7 @@ func BenchmarkCall(b *testing.B) {
 	wrapped := func(b *testing.B, open func() agenttool.Store, sameInput bool) {
 		b.ReportAllocs()
 		guard := func() *agenttool.Tool {
-			tool, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: open(), Class: agenttool.Keyed})
+			tool, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: open(), Class: agenttool.Keyed, IdentifyingFields: benchtool.Fields})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -160,20 +160,37 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 	defer c.stopWork(nil)
 	c.t.flights.begin(c)
 	defer c.t.flights.end(c)
-	if !res.TookOver && res.Record.Attempts == 0 {
-		// A new action: no new write while an earlier one is unknown.
-		if env, blocked := c.fence(); blocked {
-			c.giveBack() // the tool did not run: nothing can be recorded under the key
-			return env
-		}
-	}
 	if c.maybeRan && c.t.cfg.Class == Reconcilable {
 		// Ask the destination before any new write.
 		if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
 			return env
 		}
 	}
+	// Every attempt is a write: none runs while another action of the tool
+	// in the scope is unknown — not a new action's, not a retry approved
+	// by an operator or found not applied, not a keyed retry.
+	if env, blocked := c.fence(); blocked {
+		c.putBack(res.Record)
+		return env
+	}
 	return c.attempts(res.Record.Attempts)
+}
+
+// putBack gives back a claim whose tool did not run: a new action's key is
+// released; a record that existed is written back as it was, unknown (or
+// approved for a retry, if it was, or was just found not applied), with
+// its outcome and the end of its earlier holder's lease.
+func (c *call) putBack(claimed Record) {
+	if !c.maybeRan && claimed.Attempts == 0 {
+		c.giveBack()
+		return
+	}
+	c.t.flights.quiet(c)
+	err := c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: claimed.Attempts,
+		Outcome: claimed.Outcome, RetryApproved: !c.maybeRan, HeldUntil: c.heldUntil}, nil)
+	if err != nil {
+		c.t.cfg.logger.Warn("retrysafe: could not give back a record held back by the unknown fence", "ref", c.ref, "err", err)
+	}
 }
 
 // waitFor waits until the holder of rec in this process ends, or for one poll
@@ -506,7 +523,11 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 }
 
 func (c *call) record(state State, env envelope.Envelope) error {
-	return c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}, &env)
+	req := FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}
+	if state == Unknown {
+		req.HeldUntil = c.heldUntil
+	}
+	return c.t.writeOutcome(c.ctx, req, &env)
 }
 
 // writeOutcome records the final state of the record req.Key held by

@@ -99,6 +99,11 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 		if err == nil {
 			tree, err = decodeTree(canon)
 		}
+		// A struct field that encodes as null (a nil pointer, an embedded
+		// pointer that null allocated) is the same as one left out.
+		if err == nil && ty.shape.dropNulls(tree) {
+			canon, err = canonicalOf(tree)
+		}
 		if err != nil {
 			return input{}, invalid(fmt.Sprintf("the decoded input cannot be encoded again: %v", err))
 		}

@@ -2,6 +2,7 @@ package agenttool_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -179,14 +180,21 @@ func TestEmptyIdentifyingValuesAreMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	type optional struct {
+		To      string `json:"to,omitempty"`
+		Subject string `json:"subject,omitempty"`
+	}
+	plain, err := agenttool.New("send_email", "", func(_ context.Context, in optional) (string, error) {
+		seen = append(seen, in.To)
+		return "", nil
+	}, agenttool.Options{Store: store, Class: agenttool.Keyed})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, in := range []string{`{"to":null}`, `{"to":""}`, `{"to":"  "}`, `{"to":[]}`, `{"to":{}}`, `{"subject":"x"}`} {
 		wantCode(t, tool.Invoke(scoped(), in), envelope.CodeInvalidInput, `missing field "to"`)
 	}
-	for _, in := range []string{`{}`, `{"to":null,"subject":""}`} {
+	for _, in := range []string{`{}`, `{"to":"","subject":" "}`} {
 		wantCode(t, plain.Invoke(scoped(), in), envelope.CodeInvalidInput, "the input is empty")
 	}
 	if len(seen) != 0 || store.Len() != 0 {
@@ -200,7 +208,7 @@ func TestEmptyIdentifyingValuesAreMissing(t *testing.T) {
 func TestWrappedToolInput(t *testing.T) {
 	var seen []string
 	store := memstore.New()
-	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"to"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +240,7 @@ func TestKeyLikeFieldsAreFoundInDisguise(t *testing.T) {
 	store := memstore.New()
 	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
 	var seen []string
-	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"to"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +280,8 @@ func TestKeyLikeFieldsAreFoundInDisguise(t *testing.T) {
 // anything is digested or handed to the tool.
 func TestStripModelKeysAtAnyDepth(t *testing.T) {
 	var seen []string
-	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, ModelKeys: agenttool.StripModelKeys})
+	tool, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, ModelKeys: agenttool.StripModelKeys,
+		IdentifyingFields: []string{"to"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,6 +339,17 @@ func TestConstructionRefusesTraps(t *testing.T) {
 			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
 			return err
 		}, "TextInput is for wrapped tools"},
+		{"a wrapped tool without identifying fields", func() error {
+			_, err := agenttool.Wrap(recordingTool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+			return err
+		}, "a wrapped tool needs IdentifyingFields"},
+		{"a type that decodes itself but does not encode itself", func() error {
+			type in struct {
+				To decodeOnly `json:"to"`
+			}
+			_, err := agenttool.New("x", "", func(context.Context, in) (string, error) { return "", nil }, agenttool.Options{Store: store, Class: agenttool.Keyed})
+			return err
+		}, "does not encode itself"},
 	}
 	for _, tt := range tests {
 		err := tt.err()
@@ -391,3 +411,8 @@ func TestToolsSharingAPrefixNeverShareAKey(t *testing.T) {
 		t.Errorf("charge %s, refund %s; charged %d, refunded %d", c, r, charged, refunded)
 	}
 }
+
+// decodeOnly reads itself from JSON but has no way to write itself back.
+type decodeOnly struct{ v string }
+
+func (d *decodeOnly) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &d.v) }

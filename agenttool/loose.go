@@ -14,9 +14,10 @@ import (
 
 // The loose form of a value is what a key compares: two values the model
 // would call the same ("Ana Lima", "ANA  LIMA ", "Ana\u00a0Lima") have one
-// loose form. Strings are normalised (Unicode NFKC), case-folded, stripped of
-// invisible format characters, trimmed, and their runs of white space
-// collapsed to one space. The fingerprint keeps the exact form, so a cosmetic
+// loose form. Strings are stripped of invisible characters (format
+// characters, variation selectors, other default-ignorable code points,
+// control characters), normalised (Unicode NFKC), case-folded, trimmed, and
+// their runs of white space collapsed to one space. The fingerprint keeps the exact form, so a cosmetic
 // variant meets the earlier action's key and is refused
 // (key_reused_with_different_input) or replayed if identical: never run as a
 // second action.
@@ -28,6 +29,14 @@ func looseString(s string) string {
 	if isPlainLower(s) {
 		return s // nothing to normalise: the common case for identifiers
 	}
+	// Invisible characters go first: one between a letter and its
+	// combining mark would keep them from composing.
+	s = strings.Map(func(r rune) rune {
+		if ignorable(r) {
+			return -1
+		}
+		return r
+	}, s)
 	// Folding and normalising can each undo what the other did (some
 	// letters fold to a form that normalises back): repeat to a fixed point.
 	for range 4 {
@@ -44,8 +53,7 @@ func looseString(s string) string {
 		switch {
 		case unicode.IsSpace(r):
 			space = b.Len() > 0
-		case unicode.Is(unicode.Cf, r):
-			// invisible: zero-width spaces and joiners, byte-order marks, bidi marks
+		case ignorable(r):
 		default:
 			if space {
 				b.WriteByte(' ')
@@ -55,6 +63,16 @@ func looseString(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// ignorable reports whether r is invisible: a format character (zero-width
+// spaces and joiners, byte-order marks, bidi marks, soft hyphens), a
+// variation selector, another default-ignorable code point (the combining
+// grapheme joiner, Hangul fillers), or a control character that is not
+// white space.
+func ignorable(r rune) bool {
+	return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || (unicode.IsControl(r) && !unicode.IsSpace(r))
 }
 
 // isPlainLower reports whether s is printable ASCII without upper-case
@@ -158,6 +176,9 @@ func skeleton(name string) string {
 	s := folder.String(norm.NFKD.String(name))
 	var b strings.Builder
 	for _, r := range norm.NFKD.String(s) {
+		if ignorable(r) {
+			continue
+		}
 		if m, ok := lookalikes[r]; ok {
 			r = m
 		}
@@ -179,9 +200,16 @@ func isPlainName(s string) bool {
 
 // lookalikes maps letters that render like Latin letters to them. It covers
 // the letters a model (or a person) would use to disguise a field name:
-// dotless i and j, and the Cyrillic and Greek letters that look Latin.
+// dotless i and j, small capitals, and the Cyrillic, Greek and Armenian
+// letters that look Latin.
 var lookalikes = map[rune]rune{
-	'ı': 'i', 'ȷ': 'j', 'ɩ': 'i', 'ʏ': 'y', 'ɡ': 'g',
+	'ı': 'i', 'ȷ': 'j', 'ɩ': 'i', 'ʏ': 'y', 'ɡ': 'g', 'ɒ': 'a', 'ɛ': 'e', 'ɔ': 'o', 'ʋ': 'u', 'ƿ': 'p',
+	// small capitals
+	'ᴀ': 'a', 'ʙ': 'b', 'ᴄ': 'c', 'ᴅ': 'd', 'ᴇ': 'e', 'ꜰ': 'f', 'ɢ': 'g', 'ʜ': 'h', 'ɪ': 'i', 'ᴊ': 'j', 'ᴋ': 'k',
+	'ʟ': 'l', 'ᴍ': 'm', 'ɴ': 'n', 'ᴏ': 'o', 'ᴘ': 'p', 'ǫ': 'q', 'ʀ': 'r', 'ꜱ': 's', 'ᴛ': 't', 'ᴜ': 'u', 'ᴠ': 'v',
+	'ᴡ': 'w', 'ᴢ': 'z',
+	// Armenian
+	'օ': 'o', 'ս': 'u', 'ց': 'g', 'հ': 'h', 'ո': 'n', 'ռ': 'n', 'զ': 'q', 'ա': 'w', 'ե': 'e', 'լ': 'l',
 	// Cyrillic
 	'а': 'a', 'в': 'b', 'е': 'e', 'ё': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c',
 	'т': 't', 'у': 'y', 'х': 'x', 'ѕ': 's', 'і': 'i', 'ї': 'i', 'ј': 'j', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w',

@@ -130,10 +130,14 @@ func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelop
 		}
 		res = sealed
 	}
-	return h.t.writeOutcome(ctx, FinishRequest{
+	req := FinishRequest{
 		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: h.rec.Outcome,
 		RetryApproved: approve, Resolution: res,
-	}, env)
+	}
+	if state == Unknown && !approve {
+		req.HeldUntil = h.heldUntil
+	}
+	return h.t.writeOutcome(ctx, req, env)
 }
 
 // sealPrefix starts a resolution's who or why as the tool's codec encoded

@@ -51,8 +51,15 @@ type field struct {
 var (
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonMarshaler   = reflect.TypeFor[json.Marshaler]()
+	textMarshaler   = reflect.TypeFor[encoding.TextMarshaler]()
 	timeType        = reflect.TypeFor[time.Time]()
 )
+
+// implements reports whether t or *t implements iface.
+func implements(t, iface reflect.Type) bool {
+	return t.Implements(iface) || reflect.PointerTo(t).Implements(iface)
+}
 
 // shapeOf derives the shape of t, a struct or a pointer to one.
 func shapeOf(t reflect.Type) (*shape, error) {
@@ -72,8 +79,13 @@ func buildShape(t reflect.Type, seen map[reflect.Type]bool) (*shape, error) {
 	switch {
 	case t == timeType:
 		return &shape{kind: shapeString}, nil
-	case t.Implements(jsonUnmarshaler), reflect.PointerTo(t).Implements(jsonUnmarshaler),
-		t.Implements(textUnmarshaler), reflect.PointerTo(t).Implements(textUnmarshaler):
+	case implements(t, jsonUnmarshaler) || implements(t, textUnmarshaler):
+		// The key follows the value re-encoded: a type that reads itself
+		// must write itself too, or two values could encode alike.
+		if !implements(t, jsonMarshaler) && !implements(t, textMarshaler) {
+			return nil, fmt.Errorf("type %v decodes itself (UnmarshalJSON or UnmarshalText) but does not encode itself: "+
+				"add MarshalJSON or MarshalText, so that the key can tell its values apart", t)
+		}
 		return &shape{kind: shapeAny}, nil
 	}
 	switch t.Kind() {
@@ -300,6 +312,36 @@ func (s *shape) check(path string, v any) error {
 		}
 	}
 	return nil
+}
+
+// dropNulls removes, at every depth, the members of v that are struct
+// fields with a null value, and reports whether it removed any. Map entries
+// and array items are kept: a tool can tell a null entry from a missing one.
+func (s *shape) dropNulls(v any) bool {
+	changed := false
+	switch s.kind {
+	case shapeStruct:
+		m, _ := v.(map[string]any)
+		for name, val := range m {
+			if val == nil {
+				delete(m, name)
+				changed = true
+			} else if f := s.fields[name]; f != nil {
+				changed = f.shape.dropNulls(val) || changed
+			}
+		}
+	case shapeArray:
+		items, _ := v.([]any)
+		for _, item := range items {
+			changed = s.elem.dropNulls(item) || changed
+		}
+	case shapeMap:
+		m, _ := v.(map[string]any)
+		for _, val := range m {
+			changed = s.elem.dropNulls(val) || changed
+		}
+	}
+	return changed
 }
 
 // near returns the field whose name equals name under case folding and

@@ -248,6 +248,11 @@ type FinishRequest struct {
 	// RetryApproved (with State Unknown) resolves the record as not applied:
 	// one later claim may run the tool again.
 	RetryApproved bool
+	// HeldUntil (with State Unknown) is kept as the record's LeaseExpiry:
+	// the end of a lapsed lease whose holder's attempt may still be in
+	// flight (see ClaimResult.HeldUntil), so that every later takeover
+	// applies the same rule. Zero if there is none.
+	HeldUntil time.Time
 	// Resolution, if not nil, replaces the record's resolution.
 	Resolution *Resolution
 }
@@ -358,6 +363,9 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	}
 	rec := *existing
 	rec.State, rec.Owner, rec.LeaseExpiry = req.State, "", time.Time{}
+	if req.State == Unknown {
+		rec.LeaseExpiry = req.HeldUntil
+	}
 	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
 	rec.RetryApproved = req.RetryApproved
 	if req.Resolution != nil {

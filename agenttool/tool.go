@@ -43,6 +43,12 @@ var _ tools.Tool = (*Tool)(nil)
 // envelope's result: embedded as JSON if it is valid JSON, as a JSON string
 // otherwise.
 //
+// retrysafe cannot see which members a wrapped tool reads, so
+// Options.IdentifyingFields is required (unless TextInput): were every
+// member part of the key, a model could add one the tool ignores (a null, a
+// "nonce") and make a new action of the same email. Other members are
+// fingerprinted, so such a variant is refused, never run.
+//
 // Wrap returns an error wrapping [ErrInvalidOptions] if the options are
 // inconsistent, for example a key lifetime shorter than the retry window plus
 // the lease.
@@ -50,6 +56,10 @@ func Wrap(t tools.Tool, opts Options) (*Tool, error) {
 	cfg, err := newConfig(t.Name(), opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.identify == nil && !cfg.TextInput && cfg.Class != ReadOnly {
+		return nil, fmt.Errorf("agenttool: tool %q: a wrapped tool needs IdentifyingFields (the input members that tell one action from another; "+
+			"retrysafe cannot see which members the tool reads), or TextInput for plain text; or build it with New: %w", t.Name(), ErrInvalidOptions)
 	}
 	return &Tool{
 		name:        t.Name(),
@@ -142,7 +152,12 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 				}
 				return v, nil
 			},
-			encode: func(v any) ([]byte, error) { return json.Marshal(v.(In)) },
+			encode: func(v any) ([]byte, error) {
+				// Addressable, so that fields whose MarshalJSON or
+				// MarshalText has a pointer receiver use it.
+				in := v.(In)
+				return json.Marshal(&in)
+			},
 		},
 		run: func(ctx context.Context, in args) (json.RawMessage, error) {
 			out, err := fn(ctx, in.value.(In))

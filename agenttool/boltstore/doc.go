@@ -8,7 +8,7 @@
 //	store, err := boltstore.Open("retrysafe.db", nil)
 //	if err != nil { ... }
 //	defer store.Close()
-//	send, err := agenttool.Wrap(sendEmail, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+//	send, err := agenttool.Wrap(sendEmail, agenttool.Options{Store: store, Class: agenttool.Reconcilable, IdentifyingFields: []string{"to", "subject"}})
 //
 // Every state change is durable (committed and fsynced) before the call
 // proceeds: the claim before the tool runs, the outcome before the envelope

@@ -180,7 +180,7 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.q.finish, req.Key, int64(req.Token), int16(rec.State), rec.Attempts, rec.Outcome,
-		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res)
+		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res, nullTime(rec.LeaseExpiry))
 	if err != nil {
 		return s.wrap("finish", req.Key, err)
 	}

@@ -60,7 +60,7 @@ func newQueries(schema string) queries {
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
 			retry_approved = $14, resolution = $15, session = $16 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
-		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = NULL, attempts = $4, outcome = $5, updated = $6,
+		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, attempts = $4, outcome = $5, updated = $6,
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,

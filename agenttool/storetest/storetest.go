@@ -255,6 +255,26 @@ func testExpiredBecomesUnknown(t *testing.T, s agenttool.Store) {
 	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
 		t.Errorf("dead holder's Finish after its record turned unknown: %v, want ErrFenced", err)
 	}
+	// The dead holder's lease end stays with the record, through a takeover
+	// and a write back as unknown: every later takeover learns until when
+	// that holder's attempt may have been in flight.
+	lapsed := t0.Add(minute)
+	req := claimReq(key, t0.Add(2*minute))
+	req.TakeOver = true
+	took := mustClaim(t, s, req)
+	if !took.TookOver || !took.HeldUntil.Equal(lapsed) {
+		t.Fatalf("takeover of a lapsed lease: %+v; want HeldUntil %v", took, lapsed)
+	}
+	back := finish(key, took.Record.Token, agenttool.Unknown, t0.Add(2*minute))
+	back.HeldUntil = took.HeldUntil
+	if err := s.Finish(bg, back); err != nil {
+		t.Fatal(err)
+	}
+	req.Now = t0.Add(3 * minute)
+	again := mustClaim(t, s, req)
+	if !again.TookOver || !again.HeldUntil.Equal(lapsed) {
+		t.Errorf("second takeover: HeldUntil %v, want %v", again.HeldUntil, lapsed)
+	}
 }
 
 func testUnknownTakeover(t *testing.T, s agenttool.Store) {

@@ -26,7 +26,7 @@ func input(i int64) string { return benchtool.Input(i) }
 var scope = agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
 
 func guard(store agenttool.Store) *agenttool.Tool {
-	t, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	t, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: benchtool.Fields})
 	if err != nil {
 		panic(err)
 	}

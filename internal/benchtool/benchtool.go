@@ -24,6 +24,9 @@ type email struct {
 	Body    string `json:"body"`
 }
 
+// Fields are the input's members, all of which identify an action.
+var Fields = []string{"to", "subject", "body"}
+
 // Name implements tools.Tool.
 func (Tool) Name() string { return "send_email" }
 
@@ -70,7 +73,7 @@ const keyTTL = 75 * time.Second
 func NewSteady() *Steady {
 	s := &Steady{store: memstore.New()}
 	tool, err := agenttool.Wrap(Tool{}, agenttool.Options{
-		Store: s.store, Class: agenttool.Keyed, KeyTTL: keyTTL, Now: s.now,
+		Store: s.store, Class: agenttool.Keyed, KeyTTL: keyTTL, Now: s.now, IdentifyingFields: Fields,
 	})
 	if err != nil {
 		panic(err)

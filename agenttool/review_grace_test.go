@@ -1,0 +1,138 @@
+package agenttool_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// wire is a destination whose requests can be held "on the wire": it
+// applies a request only when it arrives, and its status check, asked
+// before that, truthfully finds nothing.
+type wire struct {
+	mu      sync.Mutex
+	effects map[string]int
+}
+
+func (w *wire) apply(ref string) { w.mu.Lock(); w.effects[ref]++; w.mu.Unlock() }
+
+func (w *wire) Check(_ context.Context, ref string) reconcile.Answer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.effects[ref] > 0 {
+		return reconcile.AppliedWith([]byte(`{"found":true}`))
+	}
+	return reconcile.NotAppliedYet()
+}
+
+// Regression: the takeover grace (a not-applied answer counts as pending until
+// the lapsed lease's end + AttemptTimeout + ClockSkew) is lost after the
+// first takeover settles the record as still unknown: Finish zeroes
+// LeaseExpiry, so the next takeover sees HeldUntil zero and trusts
+// NotApplied inside the window, while the stalled holder's request is
+// still on the wire.
+func TestTakeoverGraceSurvivesAPendingCheck(t *testing.T) {
+	store := memstore.New()
+	c := newClock()
+	w := &wire{effects: map[string]int{}}
+	started, land := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	send := func(ctx context.Context, in emailInput) (sent, error) {
+		ref := agenttool.RequestRef(ctx)
+		stalled := false
+		once.Do(func() { stalled = true })
+		if stalled { // process 1: the request leaves, the process stalls
+			close(started)
+			<-land
+		}
+		w.apply(ref)
+		return sent{MessageID: ref}, nil
+	}
+	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: w, Now: c.Now,
+		AttemptTimeout: 10 * time.Second, ClockSkew: time.Second, Lease: time.Minute, Retry: fastRetry}
+	proc1, err := agenttool.New("send_email", "Send.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc2, err := agenttool.New("send_email", "Send.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan envelope.Envelope)
+	go func() { done <- proc1.Invoke(scoped(), lunch) }()
+	<-started
+	// Process 1 stalls past its lease (it ends at +60s). Grace: until +71s.
+	c.Advance(61 * time.Second)
+	first := proc2.Invoke(scoped(), lunch)
+	t.Logf("+61s, process 2: %s", first) // unknown_outcome: the grace works once
+	c.Advance(time.Second)
+	second := proc2.Invoke(scoped(), lunch) // +62s: still inside the grace window
+	t.Logf("+62s, process 2: %s", second)
+	close(land) // process 1's request arrives
+	t.Logf("process 1: %s", <-done)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.effects[first.RequestRef]; n > 1 {
+		t.Fatalf("one action applied %d times: NotApplied was trusted at +62s, inside the grace window that ends at +71s", n)
+	}
+}
+
+// Regression: the takeover grace (a not-applied answer counts as pending until
+// the lapsed lease's end + AttemptTimeout + ClockSkew) is lost after the
+// first takeover settles the record as still unknown: Finish zeroes
+// LeaseExpiry, so the next takeover sees HeldUntil zero and trusts
+// NotApplied inside the window, while the stalled holder's request is
+// still on the wire.
+func TestTakeoverGraceSurvivesASweep(t *testing.T) {
+	store := memstore.New()
+	c := newClock()
+	w := &wire{effects: map[string]int{}}
+	started, land := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	send := func(ctx context.Context, in emailInput) (sent, error) {
+		ref := agenttool.RequestRef(ctx)
+		stalled := false
+		once.Do(func() { stalled = true })
+		if stalled { // process 1: the request leaves, the process stalls
+			close(started)
+			<-land
+		}
+		w.apply(ref)
+		return sent{MessageID: ref}, nil
+	}
+	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: w, Now: c.Now,
+		AttemptTimeout: 10 * time.Second, ClockSkew: time.Second, Lease: time.Minute, Retry: fastRetry}
+	proc1, err := agenttool.New("send_email", "Send.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc2, err := agenttool.New("send_email", "Send.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan envelope.Envelope)
+	go func() { done <- proc1.Invoke(scoped(), lunch) }()
+	<-started
+	// Process 1 stalls past its lease (it ends at +60s). Grace: until +71s.
+	c.Advance(61 * time.Second)
+	op, _ := agenttool.NewOperator(store, proc2)
+	rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+	t.Logf("+61s, sweeper: %+v %v", rep, err) // Unknown: 1, the grace works once
+
+	c.Advance(time.Second)
+	second := proc2.Invoke(scoped(), lunch) // +62s: still inside the grace window
+	t.Logf("+62s, process 2: %s", second)
+	close(land) // process 1's request arrives
+	t.Logf("process 1: %s", <-done)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.effects[second.RequestRef]; n > 1 {
+		t.Fatalf("one action applied %d times: NotApplied was trusted at +62s, inside the grace window that ends at +71s", n)
+	}
+}

@@ -525,25 +525,29 @@ func (c sealCodec) Decode(key string, b []byte) ([]byte, error) {
 func TestI1_TakeoverFencesTheOldHolder(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store, clk := open(), newClock()
-		m := &mailServer{dedupe: true}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, Now: clk.Now})
 		ref := recordOfRef(t, emailToAna)
 		old := holderOf(t, store, ref, clk.Now(), emailToAna)
 		clk.Advance(2 * time.Minute)
+		// While the new holder runs, the record is pending again: only the
+		// token tells the old holder from the new one.
+		ctx := context.Background()
+		m := &mailServer{dedupe: true, script: func(int) (bool, error) {
+			if err := store.Release(ctx, ref, old); !errors.Is(err, agenttool.ErrFenced) {
+				t.Errorf("old holder's Release = %v, want ErrFenced", err)
+			}
+			if err := store.Finish(ctx, agenttool.FinishRequest{Key: ref, Token: old, State: agenttool.Failed, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
+				t.Errorf("old holder's Finish = %v, want ErrFenced", err)
+			}
+			if err := store.Renew(ctx, agenttool.RenewRequest{Key: ref, Token: old, Until: clk.Now().Add(time.Hour), Now: clk.Now()}); !errors.Is(err, agenttool.ErrFenced) {
+				t.Errorf("old holder's Renew = %v, want ErrFenced", err)
+			}
+			return true, nil
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, Now: clk.Now})
 		env := tool.Invoke(scoped(), emailToAna)
 		mustStatus(t, env, envelope.Success)
 		if env.RequestRef != ref || m.count() != 1 {
 			t.Fatalf("takeover: %s with %d effects", env, m.count())
-		}
-		ctx := context.Background()
-		if err := store.Release(ctx, ref, old); !errors.Is(err, agenttool.ErrFenced) {
-			t.Errorf("old holder's Release = %v, want ErrFenced", err)
-		}
-		if err := store.Finish(ctx, agenttool.FinishRequest{Key: ref, Token: old, State: agenttool.Failed, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
-			t.Errorf("old holder's Finish = %v, want ErrFenced", err)
-		}
-		if err := store.Renew(ctx, agenttool.RenewRequest{Key: ref, Token: old, Until: clk.Now().Add(time.Hour), Now: clk.Now()}); !errors.Is(err, agenttool.ErrFenced) {
-			t.Errorf("old holder's Renew = %v, want ErrFenced", err)
 		}
 		if rec, _ := store.Get(ctx, ref); rec.State != agenttool.Succeeded {
 			t.Errorf("record after the old holder's attempts: %v", rec.State)

@@ -96,6 +96,9 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
 	}
+	if cfg.Fence != FenceOff {
+		req.Fence = &Fence{Session: cfg.Fence == FenceSession}
+	}
 	var waitUntil time.Time // set when a wait begins
 	poll := 2 * time.Millisecond
 	for {
@@ -168,10 +171,13 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 	}
 	// Every attempt is a write: none runs while another action of the tool
 	// in the scope is unknown — not a new action's, not a retry approved
-	// by an operator or found not applied, not a keyed retry.
-	if env, blocked := c.fence(); blocked {
-		c.putBack(res.Record)
-		return env
+	// by an operator or found not applied, not a keyed retry. The claim
+	// said whether any is.
+	if res.Fenced {
+		if env, blocked := c.fence(); blocked {
+			c.putBack(res.Record)
+			return env
+		}
 	}
 	return c.attempts(res.Record.Attempts)
 }

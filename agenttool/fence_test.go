@@ -202,7 +202,8 @@ func TestI9_DeadHolderFencesTheScope(t *testing.T) {
 	}
 }
 
-// If the fence cannot read the store, nothing runs (I4).
+// If the fence cannot read the store, nothing runs (I4): the claim says an
+// earlier action awaits reconciliation, and listing it fails.
 func TestI9_FenceFailsClosed(t *testing.T) {
 	store := &failingList{Store: memstore.New()}
 	m := &mailServer{}
@@ -217,6 +218,12 @@ func TestI9_FenceFailsClosed(t *testing.T) {
 }
 
 type failingList struct{ *memstore.Store }
+
+func (f *failingList) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+	res, err := f.Store.Claim(ctx, req)
+	res.Fenced = res.Claimed
+	return res, err
+}
 
 func (f *failingList) ListUnknown(context.Context, agenttool.ListRequest) ([]agenttool.Record, error) {
 	return nil, errors.New("index unreadable")

@@ -1,7 +1,6 @@
 package agenttool
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -305,15 +304,7 @@ func describeText(s string) string {
 
 // decodeTree decodes canonical JSON into maps, slices, strings, booleans,
 // json.Number and nil.
-func decodeTree(canon []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(canon))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
+func decodeTree(canon []byte) (any, error) { return canonjson.Decode(canon) }
 
 // canonicalOf returns the canonical JSON of a decoded tree.
 func canonicalOf(v any) ([]byte, error) {

@@ -73,6 +73,11 @@ func FuzzLooseString(f *testing.F) {
 				t.Fatalf("fast path keeps %q; full normalisation gives %q", s, slow)
 			}
 		}
+		if isASCII(s) {
+			if fast, slow := asciiLoose(s), slowLoose(s); fast != slow {
+				t.Fatalf("the ASCII path gives %q for %q; full normalisation gives %q", fast, s, slow)
+			}
+		}
 	})
 }
 

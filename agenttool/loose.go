@@ -29,6 +29,9 @@ func looseString(s string) string {
 	if isPlainLower(s) {
 		return s // nothing to normalise: the common case for identifiers
 	}
+	if isASCII(s) {
+		return asciiLoose(s)
+	}
 	// Invisible characters go first: one between a letter and its
 	// combining mark would keep them from composing.
 	s = strings.Map(func(r rune) rune {
@@ -63,6 +66,40 @@ func looseString(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// asciiLoose is looseString for ASCII text, in one pass: NFKC leaves ASCII
+// as it is, and case folding is lower-casing.
+func asciiLoose(s string) string {
+	b := make([]byte, 0, len(s))
+	space := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ' || c >= '\t' && c <= '\r':
+			space = len(b) > 0
+		case c < 0x20 || c == 0x7f:
+			// a control character: invisible
+		default:
+			if space {
+				b = append(b, ' ')
+				space = false
+			}
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // ignorable reports whether r is invisible: a format character (zero-width
@@ -143,6 +180,14 @@ func isEmpty(v any) bool {
 	case nil:
 		return true
 	case string:
+		if isASCII(v) {
+			for i := 0; i < len(v); i++ {
+				if c := v[i]; c > ' ' && c != 0x7f {
+					return false
+				}
+			}
+			return true
+		}
 		return looseString(v) == ""
 	case []any:
 		return len(v) == 0
@@ -159,7 +204,7 @@ func isEmpty(v any) bool {
 // full-width letters and names with zero-width spaces all fold to
 // "idempotencykey".
 func skeleton(name string) string {
-	if isPlainName(name) {
+	if isASCII(name) {
 		// ASCII letters, digits and separators: fold without allocating
 		// more than the result.
 		b := make([]byte, 0, len(name))
@@ -187,15 +232,6 @@ func skeleton(name string) string {
 		}
 	}
 	return b.String()
-}
-
-func isPlainName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // lookalikes maps letters that render like Latin letters to them. It covers

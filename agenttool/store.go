@@ -184,6 +184,18 @@ type ClaimRequest struct {
 	// whose lease has expired. It is set only for tools whose destination
 	// honours the key (keyed) or that have no effect (read-only).
 	TakeOver bool
+	// Fence, if not nil, asks the store to report in ClaimResult.Fenced
+	// whether another record of Tool and Principal (and Session, if
+	// Fence.Session) awaits reconciliation at Now: checked in the claim's
+	// own transaction, from an index, when the claim is granted. It lets a
+	// call learn that the unknown fence holds without a second round trip.
+	Fence *Fence
+}
+
+// Fence selects the records a claim's fence check looks at: those of the
+// claim's tool and principal, and of its session if Session is set.
+type Fence struct {
+	Session bool
 }
 
 // Conflict says why a claim was refused for a record made by another call.
@@ -220,6 +232,9 @@ type ClaimResult struct {
 	// Conflict is set when the existing record belongs to another principal
 	// or input. Record is then the existing one, unchanged.
 	Conflict Conflict
+	// Fenced, for a granted claim with ClaimRequest.Fence, reports that
+	// another record of the fence's scope awaits reconciliation.
+	Fenced bool
 	// Record is the record after the claim.
 	Record Record
 }
@@ -415,6 +430,14 @@ func (r *Record) AwaitsReconciliation(now time.Time) bool {
 // what awaits reconciliation reads only them.
 func (r *Record) Open() bool {
 	return r.State == Pending || (r.State == Unknown && !r.RetryApproved)
+}
+
+// Fences reports whether r, another record than req's, holds req's fence at
+// req.Now: it awaits reconciliation, and belongs to req's tool, principal
+// and (if the fence is per session) session.
+func (req *ClaimRequest) Fences(r *Record) bool {
+	return req.Fence != nil && r.Key != req.Key && r.Tool == req.Tool && r.Principal == req.Principal &&
+		(!req.Fence.Session || r.Session == req.Session) && r.AwaitsReconciliation(req.Now)
 }
 
 // Matches reports whether r is selected by the filters of req (principal,

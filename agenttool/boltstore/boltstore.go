@@ -1,13 +1,10 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -17,8 +14,9 @@ import (
 )
 
 // schemaVersion is the layout of the file this package writes and reads.
-// Version 2 adds the scope index; a version-1 file is upgraded at Open.
-const schemaVersion = "2"
+// Version 3 has the scope index of scope.go; files of versions 1 (none) and
+// 2 (an earlier layout) are upgraded at Open by rebuilding it.
+const schemaVersion = "3"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -106,7 +104,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != schemaVersion {
+	if v != "1" && v != "2" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket} {
@@ -114,37 +112,15 @@ func initSchema(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	if v == "1" {
-		if err := indexScopes(tx); err != nil {
-			return fmt.Errorf("upgrading schema 1 to %s: %w", schemaVersion, err)
+	if v != schemaVersion {
+		if err := rebuildScopes(tx); err != nil {
+			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err
 		}
 	}
 	return expireLeases(tx)
-}
-
-// indexScopes fills the scope index from the open index (schema 1 had
-// none).
-func indexScopes(tx *bolt.Tx) error {
-	b := tx.Bucket(recordsBucket)
-	var recs []*agenttool.Record
-	err := tx.Bucket(openBucket).ForEach(func(k, _ []byte) error {
-		if rec, err := load(b, string(k)); err == nil && rec != nil {
-			recs = append(recs, rec)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, rec := range recs {
-		if err := tx.Bucket(scopeBucket).Put(scopeKey(rec), nil); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // expireLeases ends the leases of pending records at Open. bbolt locks the
@@ -159,8 +135,9 @@ func expireLeases(tx *bolt.Tx) error {
 		if err != nil || rec == nil || rec.State != agenttool.Pending {
 			continue // unreadable records stay as they are, failing closed when used
 		}
+		prev := *rec
 		rec.LeaseExpiry = time.Time{}
-		if err := save(b, rec); err != nil {
+		if err := save(b, rec, &prev); err != nil {
 			return err
 		}
 	}
@@ -235,7 +212,10 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		if !write {
 			return nil
 		}
-		return save(b, &r.Record)
+		if res.Claimed && req.Fence != nil {
+			res.Fenced = fenced(b, &req)
+		}
+		return save(b, &r.Record, existing)
 	})
 	return res, err
 }
@@ -256,7 +236,7 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		if (rec.State == agenttool.Failed || rec.RetryApproved) && applied(b, req.Key) {
 			return fmt.Errorf("boltstore: %s cannot be recorded as not applied: %w", req.Key, agenttool.ErrEffectApplied)
 		}
-		return save(b, &rec)
+		return save(b, &rec, existing)
 	})
 }
 
@@ -294,7 +274,7 @@ func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
 		if err != nil {
 			return err
 		}
-		return save(b, &rec)
+		return save(b, &rec, existing)
 	})
 }
 
@@ -400,53 +380,6 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 	return out, err
 }
 
-// listScope answers ListUnknown for one tool and principal (and session)
-// from the scope index: one seek, then only that scope's open records.
-func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttool.Record, error) {
-	prefix := scopePrefix(req.Tool, *req.Principal, req.Session)
-	var out []agenttool.Record
-	var corrupt []error
-	c := b.Tx().Bucket(scopeBucket).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		key := string(k[len(req.Tool)+1+64:])
-		if key <= req.After {
-			continue
-		}
-		rec, err := load(b, key)
-		if err == nil && rec == nil {
-			err = errors.New("the scope index names it, but it has no record")
-		}
-		if err != nil {
-			corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: key, Err: err})
-			continue
-		}
-		if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
-			out = append(out, *rec)
-		}
-	}
-	slices.SortFunc(out, func(x, y agenttool.Record) int { return strings.Compare(x.Key, y.Key) })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, errors.Join(corrupt...)
-}
-
-// scopeKey is a record's key in the scope index: tool, 0, principal
-// digest, session digest, record key.
-func scopeKey(r *agenttool.Record) []byte {
-	k := scopePrefix(r.Tool, r.Principal, &r.Session)
-	return append(k, r.Key...)
-}
-
-func scopePrefix(tool string, principal agenttool.Digest, session *agenttool.Digest) []byte {
-	k := make([]byte, 0, len(tool)+1+64+64)
-	k = append(append(append(k, tool...), 0), principal[:]...)
-	if session != nil {
-		k = append(k, session[:]...)
-	}
-	return k
-}
-
 func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
 	v := b.Get([]byte(key))
 	if v == nil {
@@ -459,24 +392,18 @@ func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
 	return &rec, nil
 }
 
-// save writes r and keeps the open and scope indexes. A record's tool,
-// principal and session never change under one key, so its scope index
-// entry is r's own.
-func save(b *bolt.Bucket, r *agenttool.Record) error {
-	v := encode(r)
+// save writes r, which replaces prev (nil for a new record), and keeps the
+// open and scope indexes.
+func save(b *bolt.Bucket, r, prev *agenttool.Record) error {
 	key := []byte(r.Key)
-	if err := b.Put(key, v); err != nil {
+	if err := b.Put(key, encode(r)); err != nil {
 		return err
 	}
-	scopes := b.Tx().Bucket(scopeBucket)
+	if err := reindexScope(b, r, prev); err != nil {
+		return err
+	}
 	if r.Open() {
-		if err := scopes.Put(scopeKey(r), nil); err != nil {
-			return err
-		}
 		return openIndex(b).Put(key, []byte{})
-	}
-	if err := scopes.Delete(scopeKey(r)); err != nil {
-		return err
 	}
 	return openIndex(b).Delete(key)
 }
@@ -491,7 +418,7 @@ func remove(b *bolt.Bucket, key []byte, rec *agenttool.Record) error {
 		return err
 	}
 	if rec != nil {
-		if err := b.Tx().Bucket(scopeBucket).Delete(scopeKey(rec)); err != nil {
+		if err := reindexScope(b, &agenttool.Record{}, rec); err != nil {
 			return err
 		}
 	}

@@ -226,8 +226,22 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 	if write {
 		s.put(slot, res.Record)
 	}
+	if res.Claimed && req.Fence != nil {
+		res.Fenced = s.fenced(&req)
+	}
 	res.Record.Outcome = slices.Clone(res.Record.Outcome)
 	return res, nil
+}
+
+// fenced reports whether another open record of req's fence awaits
+// reconciliation. s.mu is held.
+func (s *Store) fenced(req *agenttool.ClaimRequest) bool {
+	for k := range s.open[scope{req.Tool, req.Principal}] {
+		if r := s.entries[s.index[k]].record(); req.Fences(&r) {
+			return true
+		}
+	}
+	return false
 }
 
 // Finish implements agenttool.Store.

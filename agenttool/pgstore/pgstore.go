@@ -101,19 +101,21 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 	if _, _, err := agenttool.DecideClaim(nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
 		return agenttool.ClaimResult{}, err // an invalid request
 	}
+	fenceSession := fenceSession(&req)
 	for range 10 {
-		var token int64
+		var token *int64
+		var fenced bool
 		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			req.Now.Add(req.Lease), req.Now, req.Session[:]).Scan(&token)
-		if err == nil {
+			req.Now.Add(req.Lease), req.Now, req.Session[:], fenceSession, req.Fence != nil).Scan(&token, &fenced)
+		if err != nil {
+			return agenttool.ClaimResult{}, s.wrap("claim", req.Key, err)
+		}
+		if token != nil {
 			rec := agenttool.Record{
 				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
-				Owner: req.Owner, Token: uint64(token), LeaseExpiry: req.Now.Add(req.Lease), Created: req.Now, Updated: req.Now,
+				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: req.Now.Add(req.Lease), Created: req.Now, Updated: req.Now,
 			}
-			return agenttool.ClaimResult{Claimed: true, Record: rec}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return agenttool.ClaimResult{}, s.wrap("claim", req.Key, err)
+			return agenttool.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
 		}
 		// The key exists. Most often nothing needs to change (a replay, a
 		// live lease): answer from a plain read.
@@ -141,6 +143,14 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 
 var errNeedsWrite = errors.New("claim needs a write")
 
+// fenceSession is the session the claim's fence is limited to, or nil.
+func fenceSession(req *agenttool.ClaimRequest) []byte {
+	if req.Fence == nil || !req.Fence.Session {
+		return nil
+	}
+	return req.Session[:]
+}
+
 // claimLocked decides a claim on the row locked FOR UPDATE. gone reports a
 // row that vanished before it could be locked.
 func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (res agenttool.ClaimResult, gone bool, err error) {
@@ -160,6 +170,12 @@ func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (re
 		res = r
 		if !write {
 			return nil
+		}
+		if res.Claimed && req.Fence != nil {
+			err := tx.QueryRow(ctx, s.q.fenced, req.Key, req.Tool, req.Principal[:], req.Now, fenceSession(&req)).Scan(&res.Fenced)
+			if err != nil {
+				return err
+			}
 		}
 		return s.put(ctx, tx, &r.Record)
 	})

@@ -33,9 +33,10 @@ var migrations = []string{
 	CREATE INDEX records_open ON {s}.records (key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);
 	CREATE INDEX records_expires ON {s}.records (expires) WHERE expires IS NOT NULL;`,
 	// 2: the session digest, and the open records of a tool and principal
-	// (the unknown fence) by index.
+	// (the unknown fence) by index, unknown ones apart from pending ones and
+	// those by lease expiry, so that live leases are not read.
 	`ALTER TABLE {s}.records ADD COLUMN session bytea NOT NULL DEFAULT ''::bytea;
-	CREATE INDEX records_scope ON {s}.records (tool, principal, session, key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
+	CREATE INDEX records_scope ON {s}.records (tool, principal, state, lease_expiry) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session`
@@ -43,17 +44,33 @@ const columns = `key, tool, state, principal, fingerprint, owner, token, lease_e
 // awaiting is the SQL form of agenttool.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
+// fenced is the unknown fence's question, in SQL: is there a record of a
+// tool and principal (and session, unless that parameter is NULL), other
+// than a key, that awaits reconciliation at now? Two range scans of
+// records_scope: unknown records, and pending ones whose lease has ended;
+// live leases are not read. The arguments name the statement's parameters.
+func fenced(t, key, tool, principal, now, session string) string {
+	scope := `tool = ` + tool + ` AND principal = ` + principal + ` AND key <> ` + key +
+		` AND (` + session + `::bytea IS NULL OR session = ` + session + `)`
+	return `(EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 4 AND NOT retry_approved)
+		OR EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 1 AND lease_expiry <= ` + now + `))`
+}
+
 type queries struct {
-	insert, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown string
+	insert, fenced, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown string
 }
 
 func newQueries(schema string) queries {
 	t := pgx.Identifier{schema, "records"}.Sanitize()
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
 	return queries{
-		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session)
+		// insert claims a new key and, in the same statement, answers the
+		// fence's question when $10 asks it.
+		insert: `WITH ins AS (INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session)
 			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8)
-			ON CONFLICT (key) DO NOTHING RETURNING token`,
+			ON CONFLICT (key) DO NOTHING RETURNING token)
+			SELECT (SELECT token FROM ins), $10 AND ` + fenced(t, "$1", "$2", "$3", "$7", "$9"),
+		fenced:       `SELECT ` + fenced(t, "$1", "$2", "$3", "$4", "$5"),
 		get:          `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
@@ -73,8 +90,7 @@ func newQueries(schema string) queries {
 		// listScope is listUnknown for one tool and principal, by the
 		// records_scope index.
 		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
-			AND ($6::bytea IS NULL OR session = $6) AND (state = 1 OR (state = 4 AND NOT retry_approved))
-			AND ` + awaiting + ` AND key > $2 ORDER BY key LIMIT $4`,
+			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + ` AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
 			FROM (SELECT key, lease_expiry AS held_until FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2

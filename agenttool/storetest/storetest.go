@@ -103,6 +103,7 @@ func Run(t *testing.T, h Harness) {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.Open(t)) })
 	}
 	t.Run("OpenRecordsOfAScope", func(t *testing.T) { testScope(t, h) })
+	t.Run("FenceAnsweredWithTheClaim", func(t *testing.T) { testFenceWithClaim(t, h.Open(t)) })
 	t.Run("DatabaseGone", func(t *testing.T) {
 		if h.Kill == nil {
 			t.Skip("the harness cannot kill this store")
@@ -681,5 +682,56 @@ func testToolIsolation(t *testing.T, s agenttool.Store) {
 	}
 	if after, _ := s.Get(bg, key); after.Token != before.Token || after.State != agenttool.Succeeded || after.Tool != "conformance" {
 		t.Errorf("the record changed: %+v", after)
+	}
+}
+
+// testFenceWithClaim: a granted claim that asks (ClaimRequest.Fence) learns
+// whether another record of its tool and principal (and session) awaits
+// reconciliation, in the claim's own transaction.
+func testFenceWithClaim(t *testing.T, s agenttool.Store) {
+	tool := fmt.Sprintf("fenced-%d", keyCount.Add(1))
+	s1, s2 := agenttool.Digest{0x61}, agenttool.Digest{0x62}
+	claim := func(session agenttool.Digest, now time.Time, fence *agenttool.Fence) agenttool.ClaimResult {
+		t.Helper()
+		req := claimReq(newKey(), now)
+		req.Tool, req.Session, req.Fence = tool, session, fence
+		res := mustClaim(t, s, req)
+		if !res.Claimed {
+			t.Fatalf("claim %s not granted: %+v", req.Key, res)
+		}
+		return res
+	}
+	perSession, perPrincipal := &agenttool.Fence{Session: true}, &agenttool.Fence{}
+	if res := claim(s1, t0, perSession); res.Fenced {
+		t.Errorf("a claim in an empty scope is fenced")
+	}
+	// That claim's live lease holds nothing; once it lapses, it does.
+	if res := claim(s1, t0.Add(minute/2), perSession); res.Fenced {
+		t.Errorf("a live lease fences the scope")
+	}
+	if res := claim(s1, t0.Add(2*minute), perSession); !res.Fenced {
+		t.Errorf("a lapsed lease in the session does not fence it")
+	}
+	// An unknown record fences its session, and its principal's other
+	// sessions under a principal-wide fence.
+	u := claim(s2, t0, nil)
+	if err := s.Finish(bg, finish(u.Record.Key, u.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	other := agenttool.Digest{0x63}
+	if res := claim(other, t0, perSession); res.Fenced {
+		t.Errorf("an unknown record of another session fences this one")
+	}
+	if res := claim(other, t0, perPrincipal); !res.Fenced {
+		t.Errorf("an unknown record does not fence its principal")
+	}
+	if res := claim(s2, t0, nil); res.Fenced {
+		t.Errorf("a claim that did not ask was told it is fenced")
+	}
+	// Another principal, another tool: not fenced.
+	req := claimReq(newKey(), t0)
+	req.Tool, req.Session, req.Principal, req.Fence = tool, s2, bob, perSession
+	if res := mustClaim(t, s, req); res.Fenced {
+		t.Errorf("another principal's claim is fenced")
 	}
 }

@@ -1,0 +1,37 @@
+package canonjson_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/internal/canonjson"
+)
+
+// FuzzDecode checks Decode against encoding/json with UseNumber on the
+// canonical form of any input Canonical accepts.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5,-3e10,{"b":null}],"c":"x\"\\\n\u00e9\ud83d\ude00","d":true,"e":false}`, `[]`, `{}`, `"s"`, `0`, `[[[]]]`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		canon, err := canonjson.Canonical([]byte(in))
+		if err != nil {
+			return
+		}
+		got, err := canonjson.Decode(canon)
+		if err != nil {
+			t.Fatalf("Decode(%q): %v", canon, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(canon))
+		dec.UseNumber()
+		var want any
+		if err := dec.Decode(&want); err != nil {
+			t.Fatalf("encoding/json on %q: %v", canon, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Decode(%q) = %#v, encoding/json gives %#v", canon, got, want)
+		}
+	})
+}

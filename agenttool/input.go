@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -242,12 +243,18 @@ func (c *config) identifyingDigest(obj map[string]any, typed *typedInput) (Diges
 // isKeyLike reports whether a member name, folded to its skeleton, is one of
 // the key-like fields, or contains one of the key-like stems.
 func (c *config) isKeyLike(name string) bool {
-	s := skeleton(name)
-	if c.keyLike[s] {
+	var stack [64]byte
+	var s []byte
+	if isASCII(name) && len(name) <= len(stack) {
+		s = appendASCIISkeleton(stack[:0], name) // the common case, without allocating
+	} else {
+		s = []byte(skeleton(name))
+	}
+	if c.keyLike[string(s)] {
 		return true
 	}
 	for _, stem := range c.keyStems {
-		if strings.Contains(s, stem) {
+		if bytes.Contains(s, []byte(stem)) {
 			return true
 		}
 	}

@@ -77,6 +77,9 @@ func FuzzLooseString(f *testing.F) {
 			if fast, slow := asciiLoose(s), slowLoose(s); fast != slow {
 				t.Fatalf("the ASCII path gives %q for %q; full normalisation gives %q", fast, s, slow)
 			}
+			if got, want := appendASCIILoose([]byte("x"), s), appendPart([]byte("x"), asciiLoose(s)); string(got) != string(want) {
+				t.Fatalf("appendASCIILoose(%q) = %q, want %q", s, got, want)
+			}
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -71,12 +72,26 @@ func looseString(s string) string {
 // asciiLoose is looseString for ASCII text, in one pass: NFKC leaves ASCII
 // as it is, and case folding is lower-casing.
 func asciiLoose(s string) string {
-	b := make([]byte, 0, len(s))
+	return string(appendASCIIText(make([]byte, 0, len(s)), s))
+}
+
+// appendASCIILoose appends the loose form of ASCII text as appendPart would
+// append it: its length, then its bytes.
+func appendASCIILoose(b []byte, s string) []byte {
+	at := len(b)
+	b = appendASCIIText(binaryLen(b, 0), s)
+	binary.BigEndian.PutUint64(b[at:], uint64(len(b)-at-8))
+	return b
+}
+
+// appendASCIIText appends the loose form of ASCII text.
+func appendASCIIText(b []byte, s string) []byte {
+	start := len(b)
 	space := false
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == ' ' || c >= '\t' && c <= '\r':
-			space = len(b) > 0
+			space = len(b) > start
 		case c < 0x20 || c == 0x7f:
 			// a control character: invisible
 		default:
@@ -90,7 +105,21 @@ func asciiLoose(s string) string {
 			b = append(b, c)
 		}
 	}
-	return string(b)
+	return b
+}
+
+// appendASCIISkeleton appends the skeleton of an ASCII name: its letters,
+// lower-cased, and digits.
+func appendASCIISkeleton(b []byte, name string) []byte {
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			b = append(b, c)
+		}
+	}
+	return b
 }
 
 func isASCII(s string) bool {
@@ -150,6 +179,9 @@ func appendLoose(b []byte, v any, exact bool) []byte {
 	case json.Number:
 		return appendPart(append(b, 'd'), string(v))
 	case string:
+		if !exact && isASCII(v) {
+			return appendASCIILoose(append(b, 's'), v)
+		}
 		return appendPart(append(b, 's'), str(v))
 	case []any:
 		b = binaryLen(append(b, 'a'), len(v))
@@ -205,18 +237,7 @@ func isEmpty(v any) bool {
 // "idempotencykey".
 func skeleton(name string) string {
 	if isASCII(name) {
-		// ASCII letters, digits and separators: fold without allocating
-		// more than the result.
-		b := make([]byte, 0, len(name))
-		for i := 0; i < len(name); i++ {
-			switch c := name[i]; {
-			case c >= 'A' && c <= 'Z':
-				b = append(b, c+'a'-'A')
-			case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-				b = append(b, c)
-			}
-		}
-		return string(b)
+		return string(appendASCIISkeleton(make([]byte, 0, len(name)), name))
 	}
 	s := folder.String(norm.NFKD.String(name))
 	var b strings.Builder

@@ -13,8 +13,11 @@
 // default): versioned, idempotent, and safe when several replicas open at
 // once (the migration holds a transaction-scoped advisory lock).
 //
-// A new claim is one INSERT … ON CONFLICT DO NOTHING; recording the outcome
-// is one UPDATE fenced by the claim's token. Replays read without writing.
+// A new claim is one INSERT … ON CONFLICT DO NOTHING, which in the same
+// statement answers the unknown fence (is another record of the tool and
+// scope awaiting reconciliation?) from the records_scope index; recording
+// the outcome is one UPDATE fenced by the claim's token. Replays read
+// without writing.
 // The sweeper takes unknown records with FOR UPDATE SKIP LOCKED, so
 // replicas share the work without waiting on each other.
 //
@@ -23,9 +26,12 @@
 //   - Every method honours its context: a cancelled context cancels the
 //     query. Outcomes are recorded by agenttool on a context that outlives
 //     the caller's, bounded by Options.StoreTimeout of the tool.
-//   - Leases and expiries compare the callers' clocks, written into the
-//     rows: keep replicas' clocks in sync (NTP); a skew shortens or lengthens
-//     leases by that much.
+//   - One clock per comparison: every time in a row (lease expiry, created,
+//     updated, expires) is written by a caller, from its own clock, and
+//     compared with a caller's clock; the database's now() is never used.
+//     Keep replicas' clocks in sync (NTP) and set agenttool's ClockSkew to
+//     how far apart they may be: a skew shortens or lengthens leases by that
+//     much, and a takeover waits it out before trusting "not applied".
 //   - If the database is unreachable, every method fails and guarded tools
 //     answer store_unavailable without running (fail closed).
 package pgstore

@@ -1,5 +1,8 @@
-// Package agenttool makes side-effecting langchaingo tools safe to retry
-// inside LLM agents.
+// Package agenttool makes side-effecting tools safe to retry inside LLM
+// agents. It depends on no agent framework: a guarded [Tool] is a
+// langchaingo tools.Tool by its method set (agenttool/langchain has the
+// langchaingo helpers), and agenttool/mcptool serves and calls guarded tools
+// over the Model Context Protocol.
 //
 // A guarded tool derives an idempotency key for each logical action from
 // trusted code — never from the model — claims it in a durable [Store], runs
@@ -12,14 +15,15 @@
 //	store, _ := boltstore.Open("retrysafe.db", nil)
 //	send, err := agenttool.New("send_email", "Send an email.", sendEmail, agenttool.Options{
 //		Store: store,
-//		Class: agenttool.Reconcilable,
+//		Class: agenttool.Keyed, // the mail API honours the request reference as an idempotency key
 //	})
 //	// trusted application code, not the model, says who acts and where:
 //	ctx = agenttool.WithScope(ctx, "tenant-42/user-7", "conversation-9")
-//	agent := agents.NewOpenAIFunctionsAgent(agenttool.WithToolSchemas(model, send), []tools.Tool{send})
+//	agent := agents.NewOpenAIFunctionsAgent(langchain.WithToolSchemas(model, send), []tools.Tool{send})
 //	executor := agents.NewExecutor(agent)
 //
-// [Wrap] guards an existing tools.Tool; [New] builds one from a Go function
+// [Wrap] guards an existing tool that takes text ([Callable], which a
+// langchaingo tools.Tool is); [New] builds one from a Go function
 // with a JSON input struct and exposes its JSON Schema. Either way, Call
 // returns the envelope's JSON and a nil error: langchaingo's executor aborts
 // the whole run on a tool error, and the model must see every outcome. Go

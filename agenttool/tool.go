@@ -8,9 +8,6 @@ import (
 	"reflect"
 	"sync/atomic"
 
-	"github.com/tmc/langchaingo/llms"
-	"github.com/tmc/langchaingo/tools"
-
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -19,9 +16,12 @@ import (
 const envelopeHint = " Returns a JSON envelope: status is success, definite_failure or unknown_outcome; follow its next field" +
 	" (continue, fix_input, do_not_retry, wait, ask_human) and never add an idempotency key yourself."
 
-// Tool is a guarded tool: a langchaingo tools.Tool whose every call goes
-// through key derivation, the store and the retry engine, and returns an
-// envelope. A Tool is safe for concurrent use.
+// Tool is a guarded tool: every call goes through key derivation, the store
+// and the retry engine, and returns an envelope. By its method set (Name,
+// Description, Call) it is a langchaingo tools.Tool; package
+// agenttool/langchain has the langchaingo helpers, and agenttool/mcptool
+// serves and calls guarded tools over MCP. A Tool is safe for concurrent
+// use.
 type Tool struct {
 	name        string
 	description string
@@ -33,9 +33,18 @@ type Tool struct {
 	scopeMemo   atomic.Pointer[scopeMemo]
 }
 
-var _ tools.Tool = (*Tool)(nil)
+// Callable is a tool that takes text and returns text: what [Wrap] guards.
+// A langchaingo tools.Tool is one, by its method set.
+type Callable interface {
+	Name() string
+	Description() string
+	Call(ctx context.Context, input string) (string, error)
+}
 
-// Wrap guards a langchaingo tool. Its input must be one JSON object (or, with
+var _ Callable = (*Tool)(nil)
+
+// Wrap guards a tool that takes text, such as a langchaingo tools.Tool. Its
+// input must be one JSON object (or, with
 // Options.TextInput, plain text). The tool receives the input in the
 // canonical form that was digested (members sorted, no insignificant space;
 // key-like fields removed under StripModelKeys) and finds the request
@@ -52,7 +61,7 @@ var _ tools.Tool = (*Tool)(nil)
 // Wrap returns an error wrapping [ErrInvalidOptions] if the options are
 // inconsistent, for example a key lifetime shorter than the retry window plus
 // the lease.
-func Wrap(t tools.Tool, opts Options) (*Tool, error) {
+func Wrap(t Callable, opts Options) (*Tool, error) {
 	cfg, err := newConfig(t.Name(), opts)
 	if err != nil {
 		return nil, err
@@ -205,11 +214,6 @@ func (t *Tool) Description() string { return t.description }
 // Schema returns the JSON Schema of the tool's input: derived from In for
 // tools built with [New], {"type":"object"} for wrapped tools.
 func (t *Tool) Schema() json.RawMessage { return t.schema }
-
-// FunctionDefinition describes the tool for function-calling models.
-func (t *Tool) FunctionDefinition() llms.FunctionDefinition {
-	return llms.FunctionDefinition{Name: t.name, Description: t.description, Parameters: t.schema}
-}
 
 // Call runs the tool for an agent: it returns the envelope's JSON and a nil
 // error, always. langchaingo's executor ends the whole run when a tool returns

@@ -7,6 +7,7 @@ import (
 	"github.com/tmc/langchaingo/llms/openai"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/langchain"
 )
 
 // openAIModel is langchaingo's OpenAI client, configured from the
@@ -27,5 +28,5 @@ func openAIModel(getenv func(string) string, guarded []*agenttool.Tool) (llms.Mo
 	if err != nil {
 		return nil, err
 	}
-	return agenttool.WithToolSchemas(llm, guarded...), nil
+	return langchain.WithToolSchemas(llm, guarded...), nil
 }

@@ -1,4 +1,4 @@
-package agenttool_test
+package langchain_test
 
 import (
 	"context"
@@ -9,8 +9,24 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/langchain"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 )
+
+type email struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+}
+
+func newSend(t *testing.T) *agenttool.Tool {
+	t.Helper()
+	send, err := agenttool.New("send_email", "Send an email.", func(context.Context, email) (string, error) { return "sent", nil },
+		agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return send
+}
 
 // optionsModel records the call options it is given.
 type optionsModel struct{ got llms.CallOptions }
@@ -27,9 +43,9 @@ func (m *optionsModel) Call(ctx context.Context, prompt string, opts ...llms.Cal
 }
 
 func TestWithToolSchemas(t *testing.T) {
-	send := newEmailTool(t, &mailServer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	send := newSend(t)
 	inner := &optionsModel{}
-	model := agenttool.WithToolSchemas(inner, send)
+	model := langchain.WithToolSchemas(inner, send)
 	// The agent passes its one-string declaration; the tool's schema wins.
 	oneString := []llms.FunctionDefinition{{Name: "send_email", Parameters: map[string]any{"properties": map[string]any{"__arg1": map[string]string{"type": "string"}}}}}
 	if _, err := model.GenerateContent(context.Background(), nil, llms.WithFunctions(oneString)); err != nil {
@@ -38,5 +54,13 @@ func TestWithToolSchemas(t *testing.T) {
 	if len(inner.got.Functions) != 1 || !strings.Contains(string(send.Schema()), `"subject"`) ||
 		string(inner.got.Functions[0].Parameters.(json.RawMessage)) != string(send.Schema()) {
 		t.Errorf("functions given to the model: %+v", inner.got.Functions)
+	}
+}
+
+func TestFunctionDefinition(t *testing.T) {
+	send := newSend(t)
+	fd := langchain.FunctionDefinition(send)
+	if fd.Name != "send_email" || !strings.Contains(fd.Description, "envelope") || string(fd.Parameters.(json.RawMessage)) != string(send.Schema()) {
+		t.Errorf("function definition %+v", fd)
 	}
 }

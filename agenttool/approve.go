@@ -96,6 +96,14 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 	if err != nil {
 		return waiting(fmt.Sprintf("the outcome is unknown; the approval could not be applied: %v", err)), false
 	}
+	if h.rec.Attempts != a.Attempts {
+		// Another call acted on the record while the approver was asked: the
+		// decision was about an outcome that is no longer the record's.
+		if err := h.stillUnknown(c.ctx); err != nil {
+			cfg.logger.Warn("retrysafe: could not give back a record after a stale approval", "ref", c.ref, "err", err)
+		}
+		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", h.rec.Attempts, a.Attempts)), false
+	}
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {
 		res.Verdict = "not applied"

@@ -176,6 +176,13 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 	if res.Fenced {
 		if env, blocked := c.fence(); blocked {
 			c.putBack(res.Record)
+			if c.maybeRan && env.Status != envelope.UnknownOutcome {
+				// This action's own outcome is unknown too: the call applied
+				// nothing, but the action may have happened.
+				env.Status, env.Next = envelope.UnknownOutcome, envelope.DoNotRetry
+				env.Note = fmt.Sprintf("This action (%s) may already have happened, and an earlier %s (%s) was confirmed done; nothing new was done. "+
+					"Tell the user, and do not call %s again until it is verified.", c.ref, c.t.name, env.Earlier.RequestRef, c.t.name)
+			}
 			return env
 		}
 	}

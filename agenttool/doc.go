@@ -124,7 +124,8 @@
 // # The unknown fence
 //
 // While an action of a tool in a scope (the session, by default: see
-// [FenceScope]) is unknown, no new write of that tool in that scope runs.
+// [FenceScope]) is unknown — or being checked or retried after an unknown
+// outcome — no new write of that tool in that scope runs.
 // A call under a new key first asks the destination about each earlier
 // unknown action through the Reconciler: not applied settles it and the
 // call runs; applied settles it as a success and answers
@@ -164,6 +165,9 @@
 //     already on the wire). The residual risk: a tool that ignores its
 //     context and an AttemptTimeout of 0, or clocks further apart than
 //     ClockSkew, or a destination that applies a request later than that.
+//     A reconciler that knows no request in flight can land (the
+//     destination fences stale ones, as boltstore.Store.Effect does)
+//     answers reconcile.NotAppliedFenced, which is trusted at once.
 //   - The unknown fence sees actions while they are unknown. If the sweeper
 //     or an operator settles one as applied before the model sends its
 //     reworded request, the fence has nothing left to hold, and the

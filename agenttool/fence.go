@@ -36,7 +36,7 @@ func (c *call) fence() (env envelope.Envelope, blocked bool) {
 	if cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return envelope.Envelope{}, false
 	}
-	req := ListRequest{Tool: c.t.name, Principal: &c.principal, Limit: fencePage}
+	req := ListRequest{Tool: c.t.name, Principal: &c.principal, Limit: fencePage, Held: true}
 	if cfg.Fence == FenceSession {
 		req.Session = &c.session
 	}

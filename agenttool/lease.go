@@ -150,9 +150,10 @@ func (k *keeper) lose(cause error) {
 // over a key whose earlier holder's lease lapsed at heldUntil, a not-applied
 // answer proves nothing until that holder's attempt can no longer be in
 // flight — heldUntil plus AttemptTimeout plus ClockSkew. Before then it
-// counts as pending.
+// counts as pending, unless the destination refuses stale requests
+// (reconcile.Answer.Fenced).
 func (t *Tool) trust(ans reconcile.Answer, heldUntil time.Time) reconcile.Answer {
-	if ans.Verdict != reconcile.NotApplied || heldUntil.IsZero() {
+	if ans.Verdict != reconcile.NotApplied || ans.Fenced || heldUntil.IsZero() {
 		return ans
 	}
 	safe := heldUntil.Add(t.cfg.AttemptTimeout + t.cfg.ClockSkew)

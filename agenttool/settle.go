@@ -35,8 +35,11 @@ type holding struct {
 	keep      keeper
 }
 
-// hold starts keeping a taken-over record's lease.
+// hold starts keeping a taken-over record's lease. The attempt count is the
+// claim's: a takeover of a lapsed lease counts the dead holder's attempt,
+// and every settlement keeps it.
 func (t *Tool) hold(ctx context.Context, rec Record, res ClaimResult) *holding {
+	rec.Attempts = res.Record.Attempts
 	h := &holding{t: t, rec: rec, token: res.Record.Token, heldUntil: res.HeldUntil}
 	h.work, h.stopWork = context.WithCancelCause(ctx)
 	h.keep.start(t, ctx, rec.Key, h.token, res.Record.LeaseExpiry, h.stopWork)
@@ -72,7 +75,7 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 		// Between the read and the claim the record was approved for a retry,
 		// and this claim consumed the approval: give it back.
 		h := t.hold(ctx, res.Record, res)
-		if err := h.finish(ctx, Unknown, nil, rec.Resolution, true); err != nil {
+		if err := h.finish(ctx, Unknown, nil, nil, true); err != nil { // nil keeps the record's resolution
 			return nil, err
 		}
 		return nil, fmt.Errorf("agenttool: %s was just approved for a retry: %w", key, ErrNotUnknown)

@@ -67,6 +67,10 @@ type ListRequest struct {
 	// Session, if not nil, keeps only the records of that session (see
 	// [Record.Session]).
 	Session *Digest
+	// Held also lists pending records taken over from an unknown outcome
+	// and held by a live call or check ([Record.Fences]): what the unknown
+	// fence waits for. Requires Tool and Principal.
+	Held bool
 	// After, if not empty, starts the list after this key (for paging).
 	After string
 	// Limit bounds the number of records; 0 means 100.
@@ -168,6 +172,11 @@ type Record struct {
 	// Resolution is the last settlement of an unknown outcome, kept with the
 	// record as its audit trail; nil if there was none.
 	Resolution *Resolution
+	// TakenOver is set on a pending record whose claim took over an unknown
+	// outcome or a lapsed lease: its action may already have applied, and
+	// is being checked or retried. The unknown fence counts it as unknown
+	// while it is held ([Record.Fences]).
+	TakenOver bool
 }
 
 // ClaimRequest asks a Store to claim a key.
@@ -225,9 +234,9 @@ type ClaimResult struct {
 	TookOver bool
 	// HeldUntil, when TookOver, is when the last lease of an earlier holder
 	// ended, if its holder did not record the outcome itself (its lease
-	// lapsed): that holder's attempt may have been in flight until then.
-	// Zero when the earlier holder recorded the outcome as unknown, or is
-	// known to be gone (boltstore ends leases found at Open).
+	// lapsed, or boltstore ended it at Open): that holder's attempt may
+	// have been in flight until then. Zero when the earlier holder recorded
+	// the outcome as unknown.
 	HeldUntil time.Time
 	// Conflict is set when the existing record belongs to another principal
 	// or input. Record is then the existing one, unchanged.
@@ -310,7 +319,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			Key: req.Key, Tool: req.Tool, State: Pending,
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
-			Attempts: attempts, Created: created, Updated: req.Now,
+			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver,
 		}
 		if existing != nil && !existing.expired(req.Now) {
 			// A takeover keeps the audit trail and the last outcome seen.
@@ -377,7 +386,7 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 		return Record{}, fmt.Errorf("agenttool: finish %s: only an unknown record can be approved for retry: %w", req.Key, ErrInvalidRequest)
 	}
 	rec := *existing
-	rec.State, rec.Owner, rec.LeaseExpiry = req.State, "", time.Time{}
+	rec.State, rec.Owner, rec.LeaseExpiry, rec.TakenOver = req.State, "", time.Time{}, false
 	if req.State == Unknown {
 		rec.LeaseExpiry = req.HeldUntil
 	}
@@ -432,12 +441,29 @@ func (r *Record) Open() bool {
 	return r.State == Pending || (r.State == Unknown && !r.RetryApproved)
 }
 
+// Fences reports whether r holds the unknown fence at now: it awaits
+// reconciliation, or it is held by a call or a check that took it over
+// from an unknown outcome (its action may have applied while it is
+// checked).
+func (r *Record) Fences(now time.Time) bool {
+	return r.AwaitsReconciliation(now) || (r.State == Pending && r.TakenOver)
+}
+
 // Fences reports whether r, another record than req's, holds req's fence at
-// req.Now: it awaits reconciliation, and belongs to req's tool, principal
-// and (if the fence is per session) session.
+// req.Now ([Record.Fences]), and belongs to req's tool, principal and (if
+// the fence is per session) session.
 func (req *ClaimRequest) Fences(r *Record) bool {
 	return req.Fence != nil && r.Key != req.Key && r.Tool == req.Tool && r.Principal == req.Principal &&
-		(!req.Fence.Session || r.Session == req.Session) && r.AwaitsReconciliation(req.Now)
+		(!req.Fence.Session || r.Session == req.Session) && r.Fences(req.Now)
+}
+
+// Lists reports whether r is listed by req at req.Now: it matches req's
+// filters, and awaits reconciliation (or, with req.Held, holds the fence).
+func (req *ListRequest) Lists(r *Record) bool {
+	if req.Held {
+		return req.Matches(r) && r.Fences(req.Now)
+	}
+	return req.Matches(r) && r.AwaitsReconciliation(req.Now)
 }
 
 // Matches reports whether r is selected by the filters of req (principal,

@@ -47,6 +47,13 @@ type Answer struct {
 	Result json.RawMessage
 	// Err is why the check could not tell, for CantSay.
 	Err error
+	// Fenced, for NotApplied, says that no request still in flight can
+	// apply after this answer: the destination refuses a stale one (by a
+	// fencing token, or because the effect commits together with its
+	// record). Without it, a not-applied answer about an action whose
+	// holder may still have a request in flight counts as pending until
+	// that request can no longer land.
+	Fenced bool
 }
 
 // AppliedWith answers Applied with the destination's result. A result that is
@@ -60,6 +67,11 @@ func AppliedWith(result []byte) Answer {
 
 // NotAppliedYet answers NotApplied.
 func NotAppliedYet() Answer { return Answer{Verdict: NotApplied} }
+
+// NotAppliedFenced answers NotApplied for a destination that refuses stale
+// requests, so that none in flight can apply after the answer (see
+// Answer.Fenced).
+func NotAppliedFenced() Answer { return Answer{Verdict: NotApplied, Fenced: true} }
 
 // StillPending answers Pending.
 func StillPending() Answer { return Answer{Verdict: Pending} }

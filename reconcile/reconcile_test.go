@@ -83,6 +83,9 @@ func TestAnswers(t *testing.T) {
 	if a := reconcile.CantSayBecause(nil); a.Err == nil {
 		t.Error("CantSay without a reason has no error")
 	}
+	if a := reconcile.NotAppliedFenced(); a.Verdict != reconcile.NotApplied || !a.Fenced || reconcile.NotAppliedYet().Fenced {
+		t.Errorf("NotAppliedFenced = %+v; only it vouches that nothing in flight can land", a)
+	}
 	var zero reconcile.Answer
 	if zero.Verdict != reconcile.CantSay {
 		t.Error("the zero answer must say nothing")

@@ -14,9 +14,9 @@ import (
 )
 
 // schemaVersion is the layout of the file this package writes and reads.
-// Version 3 has the scope index of scope.go; files of versions 1 (none) and
-// 2 (an earlier layout) are upgraded at Open by rebuilding it.
-const schemaVersion = "3"
+// Version 4 has the scope index of scope.go; files of versions 1 (none), 2
+// and 3 (earlier layouts) are upgraded at Open by rebuilding it.
+const schemaVersion = "4"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -104,7 +104,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket} {
@@ -125,7 +125,10 @@ func initSchema(tx *bolt.Tx) error {
 
 // expireLeases ends the leases of pending records at Open. bbolt locks the
 // file to one process, so a pending record found at Open was left by a
-// process that is gone: its action is unknown now, not in a minute.
+// process that is gone: its action is unknown now, not in a minute. Its
+// lease ends now (not in the past), so that a takeover still waits out a
+// request the dead process may have had in flight (AttemptTimeout plus
+// ClockSkew, from now) before it trusts "not applied".
 func expireLeases(tx *bolt.Tx) error {
 	b := tx.Bucket(recordsBucket)
 	var keys []string
@@ -136,7 +139,9 @@ func expireLeases(tx *bolt.Tx) error {
 			continue // unreadable records stay as they are, failing closed when used
 		}
 		prev := *rec
-		rec.LeaseExpiry = time.Time{}
+		if now := time.Now(); rec.LeaseExpiry.After(now) {
+			rec.LeaseExpiry = now
+		}
 		if err := save(b, rec, &prev); err != nil {
 			return err
 		}
@@ -211,6 +216,13 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		res = r
 		if !write {
 			return nil
+		}
+		if existing != nil && existing.Sweepable(req.Now) {
+			// A fresh action over an expired one: the old action's effect
+			// is not this one's.
+			if err := b.Tx().Bucket(effectsBucket).Delete([]byte(req.Key)); err != nil {
+				return err
+			}
 		}
 		if res.Claimed && req.Fence != nil {
 			res.Fenced = fenced(b, &req)
@@ -371,7 +383,7 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 				corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: string(k), Err: err}) // skipped, reported, left in place
 				continue
 			}
-			if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
+			if req.Lists(rec) {
 				out = append(out, *rec)
 			}
 		}

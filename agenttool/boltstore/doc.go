@@ -20,6 +20,12 @@
 //
 // # Caveats
 //
+//   - A pending record found at Open was left by a process that is gone;
+//     its lease is ended at Open, so a takeover does not wait out the
+//     lease, but still waits out a request the dead process may have had
+//     in flight (the tool's AttemptTimeout plus ClockSkew) before it
+//     trusts "not applied" — unless the answer comes from
+//     [Store.Reconciler], which is exact.
 //   - bbolt locks its file to one process. A second process that opens the
 //     same file waits Options.LockTimeout and then fails with a clear error.
 //     Several replicas must share pgstore instead.

@@ -121,7 +121,9 @@ func (s *Store) Reconciler() reconcile.Reconciler {
 		case result != nil:
 			return reconcile.AppliedWith(result)
 		}
-		return reconcile.NotAppliedYet()
+		// Exact, and for good: a holder that lost its lease cannot apply
+		// the effect (Effect checks its token in the same transaction).
+		return reconcile.NotAppliedFenced()
 	})
 }
 

@@ -15,7 +15,7 @@ import (
 //
 //	byte     2 (the format)
 //	byte     state
-//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest
+//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest, 8 taken over
 //	[32]byte principal digest
 //	[32]byte fingerprint
 //	[32]byte session digest, if flag 4
@@ -37,6 +37,7 @@ const (
 	flagApproved   = 1
 	flagResolution = 2
 	flagSession    = 4
+	flagTakenOver  = 8
 )
 
 // maxField bounds a stored string or outcome, so that a corrupt length
@@ -54,6 +55,9 @@ func appendRecord(b []byte, r *agenttool.Record) []byte {
 	}
 	if r.Session != (agenttool.Digest{}) {
 		flags |= flagSession
+	}
+	if r.TakenOver {
+		flags |= flagTakenOver
 	}
 	b = append(b, formatBinary, byte(r.State), flags)
 	b = append(b, r.Principal[:]...)
@@ -187,10 +191,11 @@ func decodeBinary(v []byte) (agenttool.Record, error) {
 	var rec agenttool.Record
 	rec.State = agenttool.State(head[1])
 	flags := head[2]
-	if flags&^(flagApproved|flagResolution|flagSession) != 0 {
+	if flags&^(flagApproved|flagResolution|flagSession|flagTakenOver) != 0 {
 		return agenttool.Record{}, fmt.Errorf("unknown flags %#x", flags)
 	}
 	rec.RetryApproved = flags&flagApproved != 0
+	rec.TakenOver = flags&flagTakenOver != 0
 	copy(rec.Principal[:], r.bytes(32, "principal"))
 	copy(rec.Fingerprint[:], r.bytes(32, "fingerprint"))
 	if flags&flagSession != 0 {

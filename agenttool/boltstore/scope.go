@@ -17,12 +17,13 @@ import (
 // reconciliation — what the unknown fence asks for on every claim — reading
 // only those records, however many others the scope holds:
 //
-//	tool 0x00 principal 'u' session key            an unknown record, not resolved
-//	tool 0x00 principal 'p' lease session key      a pending record, by lease expiry
+//	tool 0x00 principal 'u' session key            an unknown record, not resolved,
+//	                                               or a pending one taken over from one
+//	tool 0x00 principal 'p' lease session key      another pending record, by lease expiry
 //
-// Unknown records all await reconciliation. Pending ones do once their lease
-// has expired: a cursor over the 'p' entries, in lease order, stops at the
-// first live lease. Leases are 8 bytes, big-endian Unix nanoseconds offset
+// The 'u' records all hold the fence. Other pending ones do once their
+// lease has expired: a cursor over the 'p' entries, in lease order, stops
+// at the first live lease. Leases are 8 bytes, big-endian Unix nanoseconds offset
 // so that their order is the times' order.
 const (
 	kindUnknown = 'u'
@@ -36,7 +37,7 @@ func scopeKey(r *agenttool.Record) []byte {
 	}
 	k := make([]byte, 0, len(r.Tool)+1+32+1+8+32+len(r.Key))
 	k = append(append(append(k, r.Tool...), 0), r.Principal[:]...)
-	if r.State == agenttool.Pending {
+	if r.State == agenttool.Pending && !r.TakenOver {
 		k = append(k, kindPending)
 		k = binary.BigEndian.AppendUint64(k, leaseOrder(r.LeaseExpiry))
 	} else {
@@ -101,8 +102,8 @@ func rebuildScopes(tx *bolt.Tx) error {
 }
 
 // awaitingInScope calls fn with the key and session of every record of the
-// tool and principal that awaits reconciliation at now, by the index alone,
-// until fn returns false.
+// tool and principal that holds the fence at now (agenttool.Record.Fences),
+// by the index alone, until fn returns false.
 func awaitingInScope(b *bolt.Bucket, tool string, principal agenttool.Digest, now time.Time, fn func(key string, session []byte) bool) {
 	base := append(append([]byte(tool), 0), principal[:]...)
 	c := b.Tx().Bucket(scopeBucket).Cursor()
@@ -162,7 +163,7 @@ func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttoo
 			corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: key, Err: err})
 			continue
 		}
-		if rec.AwaitsReconciliation(req.Now) && req.Matches(rec) {
+		if req.Lists(rec) {
 			out = append(out, *rec)
 		}
 	}

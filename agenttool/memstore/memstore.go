@@ -156,6 +156,7 @@ type entry struct {
 	attempts      int32
 	state         agenttool.State
 	retryApproved bool
+	takenOver     bool
 }
 
 func newEntry(r *agenttool.Record) entry {
@@ -164,7 +165,7 @@ func newEntry(r *agenttool.Record) entry {
 		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
-		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved,
+		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved, takenOver: r.TakenOver,
 	}
 }
 
@@ -184,7 +185,7 @@ func (e *entry) record() agenttool.Record {
 		Key: e.key, Tool: e.tool, State: e.state, Principal: e.principal, Session: e.session, Fingerprint: e.fingerprint,
 		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
-		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution,
+		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution, TakenOver: e.takenOver,
 	}
 }
 
@@ -389,7 +390,7 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 	var out []agenttool.Record
 	visit := func(k string, i int) {
 		if e := &s.entries[i]; k > req.After && e.open() {
-			if r := e.record(); req.Matches(&r) && r.AwaitsReconciliation(req.Now) {
+			if r := e.record(); req.Lists(&r) {
 				r.Outcome = slices.Clone(r.Outcome)
 				out = append(out, r)
 			}

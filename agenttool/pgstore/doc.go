@@ -32,6 +32,9 @@
 //     Keep replicas' clocks in sync (NTP) and set agenttool's ClockSkew to
 //     how far apart they may be: a skew shortens or lengthens leases by that
 //     much, and a takeover waits it out before trusting "not applied".
+//   - PostgreSQL keeps microseconds: lease ends are rounded up to the next
+//     microsecond when written, so that a lease may end up to a
+//     microsecond late here, never early.
 //   - If the database is unreachable, every method fails and guarded tools
 //     answer store_unavailable without running (fail closed).
 package pgstore

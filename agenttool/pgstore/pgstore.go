@@ -106,14 +106,14 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		var token *int64
 		var fenced bool
 		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			req.Now.Add(req.Lease), req.Now, req.Session[:], fenceSession, req.Fence != nil).Scan(&token, &fenced)
+			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil).Scan(&token, &fenced)
 		if err != nil {
 			return agenttool.ClaimResult{}, s.wrap("claim", req.Key, err)
 		}
 		if token != nil {
 			rec := agenttool.Record{
 				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
-				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: req.Now.Add(req.Lease), Created: req.Now, Updated: req.Now,
+				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
 			}
 			return agenttool.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
 		}
@@ -196,7 +196,7 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.q.finish, req.Key, int64(req.Token), int16(rec.State), rec.Attempts, rec.Outcome,
-		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res, nullTime(rec.LeaseExpiry))
+		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res, nullTime(leaseEnd(rec.LeaseExpiry)))
 	if err != nil {
 		return s.wrap("finish", req.Key, err)
 	}
@@ -220,7 +220,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 
 // Renew implements agenttool.Store.
 func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
-	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), req.Until, req.Now)
+	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now)
 	if err != nil {
 		return s.wrap("renew", req.Key, err)
 	}
@@ -261,11 +261,17 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 	if req.Session != nil {
 		session = req.Session[:]
 	}
-	q := s.q.listUnknown
 	if req.Tool != "" && req.Principal != nil {
-		q = s.q.listScope
+		rows, err := s.pool.Query(ctx, s.q.listScope, req.Now, req.After, principal, limit, req.Tool, session, req.Held)
+		if err != nil {
+			return nil, s.wrap("list", "", err)
+		}
+		return s.collect(rows)
 	}
-	rows, err := s.pool.Query(ctx, q, req.Now, req.After, principal, limit, req.Tool, session)
+	if req.Held {
+		return nil, fmt.Errorf("pgstore: listing held records needs a tool and a principal: %w", agenttool.ErrInvalidRequest)
+	}
+	rows, err := s.pool.Query(ctx, s.q.listUnknown, req.Now, req.After, principal, limit, req.Tool, session)
 	if err != nil {
 		return nil, s.wrap("list", "", err)
 	}
@@ -283,7 +289,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 		principal = req.Principal[:]
 	}
 	rows, err := s.pool.Query(ctx, s.q.claimUnknown, req.Now, req.UpdatedBefore, principal, req.Tools, req.Limit,
-		req.Owner, req.Now.Add(req.Lease))
+		req.Owner, leaseEnd(req.Now.Add(req.Lease)))
 	if err != nil {
 		return nil, s.wrap("claim unknown", "", err)
 	}
@@ -345,7 +351,7 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, s.q.update, r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
-		nullTime(r.LeaseExpiry), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res, r.Session[:])
+		nullTime(leaseEnd(r.LeaseExpiry)), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res, r.Session[:], r.TakenOver)
 	return err
 }
 
@@ -402,15 +408,17 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 		owner, tool, key string
 		outcome          []byte
 		retryApproved    bool
+		takenOver        bool
 	)
 	dest := append([]any{&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
-		&created, &updated, &expires, &retryApproved, &resolution, &session}, extra...)
+		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r = agenttool.Record{
 		Key: key, Tool: tool, State: agenttool.State(state), Owner: owner, Token: uint64(token),
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
+		TakenOver: takenOver,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
 		return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}
@@ -445,6 +453,19 @@ func encodeResolution(r *agenttool.Resolution) ([]byte, error) {
 		return nil, nil
 	}
 	return json.Marshal(r)
+}
+
+// leaseEnd rounds a lease's end up to PostgreSQL's microsecond, which the
+// callers' times (nanoseconds, truncated when sent) are compared with: a
+// lease may end up to a microsecond late here, never early.
+func leaseEnd(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	if r := t.Truncate(time.Microsecond); r.Before(t) {
+		return r.Add(time.Microsecond)
+	}
+	return t
 }
 
 func nullTime(t time.Time) *time.Time {

@@ -36,24 +36,27 @@ var migrations = []string{
 	// (the unknown fence) by index, unknown ones apart from pending ones and
 	// those by lease expiry, so that live leases are not read.
 	`ALTER TABLE {s}.records ADD COLUMN session bytea NOT NULL DEFAULT ''::bytea;
-	CREATE INDEX records_scope ON {s}.records (tool, principal, state, lease_expiry) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
+	ALTER TABLE {s}.records ADD COLUMN taken_over boolean NOT NULL DEFAULT false;
+	CREATE INDEX records_scope ON {s}.records (tool, principal, state, taken_over, lease_expiry) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over`
 
 // awaiting is the SQL form of agenttool.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
 // fenced is the unknown fence's question, in SQL: is there a record of a
 // tool and principal (and session, unless that parameter is NULL), other
-// than a key, that awaits reconciliation at now? Two range scans of
-// records_scope: unknown records, and pending ones whose lease has ended;
-// live leases are not read. The arguments name the statement's parameters.
+// than a key, that holds the fence at now (agenttool.Record.Fences)? Range
+// scans of records_scope: unknown records, pending ones taken over from an
+// unknown outcome, and other pending ones whose lease has ended; live
+// leases are not read. The arguments name the statement's parameters.
 func fenced(t, key, tool, principal, now, session string) string {
 	scope := `tool = ` + tool + ` AND principal = ` + principal + ` AND key <> ` + key +
 		` AND (` + session + `::bytea IS NULL OR session = ` + session + `)`
 	return `(EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 4 AND NOT retry_approved)
-		OR EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 1 AND lease_expiry <= ` + now + `))`
+		OR EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 1 AND taken_over)
+		OR EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 1 AND NOT taken_over AND lease_expiry <= ` + now + `))`
 }
 
 type queries struct {
@@ -75,9 +78,9 @@ func newQueries(schema string) queries {
 		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15, session = $16 WHERE key = $1`,
+			retry_approved = $14, resolution = $15, session = $16, taken_over = $17 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
-		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, attempts = $4, outcome = $5, updated = $6,
+		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
@@ -90,8 +93,9 @@ func newQueries(schema string) queries {
 		// listScope is listUnknown for one tool and principal, by the
 		// records_scope index.
 		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
-			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + ` AND key > $2 ORDER BY key LIMIT $4`,
-		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1,
+			AND ($6::bytea IS NULL OR session = $6) AND (` + awaiting + ` OR ($7 AND state = 1 AND taken_over))
+			AND key > $2 ORDER BY key LIMIT $4`,
+		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1, taken_over = true,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
 			FROM (SELECT key, lease_expiry AS held_until FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)

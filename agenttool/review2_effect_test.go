@@ -1,0 +1,110 @@
+package agenttool_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+type noteIn struct {
+	Text string `json:"text"`
+}
+
+func notesCount(s *boltstore.Store) int {
+	n := 0
+	s.DB().View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket([]byte("notes")); b != nil {
+			n = b.Stats().KeyN
+		}
+		return nil
+	})
+	return n
+}
+
+// After the key lifetime the same input is a new action and runs again
+// (TestExpiredOutcomeIsAFreshAction). With boltstore.Effect, a claim made
+// over an expired record keeps the old action's effect entry: the new
+// action's Effect returns the old result without writing, and the envelope
+// says success (not replayed) although nothing happened. After a Sweep
+// the same call does write: the outcome depends on when the sweeper ran.
+func TestAnExpiredActionsEffectDoesNotAnswerTheNext(t *testing.T) {
+	for _, swept := range []bool{true, false} {
+		t.Run("swept="+strconv.FormatBool(swept), func(t *testing.T) {
+			s := openBolt(t, filepath.Join(t.TempDir(), "notes.db"))
+			clk := newClock()
+			tool, err := agenttool.New("append_note", "Append a note.", func(ctx context.Context, in noteIn) (json.RawMessage, error) {
+				return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+					b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+					if err != nil {
+						return nil, err
+					}
+					n, _ := b.NextSequence()
+					return json.RawMessage(`{"note_number":` + strconv.FormatUint(n, 10) + `}`), b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text))
+				})
+			}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(), Now: clk.Now, KeyTTL: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := tool.Invoke(scoped(), `{"text":"check the carrier scan"}`)
+			mustStatus(t, first, envelope.Success)
+			clk.Advance(2 * time.Hour) // the key's lifetime ends: the next one is a fresh action
+			if swept {
+				if _, err := s.Sweep(context.Background(), clk.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := tool.Invoke(scoped(), `{"text":"check the carrier scan"}`)
+			t.Logf("fresh action: %s; notes: %d", second, notesCount(s))
+			if second.Status == envelope.Success && !second.Replayed && notesCount(s) != 2 {
+				t.Fatalf("success (not replayed) for a fresh action that wrote nothing: %d note(s)", notesCount(s))
+			}
+		})
+	}
+}
+
+// The same leftover turns a definite failure of the fresh action — the tool
+// refused before it wrote anything — into success, reconciled: Finish
+// (Failed) meets the old effect entry (ErrEffectApplied), and the store's
+// reconciler answers with the old action's result.
+func TestAFreshActionIsNotAnsweredWithAnExpiredEffect(t *testing.T) {
+	s := openBolt(t, filepath.Join(t.TempDir(), "notes.db"))
+	clk := newClock()
+	closed := false
+	tool, err := agenttool.New("append_note", "Append a note.", func(ctx context.Context, in noteIn) (json.RawMessage, error) {
+		if closed {
+			return nil, envelope.MarkDefinite(errorString("incident INC-104 is closed"), "incident_closed")
+		}
+		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+			if err != nil {
+				return nil, err
+			}
+			n, _ := b.NextSequence()
+			return json.RawMessage(`{"note_number":` + strconv.FormatUint(n, 10) + `}`), b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text))
+		})
+	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(), Now: clk.Now, KeyTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, tool.Invoke(scoped(), `{"text":"check the carrier scan"}`), envelope.Success)
+	clk.Advance(2 * time.Hour) // a fresh action from now on
+	closed = true              // the incident no longer takes notes
+	env := tool.Invoke(scoped(), `{"text":"check the carrier scan"}`)
+	t.Logf("fresh action on a closed incident: %s; notes: %d", env, notesCount(s))
+	if env.Status == envelope.Success {
+		t.Fatalf("success for an action whose tool refused and wrote nothing")
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

@@ -11,9 +11,9 @@ import (
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
-// envelopeHint is appended to every guarded tool's description so that the
+// EnvelopeHint is appended to every guarded tool's description so that the
 // model knows how to read what the tool returns.
-const envelopeHint = " Returns a JSON envelope: status is success, definite_failure or unknown_outcome; follow its next field" +
+const EnvelopeHint = " Returns a JSON envelope: status is success, definite_failure or unknown_outcome; follow its next field" +
 	" (continue, fix_input, do_not_retry, wait, ask_human) and never add an idempotency key yourself."
 
 // Tool is a guarded tool: every call goes through key derivation, the store
@@ -72,7 +72,7 @@ func Wrap(t Callable, opts Options) (*Tool, error) {
 	}
 	return &Tool{
 		name:        t.Name(),
-		description: t.Description() + envelopeHint,
+		description: t.Description() + EnvelopeHint,
 		cfg:         cfg,
 		run: func(ctx context.Context, in args) (json.RawMessage, error) {
 			out, err := t.Call(ctx, in.forward)
@@ -148,7 +148,7 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 	}
 	return &Tool{
 		name:        name,
-		description: description + envelopeHint,
+		description: description + EnvelopeHint,
 		cfg:         cfg,
 		typed: &typedInput{
 			shape: sh,

@@ -1,0 +1,185 @@
+package mcptool
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// refusals are the JSON-RPC error codes with which a server refuses a call
+// before any tool runs, and the envelope codes they become.
+var refusals = map[int64]string{
+	jsonrpc.CodeParseError:                    "parse_error",
+	jsonrpc.CodeInvalidRequest:                "invalid_request",
+	jsonrpc.CodeMethodNotFound:                "method_not_found",
+	jsonrpc.CodeInvalidParams:                 "invalid_params",
+	mcp.CodeHeaderMismatch:                    "header_mismatch",
+	mcp.CodeMissingRequiredClientCapabilities: "missing_client_capabilities",
+	mcp.CodeUnsupportedProtocolVersion:        "unsupported_protocol_version",
+}
+
+// classifyCallError gives an error of ClientSession.CallTool its class (see
+// NewTool). What it does not recognise is returned as it is, for
+// envelope.Classify: the error's own marks first, then a failed dial
+// (transient), and anything else unknown.
+func classifyCallError(err error) error {
+	if errors.Is(err, mcp.ErrConnectionClosed) {
+		// The SDK reports a call refused by a closing connection before it
+		// was written, or a call the server received while closing and did
+		// not handle, this way.
+		return envelope.MarkTransient(fmt.Errorf("the MCP connection did not send the call: %w", err))
+	}
+	if code, ok := refusal(err); ok {
+		return envelope.MarkDefinite(fmt.Errorf("the MCP server refused the call: %w", err), code)
+	}
+	return err
+}
+
+// refusal finds, anywhere in err's tree, a JSON-RPC error by which the
+// server refused the call.
+func refusal(err error) (string, bool) {
+	switch e := err.(type) {
+	case nil:
+		return "", false
+	case *jsonrpc.Error:
+		code, ok := refusals[e.Code]
+		return code, ok
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if code, ok := refusal(inner); ok {
+				return code, true
+			}
+		}
+	case interface{ Unwrap() error }:
+		return refusal(e.Unwrap())
+	}
+	return "", false
+}
+
+// readResult turns a tools/call result into the text a guarded tool returns,
+// or an error with its class (see NewTool).
+func readResult(tool string, res *mcp.CallToolResult) (string, error) {
+	if env, ok := carriedEnvelope(res); ok {
+		return fromEnvelope(env)
+	}
+	text := joinedText(res)
+	if res.IsError {
+		if text == "" {
+			text = "no details given"
+		}
+		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s reported an error: %s", tool, text), "")
+	}
+	if res.StructuredContent == nil {
+		return text, nil
+	}
+	if sameJSON(text, res.StructuredContent) {
+		return text, nil // the server's own serialisation: exact numbers, its order
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return text, nil // cannot happen with what the SDK decoded; the call succeeded either way
+	}
+	return string(b), nil
+}
+
+// carriedEnvelope returns the retrysafe envelope a result carries in its
+// structured content or, failing that, in a text block. A text block that
+// holds the same envelope as the structured content is preferred: it is
+// the server's bytes, with numbers the SDK's decoding may have rounded.
+func carriedEnvelope(res *mcp.CallToolResult) (envelope.Envelope, bool) {
+	var fromText *envelope.Envelope
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok && strings.HasPrefix(strings.TrimSpace(t.Text), "{") {
+			if env, err := envelope.Parse([]byte(t.Text)); err == nil {
+				fromText = &env
+				break
+			}
+		}
+	}
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			if env, err := envelope.Parse(b); err == nil {
+				if fromText != nil && fromText.Status == env.Status && fromText.RequestRef == env.RequestRef {
+					return *fromText, true
+				}
+				return env, true
+			}
+		}
+	}
+	if fromText != nil {
+		return *fromText, true
+	}
+	return envelope.Envelope{}, false
+}
+
+// fromEnvelope keeps the status of a server's envelope.
+func fromEnvelope(env envelope.Envelope) (string, error) {
+	switch env.Status {
+	case envelope.Success:
+		if len(env.Result) == 0 {
+			return "null", nil
+		}
+		return string(env.Result), nil
+	case envelope.UnknownOutcome:
+		return "", envelope.MarkUnknown(upstreamError(env))
+	}
+	if env.Next == envelope.Wait {
+		// Nothing was done and the server asks to try later (unavailable,
+		// store_unavailable, cancelled): recorded as a failure, the action
+		// would be refused until its key expires.
+		return "", envelope.MarkTransient(upstreamError(env))
+	}
+	return "", envelope.MarkDefinite(upstreamError(env), env.Error.Code)
+}
+
+// upstreamError says what a server's failure or unknown outcome was,
+// including what it said of an earlier action, for the model to read.
+func upstreamError(env envelope.Envelope) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the MCP server's %s answered %s", env.Tool, env.Status)
+	if env.Error != nil {
+		fmt.Fprintf(&b, " (%s): %s", env.Error.Code, env.Error.Message)
+	}
+	if e := env.Earlier; e != nil {
+		fmt.Fprintf(&b, "; its earlier action %s %s", e.RequestRef, e.State)
+		if len(e.Result) > 0 {
+			fmt.Fprintf(&b, " with result %s", e.Result)
+		}
+	}
+	return errors.New(b.String())
+}
+
+func joinedText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// sameJSON reports whether text is JSON that decodes to what structured
+// decoded to.
+func sameJSON(text string, structured any) bool {
+	var v any
+	if json.Unmarshal([]byte(text), &v) != nil {
+		return false
+	}
+	b, err := json.Marshal(structured)
+	if err != nil {
+		return false
+	}
+	var w any
+	if json.Unmarshal(b, &w) != nil {
+		return false
+	}
+	return reflect.DeepEqual(v, w)
+}

@@ -1,0 +1,168 @@
+// Command mcp-agent: an agent books one seat through a tool of an MCP
+// server, with retrysafe on both sides of the Model Context Protocol.
+//
+// The program starts an MCP server over streamable HTTP on loopback, behind
+// the SDK's bearer-token middleware, that serves book_flight guarded by
+// retrysafe (agenttool/mcptool.Register): the principal is the user the
+// verified token names. A langchaingo agent reaches it through
+// agenttool/mcptool.Tools, which guards the listed tool on the client side
+// too. When the response to a call is lost, the client resends it and the
+// server replays the booking it made: one booking.
+//
+//	go run ./examples/mcp-agent                          # offline, fault lost-response
+//	go run ./examples/mcp-agent -fault unauthenticated
+//	go run ./examples/mcp-agent -h                       # flags and faults
+//
+// -db is the agent's store; the MCP server keeps its own beside it, in
+// PATH.server.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/mcptool"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/demo"
+	"github.com/retrysafe/retrysafe/internal/scripted"
+)
+
+var example = demo.Example{
+	Name: "mcp-agent",
+	Faults: []demo.Fault{
+		{Name: "lost-response", Help: "the server books, then the HTTP connection breaks before the response reaches the client"},
+		{Name: "none", Help: "everything works"},
+		{Name: "unauthenticated", Help: "the user has not signed in: the call carries no token, and nothing runs"},
+	},
+	Prompt:    "Book Ana Lima on TP1234 on 12 December.",
+	Principal: "tenant-42/user-7",
+	Session:   "conversation-12",
+	Setup:     setup,
+	Script:    script,
+}
+
+func main() { demo.Main(example) }
+
+func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
+	logf := func(format string, args ...any) { fmt.Fprintf(env.Out, "  "+format+"\n", args...) }
+	server, err := startMCPServer(env.Fault, env.DB+".server", logf)
+	if err != nil {
+		return nil, err
+	}
+	store, err := boltstore.Open(env.DB, nil) // the agent's own store
+	if err != nil {
+		server.close()
+		return nil, err
+	}
+	users := map[string]string{"tenant-42/user-7": "user-9c1d"}
+	if env.Fault == "unauthenticated" {
+		users = nil
+	}
+	transport := &tokens{base: http.DefaultTransport.(*http.Transport).Clone(), app: "app-7f3a", users: users, log: logf}
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-agent", Version: "1.0.0"}, nil)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: server.url, HTTPClient: &http.Client{Transport: transport}}, nil)
+	if err != nil {
+		store.Close()
+		server.close()
+		return nil, err
+	}
+	closeAll := func() { session.Close(); transport.base.CloseIdleConnections(); store.Close(); server.close() }
+	guarded, err := mcptool.Tools(ctx, session, mcptool.ClientOptions{ByName: map[string]agenttool.Options{
+		"book_flight": {
+			Store:          store,
+			Class:          agenttool.Keyed, // a resent call is replayed by the server
+			AttemptTimeout: 5 * time.Second,
+			Retry:          agenttool.RetryPolicy{InitialInterval: 50 * time.Millisecond},
+			Hooks: agenttool.Hooks{Attempt: func(e agenttool.AttemptEvent) {
+				if e.Err != nil {
+					logf("mcp client: %v", e.Err)
+				}
+			}},
+		},
+	}})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return &demo.Scenario{
+		Tools:   guarded,
+		Effects: server.service.count,
+		Final:   func(w io.Writer) { fmt.Fprintf(w, "bookings: %d\n", server.service.count()) },
+		Close:   closeAll,
+	}, nil
+}
+
+// tokens is the agent application's HTTP transport to the MCP server. A
+// guarded tool's call, made for the user of its trusted scope, carries that
+// user's token and never the application's; anything else (connecting,
+// listing tools) carries the application's own. The SDK
+// reports HTTP statuses as text, so a 401 or 403 is turned into an error
+// marked definite here: the server's middleware refused the request
+// before anything ran.
+type tokens struct {
+	base  *http.Transport
+	app   string
+	users map[string]string // principal → bearer token
+	log   func(string, ...any)
+}
+
+func (t *tokens) RoundTrip(r *http.Request) (*http.Response, error) {
+	token := t.app
+	if call, ok := agenttool.CallInfoFrom(r.Context()); ok {
+		if token = t.users[call.Scope.Principal]; token == "" {
+			t.log("mcp client: %s has not signed in: the call goes without a token", call.Scope.Principal)
+		}
+	}
+	r = r.Clone(r.Context())
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden) {
+		return resp, err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	resp.Body.Close()
+	return nil, envelope.MarkDefinite(fmt.Errorf("the MCP server refused the request: %s (%s)", resp.Status, strings.TrimSpace(string(body))), "unauthenticated")
+}
+
+// script plays a real, imperfect model: it books; once booked, unsure, it
+// books once more with its arguments in another order.
+func script(string) scripted.Script {
+	const first = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`
+	const again = `{"passenger":"Ana Lima","flight":"TP1234","date":"2026-12-12"}`
+	return func(results []string) scripted.Reply {
+		call := func(args string) scripted.Reply {
+			return scripted.Reply{Call: &scripted.Call{Tool: "book_flight", Arguments: args}}
+		}
+		if len(results) == 0 {
+			return call(first)
+		}
+		last, err := envelope.Parse([]byte(results[len(results)-1]))
+		if err != nil {
+			return scripted.Reply{Text: "The tool's answer was unreadable."}
+		}
+		switch {
+		case last.Status == envelope.Success && len(results) == 1:
+			return call(again) // "just to be sure"
+		case last.Status == envelope.Success:
+			var b booking
+			json.Unmarshal(last.Result, &b)
+			return scripted.Reply{Text: fmt.Sprintf("Ana Lima is booked on %s on %s, confirmation %s.", b.Flight, b.Date, b.Confirmation)}
+		case last.Status == envelope.UnknownOutcome && len(results) < 4:
+			return call(again)
+		case last.Status == envelope.UnknownOutcome:
+			return scripted.Reply{Text: "The booking may have gone through; it is being verified (" + last.RequestRef + ")."}
+		}
+		return scripted.Reply{Text: "I could not book the flight: " + last.Error.Message}
+	}
+}

@@ -1,6 +1,6 @@
 module github.com/retrysafe/retrysafe
 
-go 1.26.8
+go 1.25.0
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0

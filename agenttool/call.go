@@ -38,6 +38,9 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	scope, ok := ScopeFrom(ctx)
 	if !ok || !scope.valid() {
 		if t.cfg.DefaultScope == nil {
+			// The application forgot its part: say so to whoever runs it,
+			// not only to the model.
+			t.cfg.logger.Warn("retrysafe: a call without a scope was refused; set one with agenttool.WithScope", "tool", t.name)
 			return t.refused("", &envelope.Error{Code: envelope.CodeMissingScope,
 				Message: "the application set no principal and session for this call (agenttool.WithScope); nothing was run"},
 				envelope.DoNotRetry, "This tool is not available in this context; tell the user it could not be used.")

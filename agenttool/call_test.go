@@ -1,9 +1,11 @@
 package agenttool_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,7 +21,15 @@ import (
 func TestMissingScope(t *testing.T) {
 	m := &mailServer{}
 	store := memstore.New()
-	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	var logged bytes.Buffer
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	defer func() {
+		// The application's mistake is told to whoever runs it, at WARN.
+		if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "WithScope") {
+			t.Errorf("a call without a scope was not logged at WARN: %q", logged.String())
+		}
+	}()
 	for name, ctx := range map[string]context.Context{
 		"no scope":         context.Background(),
 		"empty principal":  agenttool.WithScope(context.Background(), "", "conversation-9"),

@@ -166,6 +166,17 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 	defer c.stopWork(nil)
 	c.t.flights.begin(c)
 	defer c.t.flights.end(c)
+	if c.maybeRan && c.t.cfg.Class == Keyed && c.t.cfg.keyForgotten(res.Record.Created) {
+		// The destination may have forgotten the key: a retry with it is no
+		// longer safe. Ask, or leave it to a person.
+		if c.t.cfg.Reconciler == nil {
+			c.putBack(res.Record)
+			return c.keyForgotten(res.Record)
+		}
+		if env, settled := c.reconcile(res.Record.Attempts, errKeyForgotten); settled {
+			return env
+		}
+	}
 	if c.maybeRan && c.t.cfg.Class == Reconcilable {
 		// Ask the destination before any new write.
 		if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
@@ -427,6 +438,29 @@ func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.
 		env.Note = fmt.Sprintf("This may already have happened. Do not call %s again for it; reference %s is being verified. Tell the user it is pending.", c.t.name, c.ref)
 	}
 	return env
+}
+
+// errKeyForgotten is the cause of an unknown outcome that a keyed tool
+// cannot retry: the destination may no longer know the key.
+var errKeyForgotten = errors.New("an earlier attempt's outcome is unknown, and the destination may have forgotten its idempotency key")
+
+// keyForgotten reports whether an action first attempted at created is older
+// than the destination keeps keys.
+func (c *config) keyForgotten(created time.Time) bool {
+	return c.DestinationKeyTTL > 0 && !created.IsZero() && c.Now().Sub(created) >= c.DestinationKeyTTL
+}
+
+// keyForgotten is the envelope of a keyed action whose outcome is unknown
+// and whose key the destination may have forgotten, without a reconciler.
+func (c *call) keyForgotten(rec Record) envelope.Envelope {
+	return envelope.Envelope{
+		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
+		Attempts: rec.Attempts, Replayed: true, Next: envelope.AskHuman,
+		Error: &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: fmt.Sprintf(
+			"%v (first sent %s, longer ago than the destination keeps keys, %v); it is not retried blindly", errKeyForgotten,
+			rec.Created.UTC().Format(time.RFC3339), c.t.cfg.DestinationKeyTTL)},
+		Note: fmt.Sprintf("This may already have happened, and it is too old to retry safely. Do not call %s again for it; ask a person to check reference %s.", c.t.name, c.ref),
+	}
 }
 
 func (c *call) inProgress(rec Record) envelope.Envelope {

@@ -16,6 +16,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 func TestMissingScope(t *testing.T) {
@@ -412,5 +413,48 @@ func TestOutcomeWriteIsBounded(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("a hung store held the call for %v", d)
+	}
+}
+
+// A keyed destination forgets keys (Stripe keeps one about 24 hours): an
+// action whose outcome is unknown and whose first attempt is older than
+// that is not retried blindly with its key.
+func TestKeyedActionIsNotRetriedAfterTheDestinationForgetsItsKey(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		reconciler reconcile.Reconciler
+		want       envelope.Status
+		runs       int64
+	}{
+		{"no reconciler: a person decides", nil, envelope.UnknownOutcome, 1},
+		{"found applied", fixed(reconcile.AppliedWith([]byte(`{"id":"in_1"}`))), envelope.Success, 1},
+		{"found not applied: sent again", fixed(reconcile.NotAppliedYet()), envelope.Success, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			m := &mailServer{script: func(n int) (bool, error) {
+				if n == 1 {
+					return true, errLostReply
+				}
+				return true, nil
+			}}
+			opts := agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Now: clk.Now, Reconciler: tt.reconciler,
+				Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+			tool := newEmailTool(t, m, opts)
+			mustStatus(t, tool.Invoke(scoped(), emailToAna), envelope.UnknownOutcome)
+			clk.Advance(25 * time.Hour)
+			env := tool.Invoke(scoped(), emailToAna)
+			if env.Status != tt.want || m.runs.Load() != tt.runs {
+				t.Fatalf("after 25 hours: %s, runs %d; want %s and %d runs", env, m.runs.Load(), tt.want, tt.runs)
+			}
+			if tt.reconciler == nil && (env.Next != envelope.AskHuman || !strings.Contains(env.Error.Message, "forgotten")) {
+				t.Errorf("without a reconciler: %s; want ask_human, saying the destination may have forgotten the key", env)
+			}
+		})
+	}
+	// The option is checked against the call's own retry window.
+	_, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, DestinationKeyTTL: time.Second})
+	if !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), "DestinationKeyTTL") {
+		t.Errorf("a destination key lifetime shorter than the retry window: %v", err)
 	}
 }

@@ -22,7 +22,10 @@ const (
 	ReadOnly Class = iota + 1
 	// Keyed tools call a destination that honours the request reference as an
 	// idempotency key (Stripe-style): a retry with the same key is safe, also
-	// after an unknown outcome.
+	// after an unknown outcome — for as long as the destination keeps the key
+	// (Options.DestinationKeyTTL). Past that, an unknown action is not
+	// retried blindly: it is reconciled if the tool has a Reconciler, and
+	// otherwise waits for an operator.
 	Keyed
 	// Reconcilable tools call a destination that can be asked for the status
 	// of a request reference. After an unknown outcome the tool is not run
@@ -201,6 +204,14 @@ type Options struct {
 	// it holds the key (while the tool or a check runs, and between
 	// attempts). 0 means 1m.
 	Lease time.Duration
+	// DestinationKeyTTL, for a Keyed tool, is how long the destination keeps
+	// an idempotency key (Stripe keeps one about 24 hours). A retry of an
+	// action whose first attempt is older could meet a destination that has
+	// forgotten the key and act twice, so such an action, if its outcome is
+	// unknown, is asked about through the Reconciler, or else left for an
+	// operator (unknown_outcome, next ask_human). 0 means 24h; negative
+	// means the destination keeps keys forever.
+	DestinationKeyTTL time.Duration
 	// ClockSkew is how far apart the clocks of the processes sharing a store
 	// may be. A call that takes over a key whose holder's lease lapsed
 	// trusts a not-applied answer only after that lease's end plus
@@ -348,6 +359,13 @@ func newConfig(name string, o Options) (*config, error) {
 	if window := o.Retry.MaxElapsed + o.Lease; o.KeyTTL < window {
 		return nil, bad("key lifetime %v is shorter than retry window %v plus lease %v (%v): a retry could find its key gone and run again",
 			o.KeyTTL, o.Retry.MaxElapsed, o.Lease, window)
+	}
+	if o.DestinationKeyTTL == 0 {
+		o.DestinationKeyTTL = 24 * time.Hour
+	}
+	if o.DestinationKeyTTL > 0 && o.Class == Keyed && o.DestinationKeyTTL < o.Retry.MaxElapsed+o.Lease {
+		return nil, bad("DestinationKeyTTL %v is shorter than retry window %v plus lease %v: a call's own retries would outlive the destination's key",
+			o.DestinationKeyTTL, o.Retry.MaxElapsed, o.Lease)
 	}
 	if o.ClockSkew == 0 {
 		o.ClockSkew = time.Second

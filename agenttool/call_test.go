@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -456,5 +458,33 @@ func TestKeyedActionIsNotRetriedAfterTheDestinationForgetsItsKey(t *testing.T) {
 	_, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, DestinationKeyTTL: time.Second})
 	if !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), "DestinationKeyTTL") {
 		t.Errorf("a destination key lifetime shorter than the retry window: %v", err)
+	}
+}
+
+// RequestUUID is a UUID of the request reference: the same on every
+// attempt and retry of one action, another for another action.
+func TestRequestUUID(t *testing.T) {
+	var seen []string
+	tool, err := agenttool.New("send_email", "", func(ctx context.Context, in emailInput) (string, error) {
+		seen = append(seen, agenttool.RequestUUID(ctx))
+		if len(seen) == 1 {
+			return "", envelope.MarkTransient(errors.New("503"))
+		}
+		return "ok", nil
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, tool.Invoke(scoped(), emailToAna), envelope.Success)
+	mustStatus(t, tool.Invoke(scoped(), `{"to":"bo@example.com","subject":"Lunch"}`), envelope.Success)
+	if len(seen) != 3 || seen[0] != seen[1] || seen[1] == seen[2] {
+		t.Fatalf("UUIDs %v: want one per action, the same on a retry", seen)
+	}
+	u, err := uuid.Parse(seen[0])
+	if err != nil || u.Version() != 5 {
+		t.Errorf("%q is not a version-5 UUID: %v", seen[0], err)
+	}
+	if agenttool.RequestUUID(context.Background()) != "" {
+		t.Error("a UUID outside a guarded call")
 	}
 }

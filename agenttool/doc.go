@@ -76,6 +76,18 @@
 // A call without a scope is refused with missing_scope unless the tool has a
 // DefaultScope.
 //
+// Choosing the scope is choosing what counts as the same action. With the
+// session set to the conversation, the same email in one conversation is
+// one action, however often the model sends it — and a user who really
+// wants it twice needs a new session or an action id. With the session set
+// to one user turn (the user message's id), each request of the user is a
+// new action, and repeats within the turn are one; a resend in a later turn
+// after an unknown outcome is then held back only by a principal-wide fence
+// (FencePrincipal). With [WithActionID] ("msg-" + the user message's id,
+// say), every call of the tool in that context is one action. A
+// destination that wants a UUID as the client reference gets one from
+// [RequestUUID].
+//
 // # Side-effect classes
 //
 // Every tool declares a [Class]:

@@ -1,6 +1,10 @@
 package agenttool
 
-import "context"
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
 
 // Scope says who acts and in which window: the principal (tenant, user) and
 // the session (conversation, run). It comes from trusted application code
@@ -81,6 +85,22 @@ func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
 func RequestRef(ctx context.Context) string {
 	c, _ := CallInfoFrom(ctx)
 	return c.RequestRef
+}
+
+// requestUUIDSpace is the namespace of the UUIDs RequestUUID makes.
+var requestUUIDSpace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/retrysafe/retrysafe#request_ref"))
+
+// RequestUUID returns a name-based UUID (version 5) of the request reference
+// on a guarded tool's context, for destinations that want a UUID as the
+// client's idempotency key or reference: like the reference, it is the same
+// on every attempt and retry of one logical action. It returns "" outside a
+// guarded call.
+func RequestUUID(ctx context.Context) string {
+	ref := RequestRef(ctx)
+	if ref == "" {
+		return ""
+	}
+	return uuid.NewSHA1(requestUUIDSpace, []byte(ref)).String()
 }
 
 func withCallInfo(ctx context.Context, c CallInfo) context.Context {

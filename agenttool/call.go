@@ -75,10 +75,11 @@ type call struct {
 	work     context.Context
 	stopWork context.CancelCauseFunc
 	// leaseUntil is the end of the claim's lease; heldUntil, after a
-	// takeover, the end of the earlier holder's (see ClaimResult).
-	leaseUntil, heldUntil time.Time
-	args                  args
-	scope                 Scope
+	// takeover, the end of the earlier holder's (see ClaimResult); lastSent
+	// the latest time an attempt of the action may have been sent.
+	leaseUntil, heldUntil, lastSent time.Time
+	args                            args
+	scope                           Scope
 	// principal and session are the scope's digests, as records keep them.
 	principal, session Digest
 	ref                string
@@ -161,7 +162,11 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 // hold runs a call that has claimed its key, as one flight.
 func (c *call) hold(res ClaimResult) envelope.Envelope {
 	c.token, c.maybeRan = res.Record.Token, res.TookOver
-	c.leaseUntil, c.heldUntil = res.Record.LeaseExpiry, res.HeldUntil
+	c.leaseUntil = res.Record.LeaseExpiry
+	if res.TookOver {
+		c.heldUntil = inFlightUntil(res)
+		c.lastSent = c.heldUntil
+	}
 	c.work, c.stopWork = context.WithCancelCause(c.ctx)
 	defer c.stopWork(nil)
 	c.t.flights.begin(c)
@@ -214,7 +219,7 @@ func (c *call) putBack(claimed Record) {
 	}
 	c.t.flights.quiet(c)
 	err := c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: claimed.Attempts,
-		Outcome: claimed.Outcome, RetryApproved: !c.maybeRan, HeldUntil: c.heldUntil}, nil)
+		Outcome: claimed.Outcome, RetryApproved: !c.maybeRan, HeldUntil: later(c.heldUntil, c.lastSent)}, nil)
 	if err != nil {
 		c.t.cfg.logger.Warn("retrysafe: could not give back a record held back by the unknown fence", "ref", c.ref, "err", err)
 	}
@@ -332,10 +337,8 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)
 		defer cancel()
 	}
-	var start time.Time
-	if cfg.Hooks.Attempt != nil {
-		start = cfg.Now()
-	}
+	start := cfg.Now()
+	c.lastSent = start
 	out, err := c.t.run(ctx, c.args)
 	if h := cfg.Hooks.Attempt; h != nil {
 		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
@@ -575,7 +578,7 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 func (c *call) record(state State, env envelope.Envelope) error {
 	req := FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}
 	if state == Unknown {
-		req.HeldUntil = c.heldUntil
+		req.HeldUntil = later(c.heldUntil, c.lastSent)
 	}
 	return c.t.writeOutcome(c.ctx, req, &env)
 }
@@ -610,6 +613,25 @@ func (t *Tool) writeOutcome(ctx context.Context, req FinishRequest, env *envelop
 // caller's, bounded by StoreTimeout.
 func (c *call) outcomeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(c.ctx), c.t.cfg.StoreTimeout)
+}
+
+// inFlightUntil is, for a claim that took a record over, the latest time an
+// earlier attempt of the action may have been sent or still be in flight:
+// the end of a lapsed lease, or the last attempt's start, kept on the
+// unknown record as its LeaseExpiry; for records that kept neither, when
+// the record last changed.
+func inFlightUntil(res ClaimResult) time.Time {
+	if !res.HeldUntil.IsZero() {
+		return res.HeldUntil
+	}
+	return res.Since
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -170,11 +170,13 @@
 //   - A process that stalls (paused, partitioned from the store) for longer
 //     than Options.Lease can be presumed dead while its tool still runs; its
 //     late outcome is then fenced out and the action reconciled. To keep
-//     that reconciliation honest, a call that takes over a lapsed lease
-//     counts a not-applied answer as pending until the lapsed lease's end
-//     plus AttemptTimeout plus ClockSkew (the holder stops its attempt
-//     before its lease ends, and the attempt timeout bounds a request
-//     already on the wire). The residual risk: a tool that ignores its
+//     that reconciliation honest, a call, sweeper or operator that takes
+//     over an action whose last attempt may still be in flight counts a
+//     not-applied answer as pending until that attempt can no longer land:
+//     the lapsed lease's end (or, for an outcome its holder recorded as
+//     unknown, the last attempt's start) plus AttemptTimeout plus ClockSkew
+//     (the holder stops its attempt before its lease ends, and the attempt
+//     timeout bounds a request already on the wire). The residual risk: a tool that ignores its
 //     context and an AttemptTimeout of 0, or clocks further apart than
 //     ClockSkew, or a destination that applies a request later than that.
 //     A reconciler that knows no request in flight can land (the

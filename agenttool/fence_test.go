@@ -24,7 +24,8 @@ type answers struct {
 
 func (a *answers) set(ans reconcile.Answer) { a.mu.Lock(); a.answer = ans; a.mu.Unlock() }
 
-func (a *answers) Check(_ context.Context, ref string) reconcile.Answer {
+func (a *answers) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	ref := req.Ref
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.checks = append(a.checks, ref)
@@ -101,7 +102,7 @@ func TestI9_NotAppliedLiftsTheFence(t *testing.T) {
 		return true, nil
 	}}
 	check := &answers{answer: reconcile.StillPending()}
-	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, ClockSkew: -1,
 		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 	first := tool.Invoke(scoped(), lunch)
 	mustStatus(t, first, envelope.UnknownOutcome)

@@ -153,7 +153,8 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
 	}
 	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
-	ans := h.t.trust(r.Check(withCallInfo(h.work, info), h.rec.Key), h.heldUntil)
+	req := reconcile.Request{Ref: h.rec.Key, Attempts: h.rec.Attempts, LastSent: h.heldUntil}
+	ans := h.t.trust(r.Check(withCallInfo(h.work, info), req), h.heldUntil)
 	h.t.reported(ans, h.rec.Key, by)
 	switch ans.Verdict {
 	case reconcile.Applied:

@@ -18,7 +18,8 @@ var errEarlierAttempt = errors.New("an earlier attempt of this action has an unk
 func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, settled bool) {
 	cfg := c.t.cfg
 	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
-	ans := c.t.trust(cfg.Reconciler.Check(withCallInfo(c.work, info), c.ref), c.heldUntil)
+	req := reconcile.Request{Ref: c.ref, Attempts: attempts, LastSent: c.lastSent}
+	ans := c.t.trust(cfg.Reconciler.Check(withCallInfo(c.work, info), req), c.heldUntil)
 	c.t.reported(ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:

@@ -111,7 +111,9 @@ func TestUnknownKeyReconcilesBeforeAnyWrite(t *testing.T) {
 	store = openBolt(t, path)
 	m := &mailServer{}
 	var checks atomic.Int64
-	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: mailboxReconciler(m, &checks)})
+	// One process, one clock, no attempt timeout: the first attempt cannot
+	// be in flight any more, and not applied is trusted at once.
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: mailboxReconciler(m, &checks), ClockSkew: -1})
 	env := tool.Invoke(scoped(), emailToAna)
 	mustStatus(t, env, envelope.Success)
 	if env.RequestRef != first.RequestRef || checks.Load() != 1 || m.count() != 1 || env.Attempts != 2 {
@@ -221,4 +223,47 @@ func TestRepeatWithOtherWordingWritesNothing(t *testing.T) {
 	if again.Error.Code != envelope.CodeKeyReused || !recordsEqual(before, after) || m.runs.Load() != 1 {
 		t.Errorf("reworded repeat: %s; record changed %v; runs %d", again, !recordsEqual(before, after), m.runs.Load())
 	}
+}
+
+// A reconciler is told how many attempts were made and when the last one
+// may have been sent, from the store (so also after a restart): "not
+// found, and sent more than five minutes ago" can then be a verdict.
+func TestReconcilerIsToldWhenTheLastAttemptWasSent(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		sentAt := clk.Now()
+		var asked []reconcile.Request
+		patient := reconcile.RequestFunc(func(_ context.Context, req reconcile.Request) reconcile.Answer {
+			asked = append(asked, req)
+			if clk.Now().Sub(req.LastSent) > 5*time.Minute {
+				return reconcile.NotAppliedYet()
+			}
+			return reconcile.StillPending()
+		})
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return false, errLostReply // never delivered; nobody can tell yet
+			}
+			return true, nil
+		}}
+		opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Now: clk.Now, Reconciler: patient,
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		mustStatus(t, newEmailTool(t, m, opts).Invoke(scoped(), emailToAna), envelope.UnknownOutcome)
+		clk.Advance(time.Minute)
+		// Another process (a new tool) asks a minute later: too soon.
+		mustStatus(t, newEmailTool(t, m, opts).Invoke(scoped(), emailToAna), envelope.UnknownOutcome)
+		clk.Advance(10 * time.Minute)
+		env := newEmailTool(t, m, opts).Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.Success)
+		if m.count() != 1 || len(asked) != 3 {
+			t.Fatalf("effects %d, checks %d", m.count(), len(asked))
+		}
+		for i, req := range asked {
+			// Checks that found nothing do not move it: the action was sent
+			// once, at sentAt.
+			if req.Ref != env.RequestRef || req.Attempts != 1 || !req.LastSent.Equal(sentAt) {
+				t.Errorf("check %d was told %+v; want the reference, 1 attempt, and the first attempt's time %v", i, req, sentAt)
+			}
+		}
+	})
 }

@@ -82,7 +82,7 @@ func (g *gate) set(ans reconcile.Answer, block bool) {
 	}
 }
 
-func (g *gate) Check(ctx context.Context, ref string) reconcile.Answer {
+func (g *gate) Check(ctx context.Context, req reconcile.Request) reconcile.Answer {
 	g.mu.Lock()
 	ans, block, entered, open := g.answer, g.blocking, g.entered, g.open
 	g.blocking = false // only the first check waits

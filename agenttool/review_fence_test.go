@@ -20,7 +20,8 @@ type mailbox struct {
 	unsure bool
 }
 
-func (b *mailbox) Check(_ context.Context, ref string) reconcile.Answer {
+func (b *mailbox) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	ref := req.Ref
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.m.mu.Lock()

@@ -22,7 +22,8 @@ type wire struct {
 
 func (w *wire) apply(ref string) { w.mu.Lock(); w.effects[ref]++; w.mu.Unlock() }
 
-func (w *wire) Check(_ context.Context, ref string) reconcile.Answer {
+func (w *wire) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	ref := req.Ref
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.effects[ref] > 0 {

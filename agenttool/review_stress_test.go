@@ -25,7 +25,8 @@ type honestDest struct {
 	rng      *rand.Rand
 }
 
-func (d *honestDest) Check(_ context.Context, ref string) reconcile.Answer {
+func (d *honestDest) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	ref := req.Ref
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {

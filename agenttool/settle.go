@@ -29,7 +29,7 @@ type holding struct {
 	t         *Tool
 	rec       Record // as it was before the takeover
 	token     uint64
-	heldUntil time.Time // see ClaimResult.HeldUntil
+	heldUntil time.Time // the latest time an earlier attempt may have been sent or in flight (inFlightUntil)
 	work      context.Context
 	stopWork  context.CancelCauseFunc
 	keep      keeper
@@ -40,7 +40,7 @@ type holding struct {
 // and every settlement keeps it.
 func (t *Tool) hold(ctx context.Context, rec Record, res ClaimResult) *holding {
 	rec.Attempts = res.Record.Attempts
-	h := &holding{t: t, rec: rec, token: res.Record.Token, heldUntil: res.HeldUntil}
+	h := &holding{t: t, rec: rec, token: res.Record.Token, heldUntil: inFlightUntil(res)}
 	h.work, h.stopWork = context.WithCancelCause(ctx)
 	h.keep.start(t, ctx, rec.Key, h.token, res.Record.LeaseExpiry, h.stopWork)
 	return h

@@ -232,12 +232,17 @@ type ClaimResult struct {
 	// TookOver is true if the claim replaced an unknown record or an expired
 	// lease: an earlier attempt's outcome is not known.
 	TookOver bool
-	// HeldUntil, when TookOver, is when the last lease of an earlier holder
-	// ended, if its holder did not record the outcome itself (its lease
-	// lapsed, or boltstore ended it at Open): that holder's attempt may
-	// have been in flight until then. Zero when the earlier holder recorded
-	// the outcome as unknown.
+	// HeldUntil, when TookOver, is the record's LeaseExpiry before the
+	// claim: for a pending record whose lease lapsed (or which boltstore
+	// ended at Open), the lease's end; for an unknown record, the time its
+	// last attempt may have been sent or still in flight, as recorded with
+	// it (FinishRequest.HeldUntil). An earlier attempt may have been in
+	// flight until then. Zero if unknown.
 	HeldUntil time.Time
+	// Since, when TookOver, is when the record taken over last changed: no
+	// attempt of it was sent later than this or HeldUntil (what a
+	// reconciler is told as reconcile.Request.LastSent).
+	Since time.Time
 	// Conflict is set when the existing record belongs to another principal
 	// or input. Record is then the existing one, unchanged.
 	Conflict Conflict
@@ -273,9 +278,11 @@ type FinishRequest struct {
 	// one later claim may run the tool again.
 	RetryApproved bool
 	// HeldUntil (with State Unknown) is kept as the record's LeaseExpiry:
-	// the end of a lapsed lease whose holder's attempt may still be in
-	// flight (see ClaimResult.HeldUntil), so that every later takeover
-	// applies the same rule. Zero if there is none.
+	// the latest time an attempt of the action may have been sent or still
+	// be in flight — the end of a lapsed lease, or the start of the last
+	// attempt (see ClaimResult.HeldUntil) — so that every later takeover
+	// applies the same rule, and a reconciler learns when the action was
+	// last sent. Zero if unknown.
 	HeldUntil time.Time
 	// Resolution, if not nil, replaces the record's resolution.
 	Resolution *Resolution
@@ -304,9 +311,9 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		return ClaimResult{}, false, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
 	claim := func(tookOver bool, attempts int, created time.Time) (ClaimResult, bool, error) {
-		var heldUntil time.Time
+		var heldUntil, since time.Time
 		if tookOver {
-			heldUntil = existing.LeaseExpiry
+			heldUntil, since = existing.LeaseExpiry, existing.Updated
 		}
 		tok, err := nextToken()
 		if err != nil {
@@ -325,7 +332,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			// A takeover keeps the audit trail and the last outcome seen.
 			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
 		}
-		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Record: rec}, true, nil
+		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}, true, nil
 	}
 	if existing == nil || existing.expired(req.Now) {
 		return claim(false, 0, time.Time{})

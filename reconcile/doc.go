@@ -19,6 +19,25 @@
 //
 // # Writing a reconciler
 //
+// A reconciler is asked about a [Request]: the reference, the number of
+// attempts, and the latest time an attempt may have been sent (kept by the
+// store, so it survives a restart). [Func] adapts a function of the
+// reference alone; [RequestFunc] one of the whole request, for verdicts
+// such as "not found, and sent more than five minutes ago":
+//
+//	r := reconcile.RequestFunc(func(ctx context.Context, req reconcile.Request) reconcile.Answer {
+//		found, err := outbox.Find(ctx, req.Ref)
+//		switch {
+//		case err != nil:
+//			return reconcile.CantSayBecause(err)
+//		case found != nil:
+//			return reconcile.AppliedWith(found.JSON())
+//		case time.Since(req.LastSent) > 5*time.Minute: // longer than the outbox takes to show a message
+//			return reconcile.NotAppliedYet()
+//		}
+//		return reconcile.StillPending()
+//	})
+//
 // The tool passes its request reference downstream on every attempt (see
 // agenttool.RequestRef); the reconciler looks for it.
 //

@@ -20,7 +20,7 @@ func ExampleFunc() {
 		return reconcile.AppliedWith([]byte(row))
 	})
 	for _, ref := range []string{"append_note/abc", "append_note/xyz"} {
-		a := r.Check(context.Background(), ref)
+		a := r.Check(context.Background(), reconcile.Request{Ref: ref})
 		fmt.Println(ref, a.Verdict, string(a.Result))
 	}
 	// Output:

@@ -84,17 +84,37 @@ func CantSayBecause(err error) Answer {
 	return Answer{Verdict: CantSay, Err: err}
 }
 
-// Reconciler checks what became of a request reference. Implementations must
-// be safe for concurrent use and should honour ctx.
-type Reconciler interface {
-	Check(ctx context.Context, ref string) Answer
+// Request is what a reconciler is asked about: a request reference, with
+// what the store knows of its attempts (it survives a restart).
+type Request struct {
+	// Ref is the request reference the tool passed downstream.
+	Ref string
+	// Attempts counts the attempts made so far.
+	Attempts int
+	// LastSent is the latest time an attempt may have been sent (zero if
+	// unknown). "Not found, and sent longer ago than the destination takes
+	// to show a request" can then be a NotApplied.
+	LastSent time.Time
 }
 
-// Func adapts a function to a Reconciler.
+// Reconciler checks what became of a request. Implementations must be safe
+// for concurrent use and should honour ctx.
+type Reconciler interface {
+	Check(ctx context.Context, req Request) Answer
+}
+
+// Func adapts a function of the reference alone to a Reconciler: the
+// one-line reconciler.
 type Func func(ctx context.Context, ref string) Answer
 
+// Check calls f with req.Ref.
+func (f Func) Check(ctx context.Context, req Request) Answer { return f(ctx, req.Ref) }
+
+// RequestFunc adapts a function of the whole request to a Reconciler.
+type RequestFunc func(ctx context.Context, req Request) Answer
+
 // Check calls f.
-func (f Func) Check(ctx context.Context, ref string) Answer { return f(ctx, ref) }
+func (f RequestFunc) Check(ctx context.Context, req Request) Answer { return f(ctx, req) }
 
 // PollOptions bound [Poll]. A zero field takes the default in its comment.
 type PollOptions struct {
@@ -125,12 +145,12 @@ func Poll(r Reconciler, opts PollOptions) Reconciler {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 10 * time.Second
 	}
-	return Func(func(ctx context.Context, ref string) Answer {
+	return RequestFunc(func(ctx context.Context, req Request) Answer {
 		deadline := time.Now().Add(opts.MaxWait)
 		wait := opts.Interval
 		var a Answer
 		for n := 1; ; n++ {
-			a = r.Check(ctx, ref)
+			a = r.Check(ctx, req)
 			again := a.Verdict == Pending || (a.Verdict == CantSay && envelope.Classify(a.Err) == envelope.Transient)
 			if !again || n >= opts.MaxChecks || time.Now().Add(wait).After(deadline) {
 				return a

@@ -26,7 +26,7 @@ var quick = reconcile.PollOptions{Interval: time.Millisecond, MaxInterval: 2 * t
 
 func TestPollWaitsOutPending(t *testing.T) {
 	r, n := sequence(reconcile.StillPending(), reconcile.StillPending(), reconcile.AppliedWith([]byte(`{"id":7}`)))
-	a := reconcile.Poll(r, quick).Check(context.Background(), "book/x")
+	a := reconcile.Poll(r, quick).Check(context.Background(), reconcile.Request{Ref: "book/x"})
 	if a.Verdict != reconcile.Applied || string(a.Result) != `{"id":7}` || n.Load() != 3 {
 		t.Errorf("answer %+v after %d checks", a, n.Load())
 	}
@@ -34,13 +34,13 @@ func TestPollWaitsOutPending(t *testing.T) {
 
 func TestPollIsBounded(t *testing.T) {
 	r, n := sequence(reconcile.StillPending())
-	a := reconcile.Poll(r, reconcile.PollOptions{MaxChecks: 4, Interval: time.Millisecond}).Check(context.Background(), "x")
+	a := reconcile.Poll(r, reconcile.PollOptions{MaxChecks: 4, Interval: time.Millisecond}).Check(context.Background(), reconcile.Request{Ref: "x"})
 	if a.Verdict != reconcile.Pending || n.Load() != 4 {
 		t.Errorf("answer %v after %d checks, want pending after 4", a.Verdict, n.Load())
 	}
 	r, n = sequence(reconcile.StillPending())
 	start := time.Now()
-	reconcile.Poll(r, reconcile.PollOptions{MaxChecks: 1000, Interval: 5 * time.Millisecond, MaxWait: 30 * time.Millisecond}).Check(context.Background(), "x")
+	reconcile.Poll(r, reconcile.PollOptions{MaxChecks: 1000, Interval: 5 * time.Millisecond, MaxWait: 30 * time.Millisecond}).Check(context.Background(), reconcile.Request{Ref: "x"})
 	if n.Load() >= 1000 || time.Since(start) > 5*time.Second {
 		t.Errorf("MaxWait did not bound polling: %d checks", n.Load())
 	}
@@ -49,12 +49,12 @@ func TestPollIsBounded(t *testing.T) {
 func TestPollRetriesOnlyTransientErrors(t *testing.T) {
 	transient := reconcile.CantSayBecause(envelope.MarkTransient(errors.New("503 from status API")))
 	r, n := sequence(transient, reconcile.NotAppliedYet())
-	if a := reconcile.Poll(r, quick).Check(context.Background(), "x"); a.Verdict != reconcile.NotApplied || n.Load() != 2 {
+	if a := reconcile.Poll(r, quick).Check(context.Background(), reconcile.Request{Ref: "x"}); a.Verdict != reconcile.NotApplied || n.Load() != 2 {
 		t.Errorf("after a transient error: %v in %d checks", a.Verdict, n.Load())
 	}
 	definite := reconcile.CantSayBecause(envelope.MarkDefinite(errors.New("401 unauthorized"), ""))
 	r, n = sequence(definite, reconcile.NotAppliedYet())
-	if a := reconcile.Poll(r, quick).Check(context.Background(), "x"); a.Verdict != reconcile.CantSay || n.Load() != 1 || a.Err == nil {
+	if a := reconcile.Poll(r, quick).Check(context.Background(), reconcile.Request{Ref: "x"}); a.Verdict != reconcile.CantSay || n.Load() != 1 || a.Err == nil {
 		t.Errorf("after a definite error: %+v in %d checks", a, n.Load())
 	}
 }
@@ -64,7 +64,7 @@ func TestPollStopsWithContext(t *testing.T) {
 	r := reconcile.Func(func(context.Context, string) reconcile.Answer { cancel(); return reconcile.StillPending() })
 	done := make(chan reconcile.Answer)
 	go func() {
-		done <- reconcile.Poll(r, reconcile.PollOptions{Interval: time.Hour, MaxWait: 2 * time.Hour}).Check(ctx, "x")
+		done <- reconcile.Poll(r, reconcile.PollOptions{Interval: time.Hour, MaxWait: 2 * time.Hour}).Check(ctx, reconcile.Request{Ref: "x"})
 	}()
 	select {
 	case a := <-done:

@@ -130,7 +130,7 @@ func TestEffectRefusesAStaleHolder(t *testing.T) {
 	if env.Status == envelope.Success {
 		t.Errorf("envelope %s for an effect that did not happen", env)
 	}
-	if a := s.Reconciler().Check(context.Background(), env.RequestRef); a.Verdict != reconcile.NotApplied {
+	if a := s.Reconciler().Check(context.Background(), reconcile.Request{Ref: env.RequestRef}); a.Verdict != reconcile.NotApplied {
 		t.Errorf("reconciler after a refused effect: %v, want not applied", a.Verdict)
 	}
 }

@@ -298,7 +298,8 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 	var corrupt []error
 	for rows.Next() {
 		var held *time.Time
-		rec, err := scanRecord(rows, &held)
+		var since time.Time
+		rec, err := scanRecord(rows, &held, &since)
 		if errors.Is(err, agenttool.ErrCorrupt) {
 			corrupt = append(corrupt, err) // its lease lapses; it is reported again next pass
 			continue
@@ -306,7 +307,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 		if err != nil {
 			return nil, s.wrap("claim unknown", "", err)
 		}
-		res := agenttool.ClaimResult{Claimed: true, TookOver: true, Record: *rec}
+		res := agenttool.ClaimResult{Claimed: true, TookOver: true, Since: since, Record: *rec}
 		if held != nil {
 			res.HeldUntil = *held
 		}

@@ -97,11 +97,11 @@ func newQueries(schema string) queries {
 			AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1, taken_over = true,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
-			FROM (SELECT key, lease_expiry AS held_until FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
+			FROM (SELECT key, lease_expiry AS held_until, updated AS since FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
 				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick
 			WHERE r.key = pick.key
-			RETURNING ` + prefixed("r.", columns) + `, pick.held_until`,
+			RETURNING ` + prefixed("r.", columns) + `, pick.held_until, pick.since`,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/envelope"
 )
 
 // MetaRequestRef is the _meta key under which a tool made by [NewTool]
@@ -44,6 +45,10 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 	for t, err := range session.Tools(ctx, nil) {
 		if err != nil {
 			return nil, fmt.Errorf("mcptool: listing the server's tools: %w", err)
+		}
+		if seen[t.Name] {
+			// A listing that repeats itself would never end.
+			return nil, fmt.Errorf("mcptool: the server lists the tool %q twice; its listing is not usable", t.Name)
 		}
 		seen[t.Name] = true
 		o, ok := opts.ByName[t.Name]
@@ -117,7 +122,8 @@ func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options) (*
 		}
 		opts.IdentifyingFields = slices.Clone(schema.Required)
 	}
-	return agenttool.Wrap(&remote{session: session, name: t.Name, description: describe(t.Description, schema.raw)}, opts)
+	return agenttool.Wrap(&remote{session: session, name: t.Name, description: describe(t.Description, schema.raw),
+		envelopes: servesEnvelopes(t)}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
@@ -125,6 +131,22 @@ type remote struct {
 	session     *mcp.ClientSession
 	name        string
 	description string
+	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
+}
+
+// servesEnvelopes reports whether a listed tool declares the envelope's
+// schema as its output schema, as a tool served by [Register] does. Only
+// such a tool's results are read as envelopes: any other tool's output may
+// hold text the model wrote, which must never pass for an outcome.
+func servesEnvelopes(t *mcp.Tool) bool {
+	var declared, ours struct {
+		ID string `json:"$id"`
+	}
+	b, err := json.Marshal(t.OutputSchema)
+	if err != nil || json.Unmarshal(b, &declared) != nil || json.Unmarshal(envelope.Schema, &ours) != nil {
+		return false
+	}
+	return declared.ID != "" && declared.ID == ours.ID
 }
 
 func (r *remote) Name() string        { return r.name }
@@ -142,7 +164,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	if err != nil {
 		return "", classifyCallError(err)
 	}
-	return readResult(r.name, res)
+	return readResult(r.name, r.envelopes, res)
 }
 
 // toolSchema is what NewTool reads of a listed tool's input schema.

@@ -65,8 +65,13 @@ func refusal(err error) (string, bool) {
 
 // readResult turns a tools/call result into the text a guarded tool returns,
 // or an error with its class (see NewTool).
-func readResult(tool string, res *mcp.CallToolResult) (string, error) {
-	if env, ok := carriedEnvelope(res); ok {
+//
+// A result is read as a retrysafe envelope only from a tool that declares
+// the envelope's output schema (envelopes), when the envelope names the
+// tool and isError agrees with its status; anything else is the tool's own
+// output, which may hold text the model wrote.
+func readResult(tool string, envelopes bool, res *mcp.CallToolResult) (string, error) {
+	if env, ok := carriedEnvelope(res); ok && envelopes && env.Tool == tool && res.IsError == (env.Status != envelope.Success) {
 		return fromEnvelope(env)
 	}
 	text := joinedText(res)

@@ -2,6 +2,7 @@ package agenttool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,9 +94,13 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 		return waiting("a compensation was already tried for this outcome and failed; an operator must settle it"), false
 	}
 	h, err := c.t.takeOver(c.ctx, c.ref)
+	if errors.Is(err, ErrNotUnknown) {
+		return envelope.Envelope{}, true // settled meanwhile: claim again, and replay what it became
+	}
 	if err != nil {
 		return waiting(fmt.Sprintf("the outcome is unknown; the approval could not be applied: %v", err)), false
 	}
+	defer h.end()
 	if h.rec.Attempts != a.Attempts {
 		// Another call acted on the record while the approver was asked: the
 		// decision was about an outcome that is no longer the record's.

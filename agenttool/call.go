@@ -85,7 +85,8 @@ type call struct {
 	ref                string
 	owner              string // the lease owner of the call's claims
 	token              uint64
-	maybeRan           bool // an attempt of this key may have applied the effect
+	maybeRan           bool   // an attempt of this key may have applied the effect
+	claimed            Record // the record as the call's claim made it
 
 	fl    flight     // while the call holds its key
 	first attemptCtx // the first attempt's context
@@ -162,7 +163,7 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 // hold runs a call that has claimed its key, as one flight.
 func (c *call) hold(res ClaimResult) envelope.Envelope {
 	c.token, c.maybeRan = res.Record.Token, res.TookOver
-	c.leaseUntil = res.Record.LeaseExpiry
+	c.leaseUntil, c.claimed = res.Record.LeaseExpiry, res.Record
 	if res.TookOver {
 		c.heldUntil = inFlightUntil(res)
 		c.lastSent = c.heldUntil
@@ -199,8 +200,12 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 				// This action's own outcome is unknown too: the call applied
 				// nothing, but the action may have happened.
 				env.Status, env.Next = envelope.UnknownOutcome, envelope.DoNotRetry
-				env.Note = fmt.Sprintf("This action (%s) may already have happened, and an earlier %s (%s) was confirmed done; nothing new was done. "+
-					"Tell the user, and do not call %s again until it is verified.", c.ref, c.t.name, env.Earlier.RequestRef, c.t.name)
+				env.Note = fmt.Sprintf("This action (%s) may already have happened; nothing new was done. "+
+					"Tell the user it is pending, and do not call %s again until it is verified.", c.ref, c.t.name)
+				if env.Earlier != nil {
+					env.Note = fmt.Sprintf("This action (%s) may already have happened, and an earlier %s (%s) was confirmed done; nothing new was done. "+
+						"Tell the user, and do not call %s again until it is verified.", c.ref, c.t.name, env.Earlier.RequestRef, c.t.name)
+				}
 			}
 			return env
 		}
@@ -213,8 +218,8 @@ func (c *call) hold(res ClaimResult) envelope.Envelope {
 // approved for a retry, if it was, or was just found not applied), with
 // its outcome and the end of its earlier holder's lease.
 func (c *call) putBack(claimed Record) {
-	if !c.maybeRan && claimed.Attempts == 0 {
-		c.giveBack()
+	if !c.maybeRan {
+		c.giveBack(claimed.Attempts)
 		return
 	}
 	c.t.flights.quiet(c)
@@ -358,7 +363,7 @@ func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
 	}
 	// No attempt applied the effect: free the key so that a later call can
 	// try afresh.
-	if gerr := c.giveBack(); errors.Is(gerr, ErrEffectApplied) {
+	if gerr := c.giveBack(attempts); errors.Is(gerr, ErrEffectApplied) {
 		return c.effectApplied(attempts, err)
 	}
 	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
@@ -379,17 +384,28 @@ func (c *call) effectApplied(attempts int, err error) envelope.Envelope {
 	return c.markUnknown(attempts, cause)
 }
 
-// giveBack releases the call's key when no attempt applied the effect. If
-// the release fails the lease expires and the record is then treated as
-// unknown: safe, if cautious. A store that refuses because an effect
-// committed under the key says so (ErrEffectApplied).
-func (c *call) giveBack() error {
-	c.t.flights.quiet(c) // a renewal of a released key would only fail
-	ctx, cancel := c.outcomeCtx()
-	defer cancel()
-	err := c.t.cfg.Store.Release(ctx, c.ref, c.token)
+// giveBack returns the call's key when no attempt applied the effect, after
+// attempts attempts in all. A new action's key is released, so that a later
+// call tries afresh. A record that existed before the call (a retry
+// approved by a person or found not applied) is written back unknown and
+// approved for a retry, with the attempts counted: released, its count
+// would start again at 1, and an approval bound to an older outcome would
+// match anew. If the write fails the lease expires and the record is then
+// treated as unknown: safe, if cautious. A store that refuses because an
+// effect committed under the key says so (ErrEffectApplied).
+func (c *call) giveBack(attempts int) error {
+	c.t.flights.quiet(c) // a renewal of a given-back key would only fail
+	var err error
+	if c.claimed.Attempts == 0 {
+		ctx, cancel := c.outcomeCtx()
+		err = c.t.cfg.Store.Release(ctx, c.ref, c.token)
+		cancel()
+	} else {
+		err = c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: attempts,
+			Outcome: c.claimed.Outcome, RetryApproved: true, HeldUntil: later(c.heldUntil, c.lastSent)}, nil)
+	}
 	if err != nil && !errors.Is(err, ErrEffectApplied) {
-		c.t.cfg.logger.Warn("retrysafe: could not release a key whose tool did not run", "ref", c.ref, "err", err)
+		c.t.cfg.logger.Warn("retrysafe: could not give back a key whose tool did not apply the effect", "ref", c.ref, "err", err)
 	}
 	return err
 }
@@ -400,7 +416,7 @@ func (c *call) leaseLost(attempts int, cause error) envelope.Envelope {
 	if c.maybeRan {
 		return c.markUnknown(attempts, cause)
 	}
-	if err := c.giveBack(); errors.Is(err, ErrEffectApplied) {
+	if err := c.giveBack(attempts); errors.Is(err, ErrEffectApplied) {
 		return c.effectApplied(attempts, cause)
 	}
 	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,

@@ -85,6 +85,7 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	case err != nil:
 		return c.storeUnavailable(fmt.Errorf("taking over the earlier action %s: %w", rec.Key, err)), true
 	}
+	defer h.end()
 	ans, err := h.reconcile(c.work, "fence")
 	switch {
 	case err != nil:

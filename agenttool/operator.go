@@ -102,6 +102,7 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, result json.R
 	if err != nil {
 		return err
 	}
+	defer h.end()
 	_, err = h.applied(ctx, result, &Resolution{Verdict: "applied", By: "operator:" + by, Why: why})
 	return err
 }
@@ -114,6 +115,7 @@ func (o *Operator) ResolveNotApplied(ctx context.Context, ref, by, why string) e
 	if err != nil {
 		return err
 	}
+	defer h.end()
 	return h.notApplied(ctx, &Resolution{Verdict: "not applied", By: "operator:" + by, Why: why})
 }
 
@@ -125,6 +127,7 @@ func (o *Operator) Reconcile(ctx context.Context, ref, by string) (reconcile.Ver
 	if err != nil {
 		return reconcile.CantSay, err
 	}
+	defer h.end()
 	ans, err := h.reconcile(ctx, "operator:"+by)
 	return ans.Verdict, err
 }

@@ -117,6 +117,16 @@ func (h *holding) compensated(ctx context.Context, res *Resolution) (envelope.En
 	return env, h.finish(ctx, Failed, &env, res, false)
 }
 
+// end lets the record go without settling it, if nothing settled it: its
+// lease is no longer renewed (it lapses, and the record can be taken over
+// again) and its work is cancelled. Deferred by every holder, so that a
+// check or a compensation that panics does not hold the record for as long
+// as the process lives. It may be called more than once.
+func (h *holding) end() {
+	h.keep.stop()
+	h.stopWork(nil)
+}
+
 // finish writes the settled state and lets the record go. A nil env keeps
 // the record's outcome. The resolution's who and why pass through the
 // tool's codec (I8).

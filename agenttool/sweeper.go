@@ -162,6 +162,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 					}
 					return
 				}
+				defer h.end()
 				settle(h)
 			})
 		}
@@ -211,7 +212,11 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int
 		}
 		var wg sync.WaitGroup
 		for _, res := range recs {
-			wg.Go(func() { settle(o.tools[res.Record.Tool].hold(ctx, res.Record, res)) })
+			wg.Go(func() {
+				h := o.tools[res.Record.Tool].hold(ctx, res.Record, res)
+				defer h.end()
+				settle(h)
+			})
 		}
 		wg.Wait()
 		if len(recs)+len(corrupt) < conc {

@@ -39,7 +39,9 @@
 // # Caveats
 //
 //   - The model plays one script, one turn per request, in the order the
-//     requests arrive. Give each conversation a Model of its own.
+//     requests arrive: give each conversation a Model of its own. One
+//     script may span several runs of the executor (several user messages):
+//     the turns after a final answer play the next run.
 //   - It knows which tools the agent offers from the call options
 //     (llms.WithFunctions or llms.WithTools), as the functions agent passes
 //     them, and from langchain.WithToolSchemas.

@@ -8,7 +8,7 @@ import (
 )
 
 // Turn is one turn of the scripted model: a call of one tool, or the final
-// answer. It is a plain value.
+// answer. A Turn is a plain value, safe to copy and to share.
 type Turn struct {
 	// Tool is the tool to call; "" makes the turn the final answer.
 	Tool string

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -15,14 +16,20 @@ import (
 // Invoke runs one guarded call and returns its envelope; [Tool.Call] is
 // Invoke for agents. The life of a call:
 //
-//	parse and canonicalise the input; derive key and fingerprint once
+//	parse and check the input; derive key and fingerprint once
 //	claim the key in the store (fail closed if the store cannot answer)
-//	  existing success or failure      → replay it, the tool does not run
-//	  existing call still running      → wait for it (bounded), or in_progress
-//	  existing unknown, or a dead lease → keyed: attempt again with the same key;
-//	                                      otherwise unknown_outcome, nothing runs
-//	  other input under the same key   → key_reused_with_different_input
-//	  claimed                          → attempt, retrying what is safe to retry
+//	  other principal, tool or input    → refused, nothing runs
+//	  existing success or failure       → replay it, the tool does not run
+//	  existing call still running       → wait for it (bounded), or in_progress
+//	  existing unknown, or a dead lease → reconcilable: ask the destination first
+//	                                        (applied → success; not applied → attempt);
+//	                                      keyed: attempt again with the same key
+//	                                        (past the destination's key lifetime: ask, or a person);
+//	                                      at-most-once: the approver, or a person
+//	  claimed, and the claim says an earlier action of the scope is unknown
+//	                                    → the unknown fence settles it first, or holds this call
+//	  claimed                           → attempt, retrying what is safe to retry;
+//	                                      an unknown attempt is reconciled, or recorded unknown
 func (t *Tool) Invoke(ctx context.Context, raw string) envelope.Envelope {
 	h := t.cfg.Hooks.Outcome
 	if h == nil {
@@ -75,7 +82,7 @@ type call struct {
 	work     context.Context
 	stopWork context.CancelCauseFunc
 	// leaseUntil is the end of the claim's lease; heldUntil, after a
-	// takeover, the end of the earlier holder's (see ClaimResult); lastSent
+	// takeover, the end of the earlier holder's (see storekit.ClaimResult); lastSent
 	// the latest time an attempt of the action may have been sent.
 	leaseUntil, heldUntil, lastSent time.Time
 	args                            args
@@ -94,7 +101,7 @@ type call struct {
 
 func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	cfg := c.t.cfg
-	req := ClaimRequest{
+	req := storekit.ClaimRequest{
 		Key: c.ref, Tool: c.t.name, Principal: c.principal, Session: c.session, Fingerprint: fp,
 		Owner: c.owner, Lease: cfg.Lease,
 		// Keyed tools retry with the same key; reconcilable ones take an
@@ -102,7 +109,7 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
 	}
 	if cfg.Fence != FenceOff {
-		req.Fence = &Fence{Session: cfg.Fence == FenceSession}
+		req.Fence = &storekit.Fence{Session: cfg.Fence == FenceSession}
 	}
 	var waitUntil time.Time // set when a wait begins
 	poll := 2 * time.Millisecond
@@ -113,13 +120,13 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 			return c.storeUnavailable(err)
 		}
 		switch {
-		case res.Conflict == OtherPrincipal:
+		case res.Conflict == storekit.OtherPrincipal:
 			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
 				Message: "this request reference belongs to another principal; nothing was run"}, envelope.DoNotRetry, "")
-		case res.Conflict == OtherTool:
+		case res.Conflict == storekit.OtherTool:
 			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
 				Message: fmt.Sprintf("this request reference belongs to another tool than %s; nothing was run", c.t.name)}, envelope.DoNotRetry, "")
-		case res.Conflict == OtherInput:
+		case res.Conflict == storekit.OtherInput:
 			env := c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeKeyReused,
 				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},
 				envelope.AskHuman, "")
@@ -161,7 +168,7 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 }
 
 // hold runs a call that has claimed its key, as one flight.
-func (c *call) hold(res ClaimResult) envelope.Envelope {
+func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	c.token, c.maybeRan = res.Record.Token, res.TookOver
 	c.leaseUntil, c.claimed = res.Record.LeaseExpiry, res.Record
 	if res.TookOver {
@@ -223,7 +230,7 @@ func (c *call) putBack(claimed Record) {
 		return
 	}
 	c.t.flights.quiet(c)
-	err := c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: claimed.Attempts,
+	err := c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: claimed.Attempts,
 		Outcome: claimed.Outcome, RetryApproved: !c.maybeRan, HeldUntil: later(c.heldUntil, c.lastSent)}, nil)
 	if err != nil {
 		c.t.cfg.logger.Warn("retrysafe: could not give back a record held back by the unknown fence", "ref", c.ref, "err", err)
@@ -268,7 +275,7 @@ func (c *call) attempts(done int) envelope.Envelope {
 		if n > 1 && cfg.Class != ReadOnly {
 			now := cfg.Now()
 			until := now.Add(cfg.Lease)
-			if err := cfg.Store.Renew(c.ctx, RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now}); err != nil {
+			if err := cfg.Store.Renew(c.ctx, storekit.RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now}); err != nil {
 				return c.stopRetrying(attempt-1, fmt.Errorf("renewing the lease before attempt %d: %w", attempt, err))
 			}
 			c.fl.keep.extended(until)
@@ -294,7 +301,7 @@ func (c *call) attempts(done int) envelope.Envelope {
 				Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: c.t.name, RequestRef: c.ref,
 				Attempts: attempt, Next: envelope.DoNotRetry, Error: &envelope.Error{Code: code, Message: err.Error()},
 			}
-			if rerr := c.record(Failed, env); errors.Is(rerr, ErrEffectApplied) {
+			if rerr := c.record(Failed, env); errors.Is(rerr, storekit.ErrEffectApplied) {
 				return c.effectApplied(attempt, err)
 			} else if rerr != nil {
 				c.t.cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", Failed, "err", rerr)
@@ -363,7 +370,7 @@ func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
 	}
 	// No attempt applied the effect: free the key so that a later call can
 	// try afresh.
-	if gerr := c.giveBack(attempts); errors.Is(gerr, ErrEffectApplied) {
+	if gerr := c.giveBack(attempts); errors.Is(gerr, storekit.ErrEffectApplied) {
 		return c.effectApplied(attempts, err)
 	}
 	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
@@ -392,7 +399,7 @@ func (c *call) effectApplied(attempts int, err error) envelope.Envelope {
 // would start again at 1, and an approval bound to an older outcome would
 // match anew. If the write fails the lease expires and the record is then
 // treated as unknown: safe, if cautious. A store that refuses because an
-// effect committed under the key says so (ErrEffectApplied).
+// effect committed under the key says so (storekit.ErrEffectApplied).
 func (c *call) giveBack(attempts int) error {
 	c.t.flights.quiet(c) // a renewal of a given-back key would only fail
 	var err error
@@ -401,10 +408,10 @@ func (c *call) giveBack(attempts int) error {
 		err = c.t.cfg.Store.Release(ctx, c.ref, c.token)
 		cancel()
 	} else {
-		err = c.t.writeOutcome(c.ctx, FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: attempts,
+		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: attempts,
 			Outcome: c.claimed.Outcome, RetryApproved: true, HeldUntil: later(c.heldUntil, c.lastSent)}, nil)
 	}
-	if err != nil && !errors.Is(err, ErrEffectApplied) {
+	if err != nil && !errors.Is(err, storekit.ErrEffectApplied) {
 		c.t.cfg.logger.Warn("retrysafe: could not give back a key whose tool did not apply the effect", "ref", c.ref, "err", err)
 	}
 	return err
@@ -416,7 +423,7 @@ func (c *call) leaseLost(attempts int, cause error) envelope.Envelope {
 	if c.maybeRan {
 		return c.markUnknown(attempts, cause)
 	}
-	if err := c.giveBack(attempts); errors.Is(err, ErrEffectApplied) {
+	if err := c.giveBack(attempts); errors.Is(err, storekit.ErrEffectApplied) {
 		return c.effectApplied(attempts, cause)
 	}
 	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
@@ -583,7 +590,7 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 		return env
 	}
 	cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", state, "err", err)
-	if errors.Is(err, ErrFenced) {
+	if errors.Is(err, storekit.ErrFenced) {
 		env.Note = "Another call took this action over while it ran; this outcome is what this call saw."
 	}
 	// The envelope stays true to what happened. The record stays pending, its
@@ -592,7 +599,7 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 }
 
 func (c *call) record(state State, env envelope.Envelope) error {
-	req := FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}
+	req := storekit.FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}
 	if state == Unknown {
 		req.HeldUntil = later(c.heldUntil, c.lastSent)
 	}
@@ -604,7 +611,7 @@ func (c *call) record(state State, env envelope.Envelope) error {
 // req.Outcome). It writes on a context that outlives the caller's
 // cancellation, bounded by StoreTimeout unless the store is local: an effect
 // that happened must not go unrecorded because the caller stopped listening.
-func (t *Tool) writeOutcome(ctx context.Context, req FinishRequest, env *envelope.Envelope) error {
+func (t *Tool) writeOutcome(ctx context.Context, req storekit.FinishRequest, env *envelope.Envelope) error {
 	cfg := t.cfg
 	if env != nil {
 		b, err := env.Marshal()
@@ -636,7 +643,7 @@ func (c *call) outcomeCtx() (context.Context, context.CancelFunc) {
 // the end of a lapsed lease, or the last attempt's start, kept on the
 // unknown record as its LeaseExpiry; for records that kept neither, when
 // the record last changed.
-func inFlightUntil(res ClaimResult) time.Time {
+func inFlightUntil(res storekit.ClaimResult) time.Time {
 	if !res.HeldUntil.IsZero() {
 		return res.HeldUntil
 	}

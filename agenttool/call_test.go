@@ -17,6 +17,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -389,7 +390,7 @@ type hangingStore struct {
 	deadline atomic.Bool
 }
 
-func (h *hangingStore) Finish(ctx context.Context, r agenttool.FinishRequest) error {
+func (h *hangingStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
 	_, ok := ctx.Deadline()
 	h.deadline.Store(ok)
 	<-ctx.Done()

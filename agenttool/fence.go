@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -36,7 +37,7 @@ func (c *call) fence() (env envelope.Envelope, blocked bool) {
 	if cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return envelope.Envelope{}, false
 	}
-	req := ListRequest{Tool: c.t.name, Principal: &c.principal, Limit: fencePage, Held: true}
+	req := storekit.ListRequest{Tool: c.t.name, Principal: &c.principal, Limit: fencePage, Held: true}
 	if cfg.Fence == FenceSession {
 		req.Session = &c.session
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -220,12 +221,12 @@ func TestI9_FenceFailsClosed(t *testing.T) {
 
 type failingList struct{ *memstore.Store }
 
-func (f *failingList) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+func (f *failingList) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	res, err := f.Store.Claim(ctx, req)
 	res.Fenced = res.Claimed
 	return res, err
 }
 
-func (f *failingList) ListUnknown(context.Context, agenttool.ListRequest) ([]agenttool.Record, error) {
+func (f *failingList) ListUnknown(context.Context, storekit.ListRequest) ([]agenttool.Record, error) {
 	return nil, errors.New("index unreadable")
 }

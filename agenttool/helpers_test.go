@@ -12,6 +12,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
@@ -136,7 +137,7 @@ type faultyStore struct {
 	failClaim, failFinish, failRelease, failRenew atomic.Bool
 }
 
-func (f *faultyStore) Renew(ctx context.Context, r agenttool.RenewRequest) error {
+func (f *faultyStore) Renew(ctx context.Context, r storekit.RenewRequest) error {
 	if f.failRenew.Load() {
 		return errStoreDown
 	}
@@ -145,14 +146,14 @@ func (f *faultyStore) Renew(ctx context.Context, r agenttool.RenewRequest) error
 
 var errStoreDown = errors.New("connection to store refused")
 
-func (f *faultyStore) Claim(ctx context.Context, r agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+func (f *faultyStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if f.failClaim.Load() {
-		return agenttool.ClaimResult{}, errStoreDown
+		return storekit.ClaimResult{}, errStoreDown
 	}
 	return f.Store.Claim(ctx, r)
 }
 
-func (f *faultyStore) Finish(ctx context.Context, r agenttool.FinishRequest) error {
+func (f *faultyStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
 	if f.failFinish.Load() {
 		return errStoreDown
 	}

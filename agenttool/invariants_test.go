@@ -16,6 +16,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -100,7 +101,7 @@ func TestI1_ExpiredLeaseIsUnknownNotFree(t *testing.T) {
 			t.Fatalf("record = %+v, %v; want state unknown", rec, err)
 		}
 		// The dead holder, if it wakes, is fenced out.
-		if err := store.Finish(context.Background(), agenttool.FinishRequest{Key: ref, Token: dead, State: agenttool.Succeeded, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
+		if err := store.Finish(context.Background(), storekit.FinishRequest{Key: ref, Token: dead, State: agenttool.Succeeded, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, storekit.ErrFenced) {
 			t.Errorf("stale holder's Finish = %v, want ErrFenced", err)
 		}
 	})
@@ -113,7 +114,7 @@ func holderOf(t *testing.T, store agenttool.Store, ref string, now time.Time, in
 	// Derive the principal and fingerprint digests through a real call on a
 	// throwaway store that records them.
 	rec := recordOf(t, input)
-	res, err := store.Claim(context.Background(), agenttool.ClaimRequest{
+	res, err := store.Claim(context.Background(), storekit.ClaimRequest{
 		Key: ref, Tool: "send_email", Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: "dead-process", Now: now, Lease: time.Minute,
 	})
@@ -425,11 +426,11 @@ func TestI6_PrincipalBinding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := store.Claim(context.Background(), agenttool.ClaimRequest{
+		res, err := store.Claim(context.Background(), storekit.ClaimRequest{
 			Key: ana.RequestRef, Tool: "send_email", Principal: agenttool.Digest{1}, Fingerprint: rec.Fingerprint,
 			Owner: "eve", Now: time.Now(), Lease: time.Minute, TakeOver: true,
 		})
-		if err != nil || res.Claimed || res.Conflict != agenttool.OtherPrincipal {
+		if err != nil || res.Claimed || res.Conflict != storekit.OtherPrincipal {
 			t.Fatalf("claim by another principal = %+v, %v; want OtherPrincipal", res, err)
 		}
 		after, _ := store.Get(context.Background(), ana.RequestRef)
@@ -532,13 +533,13 @@ func TestI1_TakeoverFencesTheOldHolder(t *testing.T) {
 		// token tells the old holder from the new one.
 		ctx := context.Background()
 		m := &mailServer{dedupe: true, script: func(int) (bool, error) {
-			if err := store.Release(ctx, ref, old); !errors.Is(err, agenttool.ErrFenced) {
+			if err := store.Release(ctx, ref, old); !errors.Is(err, storekit.ErrFenced) {
 				t.Errorf("old holder's Release = %v, want ErrFenced", err)
 			}
-			if err := store.Finish(ctx, agenttool.FinishRequest{Key: ref, Token: old, State: agenttool.Failed, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, agenttool.ErrFenced) {
+			if err := store.Finish(ctx, storekit.FinishRequest{Key: ref, Token: old, State: agenttool.Failed, Now: clk.Now(), TTL: time.Hour}); !errors.Is(err, storekit.ErrFenced) {
 				t.Errorf("old holder's Finish = %v, want ErrFenced", err)
 			}
-			if err := store.Renew(ctx, agenttool.RenewRequest{Key: ref, Token: old, Until: clk.Now().Add(time.Hour), Now: clk.Now()}); !errors.Is(err, agenttool.ErrFenced) {
+			if err := store.Renew(ctx, storekit.RenewRequest{Key: ref, Token: old, Until: clk.Now().Add(time.Hour), Now: clk.Now()}); !errors.Is(err, storekit.ErrFenced) {
 				t.Errorf("old holder's Renew = %v, want ErrFenced", err)
 			}
 			return true, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"sync"
 	"time"
 
@@ -104,7 +105,7 @@ func (k *keeper) renew() {
 
 	until := now.Add(cfg.Lease)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.base), cfg.StoreTimeout)
-	err := cfg.Store.Renew(ctx, RenewRequest{Key: k.key, Token: k.token, Until: until, Now: now})
+	err := cfg.Store.Renew(ctx, storekit.RenewRequest{Key: k.key, Token: k.token, Until: until, Now: now})
 	cancel()
 
 	k.mu.Lock()
@@ -116,7 +117,7 @@ func (k *keeper) renew() {
 	case err == nil:
 		k.until = until
 		k.deadline.Stop()
-	case errors.Is(err, ErrFenced):
+	case errors.Is(err, storekit.ErrFenced):
 		cfg.logger.Warn("retrysafe: lease taken over while held; stopping", "ref", k.key, "err", err)
 		k.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 		return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -166,9 +167,9 @@ type stuckStore struct {
 	claims atomic.Int64
 }
 
-func (s *stuckStore) Claim(_ context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+func (s *stuckStore) Claim(_ context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	s.claims.Add(1)
 	rec := agenttool.Record{Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal,
 		Fingerprint: req.Fingerprint, Token: 1, LeaseExpiry: req.Now.Add(-time.Second)}
-	return agenttool.ClaimResult{Record: rec}, nil
+	return storekit.ClaimResult{Record: rec}, nil
 }

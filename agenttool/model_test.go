@@ -13,6 +13,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -42,14 +43,14 @@ type mortalStore struct {
 	dead *atomic.Bool
 }
 
-func (s mortalStore) Claim(ctx context.Context, r agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+func (s mortalStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if s.dead.Load() {
-		return agenttool.ClaimResult{}, errProcessDead
+		return storekit.ClaimResult{}, errProcessDead
 	}
 	return s.Store.Claim(ctx, r)
 }
 
-func (s mortalStore) Finish(ctx context.Context, r agenttool.FinishRequest) error {
+func (s mortalStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
 	if s.dead.Load() {
 		return errProcessDead
 	}
@@ -63,7 +64,7 @@ func (s mortalStore) Release(ctx context.Context, key string, token uint64) erro
 	return s.Store.Release(ctx, key, token)
 }
 
-func (s mortalStore) Renew(ctx context.Context, req agenttool.RenewRequest) error {
+func (s mortalStore) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	if s.dead.Load() {
 		return errProcessDead
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"time"
 
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -62,7 +63,7 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 // ones come back with an error naming the others ([CorruptKeys]).
 // Resolutions are decoded with their tools' codecs.
 func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
-	recs, err := o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
+	recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
 	for i := range recs {
 		o.open(&recs[i])
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"log/slog"
 	"maps"
 	"slices"
@@ -28,8 +29,10 @@ const (
 	// otherwise waits for an operator.
 	Keyed
 	// Reconcilable tools call a destination that can be asked for the status
-	// of a request reference. After an unknown outcome the tool is not run
-	// again for that key; the record waits for reconciliation.
+	// of a request reference. After an unknown outcome the destination is
+	// asked first (Options.Reconciler), and the tool runs again for that key
+	// only if it says not applied; until then the record waits for
+	// reconciliation.
 	Reconcilable
 	// AtMostOnce tools can neither dedupe nor be asked. After an unknown
 	// outcome nothing runs again for that key without a person's approval.
@@ -385,7 +388,7 @@ func newConfig(name string, o Options) (*config, error) {
 		return nil, bad("DigestKey has %d bytes; use 32 random bytes or more", len(o.DigestKey))
 	}
 	c := &config{Options: o, codec: o.Codec, logger: o.Logger, digestKey: bytes.Clone(o.DigestKey)}
-	if l, ok := o.Store.(LocalStore); ok && l.Local() {
+	if l, ok := o.Store.(storekit.LocalStore); ok && l.Local() {
 		c.localStore = true
 	}
 	if c.codec == nil {

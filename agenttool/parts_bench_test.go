@@ -2,6 +2,7 @@ package agenttool
 
 import (
 	"context"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"testing"
 	"time"
 
@@ -54,12 +55,12 @@ func BenchmarkParts(b *testing.B) {
 		return out
 	}
 	state := func(ref, owner string, principal, fp Digest, outcome []byte) {
-		res, err := store.Claim(context.Background(), ClaimRequest{Key: ref, Tool: "send_email", Principal: principal,
+		res, err := store.Claim(context.Background(), storekit.ClaimRequest{Key: ref, Tool: "send_email", Principal: principal,
 			Fingerprint: fp, Owner: owner, Now: now, Lease: time.Minute})
 		if err != nil || !res.Claimed {
 			b.Fatal(res, err)
 		}
-		err = store.Finish(context.Background(), FinishRequest{Key: ref, Token: res.Record.Token, State: Succeeded,
+		err = store.Finish(context.Background(), storekit.FinishRequest{Key: ref, Token: res.Record.Token, State: Succeeded,
 			Attempts: 1, Outcome: outcome, Now: now, TTL: time.Hour})
 		if err != nil {
 			b.Fatal(err)
@@ -113,24 +114,24 @@ type mapStore struct {
 
 func (s *mapStore) next() (uint64, error) { s.token++; return s.token, nil }
 
-func (s *mapStore) Claim(_ context.Context, req ClaimRequest) (ClaimResult, error) {
+func (s *mapStore) Claim(_ context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	var existing *Record
 	if r, ok := s.m[req.Key]; ok {
 		existing = &r
 	}
-	res, write, err := DecideClaim(existing, req, s.next)
+	res, write, err := storekit.DecideClaim(existing, req, s.next)
 	if err == nil && write {
 		s.m[req.Key] = res.Record
 	}
 	return res, err
 }
 
-func (s *mapStore) Finish(_ context.Context, req FinishRequest) error {
+func (s *mapStore) Finish(_ context.Context, req storekit.FinishRequest) error {
 	r, ok := s.m[req.Key]
 	if !ok {
 		return ErrNotFound
 	}
-	rec, err := DecideFinish(&r, req)
+	rec, err := storekit.DecideFinish(&r, req)
 	if err == nil {
 		s.m[req.Key] = rec
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -125,7 +126,7 @@ type lostSuccess struct {
 	fail atomic.Bool
 }
 
-func (l *lostSuccess) Finish(ctx context.Context, r agenttool.FinishRequest) error {
+func (l *lostSuccess) Finish(ctx context.Context, r storekit.FinishRequest) error {
 	if l.fail.Load() && r.State == agenttool.Succeeded {
 		return errors.New("connection to store refused")
 	}

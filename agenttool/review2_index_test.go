@@ -11,6 +11,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // A random walk of claims (with fences), renewals (also with clocks that
@@ -55,7 +56,7 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 		return tools[k%2], principals[(k/2)%2], sessions[(k/4)%2]
 	}
 	all := func(at time.Time) []agenttool.Record {
-		recs, err := s.ListUnknown(ctx, agenttool.ListRequest{Now: at, Limit: 1000})
+		recs, err := s.ListUnknown(ctx, storekit.ListRequest{Now: at, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +79,7 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 		for _, tool := range tools {
 			for _, p := range principals {
 				for _, sess := range append([]*agenttool.Digest{nil}, &sessions[0], &sessions[1]) {
-					req := agenttool.ListRequest{Tool: tool, Principal: &p, Session: sess, Now: at, Limit: 1000}
+					req := storekit.ListRequest{Tool: tool, Principal: &p, Session: sess, Now: at, Limit: 1000}
 					got, err := s.ListUnknown(ctx, req)
 					if err != nil {
 						t.Fatal(err)
@@ -127,9 +128,9 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 		var what string
 		switch op := rng.IntN(10); {
 		case op < 3 || len(holds) == 0:
-			req := agenttool.ClaimRequest{Key: keys[k], Tool: tool, Principal: p, Session: sess, Fingerprint: agenttool.Digest{1},
+			req := storekit.ClaimRequest{Key: keys[k], Tool: tool, Principal: p, Session: sess, Fingerprint: agenttool.Digest{1},
 				Owner: fmt.Sprintf("o%d", step), Now: at, Lease: time.Minute, TakeOver: rng.IntN(2) == 0,
-				Fence: &agenttool.Fence{Session: rng.IntN(2) == 0}}
+				Fence: &storekit.Fence{Session: rng.IntN(2) == 0}}
 			before := every()
 			res, err := s.Claim(ctx, req)
 			if err != nil {
@@ -145,14 +146,14 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 			}
 		case op < 6:
 			h := holds[rng.IntN(len(holds))]
-			err := s.Renew(ctx, agenttool.RenewRequest{Key: h.key, Token: h.token, Until: at.Add(time.Duration(rng.IntN(120)) * time.Second), Now: at})
+			err := s.Renew(ctx, storekit.RenewRequest{Key: h.key, Token: h.token, Until: at.Add(time.Duration(rng.IntN(120)) * time.Second), Now: at})
 			what = fmt.Sprintf("renew %s: %v", h.key, err)
 		case op < 8:
 			i := rng.IntN(len(holds))
 			h := holds[i]
 			states := []agenttool.State{agenttool.Succeeded, agenttool.Failed, agenttool.Unknown}
 			st := states[rng.IntN(3)]
-			req := agenttool.FinishRequest{Key: h.key, Token: h.token, State: st, Attempts: 1, Now: at, TTL: time.Hour,
+			req := storekit.FinishRequest{Key: h.key, Token: h.token, State: st, Attempts: 1, Now: at, TTL: time.Hour,
 				RetryApproved: st == agenttool.Unknown && rng.IntN(3) == 0, HeldUntil: at.Add(-time.Duration(rng.IntN(3)) * time.Minute)}
 			err := s.Finish(ctx, req)
 			what = fmt.Sprintf("finish %s %v: %v", h.key, st, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Leases are compared with the callers' clocks, which read nanoseconds
@@ -20,7 +21,7 @@ func TestLiveLeaseIsNeverLapsedEarly(t *testing.T) {
 		ctx := context.Background()
 		t0 := time.Date(2026, 11, 29, 12, 0, 0, 500, time.UTC) // 0.5µs past the second
 		p, sess := agenttool.Digest{0xa1}, agenttool.Digest{0x51}
-		req := agenttool.ClaimRequest{Key: "send_email/holder", Tool: "send_email", Principal: p, Session: sess,
+		req := storekit.ClaimRequest{Key: "send_email/holder", Tool: "send_email", Principal: p, Session: sess,
 			Fingerprint: agenttool.Digest{1}, Owner: "holder", Now: t0, Lease: time.Minute}
 		first, err := s.Claim(ctx, req)
 		if err != nil || !first.Claimed {
@@ -30,12 +31,12 @@ func TestLiveLeaseIsNeverLapsedEarly(t *testing.T) {
 		if first.Record.AwaitsReconciliation(at) {
 			t.Fatal("test setup: the lease should be live")
 		}
-		listed, err := s.ListUnknown(ctx, agenttool.ListRequest{Tool: "send_email", Principal: &p, Now: at})
+		listed, err := s.ListUnknown(ctx, storekit.ListRequest{Tool: "send_email", Principal: &p, Now: at})
 		if err != nil {
 			t.Fatal(err)
 		}
 		other := req
-		other.Key, other.Owner, other.Now, other.Fence = "send_email/new", "new", at, &agenttool.Fence{Session: true}
+		other.Key, other.Owner, other.Now, other.Fence = "send_email/new", "new", at, &storekit.Fence{Session: true}
 		fenced, err := s.Claim(ctx, other)
 		if err != nil {
 			t.Fatal(err)

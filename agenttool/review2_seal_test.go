@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -44,7 +45,7 @@ type interposer struct {
 	between func()
 }
 
-func (i *interposer) Claim(ctx context.Context, r agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+func (i *interposer) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if r.TakeOver && r.Key == i.key {
 		i.once.Do(i.between)
 	}

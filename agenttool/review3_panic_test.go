@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -19,7 +20,7 @@ type listFails struct {
 	fail atomic.Bool
 }
 
-func (l *listFails) ListUnknown(ctx context.Context, r agenttool.ListRequest) ([]agenttool.Record, error) {
+func (l *listFails) ListUnknown(ctx context.Context, r storekit.ListRequest) ([]agenttool.Record, error) {
 	if l.fail.Load() {
 		return nil, errors.New("index query timed out")
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ type holding struct {
 // hold starts keeping a taken-over record's lease. The attempt count is the
 // claim's: a takeover of a lapsed lease counts the dead holder's attempt,
 // and every settlement keeps it.
-func (t *Tool) hold(ctx context.Context, rec Record, res ClaimResult) *holding {
+func (t *Tool) hold(ctx context.Context, rec Record, res storekit.ClaimResult) *holding {
 	rec.Attempts = res.Record.Attempts
 	h := &holding{t: t, rec: rec, token: res.Record.Token, heldUntil: inFlightUntil(res)}
 	h.work, h.stopWork = context.WithCancelCause(ctx)
@@ -62,7 +63,7 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 		}
 		return nil, fmt.Errorf("agenttool: %s is %v: %w", key, rec.State, ErrNotUnknown)
 	}
-	res, err := cfg.Store.Claim(ctx, ClaimRequest{
+	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
 		Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true,
 	})
@@ -143,7 +144,7 @@ func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelop
 		}
 		res = sealed
 	}
-	req := FinishRequest{
+	req := storekit.FinishRequest{
 		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: h.rec.Outcome,
 		RetryApproved: approve, Resolution: res,
 	}

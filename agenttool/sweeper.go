@@ -3,6 +3,7 @@ package agenttool
 import (
 	"context"
 	"errors"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"log/slog"
 	"sync"
 	"time"
@@ -119,7 +120,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 		logger.Warn("retrysafe: unreadable record skipped", "ref", key)
 		count(func(r *SweepReport) { r.Corrupt++ })
 	}
-	if uc, ok := o.store.(UnknownClaimer); ok {
+	if uc, ok := o.store.(storekit.UnknownClaimer); ok {
 		err := o.sweepClaimed(ctx, uc, conc, settle, unreadable)
 		mu.Lock()
 		defer mu.Unlock()
@@ -129,7 +130,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	var wg sync.WaitGroup
 	after := ""
 	for ctx.Err() == nil {
-		recs, err := o.store.ListUnknown(ctx, ListRequest{Principal: o.principal, After: after, Limit: batch, Now: o.clock()})
+		recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, After: after, Limit: batch, Now: o.clock()})
 		corrupt := CorruptKeys(err)
 		if err != nil && len(corrupt) == 0 {
 			wg.Wait()
@@ -184,7 +185,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 // batches (FOR UPDATE SKIP LOCKED): concurrency records at a time, so that
 // none waits for a worker while its lease runs. Records settled as still
 // unknown in this pass are not taken again in it.
-func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int, settle func(*holding), unreadable func(key string)) error {
+func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, settle func(*holding), unreadable func(key string)) error {
 	var names []string
 	lease := time.Duration(0)
 	for name, t := range o.tools {
@@ -199,7 +200,7 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc UnknownClaimer, conc int
 	passStart := o.clock()
 	owner := newOwner()
 	for ctx.Err() == nil {
-		recs, err := uc.ClaimUnknown(ctx, ClaimUnknownRequest{
+		recs, err := uc.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{
 			Principal: o.principal, Tools: names, Owner: owner, Now: o.clock(), Lease: lease,
 			Limit: conc, UpdatedBefore: passStart,
 		})

@@ -11,6 +11,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // schemaVersion is the layout of the file this package writes and reads.
@@ -49,12 +50,12 @@ type Store struct {
 }
 
 var (
-	_ agenttool.Store      = (*Store)(nil)
-	_ agenttool.LocalStore = (*Store)(nil)
+	_ agenttool.Store     = (*Store)(nil)
+	_ storekit.LocalStore = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
-// agenttool.LocalStore).
+// storekit.LocalStore).
 func (s *Store) Local() bool { return true }
 
 // Open opens or creates the store file at path. It fails with a clear error
@@ -157,7 +158,7 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error { return s.db.Close() }
 
 // DB returns the underlying bbolt database, for effects that must commit in
-// the same transaction as their record (see [Store.Update]) and for
+// the same transaction as their record (see [Store.Effect]) and for
 // inspection. Do not write to retrysafe's buckets.
 func (s *Store) DB() *bolt.DB { return s.db }
 
@@ -181,14 +182,14 @@ var errNeedsWrite = errors.New("claim needs a write")
 
 // Claim implements agenttool.Store. A claim that changes nothing (a replay,
 // a live lease) is answered from a read transaction, without a disk write.
-func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
-	var res agenttool.ClaimResult
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	var res storekit.ClaimResult
 	err := s.view(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, req.Key)
 		if err != nil {
 			return err
 		}
-		r, write, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		r, write, err := storekit.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
 		if err != nil {
 			return err
 		}
@@ -209,7 +210,7 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		if err != nil {
 			return err
 		}
-		r, write, err := agenttool.DecideClaim(existing, req, b.NextSequence)
+		r, write, err := storekit.DecideClaim(existing, req, b.NextSequence)
 		if err != nil {
 			return err
 		}
@@ -234,37 +235,37 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 
 // Finish implements agenttool.Store. A key under which an effect committed
 // ([Store.Effect]) cannot be recorded as failed, nor approved for another
-// attempt: agenttool.ErrEffectApplied.
-func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
+// attempt: storekit.ErrEffectApplied.
+func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, req.Key)
 		if err != nil {
 			return err
 		}
-		rec, err := agenttool.DecideFinish(existing, req)
+		rec, err := storekit.DecideFinish(existing, req)
 		if err != nil {
 			return err
 		}
 		if (rec.State == agenttool.Failed || rec.RetryApproved) && applied(b, req.Key) {
-			return fmt.Errorf("boltstore: %s cannot be recorded as not applied: %w", req.Key, agenttool.ErrEffectApplied)
+			return fmt.Errorf("boltstore: %s cannot be recorded as not applied: %w", req.Key, storekit.ErrEffectApplied)
 		}
 		return save(b, &rec, existing)
 	})
 }
 
 // Release implements agenttool.Store. A key under which an effect committed
-// ([Store.Effect]) is never released: agenttool.ErrEffectApplied.
+// ([Store.Effect]) is never released: storekit.ErrEffectApplied.
 func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, key)
 		if err != nil {
 			return err
 		}
-		if err := agenttool.DecideRelease(existing, key, token); err != nil {
+		if err := storekit.DecideRelease(existing, key, token); err != nil {
 			return err
 		}
 		if applied(b, key) {
-			return fmt.Errorf("boltstore: %s cannot be released: %w", key, agenttool.ErrEffectApplied)
+			return fmt.Errorf("boltstore: %s cannot be released: %w", key, storekit.ErrEffectApplied)
 		}
 		return remove(b, []byte(key), existing)
 	})
@@ -276,13 +277,13 @@ func applied(b *bolt.Bucket, key string) bool {
 }
 
 // Renew implements agenttool.Store.
-func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
+func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, req.Key)
 		if err != nil {
 			return err
 		}
-		rec, err := agenttool.DecideRenew(existing, req)
+		rec, err := storekit.DecideRenew(existing, req)
 		if err != nil {
 			return err
 		}
@@ -320,7 +321,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 			rec, err := decode(k, v)
 			switch {
 			case err != nil:
-				corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: string(k), Err: err})
+				corrupt = append(corrupt, &storekit.CorruptRecordError{Key: string(k), Err: err})
 			case rec.Sweepable(now):
 				doomed = append(doomed, rec)
 			}
@@ -345,7 +346,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 
 // ListUnknown implements agenttool.Store. It reads in one transaction;
 // unreadable records are reported as an error, never skipped.
-func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]agenttool.Record, error) {
+func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]agenttool.Record, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 100
@@ -380,7 +381,7 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 				err = errors.New("the open index names it, but it has no record")
 			}
 			if err != nil {
-				corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: string(k), Err: err}) // skipped, reported, left in place
+				corrupt = append(corrupt, &storekit.CorruptRecordError{Key: string(k), Err: err}) // skipped, reported, left in place
 				continue
 			}
 			if req.Lists(rec) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 func TestOpenLockedFileFailsClearly(t *testing.T) {
@@ -80,7 +81,7 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 	s.DB().Update(func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte("retrysafe/records")).Put([]byte("send_email/x"), []byte("{not json"))
 	})
-	_, err = s.Claim(context.Background(), agenttool.ClaimRequest{Key: "send_email/x", Owner: "o", Now: time.Now(), Lease: time.Minute})
+	_, err = s.Claim(context.Background(), storekit.ClaimRequest{Key: "send_email/x", Owner: "o", Now: time.Now(), Lease: time.Minute})
 	if !errors.Is(err, agenttool.ErrCorrupt) {
 		t.Errorf("Claim over a corrupt record = %v, want ErrCorrupt (never treated as free)", err)
 	}
@@ -97,7 +98,7 @@ func TestCancelledContextWritesNothing(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.Claim(ctx, agenttool.ClaimRequest{Key: "k/1", Owner: "o", Now: time.Now(), Lease: time.Minute}); !errors.Is(err, context.Canceled) {
+	if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: "k/1", Owner: "o", Now: time.Now(), Lease: time.Minute}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Claim with a cancelled context = %v", err)
 	}
 	if _, err := s.Get(context.Background(), "k/1"); !errors.Is(err, agenttool.ErrNotFound) {

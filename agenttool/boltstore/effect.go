@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -43,7 +44,7 @@ var effectsBucket = []byte("retrysafe/effects")
 //
 // Once the effect has committed, the key cannot be released nor recorded as
 // failed, whatever the tool reports afterwards: the store answers
-// agenttool.ErrEffectApplied, and the call settles the action through its
+// storekit.ErrEffectApplied, and the call settles the action through its
 // reconciler (or records it as unknown), never as not applied.
 func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessage, error)) (json.RawMessage, error) {
 	info, ok := agenttool.CallInfoFrom(ctx)
@@ -59,7 +60,7 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 			return err
 		}
 		if rec == nil || rec.State != agenttool.Pending || rec.Token != info.Token {
-			return fmt.Errorf("boltstore: %s is no longer held by this call: %w", info.RequestRef, agenttool.ErrFenced)
+			return fmt.Errorf("boltstore: %s is no longer held by this call: %w", info.RequestRef, storekit.ErrFenced)
 		}
 		effects := b.Tx().Bucket(effectsBucket)
 		if prev := effects.Get(key); prev != nil {
@@ -88,7 +89,7 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 			return nil, envelope.MarkDefinite(fnErr, "")
 		}
 		return nil, fnErr
-	case errors.Is(err, agenttool.ErrFenced), errors.Is(err, agenttool.ErrCorrupt), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, storekit.ErrFenced), errors.Is(err, agenttool.ErrCorrupt), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return nil, envelope.MarkTransient(err) // nothing was written
 	case err != nil:
 		return nil, envelope.MarkUnknown(fmt.Errorf("boltstore: committing the effect: %w", err))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -116,7 +117,7 @@ func TestEffectRefusesAStaleHolder(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		if _, err := s.Claim(ctx, agenttool.ClaimRequest{Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
+		if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 			Owner: "other", Now: time.Now().Add(2 * time.Hour), Lease: time.Hour, TakeOver: true}); err != nil {
 			return "", err
 		}
@@ -124,7 +125,7 @@ func TestEffectRefusesAStaleHolder(t *testing.T) {
 		return "", effectErr
 	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 	env := tool.Invoke(scope(), `{"text":"x"}`)
-	if ran || !errors.Is(effectErr, agenttool.ErrFenced) || envelope.Classify(effectErr) != envelope.Transient {
+	if ran || !errors.Is(effectErr, storekit.ErrFenced) || envelope.Classify(effectErr) != envelope.Transient {
 		t.Fatalf("a stale holder's Effect: ran=%v, err=%v", ran, effectErr)
 	}
 	if env.Status == envelope.Success {
@@ -142,7 +143,7 @@ func TestOpenEndsLeasesOfDeadProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if _, err := s.Claim(context.Background(), agenttool.ClaimRequest{Key: "k/1", Owner: "dead", Now: now, Lease: time.Hour}); err != nil {
+	if _, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: "k/1", Owner: "dead", Now: now, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close() // the process "dies" holding the key
@@ -151,7 +152,7 @@ func TestOpenEndsLeasesOfDeadProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	res, err := s.Claim(context.Background(), agenttool.ClaimRequest{Key: "k/1", Owner: "new", Now: now.Add(time.Second), Lease: time.Hour})
+	res, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: "k/1", Owner: "new", Now: now.Add(time.Second), Lease: time.Hour})
 	if err != nil || res.Claimed || res.Record.State != agenttool.Unknown {
 		t.Fatalf("claim after reopening: %+v, %v; want the dead holder's record unknown at once", res, err)
 	}

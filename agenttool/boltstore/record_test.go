@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 func sampleRecord() agenttool.Record {
@@ -80,7 +81,7 @@ func TestFormatOneRecordsAreRead(t *testing.T) {
 		rec.Fingerprint != (agenttool.Digest{31: 9}) || !rec.LeaseExpiry.Equal(time.Unix(1_780_000_060, 0)) {
 		t.Fatalf("format-1 record read as %+v", rec)
 	}
-	err = s.Finish(ctx, agenttool.FinishRequest{Key: "send_email/old", Token: 7, State: agenttool.Succeeded, Attempts: 1,
+	err = s.Finish(ctx, storekit.FinishRequest{Key: "send_email/old", Token: 7, State: agenttool.Succeeded, Attempts: 1,
 		Outcome: []byte(`{}`), Now: time.Unix(1_780_000_001, 0), TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestSchemaOneFileIsUpgraded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	recs, err := s.ListUnknown(context.Background(), agenttool.ListRequest{Tool: old.Tool, Principal: &old.Principal, Now: time.Now(), Limit: 10})
+	recs, err := s.ListUnknown(context.Background(), storekit.ListRequest{Tool: old.Tool, Principal: &old.Principal, Now: time.Now(), Limit: 10})
 	if err != nil || len(recs) != 1 || recs[0].Key != old.Key {
 		t.Fatalf("after the upgrade the scope lists %+v, %v; want %s", recs, err, old.Key)
 	}

@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // The scope index finds the records of one tool and principal that await
@@ -128,7 +129,7 @@ func awaitingInScope(b *bolt.Bucket, tool string, principal agenttool.Digest, no
 }
 
 // fenced reports whether a record other than req's holds its fence.
-func fenced(b *bolt.Bucket, req *agenttool.ClaimRequest) bool {
+func fenced(b *bolt.Bucket, req *storekit.ClaimRequest) bool {
 	found := false
 	awaitingInScope(b, req.Tool, req.Principal, req.Now, func(key string, session []byte) bool {
 		found = key != req.Key && (!req.Fence.Session || bytes.Equal(session, req.Session[:]))
@@ -140,7 +141,7 @@ func fenced(b *bolt.Bucket, req *agenttool.ClaimRequest) bool {
 // listScope answers ListUnknown for one tool and principal (and session)
 // from the scope index: it reads only the records that await
 // reconciliation.
-func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttool.Record, error) {
+func listScope(b *bolt.Bucket, req storekit.ListRequest, limit int) ([]agenttool.Record, error) {
 	var keys []string
 	awaitingInScope(b, req.Tool, *req.Principal, req.Now, func(key string, session []byte) bool {
 		if key > req.After && (req.Session == nil || bytes.Equal(session, req.Session[:])) {
@@ -160,7 +161,7 @@ func listScope(b *bolt.Bucket, req agenttool.ListRequest, limit int) ([]agenttoo
 			err = errors.New("the scope index names it, but it has no record")
 		}
 		if err != nil {
-			corrupt = append(corrupt, &agenttool.CorruptRecordError{Key: key, Err: err})
+			corrupt = append(corrupt, &storekit.CorruptRecordError{Key: key, Err: err})
 			continue
 		}
 		if req.Lists(rec) {

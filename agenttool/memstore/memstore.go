@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Store is an in-memory store. It is safe for concurrent use. The zero value
@@ -33,12 +34,12 @@ type Store struct {
 }
 
 var (
-	_ agenttool.Store      = (*Store)(nil)
-	_ agenttool.LocalStore = (*Store)(nil)
+	_ agenttool.Store     = (*Store)(nil)
+	_ storekit.LocalStore = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
-// agenttool.LocalStore).
+// storekit.LocalStore).
 func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
@@ -78,7 +79,7 @@ func (s *Store) lock(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return agenttool.ErrClosed
+		return storekit.ErrClosed
 	}
 	return nil
 }
@@ -112,7 +113,7 @@ func (s *Store) delete(key string, i int) {
 
 // put stores r in slot i, the slot of its key's record, or in a new slot if
 // i is -1. Outcomes are never modified in place: Finish is handed its
-// outcome (see agenttool.FinishRequest), and what leaves the store is cloned.
+// outcome (see storekit.FinishRequest), and what leaves the store is cloned.
 func (s *Store) put(i int, r agenttool.Record) {
 	if i >= 0 && s.entries[i].open() {
 		s.indexOpen(&s.entries[i], false)
@@ -213,16 +214,16 @@ func (s *Store) nextToken() (uint64, error) {
 }
 
 // Claim implements agenttool.Store.
-func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := s.lock(ctx); err != nil {
-		return agenttool.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
 	existing, slot := s.get(req.Key, &cur)
-	res, write, err := agenttool.DecideClaim(existing, req, s.nextToken)
+	res, write, err := storekit.DecideClaim(existing, req, s.nextToken)
 	if err != nil {
-		return agenttool.ClaimResult{}, err
+		return storekit.ClaimResult{}, err
 	}
 	if write {
 		s.put(slot, res.Record)
@@ -236,7 +237,7 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 
 // fenced reports whether another open record of req's fence awaits
 // reconciliation. s.mu is held.
-func (s *Store) fenced(req *agenttool.ClaimRequest) bool {
+func (s *Store) fenced(req *storekit.ClaimRequest) bool {
 	for k := range s.open[scope{req.Tool, req.Principal}] {
 		if r := s.entries[s.index[k]].record(); req.Fences(&r) {
 			return true
@@ -246,14 +247,14 @@ func (s *Store) fenced(req *agenttool.ClaimRequest) bool {
 }
 
 // Finish implements agenttool.Store.
-func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
+func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
 	existing, slot := s.get(req.Key, &cur)
-	rec, err := agenttool.DecideFinish(existing, req)
+	rec, err := storekit.DecideFinish(existing, req)
 	if err != nil {
 		return err
 	}
@@ -269,7 +270,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	defer s.mu.Unlock()
 	var cur agenttool.Record
 	existing, slot := s.get(key, &cur)
-	if err := agenttool.DecideRelease(existing, key, token); err != nil {
+	if err := storekit.DecideRelease(existing, key, token); err != nil {
 		return err
 	}
 	s.delete(key, slot)
@@ -277,14 +278,14 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 }
 
 // Renew implements agenttool.Store.
-func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
+func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	var cur agenttool.Record
 	existing, slot := s.get(req.Key, &cur)
-	rec, err := agenttool.DecideRenew(existing, req)
+	rec, err := storekit.DecideRenew(existing, req)
 	if err != nil {
 		return err
 	}
@@ -378,7 +379,7 @@ func (h *expiries) pop() expiry {
 }
 
 // ListUnknown implements agenttool.Store.
-func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]agenttool.Record, error) {
+func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]agenttool.Record, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -419,7 +420,7 @@ func (s *Store) Len() int {
 	return len(s.index)
 }
 
-// Close makes every later call fail with agenttool.ErrClosed, as a store that
+// Close makes every later call fail with storekit.ErrClosed, as a store that
 // has gone away would.
 func (s *Store) Close() error {
 	s.mu.Lock()

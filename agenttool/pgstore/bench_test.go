@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
@@ -68,11 +69,11 @@ func BenchmarkPG(b *testing.B) {
 	storeOps := func(b *testing.B) {
 		key := "send_email/" + strconv.FormatInt(seq.Add(1), 10) + "abcdefghijklmnopqrstuvwxyz"
 		now := time.Now()
-		res, err := store.Claim(ctx, agenttool.ClaimRequest{Key: key, Tool: "send_email", Owner: "2b7c4f5e-8a4d-4f7e-9d6c-1f2e3d4c5b6a", Now: now, Lease: time.Minute})
+		res, err := store.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Owner: "2b7c4f5e-8a4d-4f7e-9d6c-1f2e3d4c5b6a", Now: now, Lease: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := store.Finish(ctx, agenttool.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded,
+		if err := store.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded,
 			Attempts: 1, Outcome: outcome, Now: now, TTL: time.Hour}); err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Options configure [Open]. A nil *Options means all defaults.
@@ -40,8 +41,8 @@ type Store struct {
 }
 
 var (
-	_ agenttool.Store          = (*Store)(nil)
-	_ agenttool.UnknownClaimer = (*Store)(nil)
+	_ agenttool.Store         = (*Store)(nil)
+	_ storekit.UnknownClaimer = (*Store)(nil)
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -97,9 +98,9 @@ func (s *Store) Schema() string { return s.schema }
 // Claim implements agenttool.Store: an INSERT … ON CONFLICT DO NOTHING for a
 // new key; otherwise a read, and a locked read-decide-write only when the
 // record must change.
-func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttool.ClaimResult, error) {
-	if _, _, err := agenttool.DecideClaim(nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
-		return agenttool.ClaimResult{}, err // an invalid request
+func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if _, _, err := storekit.DecideClaim(nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
+		return storekit.ClaimResult{}, err // an invalid request
 	}
 	fenceSession := fenceSession(&req)
 	for range 10 {
@@ -108,43 +109,43 @@ func (s *Store) Claim(ctx context.Context, req agenttool.ClaimRequest) (agenttoo
 		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
 			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil).Scan(&token, &fenced)
 		if err != nil {
-			return agenttool.ClaimResult{}, s.wrap("claim", req.Key, err)
+			return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
 		}
 		if token != nil {
 			rec := agenttool.Record{
 				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
 			}
-			return agenttool.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
+			return storekit.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
 		}
 		// The key exists. Most often nothing needs to change (a replay, a
 		// live lease): answer from a plain read.
 		existing, err := s.get(ctx, s.pool, req.Key, false)
 		if err != nil && !errors.Is(err, agenttool.ErrNotFound) {
-			return agenttool.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		if existing == nil {
 			continue // released or swept meanwhile: insert again
 		}
-		res, write, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		res, write, err := storekit.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
 		if err == nil && !write {
 			return res, nil
 		}
 		if err != nil && !errors.Is(err, errNeedsWrite) {
-			return agenttool.ClaimResult{}, err
+			return storekit.ClaimResult{}, err
 		}
 		res, gone, err := s.claimLocked(ctx, req)
 		if err != nil || !gone {
 			return res, err
 		}
 	}
-	return agenttool.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the record kept changing under the claim", req.Key)
+	return storekit.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the record kept changing under the claim", req.Key)
 }
 
 var errNeedsWrite = errors.New("claim needs a write")
 
 // fenceSession is the session the claim's fence is limited to, or nil.
-func fenceSession(req *agenttool.ClaimRequest) []byte {
+func fenceSession(req *storekit.ClaimRequest) []byte {
 	if req.Fence == nil || !req.Fence.Session {
 		return nil
 	}
@@ -153,7 +154,7 @@ func fenceSession(req *agenttool.ClaimRequest) []byte {
 
 // claimLocked decides a claim on the row locked FOR UPDATE. gone reports a
 // row that vanished before it could be locked.
-func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (res agenttool.ClaimResult, gone bool, err error) {
+func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, gone bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		existing, err := s.get(ctx, tx, req.Key, true)
 		if errors.Is(err, agenttool.ErrNotFound) {
@@ -163,7 +164,7 @@ func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (re
 		if err != nil {
 			return err
 		}
-		r, write, err := agenttool.DecideClaim(existing, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
+		r, write, err := storekit.DecideClaim(existing, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
 		if err != nil {
 			return err
 		}
@@ -180,14 +181,14 @@ func (s *Store) claimLocked(ctx context.Context, req agenttool.ClaimRequest) (re
 		return s.put(ctx, tx, &r.Record)
 	})
 	if err != nil {
-		return agenttool.ClaimResult{}, false, s.wrap("claim", req.Key, err)
+		return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
 	}
 	return res, gone, nil
 }
 
 // Finish implements agenttool.Store: one UPDATE fenced by the token.
-func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
-	rec, err := agenttool.DecideFinish(&agenttool.Record{Key: req.Key, State: agenttool.Pending, Token: req.Token}, req)
+func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
+	rec, err := storekit.DecideFinish(&agenttool.Record{Key: req.Key, State: agenttool.Pending, Token: req.Token}, req)
 	if err != nil {
 		return err
 	}
@@ -201,7 +202,7 @@ func (s *Store) Finish(ctx context.Context, req agenttool.FinishRequest) error {
 		return s.wrap("finish", req.Key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: finish %s: no pending record with token %d: %w", req.Key, req.Token, agenttool.ErrFenced)
+		return fmt.Errorf("pgstore: finish %s: no pending record with token %d: %w", req.Key, req.Token, storekit.ErrFenced)
 	}
 	return nil
 }
@@ -213,19 +214,19 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 		return s.wrap("release", key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: release %s: no pending record with token %d: %w", key, token, agenttool.ErrFenced)
+		return fmt.Errorf("pgstore: release %s: no pending record with token %d: %w", key, token, storekit.ErrFenced)
 	}
 	return nil
 }
 
 // Renew implements agenttool.Store.
-func (s *Store) Renew(ctx context.Context, req agenttool.RenewRequest) error {
+func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now)
 	if err != nil {
 		return s.wrap("renew", req.Key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: renew %s: no pending record with token %d: %w", req.Key, req.Token, agenttool.ErrFenced)
+		return fmt.Errorf("pgstore: renew %s: no pending record with token %d: %w", req.Key, req.Token, storekit.ErrFenced)
 	}
 	return nil
 }
@@ -249,7 +250,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 }
 
 // ListUnknown implements agenttool.Store.
-func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]agenttool.Record, error) {
+func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]agenttool.Record, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 100
@@ -278,9 +279,9 @@ func (s *Store) ListUnknown(ctx context.Context, req agenttool.ListRequest) ([]a
 	return s.collect(rows)
 }
 
-// ClaimUnknown implements agenttool.UnknownClaimer with FOR UPDATE SKIP
+// ClaimUnknown implements storekit.UnknownClaimer with FOR UPDATE SKIP
 // LOCKED: concurrent sweepers get disjoint records and never wait.
-func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequest) ([]agenttool.ClaimResult, error) {
+func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownRequest) ([]storekit.ClaimResult, error) {
 	if req.Lease <= 0 || req.Limit <= 0 {
 		return nil, fmt.Errorf("pgstore: claim unknown with lease %v and limit %d: %w", req.Lease, req.Limit, agenttool.ErrInvalidRequest)
 	}
@@ -294,7 +295,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 		return nil, s.wrap("claim unknown", "", err)
 	}
 	defer rows.Close()
-	var out []agenttool.ClaimResult
+	var out []storekit.ClaimResult
 	var corrupt []error
 	for rows.Next() {
 		var held *time.Time
@@ -307,7 +308,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req agenttool.ClaimUnknownRequ
 		if err != nil {
 			return nil, s.wrap("claim unknown", "", err)
 		}
-		res := agenttool.ClaimResult{Claimed: true, TookOver: true, Since: since, Record: *rec}
+		res := storekit.ClaimResult{Claimed: true, TookOver: true, Since: since, Record: *rec}
 		if held != nil {
 			res.HeldUntil = *held
 		}
@@ -422,7 +423,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 		TakenOver: takenOver,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
-		return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}
 	}
 	copy(r.Principal[:], principal)
 	copy(r.Fingerprint[:], fp)
@@ -431,7 +432,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	case len(r.Session):
 		copy(r.Session[:], session)
 	default:
-		return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("a session digest of %d bytes", len(session))}
+		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("a session digest of %d bytes", len(session))}
 	}
 	if lease != nil {
 		r.LeaseExpiry = *lease
@@ -442,7 +443,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	if len(resolution) > 0 {
 		var res agenttool.Resolution
 		if err := json.Unmarshal(resolution, &res); err != nil {
-			return nil, &agenttool.CorruptRecordError{Key: key, Err: fmt.Errorf("resolution: %w", err)}
+			return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("resolution: %w", err)}
 		}
 		r.Resolution = &res
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Harness tells the suite how to make and break a store.
@@ -55,12 +56,12 @@ var (
 // newKey returns a key not used before in this process.
 func newKey() string { return fmt.Sprintf("conformance/%d", keyCount.Add(1)) }
 
-func claimReq(key string, now time.Time) agenttool.ClaimRequest {
-	return agenttool.ClaimRequest{Key: key, Tool: "conformance", Principal: alice, Fingerprint: inputA,
+func claimReq(key string, now time.Time) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Tool: "conformance", Principal: alice, Fingerprint: inputA,
 		Owner: "owner-" + key, Now: now, Lease: minute}
 }
 
-func mustClaim(t *testing.T, s agenttool.Store, req agenttool.ClaimRequest) agenttool.ClaimResult {
+func mustClaim(t *testing.T, s agenttool.Store, req storekit.ClaimRequest) storekit.ClaimResult {
 	t.Helper()
 	res, err := s.Claim(bg, req)
 	if err != nil {
@@ -69,8 +70,8 @@ func mustClaim(t *testing.T, s agenttool.Store, req agenttool.ClaimRequest) agen
 	return res
 }
 
-func finish(key string, token uint64, state agenttool.State, now time.Time) agenttool.FinishRequest {
-	return agenttool.FinishRequest{Key: key, Token: token, State: state, Attempts: 1,
+func finish(key string, token uint64, state agenttool.State, now time.Time) storekit.FinishRequest {
+	return storekit.FinishRequest{Key: key, Token: token, State: state, Attempts: 1,
 		Outcome: []byte(`{"outcome":"` + state.String() + `"}`), Now: now, TTL: time.Hour}
 }
 
@@ -201,7 +202,7 @@ func testFinishStates(t *testing.T, s agenttool.Store) {
 		if rec.Expires.IsZero() == wantExpiry {
 			t.Errorf("%v record expires at %v", state, rec.Expires)
 		}
-		if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
+		if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, storekit.ErrFenced) {
 			t.Errorf("second Finish of a %v record: %v, want ErrFenced", state, err)
 		}
 		// A final record is returned for replay; an unknown one is returned too.
@@ -224,13 +225,13 @@ func testFencing(t *testing.T, s agenttool.Store) {
 	if cur.Record.Attempts != 1 {
 		t.Errorf("takeover of a dead holder's claim counts %d attempts, want its 1", cur.Record.Attempts)
 	}
-	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
+	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, storekit.ErrFenced) {
 		t.Errorf("old holder's Finish: %v, want ErrFenced", err)
 	}
-	if err := s.Release(bg, key, old.Record.Token); !errors.Is(err, agenttool.ErrFenced) {
+	if err := s.Release(bg, key, old.Record.Token); !errors.Is(err, storekit.ErrFenced) {
 		t.Errorf("old holder's Release: %v, want ErrFenced", err)
 	}
-	if err := s.Renew(bg, agenttool.RenewRequest{Key: key, Token: old.Record.Token, Until: t0.Add(time.Hour), Now: t0}); !errors.Is(err, agenttool.ErrFenced) {
+	if err := s.Renew(bg, storekit.RenewRequest{Key: key, Token: old.Record.Token, Until: t0.Add(time.Hour), Now: t0}); !errors.Is(err, storekit.ErrFenced) {
 		t.Errorf("old holder's Renew: %v, want ErrFenced", err)
 	}
 	rec, _ := s.Get(bg, key)
@@ -253,7 +254,7 @@ func testExpiredBecomesUnknown(t *testing.T, s agenttool.Store) {
 	if rec.State != agenttool.Unknown || !rec.Expires.IsZero() {
 		t.Errorf("stored: %+v", rec)
 	}
-	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, agenttool.ErrFenced) {
+	if err := s.Finish(bg, finish(key, old.Record.Token, agenttool.Succeeded, t0)); !errors.Is(err, storekit.ErrFenced) {
 		t.Errorf("dead holder's Finish after its record turned unknown: %v, want ErrFenced", err)
 	}
 	// The dead holder's lease end stays with the record, through a takeover
@@ -339,7 +340,7 @@ func testFingerprintMismatch(t *testing.T, s agenttool.Store) {
 		req := claimReq(key, t0.Add(2*minute))
 		req.Fingerprint, req.TakeOver = inputB, true
 		r := mustClaim(t, s, req)
-		if r.Claimed || r.Conflict != agenttool.OtherInput {
+		if r.Claimed || r.Conflict != storekit.OtherInput {
 			t.Errorf("%v record, other input: %+v", state, r)
 		}
 		after, _ := s.Get(bg, key)
@@ -358,10 +359,10 @@ func testPrincipalIsolation(t *testing.T, s agenttool.Store) {
 	req := claimReq(key, t0.Add(time.Hour))
 	req.Principal, req.TakeOver = bob, true
 	r := mustClaim(t, s, req)
-	if r.Claimed || r.Conflict != agenttool.OtherPrincipal {
+	if r.Claimed || r.Conflict != storekit.OtherPrincipal {
 		t.Errorf("another principal's claim: %+v", r)
 	}
-	mine, err := s.ListUnknown(bg, agenttool.ListRequest{Principal: &bob, Now: t0.Add(time.Hour)})
+	mine, err := s.ListUnknown(bg, storekit.ListRequest{Principal: &bob, Now: t0.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func testRelease(t *testing.T, s agenttool.Store) {
 	if _, err := s.Get(bg, key); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("after Release: %v, want ErrNotFound", err)
 	}
-	if err := s.Release(bg, key, res.Record.Token); !errors.Is(err, agenttool.ErrFenced) {
+	if err := s.Release(bg, key, res.Record.Token); !errors.Is(err, storekit.ErrFenced) {
 		t.Errorf("second Release: %v, want ErrFenced", err)
 	}
 	if r := mustClaim(t, s, claimReq(key, t0)); !r.Claimed || r.TookOver {
@@ -392,7 +393,7 @@ func testRelease(t *testing.T, s agenttool.Store) {
 func testRenew(t *testing.T, s agenttool.Store) {
 	key := newKey()
 	res := mustClaim(t, s, claimReq(key, t0))
-	if err := s.Renew(bg, agenttool.RenewRequest{Key: key, Token: res.Record.Token, Until: t0.Add(10 * minute), Now: t0.Add(minute / 2)}); err != nil {
+	if err := s.Renew(bg, storekit.RenewRequest{Key: key, Token: res.Record.Token, Until: t0.Add(10 * minute), Now: t0.Add(minute / 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if r := mustClaim(t, s, claimReq(key, t0.Add(5*minute))); r.Claimed || r.Record.State != agenttool.Pending {
@@ -476,7 +477,7 @@ func testListUnknown(t *testing.T, s agenttool.Store) {
 	var got []string
 	after := ""
 	for {
-		page, err := s.ListUnknown(bg, agenttool.ListRequest{After: after, Limit: 2, Now: now})
+		page, err := s.ListUnknown(bg, storekit.ListRequest{After: after, Limit: 2, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -508,7 +509,7 @@ func testListUnknown(t *testing.T, s agenttool.Store) {
 			t.Errorf("listing not ordered by key: %q then %q", got[i-1], got[i])
 		}
 	}
-	early, _ := s.ListUnknown(bg, agenttool.ListRequest{Now: t0, Limit: 1000})
+	early, _ := s.ListUnknown(bg, storekit.ListRequest{Now: t0, Limit: 1000})
 	for _, r := range early {
 		if r.State == agenttool.Pending {
 			t.Errorf("a live lease was listed: %s", r.Key)
@@ -533,7 +534,7 @@ func testCancelled(t *testing.T, s agenttool.Store) {
 	if rec, _ := s.Get(bg, key); rec.State != agenttool.Pending {
 		t.Errorf("a cancelled Finish changed the record: %v", rec.State)
 	}
-	if _, err := s.ListUnknown(ctx, agenttool.ListRequest{Now: t0}); !errors.Is(err, context.Canceled) {
+	if _, err := s.ListUnknown(ctx, storekit.ListRequest{Now: t0}); !errors.Is(err, context.Canceled) {
 		t.Errorf("ListUnknown with a cancelled context: %v", err)
 	}
 }
@@ -614,7 +615,7 @@ func testScope(t *testing.T, h Harness) {
 
 	list := func(session *agenttool.Digest) []string {
 		t.Helper()
-		recs, err := s.ListUnknown(bg, agenttool.ListRequest{Tool: tool, Principal: &alice, Session: session, Now: now, Limit: 10})
+		recs, err := s.ListUnknown(bg, storekit.ListRequest{Tool: tool, Principal: &alice, Session: session, Now: now, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -677,7 +678,7 @@ func testToolIsolation(t *testing.T, s agenttool.Store) {
 	req := claimReq(key, t0)
 	req.Tool, req.TakeOver = "refund", true
 	r := mustClaim(t, s, req)
-	if r.Claimed || r.Conflict != agenttool.OtherTool {
+	if r.Claimed || r.Conflict != storekit.OtherTool {
 		t.Errorf("claim by another tool: %+v; want refused, OtherTool", r)
 	}
 	if after, _ := s.Get(bg, key); after.Token != before.Token || after.State != agenttool.Succeeded || after.Tool != "conformance" {
@@ -691,7 +692,7 @@ func testToolIsolation(t *testing.T, s agenttool.Store) {
 func testFenceWithClaim(t *testing.T, s agenttool.Store) {
 	tool := fmt.Sprintf("fenced-%d", keyCount.Add(1))
 	s1, s2 := agenttool.Digest{0x61}, agenttool.Digest{0x62}
-	claim := func(session agenttool.Digest, now time.Time, fence *agenttool.Fence) agenttool.ClaimResult {
+	claim := func(session agenttool.Digest, now time.Time, fence *storekit.Fence) storekit.ClaimResult {
 		t.Helper()
 		req := claimReq(newKey(), now)
 		req.Tool, req.Session, req.Fence = tool, session, fence
@@ -701,7 +702,7 @@ func testFenceWithClaim(t *testing.T, s agenttool.Store) {
 		}
 		return res
 	}
-	perSession, perPrincipal := &agenttool.Fence{Session: true}, &agenttool.Fence{}
+	perSession, perPrincipal := &storekit.Fence{Session: true}, &storekit.Fence{}
 	if res := claim(s1, t0, perSession); res.Fenced {
 		t.Errorf("a claim in an empty scope is fenced")
 	}

@@ -1,0 +1,226 @@
+package storekit
+
+import (
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// DecideClaim applies the claim rules to the existing record for req.Key (nil
+// if there is none) and returns the result and whether res.Record must be
+// written. nextToken is called only when a new claim is made. It is the
+// single source of the rules; a Store calls it inside its transaction:
+//
+//   - no record, or a succeeded/failed record past its expiry: claim;
+//   - another principal: OtherPrincipal, nothing changes;
+//   - another tool: OtherTool, nothing changes (never replayed across tools);
+//   - another fingerprint: OtherInput, nothing changes (checked before
+//     anything is written, on every path);
+//   - succeeded or failed: returned for replay;
+//   - pending with a live lease: returned (the caller waits);
+//   - pending with an expired lease: the holder is presumed dead and the
+//     outcome is unknown: taken over if req.TakeOver, else turned into an
+//     unknown record (fencing out the old holder);
+//   - unknown and resolved as not applied (RetryApproved): claimed afresh,
+//     which consumes the approval;
+//   - unknown: taken over if req.TakeOver, else returned.
+func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (res ClaimResult, write bool, err error) {
+	if req.Lease <= 0 {
+		return ClaimResult{}, false, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
+	}
+	claim := func(tookOver bool, attempts int, created time.Time) (ClaimResult, bool, error) {
+		var heldUntil, since time.Time
+		if tookOver {
+			heldUntil, since = existing.LeaseExpiry, existing.Updated
+		}
+		tok, err := nextToken()
+		if err != nil {
+			return ClaimResult{}, false, err
+		}
+		if created.IsZero() {
+			created = req.Now
+		}
+		rec := Record{
+			Key: req.Key, Tool: req.Tool, State: Pending,
+			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
+			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
+			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver,
+		}
+		if existing != nil && !existing.expired(req.Now) {
+			// A takeover keeps the audit trail and the last outcome seen.
+			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
+		}
+		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}, true, nil
+	}
+	if existing == nil || existing.expired(req.Now) {
+		return claim(false, 0, time.Time{})
+	}
+	if !existing.State.Valid() {
+		return ClaimResult{}, false, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
+	}
+	if existing.Principal != req.Principal {
+		return ClaimResult{Conflict: OtherPrincipal, Record: *existing}, false, nil
+	}
+	if existing.Tool != req.Tool {
+		return ClaimResult{Conflict: OtherTool, Record: *existing}, false, nil
+	}
+	if existing.Fingerprint != req.Fingerprint {
+		return ClaimResult{Conflict: OtherInput, Record: *existing}, false, nil
+	}
+	switch existing.State {
+	case Pending:
+		if req.Now.Before(existing.LeaseExpiry) {
+			return ClaimResult{Record: *existing}, false, nil
+		}
+		// The dead holder claimed in order to attempt: count its attempt,
+		// whose outcome nobody knows.
+		if req.TakeOver {
+			return claim(true, existing.Attempts+1, existing.Created)
+		}
+		tok, err := nextToken()
+		if err != nil {
+			return ClaimResult{}, false, err
+		}
+		// The lapsed lease stays on the record: whoever takes it over learns
+		// until when the dead holder's attempt may have been in flight.
+		rec := *existing
+		rec.State, rec.Token, rec.Owner, rec.Updated = Unknown, tok, "", req.Now
+		rec.Attempts++
+		return ClaimResult{Record: rec}, true, nil
+	case Unknown:
+		if existing.RetryApproved {
+			return claim(false, existing.Attempts, existing.Created)
+		}
+		if req.TakeOver {
+			return claim(true, existing.Attempts, existing.Created)
+		}
+	}
+	return ClaimResult{Record: *existing}, false, nil
+}
+
+// DecideFinish checks that req.Token still holds the pending record and
+// returns the final record to write.
+func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
+	if req.State != Succeeded && req.State != Failed && req.State != Unknown {
+		return Record{}, fmt.Errorf("agenttool: finish %s in state %v: %w", req.Key, req.State, ErrInvalidRequest)
+	}
+	if err := holds(existing, req.Key, req.Token); err != nil {
+		return Record{}, err
+	}
+	if req.RetryApproved && req.State != Unknown {
+		return Record{}, fmt.Errorf("agenttool: finish %s: only an unknown record can be approved for retry: %w", req.Key, ErrInvalidRequest)
+	}
+	rec := *existing
+	rec.State, rec.Owner, rec.LeaseExpiry, rec.TakenOver = req.State, "", time.Time{}, false
+	if req.State == Unknown {
+		rec.LeaseExpiry = req.HeldUntil
+	}
+	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
+	rec.RetryApproved = req.RetryApproved
+	if req.Resolution != nil {
+		rec.Resolution = req.Resolution
+	}
+	rec.Expires = time.Time{}
+	if req.State != Unknown || req.RetryApproved {
+		rec.Expires = req.Now.Add(req.TTL)
+	}
+	return rec, nil
+}
+
+// DecideRelease checks that token still holds the pending record, which may
+// then be deleted.
+func DecideRelease(existing *Record, key string, token uint64) error {
+	return holds(existing, key, token)
+}
+
+// DecideRenew checks that req.Token still holds the pending record and
+// returns it with its lease extended until req.Until.
+func DecideRenew(existing *Record, req RenewRequest) (Record, error) {
+	if err := holds(existing, req.Key, req.Token); err != nil {
+		return Record{}, err
+	}
+	rec := *existing
+	rec.LeaseExpiry, rec.Updated = req.Until, req.Now
+	return rec, nil
+}
+
+// Sweepable reports whether a Sweep at now may delete r.
+func (r *Record) Sweepable(now time.Time) bool { return r.expired(now) }
+
+func (r *Record) expired(now time.Time) bool {
+	final := r.State == Succeeded || r.State == Failed || (r.State == Unknown && r.RetryApproved)
+	return final && !r.Expires.IsZero() && !now.Before(r.Expires)
+}
+
+// AwaitsReconciliation reports whether r is listed by [Store.ListUnknown] at
+// now: an unknown record not resolved yet, or a pending one whose lease has
+// expired.
+func (r *Record) AwaitsReconciliation(now time.Time) bool {
+	return (r.State == Unknown && !r.RetryApproved) || (r.State == Pending && !now.Before(r.LeaseExpiry))
+}
+
+// Open reports whether r may come to await reconciliation: pending, or
+// unknown and not resolved. Stores index the open records, so that listing
+// what awaits reconciliation reads only them.
+func (r *Record) Open() bool {
+	return r.State == Pending || (r.State == Unknown && !r.RetryApproved)
+}
+
+// Fences reports whether r holds the unknown fence at now: it awaits
+// reconciliation, or it is held by a call or a check that took it over
+// from an unknown outcome (its action may have applied while it is
+// checked).
+func (r *Record) Fences(now time.Time) bool {
+	return r.AwaitsReconciliation(now) || (r.State == Pending && r.TakenOver)
+}
+
+// Fences reports whether r, another record than req's, holds req's fence at
+// req.Now ([Record.Fences]), and belongs to req's tool, principal and (if
+// the fence is per session) session.
+func (req *ClaimRequest) Fences(r *Record) bool {
+	return req.Fence != nil && r.Key != req.Key && r.Tool == req.Tool && r.Principal == req.Principal &&
+		(!req.Fence.Session || r.Session == req.Session) && r.Fences(req.Now)
+}
+
+// Lists reports whether r is listed by req at req.Now: it matches req's
+// filters, and awaits reconciliation (or, with req.Held, holds the fence).
+func (req *ListRequest) Lists(r *Record) bool {
+	if req.Held {
+		return req.Matches(r) && r.Fences(req.Now)
+	}
+	return req.Matches(r) && r.AwaitsReconciliation(req.Now)
+}
+
+// Matches reports whether r is selected by the filters of req (principal,
+// tool, session), whatever its state.
+func (req *ListRequest) Matches(r *Record) bool {
+	return (req.Principal == nil || *req.Principal == r.Principal) &&
+		(req.Tool == "" || req.Tool == r.Tool) &&
+		(req.Session == nil || *req.Session == r.Session)
+}
+
+func holds(existing *Record, key string, token uint64) error {
+	if existing == nil {
+		return fmt.Errorf("agenttool: %s has no record: %w", key, ErrFenced)
+	}
+	if existing.State != Pending || existing.Token != token {
+		return fmt.Errorf("agenttool: %s is %v with token %d, not pending with token %d: %w",
+			key, existing.State, existing.Token, token, ErrFenced)
+	}
+	return nil
+}
+
+// String returns the digest in hex.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// MarshalText writes the digest in hex.
+func (d Digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a digest written by MarshalText.
+func (d *Digest) UnmarshalText(b []byte) error {
+	if hex.DecodedLen(len(b)) != len(d) {
+		return fmt.Errorf("agenttool: digest of %d hex digits, want %d", len(b), 2*len(d))
+	}
+	_, err := hex.Decode(d[:], b)
+	return err
+}

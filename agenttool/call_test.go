@@ -237,7 +237,7 @@ func TestAttemptTimeoutIsUnknown(t *testing.T) {
 		m.send(ctx, in) // the effect happens...
 		<-ctx.Done()    // ...and the reply never comes
 		return sent{}, ctx.Err()
-	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, AttemptTimeout: 20 * time.Millisecond})
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, SettledByOperators: true, AttemptTimeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

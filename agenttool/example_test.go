@@ -75,7 +75,9 @@ func (m *mailer) Call(ctx context.Context, input string) (string, error) {
 func ExampleWrap() {
 	m := &mailer{}
 	send, err := agenttool.Wrap(m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable,
-		IdentifyingFields: []string{"to", "subject"}}) // the members that tell one email from another
+		SettledByOperators: true,                      // nothing can ask this mail API; a person settles
+		IdentifyingFields:  []string{"to", "subject"}, // the members that tell one email from another
+	})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -98,7 +100,7 @@ func ExampleWrap() {
 
 // A model that adds its own idempotency key is told to drop it.
 func ExampleTool_Invoke_modelSuppliedKey() {
-	send, _ := agenttool.Wrap(&mailer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, IdentifyingFields: []string{"to"}})
+	send, _ := agenttool.Wrap(&mailer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, IdentifyingFields: []string{"to"}})
 	ctx := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
 	env := send.Invoke(ctx, `{"to":"ana@example.com","idempotency_key":"my-key-1"}`)
 	fmt.Println(env.Status, env.Error.Code, env.Next)
@@ -108,7 +110,7 @@ func ExampleTool_Invoke_modelSuppliedKey() {
 // An operator settles an action whose outcome a reconciler could not learn.
 func ExampleOperator() {
 	store := memstore.New()
-	send, _ := agenttool.Wrap(&mailer{}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, IdentifyingFields: []string{"to"}})
+	send, _ := agenttool.Wrap(&mailer{}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, SettledByOperators: true, IdentifyingFields: []string{"to"}})
 	ctx := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
 	input := `{"to":"ana@example.com","subject":"Lunch"}`
 	send.Invoke(ctx, input) // the reply timed out: unknown

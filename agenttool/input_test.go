@@ -339,6 +339,10 @@ func TestConstructionRefusesTraps(t *testing.T) {
 			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
 			return err
 		}, "TextInput is for wrapped tools"},
+		{"a reconcilable tool nothing can ask", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+			return err
+		}, "needs a Reconciler"},
 		{"a wrapped tool without identifying fields", func() error {
 			_, err := agenttool.Wrap(recordingTool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
 			return err

@@ -256,7 +256,7 @@ func TestI3_ModelCannotChooseTheKey(t *testing.T) {
 	}
 
 	var seen []string
-	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, ModelKeys: agenttool.StripModelKeys,
+	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, SettledByOperators: true, ModelKeys: agenttool.StripModelKeys,
 		IdentifyingFields: []string{"to"}})
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func TestLostLeaseStopsTheAttemptBeforeTheLeaseEnds(t *testing.T) {
 		case <-time.After(10 * lease):
 			return sent{}, nil
 		}
-	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Lease: lease, KeyTTL: time.Hour, Retry: fastRetry})
+	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, SettledByOperators: true, Lease: lease, KeyTTL: time.Hour, Retry: fastRetry})
 	if err != nil {
 		t.Fatal(err)
 	}

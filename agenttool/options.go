@@ -240,6 +240,12 @@ type Options struct {
 	// unknown; without one, unknown records wait for an operator (see
 	// [Operator]). Wrap it in reconcile.Poll to wait out a pending answer.
 	Reconciler reconcile.Reconciler
+	// SettledByOperators says that people settle this Reconcilable tool's
+	// unknown outcomes (Operator.ResolveApplied, ResolveNotApplied), for a
+	// destination nothing can ask. Without it, a Reconcilable tool needs a
+	// Reconciler: an unknown outcome would otherwise wait for someone who
+	// was never told to look.
+	SettledByOperators bool
 	// Approver decides, for an AtMostOnce tool, what to do about a key whose
 	// outcome is unknown: allow exactly one more attempt, compensate, or not
 	// yet. Without one, the model is told to ask a human.
@@ -349,6 +355,13 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.Lease < 3*time.Millisecond {
 		return nil, bad("Lease %v is too short to be renewed while the tool runs", o.Lease)
+	}
+	if o.Class == Reconcilable && o.Reconciler == nil && !o.SettledByOperators {
+		return nil, bad("a Reconcilable tool needs a Reconciler that asks the destination what became of a request; " +
+			"if people settle its unknown outcomes instead (Operator.ResolveApplied, ResolveNotApplied), set SettledByOperators")
+	}
+	if o.SettledByOperators && o.Class != Reconcilable {
+		return nil, bad("SettledByOperators is for Reconcilable tools, not %v ones", o.Class)
 	}
 	if o.Reconciler != nil && o.Class != Reconcilable && o.Class != Keyed {
 		return nil, bad("a Reconciler is only used by Reconcilable and Keyed tools, not %v ones", o.Class)

@@ -28,7 +28,7 @@ func TestDurableHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	tool, err := agenttool.New("send_email", "", func(ctx context.Context, in note) (string, error) { return "sent", nil },
-		agenttool.Options{Store: s, Class: agenttool.Reconcilable})
+		agenttool.Options{Store: s, Class: agenttool.Reconcilable, SettledByOperators: true})
 	if err != nil {
 		t.Fatal(err)
 	}

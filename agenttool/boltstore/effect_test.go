@@ -123,7 +123,7 @@ func TestEffectRefusesAStaleHolder(t *testing.T) {
 		}
 		_, effectErr = s.Effect(ctx, func(*bolt.Tx) (json.RawMessage, error) { ran = true; return nil, nil })
 		return "", effectErr
-	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, SettledByOperators: true, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 	env := tool.Invoke(scope(), `{"text":"x"}`)
 	if ran || !errors.Is(effectErr, storekit.ErrFenced) || envelope.Classify(effectErr) != envelope.Transient {
 		t.Fatalf("a stale holder's Effect: ran=%v, err=%v", ran, effectErr)

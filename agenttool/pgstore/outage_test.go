@@ -31,7 +31,7 @@ func TestOutage(t *testing.T) {
 	}) (string, error) {
 		runs.Add(1)
 		return "sent to " + in.To, nil
-	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, StoreTimeout: 5 * time.Second})
+	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, SettledByOperators: true, StoreTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,165 @@
+package readme_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// imports are the packages README snippets may use, each with a name used
+// once so that an unused one is no error.
+var imports = map[string]string{
+	"context":                           "context.Background",
+	"encoding/json":                     "json.Marshal",
+	"net/http":                          "http.NewRequest",
+	"testing":                           "testing.Short",
+	"time":                              "time.Now",
+	"github.com/tmc/langchaingo/agents": "agents.NewExecutor",
+	"github.com/tmc/langchaingo/chains": "chains.Run",
+	"github.com/tmc/langchaingo/llms":   "llms.TextParts",
+	"github.com/tmc/langchaingo/tools":  "tools.Calculator{}",
+	"github.com/modelcontextprotocol/go-sdk/mcp":                       "mcp.NewServer",
+	"github.com/modelcontextprotocol/go-sdk/auth":                      "auth.RequireBearerToken",
+	"github.com/retrysafe/retrysafe/agenttool":                         "agenttool.New[struct{}, string]",
+	"github.com/retrysafe/retrysafe/agenttool/boltstore":               "boltstore.Open",
+	"github.com/retrysafe/retrysafe/agenttool/pgstore":                 "pgstore.Open",
+	"github.com/retrysafe/retrysafe/agenttool/langchain":               "langchain.WithToolSchemas",
+	"github.com/retrysafe/retrysafe/agenttool/mcptool":                 "mcptool.Register",
+	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest": "langchaintest.New",
+	"github.com/retrysafe/retrysafe/envelope":                          "envelope.Parse",
+	"github.com/retrysafe/retrysafe/reconcile":                         "reconcile.Poll",
+}
+
+var (
+	block    = regexp.MustCompile("(?s)((?:<!-- (?:vars|decls): [^>]*-->\\s*\\n)*)```go\\n(.*?)\\n```")
+	comment  = regexp.MustCompile(`<!-- (vars|decls): ([^>]*)-->`)
+	declared = regexp.MustCompile(`^(\w+(?:, \w+)*) :=`)
+	varNames = regexp.MustCompile(`^\w+(?:, \w+)*`)
+)
+
+// TestReadmeGoCompiles builds every Go block of README.md.
+func TestReadmeGoCompiles(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	src.WriteString("package readme\n\nimport (\n")
+	for _, path := range slices.Sorted(maps.Keys(imports)) {
+		fmt.Fprintf(&src, "\t%q\n", path)
+	}
+	src.WriteString(")\n\n")
+	for _, path := range slices.Sorted(maps.Keys(imports)) {
+		fmt.Fprintf(&src, "var _ = %s\n", imports[path])
+	}
+	blocks := block.FindAllSubmatch(readme, -1)
+	if len(blocks) < 5 {
+		t.Fatalf("found %d Go blocks in README.md; the pattern is broken", len(blocks))
+	}
+	for i, m := range blocks {
+		var vars []string
+		for _, c := range comment.FindAllStringSubmatch(string(m[1]), -1) {
+			if c[1] == "decls" {
+				src.WriteString(strings.TrimSpace(c[2]) + "\n")
+				continue
+			}
+			for _, v := range strings.Split(c[2], ";") {
+				if v = strings.TrimSpace(v); v != "" {
+					vars = append(vars, v)
+				}
+			}
+		}
+		top, body := split(string(m[2]))
+		src.WriteString(top)
+		fmt.Fprintf(&src, "\nfunc snippet%d() {\n", i+1)
+		for _, v := range vars {
+			fmt.Fprintf(&src, "\tvar %s\n", v)
+			for _, name := range strings.Split(varNames.FindString(v), ",") { // "a, b *T" declares a and b
+				fmt.Fprintf(&src, "\t_ = %s\n", strings.TrimSpace(name))
+			}
+		}
+		src.WriteString(body)
+		src.WriteString("}\n")
+	}
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := filepath.Join(t.TempDir(), "snippets.go")
+	if err := os.WriteFile(gen, []byte(src.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	overlay, _ := json.Marshal(map[string]any{"Replace": map[string]string{filepath.Join(dir, "snippets_gen.go"): gen}})
+	ov := filepath.Join(t.TempDir(), "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "vet", "-overlay="+ov, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("README.md's Go does not compile:\n%s\n--- the Go built from README.md ---\n%s", out, numbered(src.String()))
+	}
+}
+
+// split separates a snippet's top-level declarations (types, funcs) from
+// its statements, drops its import block, and turns the elisions ("...",
+// "…") into code; variables a statement declares are used once, so that
+// the snippet need not use them.
+func split(snippet string) (top, body string) {
+	var tb, bb strings.Builder
+	var used []string
+	lines := strings.Split(snippet, "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		switch {
+		case strings.HasPrefix(line, "import ("):
+			for i < len(lines) && lines[i] != ")" {
+				i++
+			}
+			continue
+		case strings.HasPrefix(line, "type ") || strings.HasPrefix(line, "func "):
+			for ; i < len(lines); i++ {
+				tb.WriteString(elide(lines[i]) + "\n")
+				if lines[i] == "}" || (strings.HasSuffix(lines[i], "}") && !strings.HasSuffix(lines[i], "{") && i == 0) {
+					break
+				}
+			}
+			continue
+		}
+		bb.WriteString("\t" + elide(line) + "\n")
+		if m := declared.FindStringSubmatch(line); m != nil { // a top-level statement only
+			for _, v := range strings.Split(m[1], ", ") {
+				if v != "_" && !slices.Contains(used, v) {
+					used = append(used, v)
+				}
+			}
+		}
+	}
+	for _, v := range used {
+		bb.WriteString("\t_ = " + v + "\n")
+	}
+	return tb.String(), bb.String()
+}
+
+func elide(line string) string {
+	line = strings.ReplaceAll(line, "{ ... }", `{ panic("elided") }`)
+	line = strings.ReplaceAll(line, "{ … }", `{ panic("elided") }`)
+	if strings.TrimSpace(line) == "..." {
+		return `panic("elided")`
+	}
+	return line
+}
+
+func numbered(s string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		fmt.Fprintf(&b, "%4d  %s\n", i+1, l)
+	}
+	return b.String()
+}

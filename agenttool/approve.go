@@ -32,6 +32,7 @@ type ApprovalRequest struct {
 	Scope      Scope     // the trusted scope of the call that asks
 	Attempts   int       // attempts made so far: the outcome to decide on (see Approval.Attempts)
 	Since      time.Time // when the outcome became unknown
+	Label      string    // the call's label ([WithLabel]), "" if none
 }
 
 // Decision is an approver's answer.
@@ -73,6 +74,7 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 	}
 	a, err := cfg.Approver.Approve(c.ctx, ApprovalRequest{
 		Tool: c.t.name, RequestRef: c.ref, Scope: c.scope, Attempts: rec.Attempts, Since: rec.Updated,
+		Label: labelFrom(c.ctx),
 	})
 	if err != nil {
 		cfg.logger.Warn("retrysafe: approver failed", "ref", c.ref, "err", err)

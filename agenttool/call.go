@@ -111,6 +111,14 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 	if cfg.Fence != FenceOff {
 		req.Fence = &storekit.Fence{Session: cfg.Fence == FenceSession}
 	}
+	if label := labelFrom(c.ctx); label != "" {
+		var err error
+		if req.Label, err = c.t.seal(c.ref, label); err != nil {
+			// The label is for people; the action goes on without it
+			// rather than store it unencoded.
+			cfg.logger.Warn("retrysafe: the codec could not encode the call's label; the record has none", "tool", c.t.name, "ref", c.ref, "err", err)
+		}
+	}
 	var waitUntil time.Time // set when a wait begins
 	poll := 2 * time.Millisecond
 	for {

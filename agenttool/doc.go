@@ -122,7 +122,9 @@
 // settles it; it never expires silently. An [Operator] lists unknown records
 // (per principal or all), shows one, resolves one as applied or not applied
 // with who and why, and runs a sweeper that reconciles them in the
-// background with bounded concurrency.
+// background with bounded concurrency. A record shows whose action it is by
+// the label trusted code set with the scope ([WithLabel]: a display name, a
+// ticket), stored through the tool's [Codec] and not part of the key.
 //
 // A call renews its lease for as long as it holds its key (while the tool or
 // a check runs, and between attempts), so a slow but live call is not

@@ -61,7 +61,7 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 // starting after the reference after ("" for the first page). limit 0 means
 // 100. Records the store cannot read are skipped and reported: the readable
 // ones come back with an error naming the others ([CorruptKeys]).
-// Resolutions are decoded with their tools' codecs.
+// Resolutions and labels are decoded with their tools' codecs.
 func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
 	recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
 	for i := range recs {
@@ -70,11 +70,12 @@ func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Reco
 	return recs, err
 }
 
-// open decodes a record's resolution with its tool's codec, if the tool is
-// known.
+// open decodes a record's resolution and label with its tool's codec, if
+// the tool is known.
 func (o *Operator) open(r *Record) {
 	if t := o.tools[r.Tool]; t != nil {
 		r.Resolution = t.openResolution(r.Key, r.Resolution)
+		r.Label = t.unseal(r.Key, r.Label)
 	}
 }
 

@@ -21,8 +21,8 @@ import (
 )
 
 // canaries are planted in everything a caller hands retrysafe: inputs, the
-// scope, a tool's result and error, an effect's result, an operator's name
-// and note.
+// scope and its label, a tool's result and error, an effect's result, an
+// operator's name and note.
 var canaries = map[string]string{
 	"input":     "CANARY-INPUT-5b1",
 	"principal": "CANARY-PRINCIPAL-7e2",
@@ -32,6 +32,7 @@ var canaries = map[string]string{
 	"effect":    "CANARY-EFFECT-f76",
 	"operator":  "CANARY-OPERATOR-187",
 	"note":      "CANARY-NOTE-298",
+	"label":     "CANARY-LABEL-3a9",
 }
 
 // plantCanaries runs calls that carry every canary into store: a success, a
@@ -40,6 +41,7 @@ var canaries = map[string]string{
 func plantCanaries(t *testing.T, store agenttool.Store, codec agenttool.Codec, key []byte) {
 	t.Helper()
 	ctx := agenttool.WithScope(context.Background(), canaries["principal"], canaries["session"])
+	ctx = agenttool.WithLabel(ctx, canaries["label"])
 	type msg struct {
 		To   string `json:"to"`
 		Body string `json:"body"`
@@ -81,10 +83,13 @@ func plantCanaries(t *testing.T, store agenttool.Store, codec agenttool.Codec, k
 	if err := op.ResolveNotApplied(context.Background(), lost.RequestRef, canaries["operator"], canaries["note"]); err != nil {
 		t.Fatal(err)
 	}
-	// The operator reads the note back through the codec.
+	// The operator reads the note and the label back through the codec.
 	rec, err := op.Show(context.Background(), lost.RequestRef)
 	if err != nil || rec.Resolution == nil || rec.Resolution.Why != canaries["note"] || rec.Resolution.By != "operator:"+canaries["operator"] {
 		t.Errorf("the operator reads back %+v, %v", rec.Resolution, err)
+	}
+	if rec.Label != canaries["label"] {
+		t.Errorf("the operator reads back the label %q, want %q", rec.Label, canaries["label"])
 	}
 }
 
@@ -137,8 +142,8 @@ func rawStore(t *testing.T, store agenttool.Store) []byte {
 
 // I8: with an encrypting codec and a digest key, nothing a caller handed
 // retrysafe can be read from a copy of the store: not the input, the
-// principal, the session, a result, a tool's error text, an effect's result,
-// nor an operator's name or note.
+// principal, the session, the label, a result, a tool's error text, an
+// effect's result, nor an operator's name or note.
 func TestI8_NoCanaryInTheStore(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := open()
@@ -156,8 +161,9 @@ func TestI8_NoCanaryInTheStore(t *testing.T) {
 }
 
 // With the default codec, inputs, principals and sessions are still never
-// stored (only their digests); results, error texts, effects' results and
-// operators' names and notes are kept as they are, as the docs say.
+// stored (only their digests); labels, results, error texts, effects'
+// results and operators' names and notes are kept as they are, as the docs
+// say.
 func TestI8_WhatTheDefaultCodecLeavesReadable(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := open()

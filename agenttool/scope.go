@@ -2,6 +2,9 @@ package agenttool
 
 import (
 	"context"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -21,6 +24,7 @@ type ctxKey int
 const (
 	scopeKey ctxKey = iota
 	actionKey
+	labelKey
 	callKey
 )
 
@@ -36,6 +40,44 @@ func WithScope(ctx context.Context, principal, session string) context.Context {
 func ScopeFrom(ctx context.Context) (Scope, bool) {
 	s, ok := ctx.Value(scopeKey).(Scope)
 	return s, ok
+}
+
+// WithLabel returns a context whose calls label the records they make, so
+// that an operator can tell whose action a record is: a user's display
+// name, a ticket, a customer number. Like the scope, it comes from trusted
+// code, never from the model. The label is not part of the key (the same
+// action with another label is the same action); it is stored through the
+// tool's [Codec], like results and resolutions, and shown decoded by the
+// [Operator] (Record.Label). A call that takes a record over with no label
+// keeps the record's. Labels are cut to 256 bytes, with invalid UTF-8 and
+// control characters replaced.
+func WithLabel(ctx context.Context, label string) context.Context {
+	return context.WithValue(ctx, labelKey, cleanLabel(label))
+}
+
+// maxLabel bounds a label, in bytes.
+const maxLabel = 256
+
+func cleanLabel(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) <= maxLabel {
+		return s
+	}
+	cut := maxLabel - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func labelFrom(ctx context.Context) string {
+	l, _ := ctx.Value(labelKey).(string)
+	return l
 }
 
 // WithActionID returns a context whose calls use id, instead of the tool's

@@ -158,22 +158,46 @@ func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelop
 // it, in base64.
 const sealPrefix = "sealed:"
 
+// seal returns s encoded by the tool's codec, in base64 after sealPrefix.
+// The default codec keeps s as it is, unless s itself starts with the
+// prefix.
+func (t *Tool) seal(key, s string) (string, error) {
+	if _, plain := t.cfg.codec.(plainCodec); s == "" || (plain && !strings.HasPrefix(s, sealPrefix)) {
+		return s, nil
+	}
+	b, err := t.cfg.codec.Encode(key, []byte(s))
+	if err != nil {
+		return "", err
+	}
+	return sealPrefix + base64.StdEncoding.EncodeToString(b), nil
+}
+
+// unseal returns what seal encoded, decoded by the tool's codec; a string
+// it cannot decode comes back as it is.
+func (t *Tool) unseal(key, s string) string {
+	if !strings.HasPrefix(s, sealPrefix) {
+		return s
+	}
+	b, err := base64.StdEncoding.DecodeString(s[len(sealPrefix):])
+	if err == nil {
+		b, err = t.cfg.codec.Decode(key, b)
+	}
+	if err != nil {
+		return s
+	}
+	return string(b)
+}
+
 // sealResolution returns res with By and Why encoded by the tool's codec,
 // unless the codec is the default one, which keeps them as they are.
 func (t *Tool) sealResolution(key string, res *Resolution) (*Resolution, error) {
-	if _, plain := t.cfg.codec.(plainCodec); plain {
-		return res, nil
-	}
 	out := *res
 	for _, f := range []*string{&out.By, &out.Why} {
-		if *f == "" {
-			continue
-		}
-		b, err := t.cfg.codec.Encode(key, []byte(*f))
+		sealed, err := t.seal(key, *f)
 		if err != nil {
 			return nil, fmt.Errorf("encoding the resolution: %w", err)
 		}
-		*f = sealPrefix + base64.StdEncoding.EncodeToString(b)
+		*f = sealed
 	}
 	return &out, nil
 }
@@ -185,17 +209,6 @@ func (t *Tool) openResolution(key string, res *Resolution) *Resolution {
 		return nil
 	}
 	out := *res
-	for _, f := range []*string{&out.By, &out.Why} {
-		if !strings.HasPrefix(*f, sealPrefix) {
-			continue
-		}
-		b, err := base64.StdEncoding.DecodeString((*f)[len(sealPrefix):])
-		if err == nil {
-			b, err = t.cfg.codec.Decode(key, b)
-		}
-		if err == nil {
-			*f = string(b)
-		}
-	}
+	out.By, out.Why = t.unseal(key, out.By), t.unseal(key, out.Why)
 	return &out
 }

@@ -15,7 +15,7 @@ import (
 //
 //	byte     2 (the format)
 //	byte     state
-//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest, 8 taken over
+//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest, 8 taken over, 16 has a label
 //	[32]byte principal digest
 //	[32]byte fingerprint
 //	[32]byte session digest, if flag 4
@@ -24,6 +24,7 @@ import (
 //	varint   lease expiry, created, updated, expires (Unix nanoseconds; 0 is the zero time)
 //	bytes    tool, owner, outcome (each a uvarint length, then the bytes)
 //	if a resolution: bytes verdict, by, why; varint at
+//	if a label: bytes label
 //
 // Format 1, JSON, was written by earlier versions; it is still read, and a
 // record is rewritten in format 2 when it next changes. A record in neither
@@ -38,6 +39,7 @@ const (
 	flagResolution = 2
 	flagSession    = 4
 	flagTakenOver  = 8
+	flagLabel      = 16
 )
 
 // maxField bounds a stored string or outcome, so that a corrupt length
@@ -58,6 +60,9 @@ func appendRecord(b []byte, r *agenttool.Record) []byte {
 	}
 	if r.TakenOver {
 		flags |= flagTakenOver
+	}
+	if r.Label != "" {
+		flags |= flagLabel
 	}
 	b = append(b, formatBinary, byte(r.State), flags)
 	b = append(b, r.Principal[:]...)
@@ -80,6 +85,9 @@ func appendRecord(b []byte, r *agenttool.Record) []byte {
 		b = appendField(b, res.Why)
 		b = binary.AppendVarint(b, nanos(res.At))
 	}
+	if r.Label != "" {
+		b = appendField(b, r.Label)
+	}
 	return b
 }
 
@@ -90,7 +98,7 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *agenttool.Record) int {
 	// Header and digests; token, attempts, four times and three lengths.
-	n := 3 + 96 + 9*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome)
+	n := 3 + 96 + 10*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}
@@ -191,7 +199,7 @@ func decodeBinary(v []byte) (agenttool.Record, error) {
 	var rec agenttool.Record
 	rec.State = agenttool.State(head[1])
 	flags := head[2]
-	if flags&^(flagApproved|flagResolution|flagSession|flagTakenOver) != 0 {
+	if flags&^(flagApproved|flagResolution|flagSession|flagTakenOver|flagLabel) != 0 {
 		return agenttool.Record{}, fmt.Errorf("unknown flags %#x", flags)
 	}
 	rec.RetryApproved = flags&flagApproved != 0
@@ -223,6 +231,9 @@ func decodeBinary(v []byte) (agenttool.Record, error) {
 		res.Why = string(r.field("why"))
 		res.At = r.time("resolution time")
 		rec.Resolution = res
+	}
+	if flags&flagLabel != 0 {
+		rec.Label = string(r.field("label"))
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes after the record", len(r.b))

@@ -23,6 +23,7 @@ func sampleRecord() agenttool.Record {
 		Outcome: []byte(`{"version":1,"status":"unknown_outcome"}`),
 		Created: now, Updated: now.Add(time.Second), RetryApproved: true,
 		Resolution: &agenttool.Resolution{Verdict: "not applied", By: "operator:ana", Why: "checked the outbox", At: now.Add(time.Minute)},
+		Label:      "Ana Ruiz · ticket 4411",
 	}
 }
 

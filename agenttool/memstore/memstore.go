@@ -144,6 +144,7 @@ func (s *Store) put(i int, r agenttool.Record) {
 type entry struct {
 	key, tool     string
 	owner         string
+	label         string
 	outcome       []byte
 	resolution    *agenttool.Resolution
 	principal     agenttool.Digest
@@ -162,7 +163,7 @@ type entry struct {
 
 func newEntry(r *agenttool.Record) entry {
 	return entry{
-		key: r.Key, tool: r.Tool, owner: r.Owner, outcome: r.Outcome, resolution: r.Resolution,
+		key: r.Key, tool: r.Tool, owner: r.Owner, label: r.Label, outcome: r.Outcome, resolution: r.Resolution,
 		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
@@ -187,6 +188,7 @@ func (e *entry) record() agenttool.Record {
 		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution, TakenOver: e.takenOver,
+		Label: e.label,
 	}
 }
 

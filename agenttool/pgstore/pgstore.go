@@ -107,7 +107,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		var token *int64
 		var fenced bool
 		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil).Scan(&token, &fenced)
+			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil, req.Label).Scan(&token, &fenced)
 		if err != nil {
 			return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
 		}
@@ -115,6 +115,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			rec := agenttool.Record{
 				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
+				Label: req.Label,
 			}
 			return storekit.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
 		}
@@ -353,7 +354,7 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, s.q.update, r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
-		nullTime(leaseEnd(r.LeaseExpiry)), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res, r.Session[:], r.TakenOver)
+		nullTime(leaseEnd(r.LeaseExpiry)), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label)
 	return err
 }
 
@@ -411,16 +412,17 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 		outcome          []byte
 		retryApproved    bool
 		takenOver        bool
+		label            string
 	)
 	dest := append([]any{&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
-		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver}, extra...)
+		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver, &label}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r = agenttool.Record{
 		Key: key, Tool: tool, State: agenttool.State(state), Owner: owner, Token: uint64(token),
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
-		TakenOver: takenOver,
+		TakenOver: takenOver, Label: label,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
 		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}

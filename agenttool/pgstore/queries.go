@@ -38,9 +38,11 @@ var migrations = []string{
 	`ALTER TABLE {s}.records ADD COLUMN session bytea NOT NULL DEFAULT ''::bytea;
 	ALTER TABLE {s}.records ADD COLUMN taken_over boolean NOT NULL DEFAULT false;
 	CREATE INDEX records_scope ON {s}.records (tool, principal, state, taken_over, lease_expiry) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
+	// 3: the label trusted code gives an action, for operators.
+	`ALTER TABLE {s}.records ADD COLUMN label text NOT NULL DEFAULT '';`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label`
 
 // awaiting is the SQL form of agenttool.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
@@ -69,8 +71,8 @@ func newQueries(schema string) queries {
 	return queries{
 		// insert claims a new key and, in the same statement, answers the
 		// fence's question when $10 asks it.
-		insert: `WITH ins AS (INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session)
-			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8)
+		insert: `WITH ins AS (INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label)
+			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $11)
 			ON CONFLICT (key) DO NOTHING RETURNING token)
 			SELECT (SELECT token FROM ins), $10 AND ` + fenced(t, "$1", "$2", "$3", "$7", "$9"),
 		fenced:       `SELECT ` + fenced(t, "$1", "$2", "$3", "$4", "$5"),
@@ -78,7 +80,7 @@ func newQueries(schema string) queries {
 		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15, session = $16, taken_over = $17 WHERE key = $1`,
+			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)

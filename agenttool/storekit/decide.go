@@ -45,10 +45,15 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver,
+			Label: req.Label,
 		}
 		if existing != nil && !existing.expired(req.Now) {
-			// A takeover keeps the audit trail and the last outcome seen.
+			// A takeover keeps the audit trail and the last outcome seen,
+			// and the label unless the claim brings one.
 			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
+			if rec.Label == "" {
+				rec.Label = existing.Label
+			}
 		}
 		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}, true, nil
 	}

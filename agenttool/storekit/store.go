@@ -88,7 +88,7 @@ type UnknownClaimer interface {
 	// req.UpdatedBefore, as [DecideClaim] would with TakeOver: each comes
 	// back as a ClaimResult with TookOver and HeldUntil set, its record
 	// pending, held by req.Owner under a new token, with its principal,
-	// session, fingerprint, outcome and resolution kept, and its attempts
+	// session, fingerprint, outcome, resolution and label kept, and its attempts
 	// counted as DecideClaim counts them.
 	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]ClaimResult, error)
 }
@@ -176,6 +176,10 @@ type Record struct {
 	// is being checked or retried. The unknown fence counts it as unknown
 	// while it is held ([Record.Fences]).
 	TakenOver bool
+	// Label says, for operators, whose action this is: what trusted code set
+	// with agenttool.WithLabel (a display name, a ticket), encoded by the
+	// tool's Codec. It is not part of the key. "" if none.
+	Label string
 }
 
 // ClaimRequest asks a Store to claim a key.
@@ -198,6 +202,9 @@ type ClaimRequest struct {
 	// own transaction, from an index, when the claim is granted. It lets a
 	// call learn that the unknown fence holds without a second round trip.
 	Fence *Fence
+	// Label is written to the record the claim makes or takes over; a
+	// claim without one keeps the label of the record it takes over.
+	Label string
 }
 
 // Fence selects the records a claim's fence check looks at: those of the

@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		{"SweepNeverDropsUnknown", testSweep},
 		{"ExpiredRecordIsClaimedAfresh", testExpiredClaimedAfresh},
 		{"ListUnknown", testListUnknown},
+		{"LabelStaysWithTheRecord", testLabel},
 		{"CancelledContext", testCancelled},
 		{"InvalidRequests", testInvalid},
 	}
@@ -514,6 +515,97 @@ func testListUnknown(t *testing.T, s agenttool.Store) {
 		if r.State == agenttool.Pending {
 			t.Errorf("a live lease was listed: %s", r.Key)
 		}
+	}
+}
+
+// testLabel follows a record's label through the claims and outcomes that
+// rewrite the record: a claim writes its label, a takeover without one keeps
+// the record's, a takeover with one replaces it, and a fresh action over an
+// expired record starts without the old one.
+func testLabel(t *testing.T, s agenttool.Store) {
+	const ana, ticket = "Ana Ruiz · ticket 4411", "ticket 4412"
+	key := newKey()
+	label := func(when string, want string) {
+		t.Helper()
+		rec, err := s.Get(bg, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Label != want {
+			t.Errorf("%s: label %q, want %q", when, rec.Label, want)
+		}
+	}
+	req := claimReq(key, t0)
+	req.Label = ana
+	res := mustClaim(t, s, req)
+	if res.Record.Label != ana {
+		t.Errorf("claim's record: label %q, want %q", res.Record.Label, ana)
+	}
+	label("after the claim", ana)
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	label("after an unknown outcome", ana)
+	listed, err := s.ListUnknown(bg, storekit.ListRequest{Now: t0.Add(time.Second), Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range listed {
+		if r.Key == key && r.Label != ana {
+			t.Errorf("listed: label %q, want %q", r.Label, ana)
+		}
+	}
+
+	took := claimReq(key, t0.Add(time.Second)) // a sweeper's or operator's takeover: no label
+	took.TakeOver = true
+	res = mustClaim(t, s, took)
+	if !res.TookOver || res.Record.Label != ana {
+		t.Fatalf("takeover without a label: %+v; want it to keep %q", res, ana)
+	}
+	label("after a takeover without a label", ana)
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0.Add(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	took.Now, took.Label = t0.Add(2*time.Second), ticket
+	res = mustClaim(t, s, took)
+	label("after a takeover with a label", ticket)
+
+	// The holder dies; a claim without takeover turns the record unknown.
+	mustClaim(t, s, claimReq(key, t0.Add(2*time.Second+minute)))
+	label("after a lapsed lease turned unknown", ticket)
+	if uc, ok := s.(storekit.UnknownClaimer); ok {
+		got, err := uc.ClaimUnknown(bg, storekit.ClaimUnknownRequest{Tools: []string{"conformance"}, Owner: "sweeper",
+			Now: t0.Add(3 * minute), Lease: minute, Limit: 1000, UpdatedBefore: t0.Add(3 * minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got {
+			if r.Record.Key == key {
+				if r.Record.Label != ticket {
+					t.Errorf("ClaimUnknown's record: label %q, want %q", r.Record.Label, ticket)
+				}
+				if err := s.Finish(bg, finish(key, r.Record.Token, agenttool.Succeeded, t0.Add(3*minute))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		label("after ClaimUnknown", ticket)
+	}
+
+	// A fresh action over an expired record does not inherit its label.
+	fresh := newKey()
+	req = claimReq(fresh, t0)
+	req.Label = ana
+	res = mustClaim(t, s, req)
+	if err := s.Finish(bg, finish(fresh, res.Record.Token, agenttool.Succeeded, t0)); err != nil {
+		t.Fatal(err)
+	}
+	res = mustClaim(t, s, claimReq(fresh, t0.Add(2*time.Hour))) // past the TTL
+	if !res.Claimed || res.Record.Label != "" {
+		t.Errorf("fresh claim over an expired record: %+v; want no label", res)
+	}
+	if rec, _ := s.Get(bg, fresh); rec.Label != "" {
+		t.Errorf("fresh claim over an expired record: stored label %q, want none", rec.Label)
 	}
 }
 

@@ -152,6 +152,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	// Trusted application code, never the model, says who acts and in
 	// which conversation: one conversation is one scope of actions.
 	ctx = agenttool.WithScope(ctx, "tenant-42/user-7", "conversation-1")
+	// The label tells an operator whose action a record is; it is not
+	// part of the key.
+	ctx = agenttool.WithLabel(ctx, "Ana Ruiz, billing")
 	fmt.Fprintf(out, "user  : %s\n", prompt)
 	if rep.Answer, err = chains.Run(ctx, executor, prompt); err != nil {
 		return rep, fmt.Errorf("agent: %w", err)

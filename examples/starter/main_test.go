@@ -83,6 +83,7 @@ func TestLostResponses(t *testing.T) {
 	}
 	for _, want := range []string{
 		"operator: 1 action awaits reconciliation\n",
+		"operator: " + s.Ref + " for Ana Ruiz, billing (unknown, 1 attempt): asking the destination\n",
 		"operator: " + s.Ref + " is now succeeded (applied, by operator:maria)\n",
 	} {
 		if !strings.Contains(text, want) {

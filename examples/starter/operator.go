@@ -48,7 +48,7 @@ func settle(ctx context.Context, w io.Writer, store agenttool.Store, guarded ...
 	}
 	var done []settled
 	for _, rec := range unknown {
-		fmt.Fprintf(w, "operator: %s (%s, %d attempt%s): asking the destination\n", rec.Key, rec.State, rec.Attempts, plural(rec.Attempts))
+		fmt.Fprintf(w, "operator: %s for %s (%s, %d attempt%s): asking the destination\n", rec.Key, rec.Label, rec.State, rec.Attempts, plural(rec.Attempts))
 		verdict, err := op.Reconcile(ctx, rec.Key, operatorName)
 		switch {
 		case verdict == reconcile.Applied || verdict == reconcile.NotApplied:

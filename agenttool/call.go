@@ -93,6 +93,7 @@ type call struct {
 	owner              string // the lease owner of the call's claims
 	token              uint64
 	maybeRan           bool   // an attempt of this key may have applied the effect
+	ownFenced          bool   // the record is marked for the unknown fence (fenceOwn)
 	claimed            Record // the record as the call's claim made it
 
 	fl    flight     // while the call holds its key
@@ -279,6 +280,18 @@ func (c *call) attempts(done int) envelope.Envelope {
 		if cause := context.Cause(c.work); errors.Is(cause, ErrLeaseLost) {
 			return c.leaseLost(attempt, cause)
 		}
+		if c.maybeRan && cfg.Class == Keyed && cfg.keyForgotten(c.claimed.Created) {
+			// The call's own retries reached the destination's key
+			// lifetime: the next one could act twice. Ask, or stop.
+			if cfg.Reconciler == nil {
+				env := c.keyForgotten(c.claimed)
+				env.Attempts, env.Replayed = attempt, false
+				return c.finish(Unknown, env)
+			}
+			if env, settled := c.reconcile(attempt, errKeyForgotten); settled {
+				return env
+			}
+		}
 		attempt++
 		if n > 1 && cfg.Class != ReadOnly {
 			now := cfg.Now()
@@ -319,6 +332,11 @@ func (c *call) attempts(done int) envelope.Envelope {
 		if class == envelope.Unknown && cfg.Class != ReadOnly {
 			c.maybeRan = true
 			switch {
+			case cfg.Class == Keyed && n < cfg.Retry.MaxAttempts:
+				// Retried below: other writes in the scope wait meanwhile.
+				if ferr := c.fenceOwn(); ferr != nil {
+					return c.markUnknown(attempt, fmt.Errorf("%w; the record could not be marked for the unknown fence before a retry: %v", err, ferr))
+				}
 			case cfg.Class == Reconcilable && cfg.Reconciler != nil:
 				if env, settled := c.reconcile(attempt, err); settled {
 					return env
@@ -341,6 +359,26 @@ func (c *call) attempts(done int) envelope.Envelope {
 	}
 }
 
+// fenceOwn marks the call's record as one whose action may have applied
+// (storekit.RenewRequest.MaybeApplied), before the call checks or retries
+// it: the unknown fence then holds back other writes of the tool in the
+// scope, as it does for an unknown record. A record taken over is marked
+// already.
+func (c *call) fenceOwn() error {
+	cfg := c.t.cfg
+	if c.ownFenced || c.claimed.TakenOver || cfg.Fence == FenceOff {
+		return nil
+	}
+	now := cfg.Now()
+	until := now.Add(cfg.Lease)
+	if err := cfg.Store.Renew(c.ctx, storekit.RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now, MaybeApplied: true}); err != nil {
+		return err
+	}
+	c.fl.keep.extended(until)
+	c.ownFenced = true
+	return nil
+}
+
 // attempt runs the tool once with the call's information on its context.
 func (c *call) attempt(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
@@ -360,9 +398,13 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 	start := cfg.Now()
 	c.lastSent = start
 	out, err := c.t.run(ctx, c.args)
+	// The attempt may have sent its request at any moment until it
+	// returned: "sent more than N minutes ago" counts from here.
+	end := cfg.Now()
+	c.lastSent = later(start, end)
 	if h := cfg.Hooks.Attempt; h != nil {
 		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
-			Class: envelope.Classify(err), Duration: cfg.Now().Sub(start)})
+			Class: envelope.Classify(err), Duration: end.Sub(start)})
 	}
 	return out, err
 }
@@ -478,10 +520,16 @@ func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.
 // cannot retry: the destination may no longer know the key.
 var errKeyForgotten = errors.New("an earlier attempt's outcome is unknown, and the destination may have forgotten its idempotency key")
 
-// keyForgotten reports whether an action first attempted at created is older
-// than the destination keeps keys.
+// keyForgotten reports whether an action first attempted at created may be
+// older than the destination keeps keys by the time an attempt started now
+// reaches it: within one attempt (AttemptTimeout, or else a lease) of the
+// key's lifetime, a retry is no longer blind-safe.
 func (c *config) keyForgotten(created time.Time) bool {
-	return c.DestinationKeyTTL > 0 && !created.IsZero() && c.Now().Sub(created) >= c.DestinationKeyTTL
+	reach := c.AttemptTimeout
+	if reach <= 0 {
+		reach = c.Lease
+	}
+	return c.DestinationKeyTTL > 0 && !created.IsZero() && c.Now().Add(reach).Sub(created) >= c.DestinationKeyTTL
 }
 
 // keyForgotten is the envelope of a keyed action whose outcome is unknown

@@ -19,7 +19,9 @@ import (
 //
 // An Operator made by [NewOperator] sees every principal's records; one made
 // by [Operator.ForPrincipal] sees and settles only that principal's, and
-// answers ErrNotFound for the others'. An Operator is safe for concurrent use.
+// answers ErrNotFound for the others'. Settling a record that a live check
+// or call holds waits for it, up to the tool's WaitTimeout, then answers
+// ErrBusy. An Operator is safe for concurrent use.
 type Operator struct {
 	store     Store
 	tools     map[string]*Tool
@@ -134,7 +136,9 @@ func (o *Operator) Reconcile(ctx context.Context, ref, by string) (reconcile.Ver
 	return ans.Verdict, err
 }
 
-// hold checks the caller's right to the record and takes it over.
+// hold checks the caller's right to the record and takes it over. A record
+// held by a live check or call is waited for, up to the tool's WaitTimeout
+// (a check ends within CheckTimeout); then the answer is ErrBusy.
 func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
 	if by == "" {
 		return nil, fmt.Errorf("agenttool: resolving %s: say who resolves it: %w", ref, ErrInvalidRequest)
@@ -147,7 +151,18 @@ func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
 	if !ok {
 		return nil, fmt.Errorf("agenttool: resolving %s: tool %q was not given to the operator: %w", ref, rec.Tool, ErrInvalidRequest)
 	}
-	return t.takeOver(ctx, ref)
+	deadline := time.Now().Add(t.cfg.WaitTimeout)
+	poll := 5 * time.Millisecond
+	for {
+		h, err := t.takeOver(ctx, ref)
+		if !errors.Is(err, ErrBusy) || !time.Now().Before(deadline) {
+			return h, err
+		}
+		if sleep(ctx, min(poll, time.Until(deadline))) != nil {
+			return nil, err
+		}
+		poll = min(2*poll, 100*time.Millisecond)
+	}
 }
 
 // reconcile asks the tool's reconciler about a held record and settles it
@@ -159,7 +174,7 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 	}
 	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
 	req := reconcile.Request{Ref: h.rec.Key, Attempts: h.rec.Attempts, LastSent: h.heldUntil}
-	ans := h.t.trust(r.Check(withCallInfo(h.work, info), req), h.heldUntil)
+	ans := h.t.trust(h.t.check(withCallInfo(h.work, info), r, req), h.heldUntil)
 	h.t.reported(ans, h.rec.Key, by)
 	switch ans.Verdict {
 	case reconcile.Applied:

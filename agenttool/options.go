@@ -240,6 +240,12 @@ type Options struct {
 	// unknown; without one, unknown records wait for an operator (see
 	// [Operator]). Wrap it in reconcile.Poll to wait out a pending answer.
 	Reconciler reconcile.Reconciler
+	// CheckTimeout bounds one Reconciler.Check, polling included. A check
+	// holds its record (renewing the lease) while it runs, and the unknown
+	// fence holds the scope; one that has not answered in time counts as
+	// "can't say" and lets go of the record, even if it ignores its
+	// context. 0 means 30s.
+	CheckTimeout time.Duration
 	// SettledByOperators says that people settle this Reconcilable tool's
 	// unknown outcomes (Operator.ResolveApplied, ResolveNotApplied), for a
 	// destination nothing can ask. Without it, a Reconcilable tool needs a
@@ -390,6 +396,12 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.WaitTimeout == 0 {
 		o.WaitTimeout = 10 * time.Second
+	}
+	if o.CheckTimeout < 0 {
+		return nil, bad("CheckTimeout %v is negative", o.CheckTimeout)
+	}
+	if o.CheckTimeout == 0 {
+		o.CheckTimeout = 30 * time.Second
 	}
 	if o.StoreTimeout == 0 {
 		o.StoreTimeout = 10 * time.Second

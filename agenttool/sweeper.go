@@ -16,6 +16,12 @@ import (
 type SweeperOptions struct {
 	// Interval is the time between passes; 0 means 1m.
 	Interval time.Duration
+	// Rest is how long a record is left alone after it last changed (a
+	// check that could not say, an attempt, a renewal) before a pass asks
+	// about it: a destination that cannot answer is asked at most once per
+	// Rest about a record, and people and calls can settle it in between.
+	// RunSweeper uses Interval when Rest is 0; for SweepOnce, 0 means none.
+	Rest time.Duration
 	// Concurrency bounds the destinations checked at once; 0 means 4.
 	Concurrency int
 	// Batch is how many records are read per page; 0 means 100.
@@ -47,6 +53,9 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Rest <= 0 {
+		opts.Rest = interval
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -120,8 +129,10 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 		logger.Warn("retrysafe: unreadable record skipped", "ref", key)
 		count(func(r *SweepReport) { r.Corrupt++ })
 	}
+	// Records that changed since restedBefore are left for a later pass.
+	restedBefore := o.clock().Add(-max(opts.Rest, 0))
 	if uc, ok := o.store.(storekit.UnknownClaimer); ok {
-		err := o.sweepClaimed(ctx, uc, conc, settle, unreadable)
+		err := o.sweepClaimed(ctx, uc, conc, restedBefore, settle, unreadable)
 		mu.Lock()
 		defer mu.Unlock()
 		return rep, err
@@ -140,6 +151,9 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 			unreadable(k)
 		}
 		for _, rec := range recs {
+			if opts.Rest > 0 && !rec.Updated.Before(restedBefore) {
+				continue // left for a later pass
+			}
 			t := o.tools[rec.Tool]
 			if t == nil || t.cfg.Reconciler == nil {
 				count(func(r *SweepReport) { r.Skipped++ })
@@ -185,7 +199,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 // batches (FOR UPDATE SKIP LOCKED): concurrency records at a time, so that
 // none waits for a worker while its lease runs. Records settled as still
 // unknown in this pass are not taken again in it.
-func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, settle func(*holding), unreadable func(key string)) error {
+func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, restedBefore time.Time, settle func(*holding), unreadable func(key string)) error {
 	var names []string
 	lease := time.Duration(0)
 	for name, t := range o.tools {
@@ -197,12 +211,14 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer,
 	if len(names) == 0 {
 		return nil
 	}
-	passStart := o.clock()
+	// Records settled as still unknown in this pass are not taken again:
+	// they changed after the pass began.
+	restedBefore = earliest(restedBefore, o.clock())
 	owner := newOwner()
 	for ctx.Err() == nil {
 		recs, err := uc.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{
 			Principal: o.principal, Tools: names, Owner: owner, Now: o.clock(), Lease: lease,
-			Limit: conc, UpdatedBefore: passStart,
+			Limit: conc, UpdatedBefore: restedBefore,
 		})
 		corrupt := CorruptKeys(err)
 		if err != nil && len(corrupt) == 0 {

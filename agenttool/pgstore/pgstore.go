@@ -222,7 +222,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 
 // Renew implements agenttool.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
-	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now)
+	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now, req.MaybeApplied)
 	if err != nil {
 		return s.wrap("renew", req.Key, err)
 	}

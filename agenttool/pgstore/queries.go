@@ -86,7 +86,8 @@ func newQueries(schema string) queries {
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
-		renew:   `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4 WHERE key = $1 AND token = $2 AND state = 1`,
+		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4, taken_over = taken_over OR $5
+			WHERE key = $1 AND token = $2 AND state = 1`,
 		sweep: `DELETE FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
 			AND (state IN (2, 3) OR (state = 4 AND retry_approved))`,
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `

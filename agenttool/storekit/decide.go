@@ -146,6 +146,7 @@ func DecideRenew(existing *Record, req RenewRequest) (Record, error) {
 	}
 	rec := *existing
 	rec.LeaseExpiry, rec.Updated = req.Until, req.Now
+	rec.TakenOver = rec.TakenOver || req.MaybeApplied
 	return rec, nil
 }
 

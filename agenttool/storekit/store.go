@@ -172,7 +172,8 @@ type Record struct {
 	// record as its audit trail; nil if there was none.
 	Resolution *Resolution
 	// TakenOver is set on a pending record whose claim took over an unknown
-	// outcome or a lapsed lease: its action may already have applied, and
+	// outcome or a lapsed lease, or whose holder's own attempt came back
+	// unknown ([RenewRequest.MaybeApplied]): its action may already have applied, and
 	// is being checked or retried. The unknown fence counts it as unknown
 	// while it is held ([Record.Fences]).
 	TakenOver bool
@@ -267,6 +268,11 @@ type RenewRequest struct {
 	Token uint64
 	Until time.Time
 	Now   time.Time
+	// MaybeApplied sets the record's TakenOver: the holder's own attempt
+	// came back unknown, and it is checking or retrying the action, so the
+	// unknown fence must count the record from now on. It stays set until
+	// the record's outcome is written.
+	MaybeApplied bool
 }
 
 // FinishRequest moves a pending record to a final state.

@@ -405,6 +405,32 @@ func testRenew(t *testing.T, s agenttool.Store) {
 	if err != nil || !rec.LeaseExpiry.Equal(t0.Add(10*minute)) || !rec.Updated.Equal(t0.Add(minute/2)) {
 		t.Errorf("after Renew: lease %v, updated %v (%v); want the holder's times", rec.LeaseExpiry, rec.Updated, err)
 	}
+	if rec.TakenOver {
+		t.Errorf("a plain renewal set TakenOver")
+	}
+	// A holder whose attempt came back unknown says so with its renewal: the
+	// fence counts the record from then on, through later plain renewals,
+	// until its outcome is written.
+	for i, maybe := range []bool{true, false} {
+		now := t0.Add(minute + time.Duration(i)*time.Second)
+		if err := s.Renew(bg, storekit.RenewRequest{Key: key, Token: res.Record.Token, Until: now.Add(10 * minute), Now: now, MaybeApplied: maybe}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := s.Get(bg, key); !rec.TakenOver {
+			t.Errorf("renewal %d (MaybeApplied %v): TakenOver not set", i+1, maybe)
+		}
+	}
+	other := claimReq(newKey(), t0.Add(2*minute))
+	other.Fence = &storekit.Fence{}
+	if r := mustClaim(t, s, other); !r.Claimed || !r.Fenced {
+		t.Errorf("claim in the scope of a record whose holder may have applied it: %+v; want it fenced", r)
+	}
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0.Add(2*minute))); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := s.Get(bg, key); rec.TakenOver {
+		t.Errorf("TakenOver outlived the record's outcome")
+	}
 }
 
 func testSweep(t *testing.T, s agenttool.Store) {

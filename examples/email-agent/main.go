@@ -24,9 +24,9 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
-	"github.com/retrysafe/retrysafe/internal/scripted"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -159,27 +159,27 @@ func sendSMTP(ctx context.Context, addr string, e email, id string) error {
 // once more. Under the reword fault it rewords the email instead, which
 // makes a new key: the unknown fence holds it back until the first is
 // settled.
-func script(fault string) scripted.Script {
+func script(fault string) demo.Script {
 	if fault == "reword" {
 		return rewordScript()
 	}
 	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
 	const withKey = `{"body":"Hi Ana, does lunch at noon on Friday work for you? Sam","idempotency_key":"ana-lunch-friday-1","subject":"Lunch on Friday?","to":"ana@example.com"}`
 	const rewritten = `{"subject":"Lunch on Friday?", "to":"ana@example.com", "body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
-	return func(results []string) scripted.Reply {
-		call := func(args string) scripted.Reply {
-			return scripted.Reply{Call: &scripted.Call{Tool: "send_email", Arguments: args}}
+	return func(results []string) langchaintest.Turn {
+		call := func(args string) langchaintest.Turn {
+			return langchaintest.Call("send_email", args)
 		}
 		if len(results) == 0 {
 			return call(first)
 		}
 		last, err := envelope.Parse([]byte(results[len(results)-1]))
 		if err != nil {
-			return scripted.Reply{Text: "The tool's answer was unreadable."}
+			return langchaintest.Final("The tool's answer was unreadable.")
 		}
 		switch {
 		case last.Status == envelope.Success:
-			return scripted.Reply{Text: fmt.Sprintf("I emailed Ana (message %s).", messageOf(last))}
+			return langchaintest.Final(fmt.Sprintf("I emailed Ana (message %s).", messageOf(last)))
 		case last.Error != nil && last.Error.Code == envelope.CodeModelSuppliedKey:
 			return call(rewritten)
 		case last.Status == envelope.UnknownOutcome && len(results) == 1:
@@ -187,20 +187,20 @@ func script(fault string) scripted.Script {
 		case last.Status == envelope.UnknownOutcome && len(results) < 4:
 			return call(rewritten)
 		case last.Status == envelope.UnknownOutcome:
-			return scripted.Reply{Text: "The email may already have gone out; it is being verified (" + last.RequestRef + ")."}
+			return langchaintest.Final("The email may already have gone out; it is being verified (" + last.RequestRef + ").")
 		}
-		return scripted.Reply{Text: "I could not email Ana: " + last.Error.Message}
+		return langchaintest.Final("I could not email Ana: " + last.Error.Message)
 	}
 }
 
 // rewordScript sends the email, and after an unknown outcome "improves" it
 // and sends it again; it tells the user what the last envelope says.
-func rewordScript() scripted.Script {
+func rewordScript() demo.Script {
 	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
 	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
-	return func(results []string) scripted.Reply {
-		call := func(args string) scripted.Reply {
-			return scripted.Reply{Call: &scripted.Call{Tool: "send_email", Arguments: args}}
+	return func(results []string) langchaintest.Turn {
+		call := func(args string) langchaintest.Turn {
+			return langchaintest.Call("send_email", args)
 		}
 		if len(results) == 0 {
 			return call(first)
@@ -208,15 +208,15 @@ func rewordScript() scripted.Script {
 		last, err := envelope.Parse([]byte(results[len(results)-1]))
 		switch {
 		case err != nil:
-			return scripted.Reply{Text: "The tool's answer was unreadable."}
+			return langchaintest.Final("The tool's answer was unreadable.")
 		case last.Status == envelope.UnknownOutcome && len(results) == 1:
 			return call(reworded)
 		case last.Earlier != nil && last.Earlier.State == envelope.ActionSucceeded:
-			return scripted.Reply{Text: fmt.Sprintf("My first email to Ana did go out (%s), so I did not send the reworded one. Shall I send it anyway?", last.Earlier.RequestRef)}
+			return langchaintest.Final(fmt.Sprintf("My first email to Ana did go out (%s), so I did not send the reworded one. Shall I send it anyway?", last.Earlier.RequestRef))
 		case last.Status == envelope.Success:
-			return scripted.Reply{Text: fmt.Sprintf("I emailed Ana (message %s).", messageOf(last))}
+			return langchaintest.Final(fmt.Sprintf("I emailed Ana (message %s).", messageOf(last)))
 		}
-		return scripted.Reply{Text: "The email may already have gone out; it is being verified."}
+		return langchaintest.Final("The email may already have gone out; it is being verified.")
 	}
 }
 

@@ -27,9 +27,9 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
-	"github.com/retrysafe/retrysafe/internal/scripted"
 )
 
 // crashAt is where -crash-at kills the process.
@@ -146,30 +146,30 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 // script plays a real, imperfect model: it appends the note; after an
 // unknown outcome it appends again; once done, it rewords the note and
 // tries to append it again under the same step.
-func script(fault string) scripted.Script {
+func script(fault string) demo.Script {
 	const note = `{"incident_id":"INC-104","text":"Check carrier scan"}`
 	const reworded = `{"incident_id":"INC-104","text":"Check the carrier's scan history"}`
-	return func(results []string) scripted.Reply {
-		call := func(args string) scripted.Reply {
-			return scripted.Reply{Call: &scripted.Call{Tool: "append_note", Arguments: args}}
+	return func(results []string) langchaintest.Turn {
+		call := func(args string) langchaintest.Turn {
+			return langchaintest.Call("append_note", args)
 		}
 		if len(results) == 0 {
 			return call(note)
 		}
 		last, err := envelope.Parse([]byte(results[len(results)-1]))
 		if err != nil {
-			return scripted.Reply{Text: "The tool's answer was unreadable."}
+			return langchaintest.Final("The tool's answer was unreadable.")
 		}
 		switch {
 		case last.Status == envelope.Success:
 			return call(reworded)
 		case last.Error != nil && last.Error.Code == envelope.CodeKeyReused:
-			return scripted.Reply{Text: "The note is on INC-104; the reworded copy was refused, so there is exactly one."}
+			return langchaintest.Final("The note is on INC-104; the reworded copy was refused, so there is exactly one.")
 		case last.Status == envelope.UnknownOutcome && len(results) < 3:
 			return call(note)
 		case last.Status == envelope.UnknownOutcome:
-			return scripted.Reply{Text: "The note may be on INC-104; it is being verified."}
+			return langchaintest.Final("The note may be on INC-104; it is being verified.")
 		}
-		return scripted.Reply{Text: "I could not add the note: " + last.Error.Message}
+		return langchaintest.Final("I could not add the note: " + last.Error.Message)
 	}
 }

@@ -25,8 +25,8 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest"
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/scripted"
 )
 
 type email struct {
@@ -81,9 +81,9 @@ func (t transcript) Call(ctx context.Context, input string) (string, error) {
 
 // model behaves like a real, imperfect model: it sends the email, and then,
 // unsure, sends it again with its arguments in another order.
-func model(results []string) scripted.Reply {
-	send := func(args string) scripted.Reply {
-		return scripted.Reply{Call: &scripted.Call{Tool: "send_email", Arguments: args}}
+func model(results []string) langchaintest.Turn {
+	send := func(args string) langchaintest.Turn {
+		return langchaintest.Call("send_email", args)
 	}
 	switch len(results) {
 	case 0:
@@ -93,9 +93,9 @@ func model(results []string) scripted.Reply {
 	}
 	last, err := envelope.Parse([]byte(results[len(results)-1]))
 	if err != nil {
-		return scripted.Reply{Text: "I could not read the tool's answer."}
+		return langchaintest.Final("I could not read the tool's answer.")
 	}
-	return scripted.Reply{Text: fmt.Sprintf("Ana has been emailed (status %s, reference %s).", last.Status, last.RequestRef)}
+	return langchaintest.Final(fmt.Sprintf("Ana has been emailed (status %s, reference %s).", last.Status, last.RequestRef))
 }
 
 func main() {
@@ -127,7 +127,7 @@ func run(w io.Writer) error {
 		return err
 	}
 
-	agent := agents.NewOpenAIFunctionsAgent(scripted.New(model), []tools.Tool{transcript{Tool: send, out: w}})
+	agent := agents.NewOpenAIFunctionsAgent(langchaintest.Func(func(results []string) (langchaintest.Turn, error) { return model(results), nil }), []tools.Tool{transcript{Tool: send, out: w}})
 	executor := agents.NewExecutor(agent, agents.WithMaxIterations(5))
 
 	// Trusted application code, not the model, says who acts and in which conversation.

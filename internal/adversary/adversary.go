@@ -15,8 +15,9 @@ import (
 	"sync"
 	"unicode"
 
+	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest"
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/scripted"
+	"github.com/retrysafe/retrysafe/internal/demo"
 )
 
 // Plan is one logical action and the ways the adversary restates it.
@@ -120,15 +121,15 @@ func pairs(names, values []string, first string) []string {
 // Script plays the variants in order, inserting the reworded request once,
 // right after the first unknown outcome, and a request that pastes back the
 // first request reference it reads. It then answers in words.
-func (p Plan) Script() scripted.Script {
+func (p Plan) Script() demo.Script {
 	variants := p.Variants()
 	var mu sync.Mutex
 	next, reworded, pasted := 0, false, false
-	return func(results []string) scripted.Reply {
+	return func(results []string) langchaintest.Turn {
 		mu.Lock()
 		defer mu.Unlock()
-		call := func(args string) scripted.Reply {
-			return scripted.Reply{Call: &scripted.Call{Tool: p.Tool, Arguments: args}}
+		call := func(args string) langchaintest.Turn {
+			return langchaintest.Call(p.Tool, args)
 		}
 		if n := len(results); n > 0 {
 			last, err := envelope.Parse([]byte(results[n-1]))
@@ -152,7 +153,7 @@ func (p Plan) Script() scripted.Script {
 			next++
 			return call(variants[next-1])
 		}
-		return scripted.Reply{Text: "Done."}
+		return langchaintest.Final("Done.")
 	}
 }
 

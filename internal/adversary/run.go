@@ -13,7 +13,6 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
-	"github.com/retrysafe/retrysafe/internal/scripted"
 )
 
 // RunExample runs ex with the fault, driven by the adversary through the
@@ -21,7 +20,7 @@ import (
 // effects or an envelope is untruthful (see [Check]).
 func RunExample(t *testing.T, ex demo.Example, p Plan, fault string, want int) {
 	t.Helper()
-	ex.Script = func(string) scripted.Script { return p.Script() }
+	ex.Script = func(string) demo.Script { return p.Script() }
 	ex.MaxIterations = 2*len(p.Variants()) + 10
 	var out bytes.Buffer
 	args := []string{"-fault", fault, "-db", filepath.Join(t.TempDir(), "retrysafe.db")}

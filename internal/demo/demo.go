@@ -23,11 +23,21 @@ import (
 	"github.com/tmc/langchaingo/tools"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest"
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/scripted"
 )
 
 // Fault is a fault an example can inject, named on the command line.
+// Script is an example's offline model: it decides the next turn from the
+// tool results read so far (the envelopes, in order), the way a real,
+// imperfect model reacts to them.
+type Script func(results []string) langchaintest.Turn
+
+// Model returns the langchaingo model that plays s.
+func (s Script) Model() *langchaintest.Model {
+	return langchaintest.Func(func(results []string) (langchaintest.Turn, error) { return s(results), nil })
+}
+
 type Fault struct {
 	Name, Help string
 }
@@ -51,7 +61,7 @@ type Example struct {
 	// Setup starts the destination and builds the guarded tools.
 	Setup func(ctx context.Context, env *Env) (*Scenario, error)
 	// Script is the offline model's behaviour for a fault.
-	Script func(fault string) scripted.Script
+	Script func(fault string) Script
 	// MaxIterations bounds the agent's turns; 0 means 8.
 	MaxIterations int
 }
@@ -146,7 +156,7 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 	var model llms.Model
 	switch *llm {
 	case "scripted":
-		model = scripted.New(ex.Script(*fault))
+		model = ex.Script(*fault).Model()
 	case "openai":
 		if model, err = openAIModel(getenv, sc.Tools); err != nil {
 			return Summary{}, err

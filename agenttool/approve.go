@@ -119,7 +119,8 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 		}
 		return envelope.Envelope{}, true
 	}
-	return c.t.compensate(c.ctx, h, c.scope, res), false
+	env, _ = c.t.compensate(c.ctx, h, c.scope, res)
+	return env, false
 }
 
 // verdictCompensationFailed marks an unknown record whose compensation was
@@ -127,7 +128,9 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 const verdictCompensationFailed = "compensation failed"
 
 // compensate runs the tool's compensating action for a held unknown record.
-func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) envelope.Envelope {
+// The error says that it failed, or that its success was not recorded
+// (logged too).
+func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) (envelope.Envelope, error) {
 	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token, Codec: t.cfg.codec}
 	err := t.cfg.Compensate(withCallInfo(h.work, info), info)
 	if err != nil {
@@ -140,12 +143,13 @@ func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Res
 			Attempts: h.rec.Attempts, Next: envelope.AskHuman,
 			Error: &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: fmt.Sprintf("the compensating action failed: %v", err)},
 			Note:  "This may already have happened and could not be undone. Ask a person to check reference " + h.rec.Key + ".",
-		}
+		}, fmt.Errorf("the compensating action failed: %w", err)
 	}
 	res.Verdict = "compensated"
 	env, err := h.compensated(ctx, res)
 	if err != nil {
 		t.cfg.logger.Warn("retrysafe: compensation not recorded", "ref", h.rec.Key, "err", err)
+		err = fmt.Errorf("the compensating action succeeded, but it was not recorded: %w", err)
 	}
-	return env
+	return env, err
 }

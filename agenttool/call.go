@@ -395,6 +395,13 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)
 		defer cancel()
 	}
+	if d := cfg.keyDeadline(c.claimed.Created); cfg.Class == Keyed && !d.IsZero() {
+		// A request that reached the destination after it forgot the key
+		// could act twice: the attempt stops before then.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, time.Now().Add(d.Sub(cfg.Now())), errKeyDeadline)
+		defer cancel()
+	}
 	start := cfg.Now()
 	c.lastSent = start
 	out, err := c.t.run(ctx, c.args)
@@ -518,18 +525,27 @@ func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.
 
 // errKeyForgotten is the cause of an unknown outcome that a keyed tool
 // cannot retry: the destination may no longer know the key.
+var errKeyDeadline = errors.New("the attempt was stopped: the destination may forget its idempotency key now (DestinationKeyTTL)")
+
 var errKeyForgotten = errors.New("an earlier attempt's outcome is unknown, and the destination may have forgotten its idempotency key")
 
-// keyForgotten reports whether an action first attempted at created may be
-// older than the destination keeps keys by the time an attempt started now
-// reaches it: within one attempt (AttemptTimeout, or else a lease) of the
-// key's lifetime, a retry is no longer blind-safe.
-func (c *config) keyForgotten(created time.Time) bool {
-	reach := c.AttemptTimeout
-	if reach <= 0 {
-		reach = c.Lease
+// keyDeadline is when, on this process's clock, the destination may forget
+// the key of an action first claimed at created: DestinationKeyTTL later,
+// less ClockSkew (another process's clock may have written created). Zero
+// if the destination keeps keys forever. Every keyed attempt ends by it.
+func (c *config) keyDeadline(created time.Time) time.Time {
+	if c.DestinationKeyTTL <= 0 || created.IsZero() {
+		return time.Time{}
 	}
-	return c.DestinationKeyTTL > 0 && !created.IsZero() && c.Now().Add(reach).Sub(created) >= c.DestinationKeyTTL
+	return created.Add(c.DestinationKeyTTL - c.ClockSkew)
+}
+
+// keyForgotten reports whether the destination may have forgotten the key
+// of an action first claimed at created: a retry with it is no longer
+// blind-safe.
+func (c *config) keyForgotten(created time.Time) bool {
+	d := c.keyDeadline(created)
+	return !d.IsZero() && !c.Now().Before(d)
 }
 
 // keyForgotten is the envelope of a keyed action whose outcome is unknown

@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"time"
 
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -19,13 +19,18 @@ import (
 //
 // An Operator made by [NewOperator] sees every principal's records; one made
 // by [Operator.ForPrincipal] sees and settles only that principal's, and
-// answers ErrNotFound for the others'. Settling a record that a live check
-// or call holds waits for it, up to the tool's WaitTimeout, then answers
-// ErrBusy. An Operator is safe for concurrent use.
+// answers ErrNotFound for the others' ([Operator.ForTool] likewise for one
+// tool). Settling a record that a live check or call holds waits for it, up
+// to the tool's WaitTimeout, then answers ErrBusy. An Operator is safe for
+// concurrent use.
 type Operator struct {
 	store     Store
 	tools     map[string]*Tool
 	principal *Digest
+	tool      string // only this tool's records, if not ""
+	// anyTool, if not nil, settles records of tools not given, with these
+	// options (ForAnyTool).
+	anyTool *Options
 }
 
 // NewOperator returns an operator for the given tools, which must all use
@@ -56,16 +61,76 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 		break
 	}
 	d := c.principalDigest(principal)
-	return &Operator{store: o.store, tools: o.tools, principal: &d}
+	limited := *o
+	limited.principal = &d
+	return &limited
+}
+
+// ForTool returns an operator limited to one tool's records.
+func (o *Operator) ForTool(name string) *Operator {
+	limited := *o
+	limited.tool = name
+	return &limited
+}
+
+// ForAnyTool returns an operator that also settles records of tools it was
+// not given, as a tool with the default Codec and the given key lifetime (0
+// means 24h) would, with no reconciler and no Compensate: for a standalone
+// operator program (cmd/retrysafe) when the application's tools use the
+// default Codec. Give the operator every tool whose Codec redacts or
+// encrypts, or it would store their results and notes as they are.
+func (o *Operator) ForAnyTool(keyTTL time.Duration) *Operator {
+	any := *o
+	any.anyTool = &Options{Store: o.store, Class: AtMostOnce, KeyTTL: keyTTL}
+	return &any
+}
+
+// toolOf returns the tool that settles the records of name: the one given,
+// or a stand-in made by ForAnyTool's options.
+func (o *Operator) toolOf(name string) (*Tool, error) {
+	if t, ok := o.tools[name]; ok {
+		return t, nil
+	}
+	if o.anyTool == nil {
+		return nil, fmt.Errorf("agenttool: tool %q was not given to the operator: %w", name, ErrInvalidRequest)
+	}
+	cfg, err := newConfig(name, *o.anyTool)
+	if err != nil {
+		return nil, err
+	}
+	return &Tool{name: name, cfg: cfg}, nil
+}
+
+// Stats counts the operator's records by tool, state and approval, with
+// the store's [storekit.Counter] (every store of this module has one). It
+// reads every record: it is for people, not for calls.
+func (o *Operator) Stats(ctx context.Context) ([]storekit.Count, error) {
+	c, ok := o.store.(storekit.Counter)
+	if !ok {
+		return nil, fmt.Errorf("agenttool: the store (%T) cannot count its records: %w", o.store, errors.ErrUnsupported)
+	}
+	counts, err := c.Count(ctx, storekit.CountRequest{Principal: o.principal})
+	if err != nil || o.tool == "" {
+		return counts, err
+	}
+	mine := counts[:0]
+	for _, n := range counts {
+		if n.Tool == o.tool {
+			mine = append(mine, n)
+		}
+	}
+	return mine, nil
 }
 
 // Unknown lists the records awaiting reconciliation, ordered by reference,
 // starting after the reference after ("" for the first page). limit 0 means
 // 100. Records the store cannot read are skipped and reported: the readable
 // ones come back with an error naming the others ([CorruptKeys]).
-// Resolutions and labels are decoded with their tools' codecs.
+// Resolutions and labels are decoded with their tools' codecs. A pending
+// record whose holder's lease lapsed counts that holder's attempt in
+// Attempts, as the takeover that settles it will.
 func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
-	recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, After: after, Limit: limit, Now: o.clock()})
+	recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, Tool: o.tool, After: after, Limit: limit, Now: o.clock()})
 	for i := range recs {
 		o.open(&recs[i])
 	}
@@ -73,9 +138,13 @@ func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Reco
 }
 
 // open decodes a record's resolution and label with its tool's codec, if
-// the tool is known.
+// the tool is known. A pending record whose lease has lapsed counts its
+// holder's attempt, as the takeover that settles it will.
 func (o *Operator) open(r *Record) {
-	if t := o.tools[r.Tool]; t != nil {
+	if r.State == Pending && !o.clock().Before(r.LeaseExpiry) {
+		r.Attempts++
+	}
+	if t, err := o.toolOf(r.Tool); err == nil {
 		r.Resolution = t.openResolution(r.Key, r.Resolution)
 		r.Label = t.unseal(r.Key, r.Label)
 	}
@@ -88,7 +157,7 @@ func (o *Operator) Show(ctx context.Context, ref string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	if o.principal != nil && rec.Principal != *o.principal {
+	if (o.principal != nil && rec.Principal != *o.principal) || (o.tool != "" && rec.Tool != o.tool) {
 		return Record{}, fmt.Errorf("agenttool: %s: %w", ref, ErrNotFound)
 	}
 	o.open(&rec)
@@ -112,15 +181,49 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, result json.R
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call
-// for the action runs the tool once more, with the same key. by says who
-// resolves; why is recorded with it.
-func (o *Operator) ResolveNotApplied(ctx context.Context, ref, by, why string) error {
+// for the action runs the tool once more, with the same key. attempts is the
+// Record.Attempts of the outcome the person found not applied, as Show or
+// Unknown returned it: if another attempt has run since (a call, a retry
+// someone else allowed), the finding is about an outcome that is no longer
+// the record's, and nothing is settled (ErrStale). by says who resolves;
+// why is recorded with it.
+func (o *Operator) ResolveNotApplied(ctx context.Context, ref string, attempts int, by, why string) error {
 	h, err := o.hold(ctx, ref, by)
 	if err != nil {
 		return err
 	}
 	defer h.end()
+	if h.rec.Attempts != attempts {
+		if err := h.stillUnknown(ctx); err != nil {
+			return err
+		}
+		return fmt.Errorf("agenttool: resolving %s: the finding is about attempt %d, and the record is at attempt %d: %w", ref, attempts, h.rec.Attempts, ErrStale)
+	}
 	return h.notApplied(ctx, &Resolution{Verdict: "not applied", By: "operator:" + by, Why: why})
+}
+
+// Compensate settles an unknown outcome by undoing it: it runs the tool's
+// Compensate function (which must be safe when the effect did not happen)
+// and, if that succeeds, records the action as compensated (a definite
+// failure, replayed to later calls). If it fails, the record stays unknown
+// with the failure noted, and the error is returned. by says who decides;
+// why is recorded with it.
+func (o *Operator) Compensate(ctx context.Context, ref, by, why string) error {
+	h, err := o.hold(ctx, ref, by)
+	if err != nil {
+		return err
+	}
+	defer h.end()
+	if h.t.cfg.Compensate == nil {
+		if serr := h.stillUnknown(ctx); serr != nil {
+			return serr
+		}
+		return fmt.Errorf("agenttool: compensating %s: tool %q has no Compensate function: %w", ref, h.t.name, ErrInvalidRequest)
+	}
+	if _, err := h.t.compensate(ctx, h, Scope{}, &Resolution{By: "operator:" + by, Why: why}); err != nil {
+		return fmt.Errorf("agenttool: compensating %s: %w", ref, err)
+	}
+	return nil
 }
 
 // Reconcile asks the destination about one reference with the tool's
@@ -147,9 +250,9 @@ func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, ok := o.tools[rec.Tool]
-	if !ok {
-		return nil, fmt.Errorf("agenttool: resolving %s: tool %q was not given to the operator: %w", ref, rec.Tool, ErrInvalidRequest)
+	t, err := o.toolOf(rec.Tool)
+	if err != nil {
+		return nil, fmt.Errorf("agenttool: resolving %s: %w", ref, err)
 	}
 	deadline := time.Now().Add(t.cfg.WaitTimeout)
 	poll := 5 * time.Millisecond

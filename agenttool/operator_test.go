@@ -186,12 +186,12 @@ func TestOperatorListsShowsAndResolves(t *testing.T) {
 		if rec.Resolution == nil || rec.Resolution.By != "operator:ana" || rec.Resolution.Why != "found it in Sent" {
 			t.Errorf("resolution %+v", rec.Resolution)
 		}
-		if err := op.ResolveNotApplied(ctx, refs[0], "ana", "again"); !errors.Is(err, agenttool.ErrNotUnknown) {
+		if err := op.ResolveNotApplied(ctx, refs[0], 1, "ana", "again"); !errors.Is(err, agenttool.ErrNotUnknown) {
 			t.Errorf("resolving a settled record: %v", err)
 		}
 
 		// Not applied: the next call runs the tool once more.
-		if err := op.ResolveNotApplied(ctx, refs[2], "ops", "bounced"); err != nil {
+		if err := op.ResolveNotApplied(ctx, refs[2], 1, "ops", "bounced"); err != nil {
 			t.Fatal(err)
 		}
 		runs := lost.runs.Load()

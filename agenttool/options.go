@@ -212,8 +212,10 @@ type Options struct {
 	// action whose first attempt is older could meet a destination that has
 	// forgotten the key and act twice, so such an action, if its outcome is
 	// unknown, is asked about through the Reconciler, or else left for an
-	// operator (unknown_outcome, next ask_human). 0 means 24h; negative
-	// means the destination keeps keys forever.
+	// operator (unknown_outcome, next ask_human). Every attempt of the
+	// action is stopped (its context ends) when the key may be forgotten:
+	// DestinationKeyTTL after the action was first claimed, less ClockSkew.
+	// 0 means 24h; negative means the destination keeps keys forever.
 	DestinationKeyTTL time.Duration
 	// ClockSkew is how far apart the clocks of the processes sharing a store
 	// may be. A call that takes over a key whose holder's lease lapsed

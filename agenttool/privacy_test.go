@@ -80,7 +80,7 @@ func plantCanaries(t *testing.T, store agenttool.Store, codec agenttool.Codec, k
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := op.ResolveNotApplied(context.Background(), lost.RequestRef, canaries["operator"], canaries["note"]); err != nil {
+	if err := op.ResolveNotApplied(context.Background(), lost.RequestRef, lost.Attempts, canaries["operator"], canaries["note"]); err != nil {
 		t.Fatal(err)
 	}
 	// The operator reads the note and the label back through the codec.

@@ -72,13 +72,13 @@ func TestResolutionIsSealedOnceAndNeverReplacedByAGiveBack(t *testing.T) {
 
 		a := tool.Invoke(scoped(), lunch)
 		mustStatus(t, a, envelope.UnknownOutcome)
-		if err := op.ResolveNotApplied(ctx, a.RequestRef, "maria", "bounced"); err != nil {
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "bounced"); err != nil {
 			t.Fatal(err)
 		}
 		mustStatus(t, tool.Invoke(scoped(), lunch), envelope.UnknownOutcome) // the approved retry is lost too
 		ip.key = a.RequestRef
 		ip.between = func() {
-			if err := op2.ResolveNotApplied(ctx, a.RequestRef, "sam", "not in the provider's log"); err != nil {
+			if err := op2.ResolveNotApplied(ctx, a.RequestRef, 2, "sam", "not in the provider's log"); err != nil {
 				t.Error(err)
 			}
 		}

@@ -31,7 +31,7 @@ func TestI9_AnOperatorsApprovalWaitsForTheFence(t *testing.T) {
 	}
 	a := tool.Invoke(scoped(), lunch)
 	mustStatus(t, a, envelope.UnknownOutcome)
-	if err := op.ResolveNotApplied(context.Background(), a.RequestRef, "maria", "not in the provider's log"); err != nil {
+	if err := op.ResolveNotApplied(context.Background(), a.RequestRef, a.Attempts, "maria", "not in the provider's log"); err != nil {
 		t.Fatal(err)
 	}
 	b := tool.Invoke(scoped(), lunchReworded)

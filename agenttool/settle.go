@@ -20,6 +20,9 @@ var (
 	ErrNotUnknown = errors.New("record is not awaiting reconciliation")
 	// ErrBusy: a live call holds the record; try again after it ends.
 	ErrBusy = errors.New("record is held by a live call")
+	// ErrStale: the record has moved on since the decision was made about
+	// it (another attempt ran): nothing was settled; look at it again.
+	ErrStale = errors.New("the record has changed since it was read")
 )
 
 // holding is an unknown record taken over to be settled. Its lease is kept

@@ -141,7 +141,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	var wg sync.WaitGroup
 	after := ""
 	for ctx.Err() == nil {
-		recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, After: after, Limit: batch, Now: o.clock()})
+		recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, Tool: o.tool, After: after, Limit: batch, Now: o.clock()})
 		corrupt := CorruptKeys(err)
 		if err != nil && len(corrupt) == 0 {
 			wg.Wait()
@@ -203,7 +203,7 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer,
 	var names []string
 	lease := time.Duration(0)
 	for name, t := range o.tools {
-		if t.cfg.Reconciler != nil {
+		if t.cfg.Reconciler != nil && (o.tool == "" || o.tool == name) {
 			names = append(names, name)
 			lease = max(lease, t.cfg.Lease)
 		}

@@ -39,19 +39,32 @@ type Options struct {
 	LockTimeout time.Duration
 	// FileMode is the mode of a new file. 0 means 0600.
 	FileMode os.FileMode
+	// ReadOnly opens an existing store for reading only, with a shared lock:
+	// several read-only opens may share the file, but none may share it
+	// with a process that has it open for writing (bbolt locks the file),
+	// so Open fails after LockTimeout while the application runs. Nothing
+	// is written, not even the lease endings of an ordinary Open; every
+	// write answers an error wrapping [ErrReadOnly].
+	ReadOnly bool
 }
+
+// ErrReadOnly is the error of a write to a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("the store is open read-only")
 
 // Store is a bbolt-backed store. It is safe for concurrent use by the
 // goroutines of one process.
 type Store struct {
-	db     *bolt.DB
-	path   string
-	writes groupCommit
+	db       *bolt.DB
+	path     string
+	writes   groupCommit
+	readOnly bool
 }
 
 var (
 	_ agenttool.Store     = (*Store)(nil)
 	_ storekit.LocalStore = (*Store)(nil)
+	_ storekit.Counter    = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
@@ -72,8 +85,16 @@ func Open(path string, opts *Options) (*Store, error) {
 	if o.FileMode == 0 {
 		o.FileMode = 0o600
 	}
-	db, err := bolt.Open(path, o.FileMode, &bolt.Options{Timeout: o.LockTimeout})
+	if o.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("boltstore: no store to open read-only: %w", err)
+		}
+	}
+	db, err := bolt.Open(path, o.FileMode, &bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly})
 	switch {
+	case errors.Is(err, berrors.ErrTimeout) && o.ReadOnly:
+		return nil, fmt.Errorf("boltstore: %s is open in another process, which holds it for writing: bbolt lets no other process read the file meanwhile. "+
+			"Run the operator commands inside that application (package agenttool/opcmd, with its own tools), or stop it first: %w", path, err)
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("boltstore: %s is locked by another process (bbolt allows one process per file; share pgstore between replicas): %w", path, err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
@@ -81,11 +102,31 @@ func Open(path string, opts *Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
+	if o.ReadOnly {
+		if err := db.View(checkSchema); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("boltstore: %s: %w", path, err)
+		}
+		return &Store{db: db, path: path, readOnly: true}, nil
+	}
 	if err := db.Update(initSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("boltstore: %s: %w", path, err)
 	}
 	return &Store{db: db, path: path, writes: groupCommit{db: db}}, nil
+}
+
+// checkSchema makes sure a store opened read-only has the current schema,
+// which only a read-write Open can upgrade.
+func checkSchema(tx *bolt.Tx) error {
+	meta := tx.Bucket(metaBucket)
+	if meta == nil {
+		return errors.New("the file is not a retrysafe store")
+	}
+	if v := string(meta.Get(schemaKey)); v != schemaVersion {
+		return fmt.Errorf("the store has schema %q and this version of retrysafe reads %q; open it read-write once to upgrade it", v, schemaVersion)
+	}
+	return nil
 }
 
 func initSchema(tx *bolt.Tx) error {
@@ -164,6 +205,9 @@ func (s *Store) DB() *bolt.DB { return s.db }
 
 // update runs fn in a write transaction, through group commit.
 func (s *Store) update(ctx context.Context, fn func(b *bolt.Bucket) error) error {
+	if s.readOnly {
+		return fmt.Errorf("boltstore: %s: %w", s.path, ErrReadOnly)
+	}
 	return s.writes.update(ctx, func(tx *bolt.Tx) error { return fn(tx.Bucket(recordsBucket)) })
 }
 
@@ -391,6 +435,28 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 		return errors.Join(corrupt...)
 	})
 	return out, err
+}
+
+// Count implements storekit.Counter. It reads every record, in one read
+// transaction.
+func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storekit.Count, error) {
+	tally := map[storekit.Count]int{}
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		return b.ForEach(func(k, v []byte) error {
+			rec, err := decode(k, v)
+			switch {
+			case err != nil:
+				tally[storekit.Count{}]++
+			case req.Principal == nil || rec.Principal == *req.Principal:
+				tally[storekit.Count{Tool: rec.Tool, State: rec.State, RetryApproved: rec.RetryApproved}]++
+			}
+			return ctx.Err()
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return storekit.SortCounts(tally), nil
 }
 
 func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {

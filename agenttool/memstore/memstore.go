@@ -36,6 +36,7 @@ type Store struct {
 var (
 	_ agenttool.Store     = (*Store)(nil)
 	_ storekit.LocalStore = (*Store)(nil)
+	_ storekit.Counter    = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
@@ -413,6 +414,22 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// Count implements storekit.Counter.
+func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storekit.Count, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	tally := map[storekit.Count]int{}
+	for _, i := range s.index {
+		e := &s.entries[i]
+		if req.Principal == nil || e.principal == *req.Principal {
+			tally[storekit.Count{Tool: e.tool, State: e.state, RetryApproved: e.retryApproved}]++
+		}
+	}
+	return storekit.SortCounts(tally), nil
 }
 
 // Len returns the number of records, whatever their state.

@@ -43,6 +43,7 @@ type Store struct {
 var (
 	_ agenttool.Store         = (*Store)(nil)
 	_ storekit.UnknownClaimer = (*Store)(nil)
+	_ storekit.Counter        = (*Store)(nil)
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -239,6 +240,36 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 		return agenttool.Record{}, err
 	}
 	return *rec, nil
+}
+
+// Count implements storekit.Counter, with one grouped query.
+func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storekit.Count, error) {
+	var principal []byte
+	if req.Principal != nil {
+		principal = req.Principal[:]
+	}
+	rows, err := s.pool.Query(ctx, s.q.count, principal)
+	if err != nil {
+		return nil, s.wrap("count", "", err)
+	}
+	defer rows.Close()
+	tally := map[storekit.Count]int{}
+	for rows.Next() {
+		var (
+			c     storekit.Count
+			state int16
+			n     int64
+		)
+		if err := rows.Scan(&c.Tool, &state, &c.RetryApproved, &n); err != nil {
+			return nil, s.wrap("count", "", err)
+		}
+		c.State = agenttool.State(state)
+		tally[c] += int(n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("count", "", err)
+	}
+	return storekit.SortCounts(tally), nil
 }
 
 // Sweep implements agenttool.Store.

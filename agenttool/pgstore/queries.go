@@ -62,7 +62,7 @@ func fenced(t, key, tool, principal, now, session string) string {
 }
 
 type queries struct {
-	insert, fenced, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown string
+	insert, fenced, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count string
 }
 
 func newQueries(schema string) queries {
@@ -95,6 +95,8 @@ func newQueries(schema string) queries {
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,
 		// listScope is listUnknown for one tool and principal, by the
 		// records_scope index.
+		count: `SELECT tool, state, retry_approved, count(*) FROM ` + t + `
+			WHERE $1::bytea IS NULL OR principal = $1 GROUP BY tool, state, retry_approved`,
 		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
 			AND ($6::bytea IS NULL OR session = $6) AND (` + awaiting + ` OR ($7 AND state = 1 AND taken_over))
 			AND key > $2 ORDER BY key LIMIT $4`,

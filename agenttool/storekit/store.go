@@ -3,6 +3,8 @@ package storekit
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -91,6 +93,59 @@ type UnknownClaimer interface {
 	// session, fingerprint, outcome, resolution and label kept, and its attempts
 	// counted as DecideClaim counts them.
 	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]ClaimResult, error)
+}
+
+// Counter is implemented by stores that count their records by tool and
+// state, for operators' statistics (agenttool.Operator.Stats). Every store
+// of this module implements it. A count may read every record: it is for
+// people, not for calls.
+type Counter interface {
+	// Count returns, ordered by tool, then state, then RetryApproved, how
+	// many records there are of each tool, state and approval (only those
+	// of req.Principal, if not nil). Pending records count as pending
+	// whether or not their lease has lapsed. Unreadable records are
+	// counted apart, under the tool "" and state 0.
+	Count(ctx context.Context, req CountRequest) ([]Count, error)
+}
+
+// CountRequest selects the records a [Counter] counts.
+type CountRequest struct {
+	Principal *Digest // only this principal's records, if not nil
+}
+
+// Count is how many records of a tool are in a state.
+type Count struct {
+	Tool          string
+	State         State
+	RetryApproved bool // unknown records approved for one more attempt
+	Records       int
+}
+
+// SortCounts turns a tally into what [Counter.Count] returns: one line per
+// tool, state and approval (the keys of tally, whose Records are zero),
+// with its number of records, in order.
+func SortCounts(tally map[Count]int) []Count {
+	out := make([]Count, 0, len(tally))
+	for c, n := range tally {
+		c.Records = n
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Count) int {
+		if c := strings.Compare(a.Tool, b.Tool); c != 0 {
+			return c
+		}
+		if a.State != b.State {
+			return int(a.State) - int(b.State)
+		}
+		switch {
+		case a.RetryApproved == b.RetryApproved:
+			return 0
+		case b.RetryApproved:
+			return -1
+		}
+		return 1
+	})
+	return out
 }
 
 // ClaimUnknownRequest selects records for [UnknownClaimer.ClaimUnknown].

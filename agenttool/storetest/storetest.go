@@ -98,6 +98,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExpiredRecordIsClaimedAfresh", testExpiredClaimedAfresh},
 		{"ListUnknown", testListUnknown},
 		{"LabelStaysWithTheRecord", testLabel},
+		{"CountsByToolAndState", testCount},
 		{"CancelledContext", testCancelled},
 		{"InvalidRequests", testInvalid},
 	}
@@ -632,6 +633,59 @@ func testLabel(t *testing.T, s agenttool.Store) {
 	}
 	if rec, _ := s.Get(bg, fresh); rec.Label != "" {
 		t.Errorf("fresh claim over an expired record: stored label %q, want none", rec.Label)
+	}
+}
+
+// testCount counts records of two tools and two principals in every state.
+func testCount(t *testing.T, s agenttool.Store) {
+	counter, ok := s.(storekit.Counter)
+	if !ok {
+		t.Skip("the store does not implement storekit.Counter")
+	}
+	record := func(tool string, who agenttool.Digest, state agenttool.State, approved bool) {
+		t.Helper()
+		req := claimReq(newKey(), t0)
+		req.Tool, req.Principal = tool, who
+		res := mustClaim(t, s, req)
+		if state == agenttool.Pending {
+			return
+		}
+		f := finish(req.Key, res.Record.Token, state, t0)
+		f.RetryApproved = approved
+		if err := s.Finish(bg, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("send_email", alice, agenttool.Succeeded, false)
+	record("send_email", alice, agenttool.Succeeded, false)
+	record("send_email", alice, agenttool.Unknown, false)
+	record("send_email", bob, agenttool.Unknown, true)
+	record("send_email", bob, agenttool.Failed, false)
+	record("book_flight", alice, agenttool.Pending, false)
+	all, err := counter.Count(bg, storekit.CountRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []storekit.Count{
+		{Tool: "book_flight", State: agenttool.Pending, Records: 1},
+		{Tool: "send_email", State: agenttool.Succeeded, Records: 2},
+		{Tool: "send_email", State: agenttool.Failed, Records: 1},
+		{Tool: "send_email", State: agenttool.Unknown, Records: 1},
+		{Tool: "send_email", State: agenttool.Unknown, RetryApproved: true, Records: 1},
+	}
+	if !slices.Equal(all, want) {
+		t.Errorf("Count:\n got %+v\nwant %+v", all, want)
+	}
+	bobs, err := counter.Count(bg, storekit.CountRequest{Principal: &bob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []storekit.Count{
+		{Tool: "send_email", State: agenttool.Failed, Records: 1},
+		{Tool: "send_email", State: agenttool.Unknown, RetryApproved: true, Records: 1},
+	}
+	if !slices.Equal(bobs, want) {
+		t.Errorf("Count of bob's records:\n got %+v\nwant %+v", bobs, want)
 	}
 }
 

@@ -523,10 +523,12 @@ func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.
 	return env
 }
 
-// errKeyForgotten is the cause of an unknown outcome that a keyed tool
-// cannot retry: the destination may no longer know the key.
+// errKeyDeadline is the cause of a keyed attempt's context that ended when
+// the destination may forget the key.
 var errKeyDeadline = errors.New("the attempt was stopped: the destination may forget its idempotency key now (DestinationKeyTTL)")
 
+// errKeyForgotten is the cause of an unknown outcome that a keyed tool
+// cannot retry: the destination may no longer know the key.
 var errKeyForgotten = errors.New("an earlier attempt's outcome is unknown, and the destination may have forgotten its idempotency key")
 
 // keyDeadline is when, on this process's clock, the destination may forget

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -99,6 +100,30 @@ func (o *Operator) toolOf(name string) (*Tool, error) {
 		return nil, err
 	}
 	return &Tool{name: name, cfg: cfg}, nil
+}
+
+// Outcome returns the outcome recorded with rec (a record from Show or
+// Unknown), decoded with its tool's codec: for a settled record, the
+// envelope its calls replay; for an unknown one, the unknown_outcome whose
+// error says what went wrong and what the destination last answered. A
+// record with no outcome yet (pending, new) answers ErrNotFound.
+func (o *Operator) Outcome(rec Record) (envelope.Envelope, error) {
+	if len(rec.Outcome) == 0 {
+		return envelope.Envelope{}, fmt.Errorf("agenttool: %s has no outcome yet: %w", rec.Key, ErrNotFound)
+	}
+	t, err := o.toolOf(rec.Tool)
+	if err != nil {
+		t = &Tool{name: rec.Tool, cfg: &config{codec: plainCodec{}}}
+	}
+	raw, err := t.cfg.codec.Decode(rec.Key, rec.Outcome)
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("agenttool: decoding the outcome of %s: %w: %w", rec.Key, ErrCorrupt, err)
+	}
+	env, err := envelope.Parse(raw)
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("agenttool: the outcome of %s: %w: %w", rec.Key, ErrCorrupt, err)
+	}
+	return env, nil
 }
 
 // Stats counts the operator's records by tool, state and approval, with

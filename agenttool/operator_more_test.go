@@ -3,12 +3,14 @@ package agenttool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // lostEmail leaves one send_email action unknown in store, for principal.
@@ -169,6 +171,59 @@ func TestOperatorStats(t *testing.T) {
 		none, err := op.ForTool("send_sms").Stats(context.Background())
 		if err != nil || len(none) != 0 {
 			t.Errorf("ForTool(send_sms).Stats: %+v, %v; want nothing", none, err)
+		}
+	})
+}
+
+// Outcome decodes what a record holds: the unknown_outcome a person reads
+// to see what went wrong and what the destination last answered.
+func TestOperatorOutcome(t *testing.T) {
+	store := openBolt(t, t.TempDir()+"/keys.db")
+	m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Codec: newSealCodec(t)})
+	lost := lostEmail(t, tool, "tenant-1")
+	op, _ := agenttool.NewOperator(store, tool)
+	rec, err := op.Show(context.Background(), lost.RequestRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := op.Outcome(rec)
+	if err != nil || env.Status != envelope.UnknownOutcome || env.Error == nil || env.Error.Message != lost.Error.Message {
+		t.Errorf("Outcome: %s, %v; want the envelope the call returned (%s)", env, err, lost)
+	}
+	if _, err := agenttool.NewOperator(store); err != nil {
+		t.Fatal(err)
+	}
+	bare, _ := agenttool.NewOperator(store)
+	if _, err := bare.Outcome(rec); !errors.Is(err, agenttool.ErrCorrupt) {
+		t.Errorf("an operator without the tool's codec read the sealed outcome: %v", err)
+	}
+}
+
+// A sweep reports its progress after each batch.
+func TestSweepProgress(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+			Reconciler: fixed(reconcile.StillPending()), Fence: agenttool.FenceOff})
+		for i := range 5 {
+			mustStatus(t, tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1", fmt.Sprint("c", i)), emailToAna), envelope.UnknownOutcome)
+		}
+		op, _ := agenttool.NewOperator(store, tool)
+		var seen []agenttool.SweepReport
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{Concurrency: 2, Batch: 2,
+			Progress: func(r agenttool.SweepReport) { seen = append(seen, r) }})
+		if err != nil || rep.Checked != 5 {
+			t.Fatalf("sweep: %+v, %v", rep, err)
+		}
+		if len(seen) < 2 {
+			t.Errorf("%d progress reports for 5 records in batches of 2", len(seen))
+		}
+		for i := 1; i < len(seen); i++ {
+			if seen[i].Checked < seen[i-1].Checked {
+				t.Errorf("progress went back: %+v after %+v", seen[i], seen[i-1])
+			}
 		}
 	})
 }

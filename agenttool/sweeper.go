@@ -28,6 +28,9 @@ type SweeperOptions struct {
 	Batch int
 	// Logger receives one line per failed check or pass; nil means discard.
 	Logger *slog.Logger
+	// Progress, if set, is called after each batch of a pass with what the
+	// pass has done so far (a command line shows it; see agenttool/opcmd).
+	Progress func(SweepReport)
 }
 
 // SweepReport counts what one pass did.
@@ -105,6 +108,14 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 
 	var mu sync.Mutex
 	count := func(f func(*SweepReport)) { mu.Lock(); f(&rep); mu.Unlock() }
+	progress := func() {
+		if opts.Progress != nil {
+			mu.Lock()
+			so := rep
+			mu.Unlock()
+			opts.Progress(so)
+		}
+	}
 	settle := func(h *holding) {
 		ans, err := h.reconcile(ctx, "sweeper")
 		v := ans.Verdict
@@ -132,7 +143,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	// Records that changed since restedBefore are left for a later pass.
 	restedBefore := o.clock().Add(-max(opts.Rest, 0))
 	if uc, ok := o.store.(storekit.UnknownClaimer); ok {
-		err := o.sweepClaimed(ctx, uc, conc, restedBefore, settle, unreadable)
+		err := o.sweepClaimed(ctx, uc, conc, restedBefore, settle, unreadable, progress)
 		mu.Lock()
 		defer mu.Unlock()
 		return rep, err
@@ -181,6 +192,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 				settle(h)
 			})
 		}
+		progress() // the page's checks may still run
 		if len(recs)+len(corrupt) < batch {
 			break
 		}
@@ -199,7 +211,7 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 // batches (FOR UPDATE SKIP LOCKED): concurrency records at a time, so that
 // none waits for a worker while its lease runs. Records settled as still
 // unknown in this pass are not taken again in it.
-func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, restedBefore time.Time, settle func(*holding), unreadable func(key string)) error {
+func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, restedBefore time.Time, settle func(*holding), unreadable func(key string), progress func()) error {
 	var names []string
 	lease := time.Duration(0)
 	for name, t := range o.tools {
@@ -236,6 +248,7 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer,
 			})
 		}
 		wg.Wait()
+		progress()
 		if len(recs)+len(corrupt) < conc {
 			return nil
 		}

@@ -98,6 +98,9 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 	appendNote := func(ctx context.Context, in noteInput) (json.RawMessage, error) {
 		crash(env.Out, "before-effect")
 		res, err := store.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			if in.IncidentID != "INC-104" { // the incident system has one incident, and knows its id exactly
+				return nil, envelope.MarkDefinite(fmt.Errorf("no incident %q", in.IncidentID), "no_such_incident")
+			}
 			if env.Fault == "closed-incident" {
 				return nil, envelope.MarkDefinite(errClosed, "incident_closed")
 			}
@@ -125,7 +128,7 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 		Store:      store,
 		Class:      agenttool.Reconcilable,
 		Reconciler: store.Reconciler(),
-		Hooks: agenttool.Hooks{Outcome: func(agenttool.OutcomeEvent) {
+		Hooks: agenttool.Hooks{Outcome: func(_ context.Context, _ agenttool.OutcomeEvent) {
 			crash(env.Out, "after-record")
 		}},
 	})

@@ -49,6 +49,18 @@ const (
 	Compensate
 )
 
+func (d Decision) String() string {
+	switch d {
+	case Undecided:
+		return "undecided"
+	case RetryOnce:
+		return "retry once"
+	case Compensate:
+		return "compensate"
+	}
+	return fmt.Sprintf("Decision(%d)", uint8(d))
+}
+
 // Approval is an approver's decision, with who made it and why. It is
 // recorded with the key's record.
 //
@@ -76,6 +88,9 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 		Tool: c.t.name, RequestRef: c.ref, Scope: c.scope, Attempts: rec.Attempts, Since: rec.Updated,
 		Label: labelFrom(c.ctx),
 	})
+	if h := cfg.Hooks.Approval; h != nil {
+		h(c.ctx, ApprovalEvent{Tool: c.t.name, RequestRef: c.ref, Attempts: rec.Attempts, Decision: a.Decision, By: a.By, Err: err})
+	}
 	if err != nil {
 		cfg.logger.Warn("retrysafe: approver failed", "ref", c.ref, "err", err)
 		return waiting(fmt.Sprintf("the outcome is unknown and the approver could not be asked: %v", err)), false

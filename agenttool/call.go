@@ -31,13 +31,20 @@ import (
 //	  claimed                           → attempt, retrying what is safe to retry;
 //	                                      an unknown attempt is reconciled, or recorded unknown
 func (t *Tool) Invoke(ctx context.Context, raw string) envelope.Envelope {
-	h := t.cfg.Hooks.Outcome
-	if h == nil {
+	hk := &t.cfg.Hooks
+	if hk.Start == nil && hk.Outcome == nil {
 		return t.invoke(ctx, raw)
 	}
 	start := t.cfg.Now()
+	if hk.Start != nil {
+		if started := hk.Start(ctx, StartEvent{Tool: t.name, Class: t.cfg.Class}); started != nil {
+			ctx = started
+		}
+	}
 	env := t.invoke(ctx, raw)
-	h(OutcomeEvent{Envelope: env, Duration: t.cfg.Now().Sub(start)})
+	if hk.Outcome != nil {
+		hk.Outcome(ctx, OutcomeEvent{Envelope: env, Class: t.cfg.Class, Duration: t.cfg.Now().Sub(start)})
+	}
 	return env
 }
 
@@ -94,6 +101,7 @@ type call struct {
 	token              uint64
 	maybeRan           bool   // an attempt of this key may have applied the effect
 	ownFenced          bool   // the record is marked for the unknown fence (fenceOwn)
+	gaveUp             bool   // the call stopped waiting for another holder
 	claimed            Record // the record as the call's claim made it
 
 	fl    flight     // while the call holds its key
@@ -120,7 +128,14 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 			cfg.logger.Warn("retrysafe: the codec could not encode the call's label; the record has none", "tool", c.t.name, "ref", c.ref, "err", err)
 		}
 	}
-	var waitUntil time.Time // set when a wait begins
+	var waitUntil, waitStart time.Time // set when a wait begins
+	if h := cfg.Hooks.Waited; h != nil {
+		defer func() {
+			if !waitStart.IsZero() {
+				h(c.ctx, WaitedEvent{Tool: c.t.name, RequestRef: c.ref, Duration: cfg.Now().Sub(waitStart), GaveUp: c.gaveUp})
+			}
+		}()
+	}
 	poll := 2 * time.Millisecond
 	for {
 		req.Now = cfg.Now()
@@ -157,17 +172,20 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 				}
 				return env
 			}
+			c.replayed(Unknown)
 			return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
 				Message: "an earlier attempt of this action has an unknown outcome and awaits reconciliation"})
 		case Pending:
 			now := req.Now
 			if waitUntil.IsZero() {
-				waitUntil = now.Add(cfg.WaitTimeout)
+				waitStart, waitUntil = now, now.Add(cfg.WaitTimeout)
 			}
 			if !now.Before(waitUntil) {
+				c.gaveUp = true
 				return c.inProgress(rec)
 			}
 			if err := c.waitFor(rec, earliest(waitUntil, rec.LeaseExpiry).Sub(now), &poll); err != nil {
+				c.gaveUp = true
 				return c.inProgress(rec)
 			}
 		default:
@@ -178,6 +196,9 @@ func (c *call) claimAndRun(fp Digest) envelope.Envelope {
 
 // hold runs a call that has claimed its key, as one flight.
 func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
+	if h := c.t.cfg.Hooks.Claimed; h != nil {
+		h(c.ctx, ClaimedEvent{Tool: c.t.name, RequestRef: c.ref, TookOver: res.TookOver, Attempts: res.Record.Attempts})
+	}
 	c.token, c.maybeRan = res.Record.Token, res.TookOver
 	c.leaseUntil, c.claimed = res.Record.LeaseExpiry, res.Record
 	if res.TookOver {
@@ -211,6 +232,9 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	// said whether any is.
 	if res.Fenced {
 		if env, blocked := c.fence(); blocked {
+			if h := c.t.cfg.Hooks.Fenced; h != nil && env.Earlier != nil {
+				h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: env.Earlier.RequestRef, EarlierState: env.Earlier.State})
+			}
 			c.putBack(res.Record)
 			if c.maybeRan && env.Status != envelope.UnknownOutcome {
 				// This action's own outcome is unknown too: the call applied
@@ -353,7 +377,13 @@ func (c *call) attempts(done int) envelope.Envelope {
 			policy = newBackOff(cfg.Retry, cfg.Now)
 		}
 		wait := policy.NextBackOff()
-		if wait < 0 || sleep(c.work, wait) != nil {
+		if wait < 0 {
+			return c.stopRetrying(attempt, err)
+		}
+		if h := cfg.Hooks.Retry; h != nil {
+			h(c.ctx, RetryEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: attempt, Err: err, Wait: wait})
+		}
+		if sleep(c.work, wait) != nil {
 			return c.stopRetrying(attempt, err)
 		}
 	}
@@ -410,7 +440,7 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 	end := cfg.Now()
 	c.lastSent = later(start, end)
 	if h := cfg.Hooks.Attempt; h != nil {
-		h(AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
+		h(c.ctx, AttemptEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: n, Err: err,
 			Class: envelope.Classify(err), Duration: end.Sub(start)})
 	}
 	return out, err
@@ -607,10 +637,19 @@ func (c *call) storeUnavailable(err error) envelope.Envelope {
 		envelope.Wait, "Nothing was done. Try again later.")
 }
 
+// replayed tells the Replayed hook that the call answers with a recorded
+// outcome.
+func (c *call) replayed(s State) {
+	if h := c.t.cfg.Hooks.Replayed; h != nil {
+		h(c.ctx, ReplayedEvent{Tool: c.t.name, RequestRef: c.ref, State: s})
+	}
+}
+
 // replay returns a recorded outcome; the tool does not run. An outcome that
 // cannot be read does not change what the record's state says: a succeeded
 // action is answered as a success without its result.
 func (c *call) replay(rec Record) envelope.Envelope {
+	c.replayed(rec.State)
 	raw, err := c.t.cfg.codec.Decode(c.ref, rec.Outcome)
 	var env envelope.Envelope
 	if err == nil {
@@ -656,6 +695,13 @@ func statusOf(s State) envelope.Status {
 func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 	cfg := c.t.cfg
 	env.Version, env.Tool, env.RequestRef = envelope.Version, c.t.name, c.ref
+	if h := cfg.Hooks.Unknown; h != nil && state == Unknown {
+		e := UnknownEvent{Tool: c.t.name, RequestRef: c.ref, Attempts: env.Attempts}
+		if env.Error != nil {
+			e.Reason = env.Error.Message
+		}
+		h(c.ctx, e)
+	}
 	if cfg.Class == ReadOnly {
 		return env
 	}

@@ -346,8 +346,8 @@ func TestHooks(t *testing.T) {
 		return true, nil
 	}}
 	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Hooks: agenttool.Hooks{
-		Attempt: func(e agenttool.AttemptEvent) { attempts = append(attempts, e) },
-		Outcome: func(e agenttool.OutcomeEvent) { outcomes = append(outcomes, e) },
+		Attempt: func(_ context.Context, e agenttool.AttemptEvent) { attempts = append(attempts, e) },
+		Outcome: func(_ context.Context, e agenttool.OutcomeEvent) { outcomes = append(outcomes, e) },
 	}})
 	tool.Invoke(scoped(), emailToAna)
 	if len(attempts) != 2 || attempts[0].Class != envelope.Transient || attempts[0].Err == nil || attempts[1].Err != nil {

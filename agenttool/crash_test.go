@@ -103,7 +103,7 @@ func TestCrashHelper(t *testing.T) {
 		// killed process once the file is opened again: a not-applied
 		// answer is trusted at once.
 		ClockSkew: -1,
-		Hooks:     agenttool.Hooks{Outcome: func(agenttool.OutcomeEvent) { crashPoint(at, afterRecord) }},
+		Hooks:     agenttool.Hooks{Outcome: func(_ context.Context, _ agenttool.OutcomeEvent) { crashPoint(at, afterRecord) }},
 	}
 	if class == agenttool.Reconcilable {
 		opts.Reconciler = reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {

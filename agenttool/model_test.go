@@ -142,7 +142,7 @@ func (w *world) process() (*agenttool.Tool, *atomic.Bool, *bool) {
 	opts := agenttool.Options{
 		Store: mortalStore{Store: w.store, dead: dead}, Class: w.class, Now: w.clk.Now, Lease: time.Minute,
 		Retry: agenttool.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Microsecond, MaxInterval: time.Microsecond},
-		Hooks: agenttool.Hooks{Outcome: func(agenttool.OutcomeEvent) {
+		Hooks: agenttool.Hooks{Outcome: func(_ context.Context, _ agenttool.OutcomeEvent) {
 			if *crashAfterRecord {
 				dead.Store(true)
 			}

@@ -303,7 +303,7 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
 	req := reconcile.Request{Ref: h.rec.Key, Attempts: h.rec.Attempts, LastSent: h.heldUntil}
 	ans := h.t.trust(h.t.check(withCallInfo(h.work, info), r, req), h.heldUntil)
-	h.t.reported(ans, h.rec.Key, by)
+	h.t.reported(ctx, ans, h.rec.Key, by)
 	switch ans.Verdict {
 	case reconcile.Applied:
 		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})

@@ -24,7 +24,7 @@ func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, sett
 	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
 	req := reconcile.Request{Ref: c.ref, Attempts: attempts, LastSent: c.lastSent}
 	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), c.heldUntil)
-	c.t.reported(ans, c.ref, "reconciler")
+	c.t.reported(c.ctx, ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:
 		return c.finish(Succeeded, reconciledSuccess(attempts, ans)), true
@@ -86,8 +86,8 @@ func describe(ans reconcile.Answer) string {
 	return ans.Verdict.String()
 }
 
-func (t *Tool) reported(ans reconcile.Answer, ref, by string) {
+func (t *Tool) reported(ctx context.Context, ans reconcile.Answer, ref, by string) {
 	if h := t.cfg.Hooks.Reconcile; h != nil {
-		h(ReconcileEvent{Tool: t.name, RequestRef: ref, Verdict: ans.Verdict, Err: ans.Err, By: by})
+		h(ctx, ReconcileEvent{Tool: t.name, RequestRef: ref, Verdict: ans.Verdict, Err: ans.Err, By: by})
 	}
 }

@@ -459,6 +459,21 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 	return storekit.SortCounts(tally), nil
 }
 
+// CountUnknown implements storekit.Counter: it reads the records the index
+// of open records names. An unreadable one is not counted.
+func (s *Store) CountUnknown(ctx context.Context) (int, error) {
+	n := 0
+	err := s.view(ctx, func(b *bolt.Bucket) error {
+		return openIndex(b).ForEach(func(k, _ []byte) error {
+			if rec, err := load(b, string(k)); err == nil && rec != nil && rec.State == agenttool.Unknown && !rec.RetryApproved {
+				n++
+			}
+			return nil
+		})
+	})
+	return n, err
+}
+
 func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
 	v := b.Get([]byte(key))
 	if v == nil {

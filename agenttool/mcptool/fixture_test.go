@@ -115,7 +115,7 @@ func newServed(t *testing.T, d *desk, opts agenttool.Options, sopts *mcptool.Ser
 	if opts.Class == 0 {
 		opts.Class = agenttool.Keyed
 	}
-	opts.Hooks.Outcome = func(e agenttool.OutcomeEvent) {
+	opts.Hooks.Outcome = func(_ context.Context, e agenttool.OutcomeEvent) {
 		s.mu.Lock()
 		s.envs = append(s.envs, e.Envelope)
 		s.mu.Unlock()

@@ -432,6 +432,23 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 	return storekit.SortCounts(tally), nil
 }
 
+// CountUnknown implements storekit.Counter, from the index of open records.
+func (s *Store) CountUnknown(ctx context.Context) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for _, keys := range s.open {
+		for k := range keys {
+			if e := &s.entries[s.index[k]]; e.state == agenttool.Unknown && !e.retryApproved {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
 // Len returns the number of records, whatever their state.
 func (s *Store) Len() int {
 	s.mu.Lock()

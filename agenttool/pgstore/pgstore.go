@@ -272,6 +272,15 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 	return storekit.SortCounts(tally), nil
 }
 
+// CountUnknown implements storekit.Counter, from the index of open records.
+func (s *Store) CountUnknown(ctx context.Context) (int, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.q.countUnknown).Scan(&n); err != nil {
+		return 0, s.wrap("count", "", err)
+	}
+	return int(n), nil
+}
+
 // Sweep implements agenttool.Store.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	tag, err := s.pool.Exec(ctx, s.q.sweep, now)

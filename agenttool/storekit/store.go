@@ -106,6 +106,11 @@ type Counter interface {
 	// whether or not their lease has lapsed. Unreadable records are
 	// counted apart, under the tool "" and state 0.
 	Count(ctx context.Context, req CountRequest) ([]Count, error)
+	// CountUnknown returns how many unknown records are not resolved yet
+	// (approved records are not counted): what a gauge of outcomes awaiting
+	// reconciliation shows. Its cost grows with the open records (pending
+	// and unknown), never with the whole store.
+	CountUnknown(ctx context.Context) (int, error)
 }
 
 // CountRequest selects the records a [Counter] counts.

@@ -687,6 +687,9 @@ func testCount(t *testing.T, s agenttool.Store) {
 	if !slices.Equal(bobs, want) {
 		t.Errorf("Count of bob's records:\n got %+v\nwant %+v", bobs, want)
 	}
+	if n, err := counter.CountUnknown(bg); err != nil || n != 1 {
+		t.Errorf("CountUnknown = %d, %v; want 1 (the approved one is not awaiting anyone)", n, err)
+	}
 }
 
 func testCancelled(t *testing.T, s agenttool.Store) {

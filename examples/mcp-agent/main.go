@@ -82,7 +82,7 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 			Class:          agenttool.Keyed, // a resent call is replayed by the server
 			AttemptTimeout: 5 * time.Second,
 			Retry:          agenttool.RetryPolicy{InitialInterval: 50 * time.Millisecond},
-			Hooks: agenttool.Hooks{Attempt: func(e agenttool.AttemptEvent) {
+			Hooks: agenttool.Hooks{Attempt: func(_ context.Context, e agenttool.AttemptEvent) {
 				if e.Err != nil {
 					logf("mcp client: %v", e.Err)
 				}

@@ -123,7 +123,7 @@ func startMCPServer(fault, db string, log func(string, ...any)) (*mcpServer, err
 	tool, err := agenttool.New("book_flight", "Book one seat on a flight.", book, agenttool.Options{
 		Store: store,
 		Class: agenttool.Keyed,
-		Hooks: agenttool.Hooks{Outcome: func(e agenttool.OutcomeEvent) {
+		Hooks: agenttool.Hooks{Outcome: func(_ context.Context, e agenttool.OutcomeEvent) {
 			replayed := ""
 			if e.Envelope.Replayed {
 				replayed = ", replayed"

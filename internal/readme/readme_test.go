@@ -34,7 +34,10 @@ var imports = map[string]string{
 	"github.com/retrysafe/retrysafe/agenttool/mcptool":                 "mcptool.Register",
 	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest": "langchaintest.New",
 	"github.com/retrysafe/retrysafe/envelope":                          "envelope.Parse",
-	"github.com/retrysafe/retrysafe/reconcile":                         "reconcile.Poll",
+	"github.com/retrysafe/retrysafe/agenttool/observe":                 "observe.Join",
+	"github.com/retrysafe/retrysafe/agenttool/otelhooks":               "otelhooks.New",
+	"log/slog": "slog.Default",
+	"github.com/retrysafe/retrysafe/reconcile": "reconcile.Poll",
 }
 
 var (

@@ -1,0 +1,5 @@
+//go:build !race
+
+package agenttool_test
+
+const raceDetector = false

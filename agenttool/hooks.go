@@ -24,7 +24,9 @@ import (
 type Hooks struct {
 	// Start is called first. The context it returns, if not nil, is the
 	// call's from then on: the tool, its reconciler and every later hook of
-	// the call receive it (a tracing adapter starts its span here).
+	// the call receive it (a tracing adapter starts its span here). It must
+	// derive from ctx, which carries the call's scope: a call whose context
+	// has none is refused (missing_scope).
 	Start func(ctx context.Context, e StartEvent) context.Context
 	// Claimed is called when the call claims its key: to run the tool, or
 	// to check or retry an action whose outcome is unknown (TookOver).

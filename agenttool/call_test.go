@@ -308,10 +308,10 @@ func TestSweepKeepsUnknownRecords(t *testing.T) {
 		unknown := newEmailTool(t, lost, opts).Invoke(scoped(), `{"to":"bo@example.com","subject":"x"}`)
 		mustStatus(t, unknown, envelope.UnknownOutcome)
 		ctx := context.Background()
-		if n, err := store.Sweep(ctx, clk.Now().Add(30*time.Minute)); err != nil || n != 0 {
+		if n, err := store.Sweep(ctx, storekit.SweepRequest{Now: clk.Now().Add(30 * time.Minute)}); err != nil || n != 0 {
 			t.Fatalf("early sweep removed %d (%v)", n, err)
 		}
-		n, err := store.Sweep(ctx, clk.Now().Add(100*365*24*time.Hour))
+		n, err := store.Sweep(ctx, storekit.SweepRequest{Now: clk.Now().Add(100 * 365 * 24 * time.Hour)})
 		if err != nil || n != 1 {
 			t.Fatalf("sweep removed %d (%v), want the succeeded record only", n, err)
 		}

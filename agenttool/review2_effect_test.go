@@ -12,6 +12,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -58,7 +59,7 @@ func TestAnExpiredActionsEffectDoesNotAnswerTheNext(t *testing.T) {
 			mustStatus(t, first, envelope.Success)
 			clk.Advance(2 * time.Hour) // the key's lifetime ends: the next one is a fresh action
 			if swept {
-				if _, err := s.Sweep(context.Background(), clk.Now()); err != nil {
+				if _, err := s.Sweep(context.Background(), storekit.SweepRequest{Now: clk.Now()}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -175,7 +175,7 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 				s = b
 				what = "restart"
 			} else {
-				n, err := s.Sweep(ctx, at)
+				n, err := s.Sweep(ctx, storekit.SweepRequest{Now: at})
 				what = fmt.Sprintf("sweep: %d %v", n, err)
 			}
 		}

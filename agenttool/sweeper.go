@@ -95,7 +95,11 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	n, err := o.store.Sweep(ctx, o.clock())
+	n, err := storekit.SweepAll(ctx, o.store, o.clock(), 0, func(deleted int) {
+		if opts.Progress != nil {
+			opts.Progress(SweepReport{Expired: deleted})
+		}
+	})
 	rep.Expired = n
 	if keys := CorruptKeys(err); len(keys) > 0 {
 		for _, k := range keys {

@@ -2,9 +2,11 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -17,7 +19,7 @@ import (
 // schemaVersion is the layout of the file this package writes and reads.
 // Version 4 has the scope index of scope.go; files of versions 1 (none), 2
 // and 3 (earlier layouts) are upgraded at Open by rebuilding it.
-const schemaVersion = "4"
+const schemaVersion = "5"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -29,7 +31,13 @@ var (
 	// (see scopeKey), so that the unknown fence finds a scope's open
 	// records with one seek.
 	scopeBucket = []byte("retrysafe/scope")
-	schemaKey   = []byte("schema")
+	// expiryBucket indexes the records that have a lifetime by its end
+	// (expiryKey), so that a sweep reads only what it deletes.
+	expiryBucket = []byte("retrysafe/expiry")
+	schemaKey    = []byte("schema")
+	// unknownKey, in the meta bucket, counts the unknown records not yet
+	// resolved (uint64, big-endian): CountUnknown reads one value.
+	unknownKey = []byte("unknown")
 )
 
 // Options configure [Open]. A nil *Options means all defaults.
@@ -146,16 +154,19 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
-	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket} {
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
 	}
 	if v != schemaVersion {
 		if err := rebuildScopes(tx); err != nil {
+			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+		}
+		if err := rebuildExpiry(tx); err != nil {
 			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
@@ -352,34 +363,50 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 	return *rec, nil
 }
 
-// Sweep implements agenttool.Store. It deletes expired succeeded and failed
-// records in one transaction; unreadable records are left alone and
-// reported.
-func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+// Sweep implements agenttool.Store: one step, in one write transaction,
+// reading the expiry index from its oldest entry, so that its cost grows with
+// the records it deletes and calls wait behind one step at most.
+func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = storekit.DefaultSweepLimit
+	}
 	n := 0
 	var corrupt []error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
-		var doomed []agenttool.Record
-		corrupt = corrupt[:0] // the function may run twice
-		err := b.ForEach(func(k, v []byte) error {
-			rec, err := decode(k, v)
+		n, corrupt = 0, corrupt[:0] // the function may run twice
+		idx := b.Tx().Bucket(expiryBucket)
+		// The index entries due by now, oldest first; unreadable records
+		// stay (and are met again), so they are read past, up to a bound.
+		var due [][]byte
+		deadline := nanos(req.Now)
+		c := idx.Cursor()
+		for k, _ := c.First(); k != nil && len(due) < 2*limit; k, _ = c.Next() {
+			if at, _ := splitExpiryKey(k); at > deadline {
+				break
+			}
+			due = append(due, slices.Clone(k))
+		}
+		for _, k := range due {
+			if n == limit {
+				break
+			}
+			at, key := splitExpiryKey(k)
+			rec, err := load(b, string(key))
 			switch {
 			case err != nil:
-				corrupt = append(corrupt, &storekit.CorruptRecordError{Key: string(k), Err: err})
-			case rec.Sweepable(now):
-				doomed = append(doomed, rec)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for i := range doomed {
-			if err := remove(b, []byte(doomed[i].Key), &doomed[i]); err != nil {
-				return err
+				corrupt = append(corrupt, &storekit.CorruptRecordError{Key: string(key), Err: err}) // left in place
+			case rec == nil || nanos(rec.Expires) != at:
+				if err := idx.Delete(k); err != nil { // the record changed or went: a stale entry
+					return err
+				}
+			case rec.Sweepable(req.Now):
+				if err := remove(b, key, rec); err != nil {
+					return err
+				}
+				n++
 			}
 		}
-		n = len(doomed)
 		return nil
 	})
 	if err != nil {
@@ -459,17 +486,15 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 	return storekit.SortCounts(tally), nil
 }
 
-// CountUnknown implements storekit.Counter: it reads the records the index
-// of open records names. An unreadable one is not counted.
+// CountUnknown implements storekit.Counter: it reads one counter, kept
+// with every write that changes it.
 func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 	n := 0
 	err := s.view(ctx, func(b *bolt.Bucket) error {
-		return openIndex(b).ForEach(func(k, _ []byte) error {
-			if rec, err := load(b, string(k)); err == nil && rec != nil && rec.State == agenttool.Unknown && !rec.RetryApproved {
-				n++
-			}
-			return nil
-		})
+		if v := b.Tx().Bucket(metaBucket).Get(unknownKey); len(v) == 8 {
+			n = int(binary.BigEndian.Uint64(v))
+		}
+		return nil
 	})
 	return n, err
 }
@@ -496,6 +521,9 @@ func save(b *bolt.Bucket, r, prev *agenttool.Record) error {
 	if err := reindexScope(b, r, prev); err != nil {
 		return err
 	}
+	if err := reindexExpiry(b.Tx(), r, prev); err != nil {
+		return err
+	}
 	if r.Open() {
 		return openIndex(b).Put(key, []byte{})
 	}
@@ -513,6 +541,9 @@ func remove(b *bolt.Bucket, key []byte, rec *agenttool.Record) error {
 	}
 	if rec != nil {
 		if err := reindexScope(b, &agenttool.Record{}, rec); err != nil {
+			return err
+		}
+		if err := reindexExpiry(b.Tx(), &agenttool.Record{Key: rec.Key}, rec); err != nil {
 			return err
 		}
 	}

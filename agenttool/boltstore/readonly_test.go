@@ -60,7 +60,7 @@ func TestReadOnlyOpenReadsAndWritesNothing(t *testing.T) {
 	if _, err := ro.Claim(ctx, claim); !errors.Is(err, boltstore.ErrReadOnly) {
 		t.Errorf("read-only Claim: %v, want ErrReadOnly", err)
 	}
-	if _, err := ro.Sweep(ctx, now); !errors.Is(err, boltstore.ErrReadOnly) {
+	if _, err := ro.Sweep(ctx, storekit.SweepRequest{Now: now}); !errors.Is(err, boltstore.ErrReadOnly) {
 		t.Errorf("read-only Sweep: %v, want ErrReadOnly", err)
 	}
 	ro.Close()

@@ -314,13 +314,17 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 // Sweep implements agenttool.Store. It visits only the records whose
 // lifetime has ended (kept in order of expiry), not every record, so a
 // long-running process can sweep often.
-func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	n := 0
-	for nowNs := now.UnixNano(); len(s.expiry) > 0 && s.expiry[0].at <= nowNs; {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = storekit.DefaultSweepLimit
+	}
+	n, now := 0, req.Now
+	for nowNs := now.UnixNano(); n < limit && len(s.expiry) > 0 && s.expiry[0].at <= nowNs; {
 		e := s.expiry.pop()
 		// The entry is a hint: the record may have changed or gone since.
 		if i := s.lookup(e.key); i >= 0 && s.entries[i].expires == e.at && s.entries[i].sweepable(now) {
@@ -405,8 +409,10 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 			visit(k, s.index[k])
 		}
 	} else {
-		for k, i := range s.index {
-			visit(k, i)
+		for _, keys := range s.open { // the open records only, not the store
+			for k := range keys {
+				visit(k, s.index[k])
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b agenttool.Record) int { return strings.Compare(a.Key, b.Key) })

@@ -282,8 +282,12 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 }
 
 // Sweep implements agenttool.Store.
-func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
-	tag, err := s.pool.Exec(ctx, s.q.sweep, now)
+func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
+	limit := req.Limit
+	if limit <= 0 {
+		limit = storekit.DefaultSweepLimit
+	}
+	tag, err := s.pool.Exec(ctx, s.q.sweep, req.Now, limit)
 	if err != nil {
 		return 0, s.wrap("sweep", "", err)
 	}

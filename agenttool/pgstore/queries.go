@@ -88,8 +88,10 @@ func newQueries(schema string) queries {
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4, taken_over = taken_over OR $5
 			WHERE key = $1 AND token = $2 AND state = 1`,
-		sweep: `DELETE FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
-			AND (state IN (2, 3) OR (state = 4 AND retry_approved))`,
+		// sweep deletes one step, found by the records_expires index, oldest
+		// first; rows another sweeper is deleting are skipped.
+		sweep: `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
+			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,

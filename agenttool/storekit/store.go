@@ -2,6 +2,7 @@ package storekit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,12 +34,16 @@ type Store interface {
 	Renew(ctx context.Context, req RenewRequest) error
 	// Get returns the record for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Record, error)
-	// Sweep deletes the records for which [Record.Sweepable] is true at now
-	// and returns how many it deleted. Pending records and unresolved unknown
-	// records are never swept. A record it cannot read is left in place and
-	// reported: the sweep goes on, and its error wraps [ErrCorrupt] naming
-	// the record (with the count of those it deleted).
-	Sweep(ctx context.Context, now time.Time) (int, error)
+	// Sweep deletes up to req.Limit records for which [Record.Sweepable] is
+	// true at req.Now, those that expired first first, in one transaction
+	// (or less), and returns how many it deleted: one bounded step, so that
+	// calls are not stalled behind a large sweep. Its cost grows with the
+	// records it deletes, not with the store: stores find expired records
+	// by an index of expiry. [SweepAll] calls it until nothing is left.
+	// Pending records and unresolved unknown records are never swept. A
+	// record it cannot read is left in place and reported: its error wraps
+	// [ErrCorrupt] naming the record (with the count of those it deleted).
+	Sweep(ctx context.Context, req SweepRequest) (int, error)
 	// ListUnknown returns, ordered by key, the records that await
 	// reconciliation: unknown records not yet resolved, and pending records
 	// whose lease expired at or before req.Now (their holder is presumed
@@ -93,6 +98,54 @@ type UnknownClaimer interface {
 	// session, fingerprint, outcome, resolution and label kept, and its attempts
 	// counted as DecideClaim counts them.
 	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]ClaimResult, error)
+}
+
+// SweepRequest asks a [Store] for one step of a sweep.
+type SweepRequest struct {
+	Now   time.Time
+	Limit int // the most records deleted; 0 means DefaultSweepLimit
+}
+
+// DefaultSweepLimit is the records one sweep step deletes at most, unless
+// asked otherwise.
+const DefaultSweepLimit = 1000
+
+// SweepAll sweeps store in steps of limit records (0: DefaultSweepLimit)
+// until a step deletes fewer, calling progress (if not nil) after each
+// step with the records deleted so far. It returns the total, and the
+// corrupt records the steps reported, joined; it stops at the first other
+// error, or when ctx ends.
+func SweepAll(ctx context.Context, store Store, now time.Time, limit int, progress func(deleted int)) (int, error) {
+	if limit <= 0 {
+		limit = DefaultSweepLimit
+	}
+	total := 0
+	var corrupt []error
+	reported := map[string]bool{} // a corrupt record stays, and each step meets it again
+	for {
+		n, err := store.Sweep(ctx, SweepRequest{Now: now, Limit: limit})
+		total += n
+		keys := CorruptKeys(err)
+		if err != nil && len(keys) == 0 {
+			return total, err
+		}
+		for _, k := range keys {
+			if !reported[k] {
+				reported[k] = true
+				corrupt = append(corrupt, err)
+				break
+			}
+		}
+		if progress != nil {
+			progress(total)
+		}
+		if n < limit {
+			return total, errors.Join(corrupt...)
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
 }
 
 // Counter is implemented by stores that count their records by tool and

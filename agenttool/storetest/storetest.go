@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknown", testListUnknown},
 		{"LabelStaysWithTheRecord", testLabel},
 		{"CountsByToolAndState", testCount},
+		{"SweepInSteps", testSweepSteps},
 		{"CancelledContext", testCancelled},
 		{"InvalidRequests", testInvalid},
 	}
@@ -446,7 +447,7 @@ func testSweep(t *testing.T, s agenttool.Store) {
 			}
 		}
 	}
-	if _, err := s.Sweep(bg, t0.Add(59*time.Minute)); err != nil {
+	if _, err := s.Sweep(bg, storekit.SweepRequest{Now: t0.Add(59 * time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	for state, key := range keys {
@@ -454,7 +455,7 @@ func testSweep(t *testing.T, s agenttool.Store) {
 			t.Errorf("%v record swept before its expiry: %v", state, err)
 		}
 	}
-	n, err := s.Sweep(bg, t0.Add(1000*time.Hour))
+	n, err := s.Sweep(bg, storekit.SweepRequest{Now: t0.Add(1000 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,6 +690,59 @@ func testCount(t *testing.T, s agenttool.Store) {
 	}
 	if n, err := counter.CountUnknown(bg); err != nil || n != 1 {
 		t.Errorf("CountUnknown = %d, %v; want 1 (the approved one is not awaiting anyone)", n, err)
+	}
+}
+
+// testSweepSteps sweeps in bounded steps: each deletes at most its limit,
+// oldest first, and SweepAll goes on until nothing is left, saying how far
+// it got; what is not expired, and unknown records, stay.
+func testSweepSteps(t *testing.T, s agenttool.Store) {
+	const expired = 25
+	var keys []string
+	for i := range expired + 5 {
+		key := newKey()
+		res := mustClaim(t, s, claimReq(key, t0))
+		f := finish(key, res.Record.Token, agenttool.Succeeded, t0.Add(time.Duration(i)*time.Second))
+		f.TTL = time.Hour
+		if i >= expired {
+			f.TTL = 100 * time.Hour // not expired at the sweep
+		}
+		if err := s.Finish(bg, f); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	unknown := newKey()
+	res := mustClaim(t, s, claimReq(unknown, t0))
+	if err := s.Finish(bg, finish(unknown, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(2 * time.Hour)
+	n, err := s.Sweep(bg, storekit.SweepRequest{Now: at, Limit: 10})
+	if err != nil || n != 10 {
+		t.Fatalf("one step of 10: %d, %v", n, err)
+	}
+	for i, key := range keys[:10] { // the oldest first
+		if _, err := s.Get(bg, key); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Errorf("record %d, among the oldest, survived the first step: %v", i, err)
+		}
+	}
+	var progress []int
+	total, err := storekit.SweepAll(bg, s, at, 10, func(n int) { progress = append(progress, n) })
+	if err != nil || total != expired-10 {
+		t.Fatalf("SweepAll: %d, %v; want %d", total, err, expired-10)
+	}
+	if !slices.Equal(progress, []int{10, 15}) {
+		t.Errorf("progress %v, want [10 15]", progress)
+	}
+	for i, key := range keys {
+		_, err := s.Get(bg, key)
+		if gone := errors.Is(err, agenttool.ErrNotFound); gone != (i < expired) {
+			t.Errorf("record %d: gone=%v after the sweep", i, gone)
+		}
+	}
+	if _, err := s.Get(bg, unknown); err != nil {
+		t.Errorf("the unknown record was swept: %v", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -89,7 +90,7 @@ func (s *Steady) Invoke(ctx context.Context, i int64) envelope.Envelope {
 	s.skew.Add(int64(keyTTL / Live))
 	env := s.tool.Invoke(ctx, Input(i))
 	if s.calls.Add(1)%256 == 0 {
-		if _, err := s.store.Sweep(ctx, s.now()); err != nil {
+		if _, err := storekit.SweepAll(ctx, s.store, s.now(), 0, nil); err != nil {
 			panic(err)
 		}
 	}

@@ -1,0 +1,107 @@
+package boltstore
+
+import (
+	"encoding/binary"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+)
+
+// expiryKey is an entry of the expiry index: the end of a record's lifetime
+// (Unix nanoseconds, big-endian with the sign bit flipped, so that keys sort
+// by time), then the record's key.
+func expiryKey(at int64, key string) []byte {
+	k := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint64(k, uint64(at)^(1<<63))
+	return append(k, key...)
+}
+
+func splitExpiryKey(k []byte) (at int64, key []byte) {
+	if len(k) < 8 {
+		return 0, nil
+	}
+	return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)), k[8:]
+}
+
+// awaiting reports whether r counts as an unknown record not yet resolved
+// (see Store.CountUnknown); r may be nil.
+func awaiting(r *agenttool.Record) bool {
+	return r != nil && r.State == agenttool.Unknown && !r.RetryApproved
+}
+
+// reindexExpiry moves r's entries from what prev had to what r has: its
+// entry in the expiry index, and its part of the count of unknown records.
+// prev is nil for a new record; an r with no State is a record deleted.
+func reindexExpiry(tx *bolt.Tx, r, prev *agenttool.Record) error {
+	idx := tx.Bucket(expiryBucket)
+	var before, after int64
+	if prev != nil && !prev.Expires.IsZero() {
+		before = nanos(prev.Expires)
+	}
+	if r.State != 0 && !r.Expires.IsZero() {
+		after = nanos(r.Expires)
+	}
+	if before != after || (prev != nil && prev.Key != r.Key) {
+		if before != 0 {
+			if err := idx.Delete(expiryKey(before, prev.Key)); err != nil {
+				return err
+			}
+		}
+		if after != 0 {
+			if err := idx.Put(expiryKey(after, r.Key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	switch was, is := awaiting(prev), r.State != 0 && awaiting(r); {
+	case was && !is:
+		return addUnknown(tx, -1)
+	case is && !was:
+		return addUnknown(tx, 1)
+	}
+	return nil
+}
+
+func addUnknown(tx *bolt.Tx, delta int64) error {
+	meta := tx.Bucket(metaBucket)
+	var n int64
+	if v := meta.Get(unknownKey); len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	return putUnknown(meta, max(n+delta, 0))
+}
+
+func putUnknown(meta *bolt.Bucket, n int64) error {
+	return meta.Put(unknownKey, binary.BigEndian.AppendUint64(nil, uint64(n)))
+}
+
+// rebuildExpiry builds the expiry index and the count of unknown records
+// from the records: once, when a store of an older schema is opened.
+func rebuildExpiry(tx *bolt.Tx) error {
+	if err := tx.DeleteBucket(expiryBucket); err != nil && err != bolt.ErrBucketNotFound {
+		return err
+	}
+	idx, err := tx.CreateBucket(expiryBucket)
+	if err != nil {
+		return err
+	}
+	var unknown int64
+	err = tx.Bucket(recordsBucket).ForEach(func(k, v []byte) error {
+		rec, err := decode(k, v)
+		if err != nil {
+			return nil // unreadable records stay as they are, failing closed when used
+		}
+		if awaiting(&rec) {
+			unknown++
+		}
+		if rec.Expires.IsZero() {
+			return nil
+		}
+		return idx.Put(expiryKey(nanos(rec.Expires), rec.Key), nil)
+	})
+	if err != nil {
+		return err
+	}
+	return putUnknown(tx.Bucket(metaBucket), unknown)
+}

@@ -105,7 +105,7 @@ func TestApproveOneRetry(t *testing.T) {
 	w.charge.Invoke(ctx(ana, "Ana Lima"), chargeAna) // the agent asks once more
 	list := text(w.get("maria", "/").body)
 	if !strings.Contains(list, charge.RequestRef+" unknown Ana Lima Ana Lima (tenant 1), conversation-1") ||
-		!strings.Contains(list, "The agent asked for a decision 2 time(s).") {
+		!strings.Contains(list, "The agent asked for a decision twice.") {
 		t.Errorf("the list does not show the request:\n%s", list)
 	}
 

@@ -46,7 +46,7 @@ func TestListShowsActionsAwaitingDecision(t *testing.T) {
 	for _, want := range []string{
 		"Signed in as maria",
 		"charge_card at-most-once " + charge.RequestRef + " unknown Ana Lima Ana Lima (tenant 1), conversation-1 5 min 1",
-		"connection reset by peer", "The agent asked for a decision 1 time(s).",
+		"connection reset by peer", "The agent asked for a decision once.",
 		"send_email reconcilable " + email.RequestRef + " unknown Ana Lima 35 min 1",
 		dead + " pending, its holder stopped no label 5 min 1 none recorded",
 	} {
@@ -85,7 +85,7 @@ func TestDetailOffersWhatCanWork(t *testing.T) {
 		{charge.RequestRef,
 			[]string{"charge_card at-most-once", "State unknown", "Attempts 1", "Whose Ana Lima (tenant 1), conversation-1",
 				"Last answer the outcome is unknown: read tcp 127.0.0.1:4242: connection reset by peer",
-				"asked for a decision on this outcome 1 time(s)", "Decide on attempt 1"},
+				"asked for a decision on this outcome once", "Decide on attempt 1"},
 			[]string{"retry", "applied", "not-applied", "compensate"}, []string{"reconcile"}},
 		{email.RequestRef,
 			[]string{"send_email reconcilable", "State unknown", "Attempts 1", "Decide on attempt 1"},

@@ -24,7 +24,7 @@ type row struct {
 	Since      string // when, in UTC
 	Attempts   int
 	LastAnswer string // what the destination last answered, from the outcome's error
-	Asked      int    // how often the agent asked for a decision on this outcome (Approvals)
+	Asked      string // how often the agent asked for a decision on this outcome (Approvals): "once", "3 times"
 	First      bool   // sorts first: an unknown at-most-once action
 	created    time.Time
 }
@@ -50,7 +50,7 @@ func (h *Handler) row(rec agenttool.Record, v view, now time.Time) row {
 	if x, ok := h.opts.Approvals.lookup(rec.Key); ok && (v.principal == "" || x.req.Scope.Principal == v.principal) {
 		scope = x.req.Scope
 		if x.req.Attempts == rec.Attempts {
-			r.Asked = x.times
+			r.Asked = times(x.times)
 		}
 		if r.Label == "" {
 			r.Label = x.req.Label
@@ -87,6 +87,18 @@ func (h *Handler) lastAnswer(rec agenttool.Record) string {
 		return env.Error.Message
 	}
 	return string(env.Status)
+}
+
+func times(n int) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // age says how long ago something was, to the minute.

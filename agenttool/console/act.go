@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -44,7 +45,7 @@ var reconciled = map[reconcile.Verdict]string{
 	reconcile.CantSay:    "reconcile-cant-say",
 }
 
-// maxReason bounds a reason, in bytes; maxForm a whole form.
+// maxReason bounds a reason, in characters; maxForm a whole form, in bytes.
 const (
 	maxReason = 2000
 	maxForm   = 64 << 10
@@ -96,8 +97,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "Nothing was changed: the form asked for no decision this console knows.")
 		return
 	}
-	if d.reason == "" || len(d.reason) > maxReason {
-		refuse(http.StatusBadRequest, fmt.Sprintf("Nothing was changed: say why (a reason of at most %d bytes is required; it is recorded with your name).", maxReason))
+	if d.reason == "" || utf8.RuneCountInString(d.reason) > maxReason {
+		refuse(http.StatusBadRequest, fmt.Sprintf("Nothing was changed: say why (a reason of at most %d characters is required; it is recorded with your name).", maxReason))
 		return
 	}
 	if d.result != "" && !json.Valid([]byte(d.result)) {

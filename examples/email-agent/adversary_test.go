@@ -15,7 +15,7 @@ var emailPlan = adversary.Plan{
 // An adversarial model, through the real executor, gets no second email
 // past send_email with any fault, and every envelope it reads is true.
 func TestAdversarialModel(t *testing.T) {
-	for fault, want := range map[string]int{"lost-ack": 1, "none": 1, "bad-recipient": 0, "reword": 1} {
+	for fault, want := range map[string]int{"lost-ack": 1, "none": 1, "bad-recipient": 0, "reword": 1, "index-down": 1} {
 		t.Run(fault, func(t *testing.T) {
 			adversary.RunExample(t, example, emailPlan, fault, want)
 		})

@@ -89,7 +89,7 @@ func (s *mailServer) close() { s.srv.Close() }
 func (s *mailServer) dropOnce() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if (s.fault != "lost-ack" && s.fault != "reword") || s.dropped {
+	if (s.fault != "lost-ack" && s.fault != "reword" && s.fault != "index-down") || s.dropped {
 		return false
 	}
 	s.dropped = true

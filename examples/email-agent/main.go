@@ -7,15 +7,23 @@
 //
 //	go run ./examples/email-agent                 # offline, fault lost-ack
 //	go run ./examples/email-agent -fault none
+//	go run ./examples/email-agent -fault index-down -console 127.0.0.1:8080
 //	go run ./examples/email-agent -h              # flags and faults
+//
+// With -console, the program serves the approvals console
+// (agenttool/console) on a loopback address after the run, until it is
+// interrupted: a person sees the email whose outcome is unknown and
+// settles it.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/smtp"
 	"net/textproto"
 	"strconv"
@@ -37,12 +45,17 @@ var example = demo.Example{
 		{Name: "none", Help: "everything works"},
 		{Name: "bad-recipient", Help: "the server refuses the recipient (550): a definite failure"},
 		{Name: "reword", Help: "as lost-ack, and the model rewords the email and sends it again (the unknown fence)"},
+		{Name: "index-down", Help: "as lost-ack, and the mailbox search is down: the email stays unknown until a person settles it (see -console)"},
 	},
 	Prompt:    "Email Ana to ask whether lunch at noon on Friday works.",
-	Principal: "tenant-42/user-7",
-	Session:   "conversation-9",
-	Setup:     setup,
-	Script:    script,
+	Principal: samPrincipal,
+	Session:   samSession,
+	Context:   func(ctx context.Context) context.Context { return agenttool.WithLabel(ctx, samLabel) },
+	Flags: func(fs *flag.FlagSet) {
+		fs.String("console", "", "after the run, serve the approvals console at this loopback address (127.0.0.1:8080) until interrupted")
+	},
+	Setup:  setup,
+	Script: script,
 }
 
 func main() { demo.Main(example) }
@@ -60,15 +73,30 @@ func messageID(ref string) string {
 }
 
 func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
+	var listener net.Listener
+	if addr := env.Flag("console"); addr != "" {
+		// Refuse an address of the network before anything runs.
+		var err error
+		if listener, err = listenLoopback(addr); err != nil {
+			return nil, err
+		}
+	}
+	closeListener := func() {
+		if listener != nil {
+			listener.Close()
+		}
+	}
 	box := &mailbox{delivered: func(m message) {
 		fmt.Fprintf(env.Out, "  mail server: stored %s for %s\n", m.ID, m.To)
 	}}
 	srv, err := startMailServer(box, env.Fault)
 	if err != nil {
+		closeListener()
 		return nil, err
 	}
 	store, err := boltstore.Open(env.DB, nil)
 	if err != nil {
+		closeListener()
 		srv.close()
 		return nil, err
 	}
@@ -81,6 +109,10 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 		return map[string]string{"message_id": id}, nil
 	}
 	search := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		if env.Fault == "index-down" {
+			fmt.Fprintln(env.Out, "  reconciler: the mailbox search is down: can't say")
+			return reconcile.CantSayBecause(errors.New("the mailbox search is down"))
+		}
 		found, complete := box.search(messageID(ref))
 		switch {
 		case found != nil:
@@ -100,19 +132,27 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 		AttemptTimeout: 5 * time.Second,
 	})
 	if err != nil {
+		closeListener()
 		store.Close()
 		srv.close()
 		return nil, err
 	}
-	return &demo.Scenario{
+	sc := &demo.Scenario{
 		Tools:   []*agenttool.Tool{tool},
 		Effects: box.count,
 		Final: func(w io.Writer) {
 			n := box.count()
 			fmt.Fprintf(w, "mailbox: %d message%s\n", n, map[bool]string{true: "", false: "s"}[n == 1])
 		},
-		Close: func() { store.Close(); srv.close() },
-	}, nil
+		Close: func() { closeListener(); store.Close(); srv.close() },
+	}
+	if listener != nil {
+		if sc.Serve, err = serveConsole(listener, store, tool, env.Out); err != nil {
+			sc.Close()
+			return nil, err
+		}
+	}
+	return sc, nil
 }
 
 // sendSMTP sends one message. What an error means for the effect follows

@@ -33,6 +33,8 @@ func TestFaults(t *testing.T) {
 		{"bad-recipient", 0, []envelope.Status{envelope.DefiniteFailure}, []string{"smtp_550"}},
 		{"reword", 1, []envelope.Status{envelope.UnknownOutcome, envelope.DefiniteFailure},
 			[]string{envelope.CodeOutcomeUnknown, envelope.CodeEarlierApplied}},
+		{"index-down", 1, []envelope.Status{envelope.UnknownOutcome, envelope.DefiniteFailure, envelope.UnknownOutcome, envelope.UnknownOutcome},
+			[]string{envelope.CodeOutcomeUnknown, envelope.CodeModelSuppliedKey, envelope.CodeOutcomeUnknown, envelope.CodeOutcomeUnknown}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault, func(t *testing.T) {
@@ -72,12 +74,12 @@ func TestJSONAndHelp(t *testing.T) {
 	}
 	out.Reset()
 	demo.Run(context.Background(), example, []string{"-h"}, &out, os.Getenv)
-	for _, f := range []string{"lost-ack", "none", "bad-recipient", "reword", "-llm", "-db", "-json"} {
+	for _, f := range []string{"lost-ack", "none", "bad-recipient", "reword", "index-down", "-llm", "-db", "-json", "-console"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("-h does not mention %s:\n%s", f, out.String())
 		}
 	}
-	if _, err := demo.Run(context.Background(), example, []string{"-fault", "meteor"}, &out, os.Getenv); err == nil || !strings.Contains(err.Error(), "choose one of lost-ack, none, bad-recipient, reword") {
+	if _, err := demo.Run(context.Background(), example, []string{"-fault", "meteor"}, &out, os.Getenv); err == nil || !strings.Contains(err.Error(), "choose one of lost-ack, none, bad-recipient, reword, index-down") {
 		t.Errorf("unknown fault: %v", err)
 	}
 }

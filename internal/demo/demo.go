@@ -71,6 +71,20 @@ type Env struct {
 	Fault string
 	DB    string    // the store's file
 	Out   io.Writer // the transcript; io.Discard under -json
+	// Flags are the parsed flags, with the example's own (Example.Flags);
+	// nil when Setup is called without a command line (tests).
+	Flags *flag.FlagSet
+}
+
+// Flag returns the value of the named flag, or "" if there is none.
+func (e *Env) Flag(name string) string {
+	if e.Flags == nil {
+		return ""
+	}
+	if f := e.Flags.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // Scenario is a running example.
@@ -78,7 +92,12 @@ type Scenario struct {
 	Tools   []*agenttool.Tool
 	Effects func() int // effects counted at the destination
 	Final   func(w io.Writer)
-	Close   func()
+	// Serve, if set, runs after the agent has answered and the transcript
+	// (or the summary) is written, and before Close: the email example
+	// serves its console there until ctx ends or the program is
+	// interrupted.
+	Serve func(ctx context.Context) error
+	Close func()
 }
 
 // Summary is the -json output.
@@ -147,7 +166,7 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 		*db = filepath.Join(dir, "retrysafe.db")
 	}
 
-	sc, err := ex.Setup(ctx, &Env{Fault: *fault, DB: *db, Out: out})
+	sc, err := ex.Setup(ctx, &Env{Fault: *fault, DB: *db, Out: out, Flags: fs})
 	if err != nil {
 		return Summary{}, err
 	}
@@ -194,6 +213,11 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(sum); err != nil {
 			return Summary{}, err
+		}
+	}
+	if sc.Serve != nil {
+		if err := sc.Serve(ctx); err != nil {
+			return sum, err
 		}
 	}
 	return sum, nil

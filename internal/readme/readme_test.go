@@ -29,6 +29,7 @@ var imports = map[string]string{
 	"github.com/modelcontextprotocol/go-sdk/auth":                      "auth.RequireBearerToken",
 	"github.com/retrysafe/retrysafe/agenttool":                         "agenttool.New[struct{}, string]",
 	"github.com/retrysafe/retrysafe/agenttool/boltstore":               "boltstore.Open",
+	"github.com/retrysafe/retrysafe/agenttool/console":                 "console.New",
 	"github.com/retrysafe/retrysafe/agenttool/pgstore":                 "pgstore.Open",
 	"github.com/retrysafe/retrysafe/agenttool/langchain":               "langchain.WithToolSchemas",
 	"github.com/retrysafe/retrysafe/agenttool/mcptool":                 "mcptool.Register",

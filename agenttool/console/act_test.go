@@ -1,0 +1,228 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// settled checks that a decision redirected to the action's page, and that
+// the page says what the decision did.
+func (w *world) settled(p page, ref, user, says string) {
+	w.t.Helper()
+	want := "action?" + url.Values{"ref": {ref}}.Encode() + "&done="
+	if p.status != http.StatusSeeOther || !strings.HasPrefix(p.location, want) {
+		w.t.Fatalf("decision answered %d, Location %q; want 303 to %s…\n%s", p.status, p.location, want, p.body)
+	}
+	after := w.get(user, "/"+p.location)
+	if got := text(after.body); !strings.Contains(got, says) {
+		w.t.Errorf("after the decision the page does not say %q:\n%s", says, got)
+	}
+}
+
+// "Reconcile now" asks the destination: applied settles the action as a
+// success that later calls replay; pending leaves it listed.
+func TestReconcileNow(t *testing.T) {
+	w := newWorld(t, nil)
+	email := w.lostEmail(ana, "Ana Lima")
+
+	p := w.decide("maria", email.RequestRef, "reconcile", 1, "the customer says it has not arrived")
+	w.settled(p, email.RequestRef, "maria", "The destination answered pending: the action stays unknown.")
+	if !strings.Contains(w.get("maria", "/").body, email.RequestRef) {
+		t.Error("an action still unknown left the list")
+	}
+
+	w.verdict.Store(reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`)))
+	p = w.decide("maria", email.RequestRef, "reconcile", 1, "the mail server is back")
+	w.settled(p, email.RequestRef, "maria", "The destination answered applied: the action is settled as a success.")
+	rec := w.record(email.RequestRef)
+	if rec.State != agenttool.Succeeded || rec.Resolution == nil || rec.Resolution.By != "operator:maria" {
+		t.Errorf("after reconciling: %v, %+v", rec.State, rec.Resolution)
+	}
+	again := w.email.Invoke(ctx(ana, ""), emailAna)
+	if again.Status != envelope.Success || !again.Replayed || w.emails.Load() != 1 {
+		t.Errorf("the next call: %s, after %d emails; want the success replayed, one email", again, w.emails.Load())
+	}
+	if strings.Contains(w.get("maria", "/").body, email.RequestRef) {
+		t.Error("a settled action is still listed")
+	}
+}
+
+// "Resolve applied" with a result: later calls replay it; nothing runs.
+func TestResolveApplied(t *testing.T) {
+	w := newWorld(t, nil)
+	charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+
+	bad := w.decide("maria", charge.RequestRef, "applied", 1, "the processor shows ch_1", "result", `{"charge_id":`)
+	if bad.status != http.StatusBadRequest || !strings.Contains(text(bad.body), "the result is not valid JSON") || !w.awaiting(charge.RequestRef) {
+		t.Fatalf("a result that is not JSON: %d\n%s", bad.status, text(bad.body))
+	}
+	p := w.decide("maria", charge.RequestRef, "applied", 1, "the processor shows ch_1", "result", `{"charge_id":"ch_1"}`)
+	w.settled(p, charge.RequestRef, "maria", "Resolved as applied")
+	rec := w.record(charge.RequestRef)
+	if rec.State != agenttool.Succeeded || rec.Resolution.By != "operator:maria" || rec.Resolution.Why != "the processor shows ch_1" {
+		t.Errorf("resolved: %v, %+v", rec.State, rec.Resolution)
+	}
+	again := w.charge.Invoke(ctx(ana, ""), chargeAna)
+	if again.Status != envelope.Success || string(again.Result) != `{"charge_id":"ch_1"}` || w.charges.Load() != 1 {
+		t.Errorf("the next call: %s after %d charges; want the given result, one charge", again, w.charges.Load())
+	}
+}
+
+// "Resolve not applied": the next call runs the tool once more.
+func TestResolveNotApplied(t *testing.T) {
+	w := newWorld(t, nil)
+	email := w.lostEmail(ana, "Ana Lima")
+	p := w.decide("maria", email.RequestRef, "not-applied", 1, "the mail server's log has no such message")
+	w.settled(p, email.RequestRef, "maria", "Resolved as not applied")
+	for range 2 {
+		env := w.email.Invoke(ctx(ana, ""), emailAna)
+		if env.Status != envelope.Success {
+			t.Fatalf("after resolving not applied: %s", env)
+		}
+	}
+	if n := w.emails.Load(); n != 2 {
+		t.Errorf("%d emails reached the server; want 2 (the lost one, and one retry)", n)
+	}
+}
+
+// The approver's round trip: an at-most-once call whose reply was lost
+// asks the console's Approvals, the list shows it with the call's scope,
+// a person approves one retry, and the next call runs the tool exactly
+// once.
+func TestApproveOneRetry(t *testing.T) {
+	w := newWorld(t, nil)
+	charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+	if !strings.Contains(charge.Error.Message, "awaits a person's decision") {
+		t.Errorf("the model is told: %s", charge)
+	}
+	w.charge.Invoke(ctx(ana, "Ana Lima"), chargeAna) // the agent asks once more
+	list := text(w.get("maria", "/").body)
+	if !strings.Contains(list, charge.RequestRef+" unknown Ana Lima Ana Lima (tenant 1), conversation-1") ||
+		!strings.Contains(list, "The agent asked for a decision twice.") {
+		t.Errorf("the list does not show the request:\n%s", list)
+	}
+
+	p := w.decide("maria", charge.RequestRef, "retry", 1, "the processor has no charge for this card today")
+	w.settled(p, charge.RequestRef, "maria", "One retry approved: the next call for this action runs the tool exactly once")
+	rec := w.record(charge.RequestRef)
+	if !rec.RetryApproved || rec.Resolution.By != "operator:maria" || rec.Resolution.Why != "one retry approved: the processor has no charge for this card today" {
+		t.Errorf("approved: %+v, %+v", rec.RetryApproved, rec.Resolution)
+	}
+	if strings.Contains(w.get("maria", "/").body, charge.RequestRef) {
+		t.Error("an approved action is still listed as awaiting a decision")
+	}
+	before := w.charges.Load()
+	first := w.charge.Invoke(ctx(ana, ""), chargeAna)
+	second := w.charge.Invoke(ctx(ana, ""), chargeAna)
+	if first.Status != envelope.Success || first.Replayed || second.Status != envelope.Success || !second.Replayed {
+		t.Errorf("after the approval: %s, then %s; want a success, then its replay", first, second)
+	}
+	if n := w.charges.Load() - before; n != 1 {
+		t.Errorf("the approval let the tool run %d times; want exactly once", n)
+	}
+	if n, ok := w.approvals.Asked(charge.RequestRef); ok {
+		t.Errorf("Approvals still keeps the settled request (%d times)", n)
+	}
+}
+
+// "Compensate" runs the tool's compensation once and closes the action.
+func TestCompensate(t *testing.T) {
+	w := newWorld(t, nil)
+	charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+	p := w.decide("maria", charge.RequestRef, "compensate", 1, "Ana cancelled the order")
+	w.settled(p, charge.RequestRef, "maria", "Compensated")
+	if !slices.Equal(w.refunded, []string{charge.RequestRef}) {
+		t.Errorf("compensations: %v; want one, for %s", w.refunded, charge.RequestRef)
+	}
+	again := w.charge.Invoke(ctx(ana, ""), chargeAna)
+	if again.Status != envelope.DefiniteFailure || w.charges.Load() != 1 {
+		t.Errorf("the next call: %s after %d charges; want the definite failure, no new charge", again, w.charges.Load())
+	}
+}
+
+// A decision needs a reason, and a decision the console knows; neither
+// refused form changes anything.
+func TestDecisionNeedsReason(t *testing.T) {
+	w := newWorld(t, nil)
+	charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+	for _, tt := range []struct{ do, reason, says string }{
+		{"retry", "  ", "say why"},
+		{"retry", strings.Repeat("x", 2001), "say why"},
+		{"delete", "because", "no decision this console knows"},
+	} {
+		p := w.decide("maria", charge.RequestRef, tt.do, 1, tt.reason)
+		if p.status != http.StatusBadRequest || !strings.Contains(text(p.body), tt.says) {
+			t.Errorf("do %q, reason %q: %d\n%s", tt.do, tt.reason, p.status, text(p.body))
+		}
+	}
+	if !w.awaiting(charge.RequestRef) {
+		t.Errorf("a refused decision changed the record: %+v", w.record(charge.RequestRef))
+	}
+}
+
+// A decision about an outcome that is no longer the action's is refused,
+// and changes nothing: the page showed attempt 1, and attempt 2 ran since.
+func TestStaleDecisionChangesNothing(t *testing.T) {
+	for _, do := range []string{"retry", "not-applied", "applied", "compensate"} {
+		t.Run(do, func(t *testing.T) {
+			w := newWorld(t, nil)
+			charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+			token := w.token("maria", charge.RequestRef) // maria's page shows attempt 1
+
+			// Meanwhile a colleague approves a retry, which runs and loses
+			// its reply again: attempt 2 is unknown.
+			if err := w.op.ResolveNotApplied(t.Context(), charge.RequestRef, 1, "li", "no charge found"); err != nil {
+				t.Fatal(err)
+			}
+			w.loseReply.Store(true)
+			w.charge.Invoke(ctx(ana, ""), chargeAna)
+			if rec := w.record(charge.RequestRef); rec.Attempts != 2 || rec.State != agenttool.Unknown {
+				t.Fatalf("the second attempt left %v at attempt %d", rec.State, rec.Attempts)
+			}
+			charges := w.charges.Load()
+
+			p := w.do("maria", http.MethodPost, "/action", url.Values{"csrf": {token}, "ref": {charge.RequestRef}, "do": {do},
+				"attempts": {"1"}, "reason": {"decided on what the page showed"}})
+			got := text(p.body)
+			if p.status != http.StatusConflict || !strings.Contains(got, "Nothing was changed: this decision was about attempt 1, and the action is now at attempt 2") {
+				t.Errorf("stale %s: %d\n%s", do, p.status, got)
+			}
+			if !strings.Contains(got, "Decide on attempt 2") {
+				t.Errorf("the refusal does not show the action as it now is:\n%s", got)
+			}
+			rec := w.record(charge.RequestRef)
+			if rec.State != agenttool.Unknown || rec.RetryApproved || rec.Attempts != 2 || len(w.refunded) != 0 {
+				t.Errorf("a stale %s changed the action: %v, approved %v, attempt %d, refunds %v", do, rec.State, rec.RetryApproved, rec.Attempts, w.refunded)
+			}
+			w.charge.Invoke(ctx(ana, ""), chargeAna)
+			if w.charges.Load() != charges {
+				t.Error("after a stale decision, the next call ran the tool")
+			}
+		})
+	}
+}
+
+// A decision about an action settled meanwhile is refused.
+func TestDecisionAfterSettlement(t *testing.T) {
+	w := newWorld(t, nil)
+	charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+	token := w.token("maria", charge.RequestRef)
+	if err := w.op.ResolveApplied(t.Context(), charge.RequestRef, nil, "li", "seen at the processor"); err != nil {
+		t.Fatal(err)
+	}
+	p := w.do("maria", http.MethodPost, "/action", url.Values{"csrf": {token}, "ref": {charge.RequestRef}, "do": {"retry"},
+		"attempts": {"1"}, "reason": {"no charge found"}})
+	if got := text(p.body); p.status != http.StatusConflict || !strings.Contains(got, "no longer awaiting a decision (it is succeeded)") {
+		t.Errorf("a decision about a settled action: %d\n%s", p.status, got)
+	}
+	if rec := w.record(charge.RequestRef); rec.State != agenttool.Succeeded || rec.Resolution.By != "operator:li" {
+		t.Errorf("the settled action changed: %v, %+v", rec.State, rec.Resolution)
+	}
+}

@@ -73,6 +73,7 @@ var (
 	_ agenttool.Store     = (*Store)(nil)
 	_ storekit.LocalStore = (*Store)(nil)
 	_ storekit.Counter    = (*Store)(nil)
+	_ storekit.Importer   = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
@@ -484,6 +485,33 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 		return nil, err
 	}
 	return storekit.SortCounts(tally), nil
+}
+
+// Import implements storekit.Importer, in one write transaction: chunk a
+// large import (ten thousand records a call is a good size).
+func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
+	for i := range recs {
+		if err := storekit.ValidateImport(&recs[i]); err != nil {
+			return err
+		}
+	}
+	return s.update(ctx, func(b *bolt.Bucket) error {
+		var top uint64
+		for i := range recs {
+			r := &recs[i]
+			if b.Get([]byte(r.Key)) != nil {
+				return fmt.Errorf("boltstore: importing %s: the key exists: %w", r.Key, agenttool.ErrInvalidRequest)
+			}
+			if err := save(b, r, nil); err != nil {
+				return err
+			}
+			top = max(top, r.Token)
+		}
+		if top > b.Sequence() { // later claims' tokens come from the sequence
+			return b.SetSequence(top)
+		}
+		return nil
+	})
 }
 
 // CountUnknown implements storekit.Counter: it reads one counter, kept

@@ -37,6 +37,7 @@ var (
 	_ agenttool.Store     = (*Store)(nil)
 	_ storekit.LocalStore = (*Store)(nil)
 	_ storekit.Counter    = (*Store)(nil)
+	_ storekit.Importer   = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
@@ -436,6 +437,30 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 		}
 	}
 	return storekit.SortCounts(tally), nil
+}
+
+// Import implements storekit.Importer.
+func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	seen := make(map[string]bool, len(recs))
+	for i := range recs {
+		if err := storekit.ValidateImport(&recs[i]); err != nil {
+			return err
+		}
+		if s.lookup(recs[i].Key) >= 0 || seen[recs[i].Key] {
+			return fmt.Errorf("memstore: importing %s: the key exists: %w", recs[i].Key, agenttool.ErrInvalidRequest)
+		}
+		seen[recs[i].Key] = true
+	}
+	for _, r := range recs {
+		r.Outcome = slices.Clone(r.Outcome)
+		s.put(-1, r)
+		s.token = max(s.token, r.Token)
+	}
+	return nil
 }
 
 // CountUnknown implements storekit.Counter, from the index of open records.

@@ -44,6 +44,7 @@ var (
 	_ agenttool.Store         = (*Store)(nil)
 	_ storekit.UnknownClaimer = (*Store)(nil)
 	_ storekit.Counter        = (*Store)(nil)
+	_ storekit.Importer       = (*Store)(nil)
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -270,6 +271,40 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 		return nil, s.wrap("count", "", err)
 	}
 	return storekit.SortCounts(tally), nil
+}
+
+// Import implements storekit.Importer with COPY, in one transaction, and
+// moves the token sequence past the imported tokens.
+func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
+	rows := make([][]any, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		if err := storekit.ValidateImport(r); err != nil {
+			return err
+		}
+		res, err := encodeResolution(r.Resolution)
+		if err != nil {
+			return err
+		}
+		rows[i] = []any{r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
+			nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.Expires),
+			r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label}
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "records"}, strings.Split(columns, ", "), pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.q.raiseTokens)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("pgstore: importing: a key exists (%s): %w", pgErr.Detail, agenttool.ErrInvalidRequest)
+	}
+	if err != nil {
+		return s.wrap("import", "", err)
+	}
+	return nil
 }
 
 // CountUnknown implements storekit.Counter, from the index of open records.

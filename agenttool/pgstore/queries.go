@@ -62,7 +62,7 @@ func fenced(t, key, tool, principal, now, session string) string {
 }
 
 type queries struct {
-	insert, fenced, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown string
+	insert, fenced, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }
 
 func newQueries(schema string) queries {
@@ -99,6 +99,8 @@ func newQueries(schema string) queries {
 		// records_scope index.
 		count: `SELECT tool, state, retry_approved, count(*) FROM ` + t + `
 			WHERE $1::bytea IS NULL OR principal = $1 GROUP BY tool, state, retry_approved`,
+		// raiseTokens moves the token sequence past every token in the table.
+		raiseTokens: `SELECT setval('` + seq + `', GREATEST((SELECT COALESCE(max(token), 1) FROM ` + t + `), (SELECT last_value FROM ` + seq + `)))`,
 		// countUnknown reads the records_open index's records only.
 		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE (state = 1 OR (state = 4 AND NOT retry_approved)) AND state = 4`,
 		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3

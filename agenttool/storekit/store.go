@@ -100,6 +100,32 @@ type UnknownClaimer interface {
 	ClaimUnknown(ctx context.Context, req ClaimUnknownRequest) ([]ClaimResult, error)
 }
 
+// Importer is implemented by stores that take records in bulk: to fill a
+// new store from another (boltstore's records into pgstore, when an
+// application grows to several replicas), or to fill one for a benchmark.
+// Every store of this module implements it.
+type Importer interface {
+	// Import writes recs as they are, with their indexes, in one
+	// transaction. A record must be settled (succeeded, failed or
+	// unknown: [ValidateImport]) and its key new to the store; otherwise
+	// nothing of the call is written and the error says which record.
+	// Tokens of imported records are kept; later claims get tokens above
+	// them.
+	Import(ctx context.Context, recs []Record) error
+}
+
+// ValidateImport checks that r can be imported: a key, a tool, a settled
+// state.
+func ValidateImport(r *Record) error {
+	switch {
+	case r.Key == "" || r.Tool == "":
+		return fmt.Errorf("agenttool: importing a record without a key or a tool: %w", ErrInvalidRequest)
+	case r.State != Succeeded && r.State != Failed && r.State != Unknown:
+		return fmt.Errorf("agenttool: importing %s in state %v: only settled records can be imported: %w", r.Key, r.State, ErrInvalidRequest)
+	}
+	return nil
+}
+
 // SweepRequest asks a [Store] for one step of a sweep.
 type SweepRequest struct {
 	Now   time.Time

@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"LabelStaysWithTheRecord", testLabel},
 		{"CountsByToolAndState", testCount},
 		{"SweepInSteps", testSweepSteps},
+		{"ImportSettledRecords", testImport},
 		{"CancelledContext", testCancelled},
 		{"InvalidRequests", testInvalid},
 	}
@@ -743,6 +744,64 @@ func testSweepSteps(t *testing.T, s agenttool.Store) {
 	}
 	if _, err := s.Get(bg, unknown); err != nil {
 		t.Errorf("the unknown record was swept: %v", err)
+	}
+}
+
+// testImport imports settled records with their indexes, all or nothing.
+func testImport(t *testing.T, s agenttool.Store) {
+	im, ok := s.(storekit.Importer)
+	if !ok {
+		t.Skip("the store does not implement storekit.Importer")
+	}
+	record := func(state agenttool.State, token uint64, expires time.Time) agenttool.Record {
+		return agenttool.Record{Key: newKey(), Tool: "conformance", State: state, Principal: alice, Session: agenttool.Digest{7},
+			Fingerprint: inputA, Token: token, Attempts: 1, Outcome: []byte(`{"outcome":"` + state.String() + `"}`),
+			Created: t0, Updated: t0, Expires: expires, Label: "imported",
+			Resolution: &agenttool.Resolution{Verdict: "applied", By: "operator:ana", Why: "moved", At: t0}}
+	}
+	recs := []agenttool.Record{
+		record(agenttool.Succeeded, 5, t0.Add(time.Hour)),
+		record(agenttool.Failed, 1000, t0.Add(time.Hour)),
+		record(agenttool.Unknown, 7, time.Time{}),
+	}
+	recs[2].Resolution = nil
+	if err := im.Import(bg, recs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range recs {
+		got, err := s.Get(bg, want.Key)
+		if err != nil || got.State != want.State || got.Token != want.Token || string(got.Outcome) != string(want.Outcome) ||
+			!got.Expires.Equal(want.Expires) || got.Label != want.Label || got.Session != want.Session ||
+			(want.Resolution != nil && (got.Resolution == nil || got.Resolution.By != want.Resolution.By)) {
+			t.Errorf("imported %+v\nread back %+v, %v", want, got, err)
+		}
+	}
+	if c, ok := s.(storekit.Counter); ok {
+		if n, err := c.CountUnknown(bg); err != nil || n != 1 {
+			t.Errorf("CountUnknown after the import: %d, %v; want 1", n, err)
+		}
+	}
+	listed, err := s.ListUnknown(bg, storekit.ListRequest{Tool: "conformance", Principal: &alice, Now: t0.Add(time.Minute)})
+	if err != nil || len(listed) != 1 || listed[0].Key != recs[2].Key {
+		t.Errorf("the imported unknown record is not listed by its scope: %+v, %v", listed, err)
+	}
+	if res := mustClaim(t, s, claimReq(newKey(), t0)); res.Record.Token <= 1000 {
+		t.Errorf("a claim after the import got token %d, not above the imported 1000", res.Record.Token)
+	}
+	if n, err := s.Sweep(bg, storekit.SweepRequest{Now: t0.Add(2 * time.Hour)}); err != nil || n != 2 {
+		t.Errorf("sweeping the imported records: %d, %v; want 2", n, err)
+	}
+
+	fresh, pending := record(agenttool.Succeeded, 9, t0.Add(time.Hour)), record(agenttool.Pending, 10, time.Time{})
+	if err := im.Import(bg, []agenttool.Record{fresh, pending}); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("importing a pending record: %v, want ErrInvalidRequest", err)
+	}
+	dup := recs[2]
+	if err := im.Import(bg, []agenttool.Record{fresh, dup}); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("importing a key that exists: %v, want ErrInvalidRequest", err)
+	}
+	if _, err := s.Get(bg, fresh.Key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("a refused import wrote part of its records: %v", err)
 	}
 }
 

@@ -364,13 +364,17 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 	return *rec, nil
 }
 
+// sweepStep is the records a sweep step deletes unless asked otherwise:
+// small, because calls wait for the step's write transaction.
+const sweepStep = 200
+
 // Sweep implements agenttool.Store: one step, in one write transaction,
 // reading the expiry index from its oldest entry, so that its cost grows with
 // the records it deletes and calls wait behind one step at most.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
-		limit = storekit.DefaultSweepLimit
+		limit = sweepStep
 	}
 	n := 0
 	var corrupt []error

@@ -128,28 +128,32 @@ func ValidateImport(r *Record) error {
 
 // SweepRequest asks a [Store] for one step of a sweep.
 type SweepRequest struct {
-	Now   time.Time
-	Limit int // the most records deleted; 0 means DefaultSweepLimit
+	Now time.Time
+	// Limit is the most records the step deletes; 0 lets the store choose
+	// a step that keeps calls waiting briefly (DefaultSweepLimit, unless
+	// the store says otherwise).
+	Limit int
 }
 
-// DefaultSweepLimit is the records one sweep step deletes at most, unless
-// asked otherwise.
+// DefaultSweepLimit is the records one sweep step deletes at most when
+// the request does not say.
 const DefaultSweepLimit = 1000
 
-// SweepAll sweeps store in steps of limit records (0: DefaultSweepLimit)
-// until a step deletes fewer, calling progress (if not nil) after each
-// step with the records deleted so far. It returns the total, and the
-// corrupt records the steps reported, joined; it stops at the first other
-// error, or when ctx ends.
+// SweepAll sweeps store in steps of limit records (0: the store's own
+// step) until a step deletes nothing, calling progress (if not nil) after
+// each step with the records deleted so far. Between steps it pauses as
+// long as the last step took (at most a second), so that calls get at
+// least half of the store's time while a large sweep runs. It returns the
+// total, and the corrupt records the steps reported, joined; it stops at
+// the first other error, or when ctx ends.
 func SweepAll(ctx context.Context, store Store, now time.Time, limit int, progress func(deleted int)) (int, error) {
-	if limit <= 0 {
-		limit = DefaultSweepLimit
-	}
 	total := 0
 	var corrupt []error
 	reported := map[string]bool{} // a corrupt record stays, and each step meets it again
 	for {
+		start := time.Now()
 		n, err := store.Sweep(ctx, SweepRequest{Now: now, Limit: limit})
+		took := time.Since(start)
 		total += n
 		keys := CorruptKeys(err)
 		if err != nil && len(keys) == 0 {
@@ -165,11 +169,15 @@ func SweepAll(ctx context.Context, store Store, now time.Time, limit int, progre
 		if progress != nil {
 			progress(total)
 		}
-		if n < limit {
+		if n == 0 {
 			return total, errors.Join(corrupt...)
 		}
-		if err := ctx.Err(); err != nil {
-			return total, err
+		pause := time.NewTimer(min(took, time.Second))
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return total, ctx.Err()
+		case <-pause.C:
 		}
 	}
 }

@@ -13,6 +13,15 @@
 // DATABASE_URL is set, pgstore against the bare INSERT … ON CONFLICT + UPDATE
 // pair. Pairs are measured in alternation, so that drift in the machine's
 // speed hits both sides alike.
+//
+// With -growth it measures instead how boltstore and pgstore behave as they
+// fill up (10k, 100k and 1M settled records, 1% unknown, 10% expired,
+// imported through storekit.Importer): a guarded call's p50 and p99, idle
+// and while a sweep of the expired 10% runs, the sweep's time, and one page
+// of 50 unknown records.
+//
+//	go run ./internal/bench -growth -svg docs/growth.svg
+//	go run ./internal/bench -growth -json
 package main
 
 import (
@@ -50,8 +59,18 @@ func main() {
 	asJSON := flag.Bool("json", false, "print one line of JSON instead of the table")
 	svg := flag.String("svg", "", "write a chart of calls/s against concurrency to this file")
 	quick := flag.Bool("quick", false, "fewer iterations: a smoke run, not figures to quote")
+	growth := flag.Bool("growth", false, "the growth benchmark instead: stores of 10k, 100k and 1M records (with -quick, 1k and 10k)")
 	flag.Parse()
-	if err := run(os.Stdout, *asJSON, *svg, *quick); err != nil {
+	var err error
+	switch {
+	case *growth && *quick:
+		err = runGrowth(os.Stdout, *asJSON, *svg, []int{1_000, 10_000}, 100)
+	case *growth:
+		err = runGrowth(os.Stdout, *asJSON, *svg, []int{10_000, 100_000, 1_000_000}, 1500)
+	default:
+		err = run(os.Stdout, *asJSON, *svg, *quick)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -113,12 +132,13 @@ func run(w io.Writer, asJSON bool, svgPath string, quick bool) error {
 		}
 	}
 	if asJSON {
-		enc := json.NewEncoder(w)
-		return enc.Encode(rep)
+		return jsonLine(w, rep)
 	}
 	printTable(w, rep)
 	return nil
 }
+
+func jsonLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
 
 func printTable(w io.Writer, rep Report) {
 	line := func(cols ...string) { fmt.Fprintln(w, strings.Join(cols, " | ")) }

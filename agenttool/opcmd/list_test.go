@@ -137,6 +137,12 @@ func TestShow(t *testing.T) {
 		t.Errorf("show after a resolution:\n%s", table)
 	}
 
+	sent := f.sendEmail("tenant-1/ana", "", "ben@example.com")
+	if show := f.run("show", sent.RequestRef).ok(t).stdout; !strings.Contains(show, "state       succeeded\n") ||
+		!strings.Contains(show, `"message_id": "<`+sent.RequestRef+`@mail.test>"`) || !strings.Contains(show, "expires     ") {
+		t.Errorf("show of a sent email:\n%s", show)
+	}
+
 	f.run("show", "send_email/nosuchreference").exits(t, opcmd.ExitNotFound, "not found", "Check the reference")
 	f.run("-json", "show", "send_email/nosuchreference").exits(t, opcmd.ExitNotFound)
 	f.run("show").exits(t, opcmd.ExitUsage, "name the record")

@@ -153,11 +153,14 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 	if err := tw.Flush(); err != nil || v.Outcome == nil {
 		return err
 	}
-	out, err := json.MarshalIndent(v.Outcome, "  ", "  ")
-	if err != nil {
+	var out strings.Builder
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("  ", "  ")
+	if err := enc.Encode(v.Outcome); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(r.stdout, "outcome:\n  %s\n", out)
+	_, err := fmt.Fprintf(r.stdout, "outcome:\n  %s", out.String())
 	return err
 }
 

@@ -217,7 +217,7 @@ func classify(err error) (code int, hint string) {
 	case errors.As(err, &u), errors.Is(err, ErrUsage):
 		return ExitUsage, ""
 	case errors.Is(err, agenttool.ErrStale):
-		return ExitStale, "Nothing was settled: another attempt ran since the record was read. Look at it again (show REF) and decide on its current attempts."
+		return ExitStale, "Nothing was settled: the record is not at the attempts given (another attempt may have run since it was read). Look at it again (show REF) and decide on its current attempts."
 	case errors.Is(err, agenttool.ErrBusy):
 		return ExitBusy, "A live call or check holds the record; nothing was settled. Try again when it ends."
 	case errors.Is(err, agenttool.ErrNotUnknown):

@@ -30,8 +30,8 @@ type Options struct {
 	// retrysafe" for an application that mounts it under that name. ""
 	// means "retrysafe".
 	Name string
-	// Now is the clock the ages in listings are counted with. nil means
-	// time.Now.
+	// Now is the clock that listings count ages and lapsed leases with. nil
+	// means time.Now.
 	Now func() time.Time
 	// Standalone says that the operator has none of the application's tools
 	// (cmd/retrysafe): the commands that need their reconcilers or

@@ -215,6 +215,7 @@ func TestCommandWhileTheApplicationHoldsTheFile(t *testing.T) {
 	for holder.Lines.Scan() && holder.Lines.Text() != "holding" {
 	}
 	if holder.Lines.Err() != nil || holder.Lines.Text() != "holding" {
+		holder.Kill()
 		t.Fatalf("the helper process did not open the store: %s", holder.Stderr)
 	}
 
@@ -225,6 +226,80 @@ func TestCommandWhileTheApplicationHoldsTheFile(t *testing.T) {
 
 	holder.Kill()
 	command(t, nil, "-db", path, "list").ok(t)
+}
+
+// TestHelperDiesMidCall is not a test: it is the application, in a process
+// of its own, in the middle of a call when the test kills it.
+func TestHelperDiesMidCall(t *testing.T) {
+	path := os.Getenv("RETRYSAFE_TEST_CALL")
+	if path == "" {
+		t.Skip("a helper process for TestCommandAfterTheApplicationDied")
+	}
+	store, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	email, err := agenttool.New("send_email", "Send an email.", func(ctx context.Context, in struct {
+		To string `json:"to"`
+	}) (string, error) {
+		os.Stdout.WriteString("sending\n")
+		time.Sleep(testproc.Lifetime) // killed here
+		return "", nil
+	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, SettledByOperators: true, Lease: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := agenttool.WithLabel(agenttool.WithScope(context.Background(), "tenant-1/ana", "conversation-sam@example.com"), "Ana Lima")
+	email.Invoke(ctx, `{"to":"sam@example.com"}`)
+}
+
+// The application died in the middle of a call: once the call's lease has
+// lapsed, list shows the action pending with its lapsed lease and the dead
+// call's attempt counted, and resolve not-applied with that count lets the
+// restarted application send it once.
+func TestCommandAfterTheApplicationDied(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	lostEmails(t, path) // the application's store, with two lost emails already
+	proc := testproc.Start(t, "TestHelperDiesMidCall", "RETRYSAFE_TEST_CALL="+path)
+	var said []string
+	for proc.Lines.Scan() && proc.Lines.Text() != "sending" {
+		said = append(said, proc.Lines.Text())
+	}
+	if proc.Lines.Text() != "sending" {
+		proc.Kill()
+		t.Fatalf("the helper process did not call the tool:\n%s\n%s", strings.Join(said, "\n"), proc.Stderr)
+	}
+	proc.Kill()
+
+	var dead map[string]any
+	deadline := time.Now().Add(30 * time.Second) // a bound on the 300ms lease, not a timing
+	for dead == nil && time.Now().Before(deadline) {
+		out := command(t, nil, "-db", path, "-json", "list", "-principal", "tenant-1/ana").ok(t).stdout
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["state"] == "pending" {
+				dead = rec
+			}
+		}
+	}
+	if dead == nil || dead["lease_lapsed"] != true || dead["attempts"] != 1.0 || dead["label"] != "Ana Lima" {
+		t.Fatalf("the dead call's record: %v", dead)
+	}
+	ref := dead["ref"].(string)
+	if out := command(t, nil, "-db", path, "list").ok(t).stdout; !strings.Contains(out, ref+"  send_email  pending (lapsed)  1 ") {
+		t.Errorf("list:\n%s", out)
+	}
+	command(t, nil, "-db", path, "resolve", "not-applied", ref, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
+
+	store, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	a := newApp(t, store)
+	if env := a.send("tenant-1/ana", "", "sam@example.com"); env.Status != envelope.Success || env.RequestRef != ref || a.sent[ref] != 1 {
+		t.Errorf("the restarted application's call: %s; sent %d times, want once", env, a.sent[ref])
+	}
 }
 
 // Without a store, or with two, the command says how to name one.

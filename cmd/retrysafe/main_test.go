@@ -54,6 +54,23 @@ func command(t *testing.T, env []string, args ...string) result {
 	return result{cmd.ProcessState.ExitCode(), out.String(), errs.String()}
 }
 
+// inProcess runs the command as command does, in this process: the same
+// run as main's, with less load on the machine than a process would add.
+func inProcess(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	t.Setenv("DATABASE_URL", "") // restored when the test ends
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		os.Setenv(k, v)
+	}
+	defer os.Setenv("DATABASE_URL", "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound, not a timing
+	defer cancel()
+	var out, errs bytes.Buffer
+	code := run(ctx, args, &out, &errs)
+	return result{code, out.String(), errs.String()}
+}
+
 func withoutDatabaseURL(env []string) []string {
 	var kept []string
 	for _, e := range env {
@@ -145,19 +162,19 @@ func TestCommandOnABoltFile(t *testing.T) {
 		!strings.Contains(out, "Ana Lima (ticket 4512)") || !strings.Contains(out, "Ben Okafor") {
 		t.Errorf("list:\n%s", out)
 	}
-	lines := strings.Split(strings.TrimSpace(command(t, nil, "-db", path, "list", "-json", "-principal", "tenant-1/ana").ok(t).stdout), "\n")
+	lines := strings.Split(strings.TrimSpace(inProcess(t, nil, "-db", path, "list", "-json", "-principal", "tenant-1/ana").ok(t).stdout), "\n")
 	var rec map[string]any
 	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || rec["ref"] != ana.RequestRef || rec["label"] != "Ana Lima (ticket 4512)" || rec["attempts"] != 1.0 {
 		t.Errorf("list -json -principal tenant-1/ana: %q", lines)
 	}
-	if show := command(t, nil, "-db", path, "show", ben.RequestRef).ok(t).stdout; !strings.Contains(show, "label       Ben Okafor") ||
+	if show := inProcess(t, nil, "-db", path, "show", ben.RequestRef).ok(t).stdout; !strings.Contains(show, "label       Ben Okafor") ||
 		!strings.Contains(show, `"status": "unknown_outcome"`) {
 		t.Errorf("show:\n%s", show)
 	}
-	if stats := command(t, nil, "-db", path, "-json", "stats").ok(t).stdout; stats != `{"tool":"send_email","state":"unknown","records":2}`+"\n" {
+	if stats := inProcess(t, nil, "-db", path, "-json", "stats").ok(t).stdout; stats != `{"tool":"send_email","state":"unknown","records":2}`+"\n" {
 		t.Errorf("stats -json: %q", stats)
 	}
-	command(t, nil, "-db", path, "show", "send_email/nosuchreference").exits(t, opcmd.ExitNotFound)
+	inProcess(t, nil, "-db", path, "show", "send_email/nosuchreference").exits(t, opcmd.ExitNotFound)
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Error("reading the store changed the file")
 	}
@@ -167,14 +184,14 @@ func TestCommandOnABoltFile(t *testing.T) {
 		{"sweep", "-once"},
 		{"approve", ana.RequestRef, "-compensate", "-by", "maria", "-why", "cancelled"},
 	} {
-		command(t, nil, append([]string{"-db", path}, args...)...).exits(t, opcmd.ExitUsage, "run it from the application's mount of package agenttool/opcmd")
+		inProcess(t, nil, append([]string{"-db", path}, args...)...).exits(t, opcmd.ExitUsage, "run it from the application's mount of package agenttool/opcmd")
 	}
 
-	command(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "2", "-by", "maria", "-why", "not in the log").
+	inProcess(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "2", "-by", "maria", "-why", "not in the log").
 		exits(t, opcmd.ExitStale, "Nothing was settled")
 	command(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
-	command(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
-	command(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
+	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
+	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
 
 	store, err := boltstore.Open(path, nil)
 	if err != nil {
@@ -225,7 +242,7 @@ func TestCommandWhileTheApplicationHoldsTheFile(t *testing.T) {
 		exits(t, opcmd.ExitFailed, "is locked by another process")
 
 	holder.Kill()
-	command(t, nil, "-db", path, "list").ok(t)
+	inProcess(t, nil, "-db", path, "list").ok(t)
 }
 
 // TestHelperDiesMidCall is not a test: it is the application, in a process
@@ -273,8 +290,8 @@ func TestCommandAfterTheApplicationDied(t *testing.T) {
 
 	var dead map[string]any
 	deadline := time.Now().Add(30 * time.Second) // a bound on the 300ms lease, not a timing
-	for dead == nil && time.Now().Before(deadline) {
-		out := command(t, nil, "-db", path, "-json", "list", "-principal", "tenant-1/ana").ok(t).stdout
+	for ; dead == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		out := inProcess(t, nil, "-db", path, "-json", "list", "-principal", "tenant-1/ana").ok(t).stdout
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["state"] == "pending" {
@@ -286,10 +303,10 @@ func TestCommandAfterTheApplicationDied(t *testing.T) {
 		t.Fatalf("the dead call's record: %v", dead)
 	}
 	ref := dead["ref"].(string)
-	if out := command(t, nil, "-db", path, "list").ok(t).stdout; !strings.Contains(out, ref+"  send_email  pending (lapsed)  1 ") {
+	if out := inProcess(t, nil, "-db", path, "list").ok(t).stdout; !strings.Contains(out, ref+"  send_email  pending (lapsed)  1 ") {
 		t.Errorf("list:\n%s", out)
 	}
-	command(t, nil, "-db", path, "resolve", "not-applied", ref, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
+	inProcess(t, nil, "-db", path, "resolve", "not-applied", ref, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
 
 	store, err := boltstore.Open(path, nil)
 	if err != nil {
@@ -304,10 +321,10 @@ func TestCommandAfterTheApplicationDied(t *testing.T) {
 
 // Without a store, or with two, the command says how to name one.
 func TestCommandNamesItsStore(t *testing.T) {
-	command(t, nil, "list").exits(t, opcmd.ExitUsage, "name the store: -db PATH (bbolt) or -database-url URL")
-	command(t, nil, "-db", "x.db", "-database-url", "postgres://localhost/x", "list").exits(t, opcmd.ExitUsage, "not both")
-	command(t, nil, "-db", filepath.Join(t.TempDir(), "missing.db"), "list").exits(t, opcmd.ExitFailed, "no store to open read-only")
-	help := command(t, nil, "help").ok(t).stdout
+	inProcess(t, nil, "list").exits(t, opcmd.ExitUsage, "name the store: -db PATH (bbolt) or -database-url URL")
+	inProcess(t, nil, "-db", "x.db", "-database-url", "postgres://localhost/x", "list").exits(t, opcmd.ExitUsage, "not both")
+	inProcess(t, nil, "-db", filepath.Join(t.TempDir(), "missing.db"), "list").exits(t, opcmd.ExitFailed, "no store to open read-only")
+	help := inProcess(t, nil, "help").ok(t).stdout
 	for _, want := range []string{"Usage: retrysafe", "-db PATH", "-database-url URL", "-schema SCHEMA", "-key-ttl DURATION", "(default 24h0m0s)",
 		"resolve not-applied REF -attempts N", "Not here: it needs the application's tools"} {
 		if !strings.Contains(help, want) {
@@ -335,8 +352,8 @@ func TestCommandOnPostgreSQL(t *testing.T) {
 		t.Errorf("list:\n%s", out)
 	}
 	env := []string{"DATABASE_URL=" + url}
-	command(t, env, "-schema", schema, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
-	if out := command(t, env, "-schema", schema, "-json", "stats").ok(t).stdout; out != `{"tool":"send_email","state":"unknown","retry_approved":true,"records":1}`+"\n" {
+	inProcess(t, env, "-schema", schema, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
+	if out := inProcess(t, env, "-schema", schema, "-json", "stats").ok(t).stdout; out != `{"tool":"send_email","state":"unknown","retry_approved":true,"records":1}`+"\n" {
 		t.Errorf("stats -json: %q", out)
 	}
 	if env := a.send("tenant-1/ana", "", "ana@example.com"); env.Status != envelope.Success || a.sent[ana.RequestRef] != 1 {

@@ -1,0 +1,124 @@
+// Command retrysafe lists and settles the actions of retrysafe's guarded
+// tools whose outcome is unknown, in a store the application left, with no
+// application code: list, show, stats, and resolve (and approve
+// -retry-once) when the application's tools use the default Codec.
+//
+//	go install github.com/retrysafe/retrysafe/cmd/retrysafe@latest
+//	retrysafe -db app.db list
+//	retrysafe -db app.db show send_email/qlsafj55ze4dcwngvv4shjzqiytdkbwo
+//	retrysafe -database-url postgres://ops@db.internal/app -json stats
+//	retrysafe -db app.db resolve not-applied send_email/qlsafj… -attempts 1 -by maria -why "not in the mail log"
+//
+// The store: -db PATH, a bbolt file, opened read-only unless the command
+// settles something; or -database-url URL (default $DATABASE_URL), a
+// PostgreSQL database, with -schema (default "retrysafe"). A bbolt file
+// belongs to one process: while the application holds it, this program
+// cannot open it, and says so.
+//
+// The commands that need the application's tools — reconcile (their
+// reconcilers), approve -compensate (their compensating actions) and sweep
+// — run from the application's own mount of package agenttool/opcmd; so do
+// the others when its tools use a Codec that redacts or encrypts, or a
+// DigestKey (-principal needs it to find a principal's records). A record
+// this program settles is settled as a tool with the default Codec and a
+// key lifetime of -key-ttl (default 24h) would settle it.
+//
+// The commands, their flags, the -json output and the exit codes are those
+// of package agenttool/opcmd: retrysafe help lists them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/opcmd"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs one command and returns its exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var s storeFlags
+	var store io.Closer
+	code := opcmd.Run(ctx, nil, args, stdout, stderr, &opcmd.Options{
+		Standalone: true,
+		Flags:      s.define,
+		Open: func(ctx context.Context, settles bool) (*agenttool.Operator, error) {
+			st, err := s.open(ctx, settles)
+			if err != nil {
+				return nil, err
+			}
+			store = st
+			op, err := agenttool.NewOperator(st)
+			if err != nil {
+				return nil, err
+			}
+			return op.ForAnyTool(s.keyTTL), nil
+		},
+	})
+	if store != nil {
+		if err := store.Close(); err != nil && code == opcmd.ExitOK {
+			fmt.Fprintf(stderr, "retrysafe: closing the store: %v\n", err)
+			code = opcmd.ExitFailed
+		}
+	}
+	return code
+}
+
+// storeFlags name the store.
+type storeFlags struct {
+	db, url, schema string
+	keyTTL          time.Duration
+}
+
+func (s *storeFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&s.db, "db", "", "the application's bbolt store `PATH` (read-only unless the command settles something)")
+	fs.StringVar(&s.url, "database-url", "", "the PostgreSQL `URL` of a pgstore (default $DATABASE_URL)")
+	fs.StringVar(&s.schema, "schema", "retrysafe", "the pgstore's `SCHEMA`")
+	fs.DurationVar(&s.keyTTL, "key-ttl", 24*time.Hour, "the tools' key lifetime (KeyTTL), for the records this program settles")
+}
+
+// agenttool.Store with Close, as both stores have it.
+type closingStore interface {
+	agenttool.Store
+	io.Closer
+}
+
+// open opens the store the flags name: bbolt read-only unless the command
+// settles something.
+func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, error) {
+	url := s.url
+	if url == "" {
+		url = os.Getenv("DATABASE_URL")
+	}
+	switch {
+	case s.db != "" && s.url != "":
+		return nil, fmt.Errorf("%w: name one store: -db PATH (bbolt) or -database-url URL (PostgreSQL), not both", opcmd.ErrUsage)
+	case s.db != "":
+		return boltstore.Open(s.db, &boltstore.Options{ReadOnly: !settles})
+	case url != "":
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		st, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: s.schema})
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("PostgreSQL did not answer within 30s: %w", err)
+		}
+		return st, err
+	}
+	return nil, fmt.Errorf("%w: name the store: -db PATH (bbolt) or -database-url URL (PostgreSQL; or set DATABASE_URL)", opcmd.ErrUsage)
+}

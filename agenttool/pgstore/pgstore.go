@@ -316,11 +316,16 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// Sweep implements agenttool.Store.
+// sweepStep is the records a sweep step deletes unless asked otherwise:
+// a step's writes share the disk with calls' commits.
+const sweepStep = 250
+
+// Sweep implements agenttool.Store: one step, chosen by the records_expires
+// index, oldest first.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
-		limit = storekit.DefaultSweepLimit
+		limit = sweepStep
 	}
 	tag, err := s.pool.Exec(ctx, s.q.sweep, req.Now, limit)
 	if err != nil {

@@ -141,9 +141,9 @@ const DefaultSweepLimit = 1000
 
 // SweepAll sweeps store in steps of limit records (0: the store's own
 // step) until a step deletes nothing, calling progress (if not nil) after
-// each step with the records deleted so far. Between steps it pauses as
-// long as the last step took (at most a second), so that calls get at
-// least half of the store's time while a large sweep runs. It returns the
+// each step with the records deleted so far. Between steps it pauses twice
+// as long as the last step took (at most a second), so that calls get at
+// least two thirds of the store's time while a large sweep runs. It returns the
 // total, and the corrupt records the steps reported, joined; it stops at
 // the first other error, or when ctx ends.
 func SweepAll(ctx context.Context, store Store, now time.Time, limit int, progress func(deleted int)) (int, error) {
@@ -172,7 +172,7 @@ func SweepAll(ctx context.Context, store Store, now time.Time, limit int, progre
 		if n == 0 {
 			return total, errors.Join(corrupt...)
 		}
-		pause := time.NewTimer(min(took, time.Second))
+		pause := time.NewTimer(min(2*took, time.Second))
 		select {
 		case <-ctx.Done():
 			pause.Stop()

@@ -366,7 +366,7 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 
 // sweepStep is the records a sweep step deletes unless asked otherwise:
 // small, because calls wait for the step's write transaction.
-const sweepStep = 100
+const sweepStep = 50
 
 // Sweep implements agenttool.Store: one step, in one write transaction,
 // reading the expiry index from its oldest entry, so that its cost grows with

@@ -318,7 +318,7 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 
 // sweepStep is the records a sweep step deletes unless asked otherwise:
 // a step's writes share the disk with calls' commits.
-const sweepStep = 250
+const sweepStep = 100
 
 // Sweep implements agenttool.Store: one step, chosen by the records_expires
 // index, oldest first.

@@ -29,6 +29,9 @@ type Operator struct {
 	tools     map[string]*Tool
 	principal *Digest
 	tool      string // only this tool's records, if not ""
+	// none is set when two limits exclude each other (ForPrincipal of
+	// another principal on an operator limited to one): it sees nothing.
+	none bool
 	// anyTool, if not nil, settles records of tools not given, with these
 	// options (ForAnyTool).
 	anyTool *Options
@@ -54,7 +57,9 @@ func NewOperator(store Store, tools ...*Tool) (*Operator, error) {
 	return o, nil
 }
 
-// ForPrincipal returns an operator limited to one principal's records.
+// ForPrincipal returns an operator limited to one principal's records. A
+// limit narrows, never widens: on an operator already limited to another
+// principal, it returns one that sees nothing.
 func (o *Operator) ForPrincipal(principal string) *Operator {
 	c := &config{}
 	for _, t := range o.tools {
@@ -63,13 +68,17 @@ func (o *Operator) ForPrincipal(principal string) *Operator {
 	}
 	d := c.principalDigest(principal)
 	limited := *o
+	limited.none = o.none || (o.principal != nil && *o.principal != d)
 	limited.principal = &d
 	return &limited
 }
 
-// ForTool returns an operator limited to one tool's records.
+// ForTool returns an operator limited to one tool's records. A limit
+// narrows, never widens: on an operator already limited to another tool,
+// it returns one that sees nothing.
 func (o *Operator) ForTool(name string) *Operator {
 	limited := *o
+	limited.none = o.none || (o.tool != "" && o.tool != name)
 	limited.tool = name
 	return &limited
 }
@@ -130,6 +139,9 @@ func (o *Operator) Outcome(rec Record) (envelope.Envelope, error) {
 // the store's [storekit.Counter] (every store of this module has one). It
 // reads every record: it is for people, not for calls.
 func (o *Operator) Stats(ctx context.Context) ([]storekit.Count, error) {
+	if o.none {
+		return nil, nil
+	}
 	c, ok := o.store.(storekit.Counter)
 	if !ok {
 		return nil, fmt.Errorf("agenttool: the store (%T) cannot count its records: %w", o.store, errors.ErrUnsupported)
@@ -155,6 +167,9 @@ func (o *Operator) Stats(ctx context.Context) ([]storekit.Count, error) {
 // record whose holder's lease lapsed counts that holder's attempt in
 // Attempts, as the takeover that settles it will.
 func (o *Operator) Unknown(ctx context.Context, after string, limit int) ([]Record, error) {
+	if o.none {
+		return nil, nil
+	}
 	recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, Tool: o.tool, After: after, Limit: limit, Now: o.clock()})
 	for i := range recs {
 		o.open(&recs[i])
@@ -182,7 +197,7 @@ func (o *Operator) Show(ctx context.Context, ref string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	if (o.principal != nil && rec.Principal != *o.principal) || (o.tool != "" && rec.Tool != o.tool) {
+	if o.none || (o.principal != nil && rec.Principal != *o.principal) || (o.tool != "" && rec.Tool != o.tool) {
 		return Record{}, fmt.Errorf("agenttool: %s: %w", ref, ErrNotFound)
 	}
 	o.open(&rec)

@@ -84,6 +84,9 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 // records are never deleted. It stops early when ctx ends.
 func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepReport, error) {
 	var rep SweepReport
+	if o.none {
+		return rep, nil
+	}
 	conc, batch := opts.Concurrency, opts.Batch
 	if conc <= 0 {
 		conc = 4

@@ -381,12 +381,14 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	err := s.update(ctx, func(b *bolt.Bucket) error {
 		n, corrupt = 0, corrupt[:0] // the function may run twice
 		idx := b.Tx().Bucket(expiryBucket)
-		// The index entries due by now, oldest first; unreadable records
-		// stay (and are met again), so they are read past, up to a bound.
+		// The index entries due by now, oldest first, up to four steps'
+		// worth. Every entry used is consumed (its record deleted, or the
+		// entry dropped from the index), so that no entry can hold a later
+		// step back.
 		var due [][]byte
 		deadline := nanos(req.Now)
 		c := idx.Cursor()
-		for k, _ := c.First(); k != nil && len(due) < 2*limit; k, _ = c.Next() {
+		for k, _ := c.First(); k != nil && len(due) < 4*limit; k, _ = c.Next() {
 			if at, _ := splitExpiryKey(k); at > deadline {
 				break
 			}
@@ -399,17 +401,22 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 			at, key := splitExpiryKey(k)
 			rec, err := load(b, string(key))
 			switch {
-			case err != nil:
-				corrupt = append(corrupt, &storekit.CorruptRecordError{Key: string(key), Err: err}) // left in place
-			case rec == nil || nanos(rec.Expires) != at:
-				if err := idx.Delete(k); err != nil { // the record changed or went: a stale entry
-					return err
-				}
-			case rec.Sweepable(req.Now):
+			case err == nil && rec != nil && nanos(rec.Expires) == at && rec.Sweepable(req.Now):
 				if err := remove(b, key, rec); err != nil {
 					return err
 				}
 				n++
+				continue
+			case err != nil:
+				// Left in place and reported, out of the index: it is not
+				// swept until an operator deals with it.
+				corrupt = append(corrupt, &storekit.CorruptRecordError{Key: string(key), Err: err})
+			}
+			// A stale entry (the record changed or went), an unreadable
+			// record's, or a record that time alone never makes sweepable:
+			// a write of the record indexes it again.
+			if err := idx.Delete(k); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -477,8 +484,9 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 		return b.ForEach(func(k, v []byte) error {
 			rec, err := decode(k, v)
 			switch {
-			case err != nil:
+			case err != nil && req.Principal == nil: // whose it is cannot be told
 				tally[storekit.Count{}]++
+			case err != nil:
 			case req.Principal == nil || rec.Principal == *req.Principal:
 				tally[storekit.Count{Tool: rec.Tool, State: rec.State, RetryApproved: rec.RetryApproved}]++
 			}

@@ -193,8 +193,33 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := h.detailOf(a, rec, v)
-	p.Done = doneMessages[r.URL.Query().Get("done")]
+	if done := r.URL.Query().Get("done"); stillTrue(done, rec) {
+		p.Done = doneMessages[done]
+	}
 	h.render(w, http.StatusOK, "detail", p)
+}
+
+// stillTrue reports whether the record is still as the decision named by
+// done left it: the "done" parameter is a link anyone can write, or an old
+// redirect reloaded after the action moved on, so its message is shown
+// only when the record bears it out.
+func stillTrue(done string, rec agenttool.Record) bool {
+	verdict := ""
+	if rec.Resolution != nil {
+		verdict = rec.Resolution.Verdict
+	}
+	approved := rec.State == agenttool.Unknown && rec.RetryApproved
+	switch done {
+	case doApplied, "reconcile-applied":
+		return rec.State == agenttool.Succeeded && verdict == "applied"
+	case doNotApplied, doRetry, "reconcile-not-applied":
+		return approved && verdict == "not applied"
+	case doCompensate:
+		return rec.State == agenttool.Failed && verdict == "compensated"
+	case "reconcile-pending", "reconcile-cant-say":
+		return rec.State == agenttool.Unknown && !rec.RetryApproved
+	}
+	return false
 }
 
 // notVisible answers for a reference the viewer cannot see, or a store

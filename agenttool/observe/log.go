@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -64,8 +65,9 @@ func Log(l *slog.Logger) agenttool.Hooks {
 			if e.Verdict == reconcile.CantSay {
 				level = slog.LevelDebug
 			}
+			by, _, _ := strings.Cut(e.By, ":") // operator:NAME is logged as operator: names are people's
 			log(ctx, level, "retrysafe: reconcile", slog.String(ToolName, e.Tool), slog.String(RequestRef, e.RequestRef),
-				slog.String(Verdict, VerdictValue(e.Verdict)), slog.String(By, e.By))
+				slog.String(Verdict, VerdictValue(e.Verdict)), slog.String(By, by))
 		},
 		Approval: func(ctx context.Context, e agenttool.ApprovalEvent) {
 			level, decision := slog.LevelInfo, e.Decision.String()

@@ -122,6 +122,8 @@ func ValidateImport(r *Record) error {
 		return fmt.Errorf("agenttool: importing a record without a key or a tool: %w", ErrInvalidRequest)
 	case r.State != Succeeded && r.State != Failed && r.State != Unknown:
 		return fmt.Errorf("agenttool: importing %s in state %v: only settled records can be imported: %w", r.Key, r.State, ErrInvalidRequest)
+	case r.State == Unknown && !r.RetryApproved && !r.Expires.IsZero():
+		return fmt.Errorf("agenttool: importing %s: an unknown record that is not resolved never expires; its Expires must be zero: %w", r.Key, ErrInvalidRequest)
 	}
 	return nil
 }
@@ -191,7 +193,8 @@ type Counter interface {
 	// many records there are of each tool, state and approval (only those
 	// of req.Principal, if not nil). Pending records count as pending
 	// whether or not their lease has lapsed. Unreadable records are
-	// counted apart, under the tool "" and state 0.
+	// counted apart, under the tool "" and state 0, when no principal is
+	// asked for.
 	Count(ctx context.Context, req CountRequest) ([]Count, error)
 	// CountUnknown returns how many unknown records are not resolved yet
 	// (approved records are not counted): what a gauge of outcomes awaiting

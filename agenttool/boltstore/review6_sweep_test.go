@@ -1,0 +1,106 @@
+package boltstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+func review6Settled(key string, exp time.Time, t0 time.Time) agenttool.Record {
+	return agenttool.Record{Key: key, Tool: "send_email", State: agenttool.Succeeded,
+		Principal: agenttool.Digest{1}, Session: agenttool.Digest{2}, Fingerprint: agenttool.Digest{3},
+		Token: 1, Attempts: 1, Created: t0, Updated: t0, Expires: exp, Outcome: []byte(`{}`)}
+}
+
+// Unreadable records are "left in place and reported". A sweep step reads
+// at most 2*limit due entries of the expiry index; when that many of the
+// oldest ones name unreadable records, every step deletes nothing, and
+// SweepAll stops at once: no expired record behind them is ever swept.
+func TestReview6_BoltCorruptRecordsStopEverySweep(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var recs []agenttool.Record
+	for i := range 100 { // expire first
+		recs = append(recs, review6Settled(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0))
+	}
+	for i := range 1000 { // expire later, still long before the sweep
+		recs = append(recs, review6Settled(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
+	}
+	if err := s.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	// A disk error, or a record written by a later version, damages the 100 oldest.
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("retrysafe/records"))
+		for i := range 100 {
+			if err := b.Put([]byte(fmt.Sprintf("a/%03d", i)), []byte{9, 9, 9}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := storekit.SweepAll(ctx, s, t0.Add(24*time.Hour), 0, nil)
+	t.Logf("SweepAll: %d deleted, corrupt reported: %v", n, errors.Is(err, agenttool.ErrCorrupt))
+	if n != 1000 {
+		left := 0
+		for i := range 1000 {
+			if _, err := s.Get(ctx, fmt.Sprintf("b/%04d", i)); err == nil {
+				left++
+			}
+		}
+		t.Errorf("SweepAll deleted %d of 1000 readable expired records; %d are left, and every later sweep does the same", n, left)
+	}
+}
+
+// storekit.ValidateImport accepted an unresolved unknown record with an
+// Expires (memstore and pgstore ignored it when sweeping). In boltstore its
+// expiry entry was due, not sweepable and not stale: it was never removed,
+// and 100 of them stopped every sweep. Now such a record is refused at
+// import, and a sweep drops any index entry it cannot use.
+func TestReview6_BoltImportedUnknownWithExpiresStopsSweeps(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var unknown, settled []agenttool.Record
+	for i := range 100 {
+		r := review6Settled(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0)
+		r.State = agenttool.Unknown
+		unknown = append(unknown, r)
+	}
+	for i := range 500 {
+		settled = append(settled, review6Settled(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
+	}
+	if err := s.Import(ctx, append(unknown, settled...)); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Fatalf("importing unresolved unknown records that expire: %v, want ErrInvalidRequest", err)
+	}
+	for i := range unknown {
+		unknown[i].Expires = time.Time{}
+	}
+	if err := s.Import(ctx, append(unknown, settled...)); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	n, err := storekit.SweepAll(ctx, s, t0.Add(24*time.Hour), 0, nil)
+	if err != nil || n != 500 {
+		t.Errorf("SweepAll: %d deleted of 500 expired settled records, %v", n, err)
+	}
+}

@@ -54,6 +54,11 @@ type Options struct {
 	// is written, not even the lease endings of an ordinary Open; every
 	// write answers an error wrapping [ErrReadOnly].
 	ReadOnly bool
+	// KeepSchema makes Open fail rather than upgrade a store of an older
+	// schema: for a program that must not change a store's version under
+	// the application that owns it (cmd/retrysafe), which could then no
+	// longer open it.
+	KeepSchema bool
 }
 
 // ErrReadOnly is the error of a write to a store opened with
@@ -118,6 +123,12 @@ func Open(path string, opts *Options) (*Store, error) {
 		}
 		return &Store{db: db, path: path, readOnly: true}, nil
 	}
+	if o.KeepSchema {
+		if err := db.View(checkSchema); err != nil && !errors.Is(err, errNoStore) {
+			db.Close()
+			return nil, fmt.Errorf("boltstore: %s: %w (this program does not upgrade it: upgrade the application that owns the store first)", path, err)
+		}
+	}
 	if err := db.Update(initSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("boltstore: %s: %w", path, err)
@@ -125,12 +136,15 @@ func Open(path string, opts *Options) (*Store, error) {
 	return &Store{db: db, path: path, writes: groupCommit{db: db}}, nil
 }
 
+// errNoStore: the file holds no retrysafe store (yet).
+var errNoStore = errors.New("the file is not a retrysafe store")
+
 // checkSchema makes sure a store opened read-only has the current schema,
 // which only a read-write Open can upgrade.
 func checkSchema(tx *bolt.Tx) error {
 	meta := tx.Bucket(metaBucket)
 	if meta == nil {
-		return errors.New("the file is not a retrysafe store")
+		return errNoStore
 	}
 	if v := string(meta.Get(schemaKey)); v != schemaVersion {
 		return fmt.Errorf("the store has schema %q and this version of retrysafe reads %q; open it read-write once to upgrade it", v, schemaVersion)

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,30 @@ func TestExpiryIndexAndUnknownCount(t *testing.T) {
 		t.Errorf("the unknown record was swept: %v", err)
 	}
 	count(1, "after the sweep")
+}
+
+// A program that must not upgrade a store (cmd/retrysafe) opens it with
+// KeepSchema: a store of an older schema is refused and left as it was.
+func TestKeepSchemaRefusesToUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Update(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Put(schemaKey, []byte("4")) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := Open(path, &Options{KeepSchema: true}); err == nil || !strings.Contains(err.Error(), "upgrade the application") {
+		t.Fatalf("KeepSchema open of an older store: %v", err)
+	}
+	s, err = Open(path, &Options{ReadOnly: true, LockTimeout: 0})
+	if err == nil {
+		s.Close()
+		t.Fatal("the refused open upgraded the store")
+	}
+	if s, err = Open(filepath.Join(t.TempDir(), "new.db"), &Options{KeepSchema: true}); err != nil {
+		t.Fatalf("KeepSchema open of a new file: %v", err)
+	}
+	s.Close()
 }

@@ -110,7 +110,7 @@ func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, erro
 	case s.db != "" && s.url != "":
 		return nil, fmt.Errorf("%w: name one store: -db PATH (bbolt) or -database-url URL (PostgreSQL), not both", opcmd.ErrUsage)
 	case s.db != "":
-		return boltstore.Open(s.db, &boltstore.Options{ReadOnly: !settles})
+		return boltstore.Open(s.db, &boltstore.Options{ReadOnly: !settles, KeepSchema: true})
 	case url != "":
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

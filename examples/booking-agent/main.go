@@ -23,7 +23,6 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
-	"github.com/retrysafe/retrysafe/agenttool/langchain/langchaintest"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -41,7 +40,7 @@ var example = demo.Example{
 	Principal: "tenant-42/user-7",
 	Session:   "conversation-12",
 	Setup:     setup,
-	Script:    script,
+	Script:    demo.BookFlight,
 }
 
 func main() { demo.Main(example) }
@@ -132,37 +131,4 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 		Final:   func(w io.Writer) { fmt.Fprintf(w, "bookings: %d\n", svc.count()) },
 		Close:   func() { store.Close(); svc.close() },
 	}, nil
-}
-
-// script plays a real, imperfect model: it books; after an unknown outcome
-// it books again; and once booked, unsure, it books once more with its
-// arguments in another order.
-func script(fault string) demo.Script {
-	const first = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`
-	const again = `{"passenger":"Ana Lima","flight":"TP1234","date":"2026-12-12"}`
-	return func(results []string) langchaintest.Turn {
-		call := func(args string) langchaintest.Turn {
-			return langchaintest.Call("book_flight", args)
-		}
-		if len(results) == 0 {
-			return call(first)
-		}
-		last, err := envelope.Parse([]byte(results[len(results)-1]))
-		if err != nil {
-			return langchaintest.Final("The tool's answer was unreadable.")
-		}
-		switch {
-		case last.Status == envelope.Success && len(results) == 1:
-			return call(again) // "just to be sure"
-		case last.Status == envelope.Success:
-			var b booking
-			json.Unmarshal(last.Result, &b)
-			return langchaintest.Final(fmt.Sprintf("Ana Lima is booked on %s on %s, confirmation %s.", b.Flight, b.Date, b.Confirmation))
-		case last.Status == envelope.UnknownOutcome && len(results) < 4:
-			return call(again)
-		case last.Status == envelope.UnknownOutcome:
-			return langchaintest.Final("The booking may have gone through; it is being verified (" + last.RequestRef + ").")
-		}
-		return langchaintest.Final("I could not book the flight: " + last.Error.Message)
-	}
 }

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
@@ -42,49 +39,8 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// fakeOpenAI speaks the chat-completions wire format with tool calls: it
-// asks for book_flight once, then answers in words.
-type fakeOpenAI struct {
-	mu       sync.Mutex
-	requests []map[string]any
-}
-
-func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer test-key" {
-		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	var req map[string]any
-	json.Unmarshal(body, &req)
-	f.mu.Lock()
-	f.requests = append(f.requests, req)
-	f.mu.Unlock()
-	toolResults := 0
-	for _, m := range req["messages"].([]any) {
-		if m.(map[string]any)["role"] == "tool" {
-			toolResults++
-		}
-	}
-	message := map[string]any{"role": "assistant", "content": "Ana Lima is booked."}
-	finish := "stop"
-	if toolResults == 0 {
-		message = map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{
-			"id": "call_1", "type": "function",
-			"function": map[string]any{"name": "book_flight", "arguments": `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`},
-		}}}
-		finish = "tool_calls"
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{
-		"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": req["model"],
-		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-	})
-}
-
 func TestOpenAIPath(t *testing.T) {
-	fake := &fakeOpenAI{}
+	fake := &demo.FakeOpenAI{Tool: "book_flight", Args: `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`, Answer: "Ana Lima is booked."}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
@@ -97,16 +53,16 @@ func TestOpenAIPath(t *testing.T) {
 	if sum.Effects != 1 || len(sum.Envelopes) != 1 || sum.Envelopes[0].Status != envelope.Success || sum.Envelopes[0].Attempts != 2 {
 		t.Fatalf("through the OpenAI path: %+v", sum)
 	}
-	if len(fake.requests) != 2 || fake.requests[0]["model"] != "test-model" {
-		t.Fatalf("the fake server saw %d requests: %v", len(fake.requests), fake.requests)
+	if len(fake.Requests()) != 2 || fake.Requests()[0]["model"] != "test-model" {
+		t.Fatalf("the fake server saw %d requests: %v", len(fake.Requests()), fake.Requests())
 	}
 	// The model was given the tool's real input schema, not one string.
-	tools, _ := json.Marshal(fake.requests[0]["tools"])
+	tools, _ := json.Marshal(fake.Requests()[0]["tools"])
 	if !strings.Contains(string(tools), `"passenger"`) || !strings.Contains(string(tools), `"book_flight"`) {
 		t.Errorf("tools offered to the model: %s", tools)
 	}
 	// The tool's envelope went back to the model.
-	second, _ := json.Marshal(fake.requests[1]["messages"])
+	second, _ := json.Marshal(fake.Requests()[1]["messages"])
 	if !strings.Contains(string(second), `\"status\":\"success\"`) {
 		t.Errorf("the envelope did not reach the model: %s", second)
 	}

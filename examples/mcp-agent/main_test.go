@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
@@ -84,41 +82,10 @@ func TestJSONLine(t *testing.T) {
 	}
 }
 
-// fakeOpenAI speaks the chat-completions wire format with tool calls: it
-// asks for book_flight once, then answers in words.
-type fakeOpenAI struct {
-	mu       sync.Mutex
-	requests []map[string]any
-}
-
-func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req map[string]any
-	json.NewDecoder(r.Body).Decode(&req)
-	f.mu.Lock()
-	f.requests = append(f.requests, req)
-	first := len(f.requests) == 1
-	f.mu.Unlock()
-	message := map[string]any{"role": "assistant", "content": "Ana Lima is booked."}
-	finish := "stop"
-	if first {
-		message = map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{
-			"id": "call_1", "type": "function",
-			"function": map[string]any{"name": "book_flight", "arguments": `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`},
-		}}}
-		finish = "tool_calls"
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{
-		"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": req["model"],
-		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-	})
-}
-
 // Through an OpenAI-compatible model, the tool listed by the MCP server is
 // offered with its members, and the booking survives the lost response.
 func TestOpenAIPath(t *testing.T) {
-	fake := &fakeOpenAI{}
+	fake := &demo.FakeOpenAI{Tool: "book_flight", Args: `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`, Answer: "Ana Lima is booked."}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
@@ -131,7 +98,7 @@ func TestOpenAIPath(t *testing.T) {
 	if sum.Effects != 1 || len(sum.Envelopes) != 1 || sum.Envelopes[0].Status != envelope.Success || sum.Envelopes[0].Attempts != 2 {
 		t.Fatalf("through the OpenAI path: %+v\n%s", sum, out.String())
 	}
-	tools, _ := json.Marshal(fake.requests[0]["tools"])
+	tools, _ := json.Marshal(fake.Requests()[0]["tools"])
 	if !strings.Contains(string(tools), `passenger`) || !strings.Contains(string(tools), `"book_flight"`) {
 		t.Errorf("tools offered to the model: %s", tools)
 	}

@@ -199,21 +199,30 @@ func httpServer(t *testing.T, server *mcp.Server, stateless, noAuth bool, faults
 	return srv
 }
 
-// bearer adds a bearer token to every request.
-type bearer struct{ token string }
+// bearer adds a bearer token to every request, sent over a transport of
+// its own: a test that closes its server must not find a pooled connection
+// of another test's, or one the server has closed without the client yet
+// knowing (a POST on it is honestly unknown, not unsent).
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	if b.token != "" {
 		r.Header.Set("Authorization", "Bearer "+b.token)
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	return b.next.RoundTrip(r)
 }
 
 // connectHTTP connects a client with token ("" for none) to url.
 func connectHTTP(t *testing.T, url, token string) *mcp.ClientSession {
 	t.Helper()
-	transport := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token}}, MaxRetries: -1}
+	rt := http.DefaultTransport.(*http.Transport).Clone()
+	rt.DisableKeepAlives = true
+	t.Cleanup(rt.CloseIdleConnections)
+	transport := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, rt}}, MaxRetries: -1}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(), transport, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,30 @@ type ClientOptions struct {
 	// ok false leaves the tool out. nil leaves out every tool ByName does
 	// not name.
 	Choose func(t *mcp.Tool) (opts agenttool.Options, ok bool)
+	// ToolErrors says what a result with isError means for the effect,
+	// for every guarded tool (see [ToolErrors]); nil reads every such
+	// result as unknown.
+	ToolErrors ToolErrors
 }
+
+// ToolErrors says what a result with isError, which is not a retrysafe
+// envelope, means for the effect of a call of tool t: envelope.Definite
+// if the tool changed nothing (a refusal, invalid input), Transient if it
+// changed nothing and asks to be tried later, Unknown if it may have acted.
+// It runs once per such result, on the call's goroutine.
+//
+// The MCP specification reports every tool execution error with isError,
+// and the Go SDK's typed handlers turn every error they return into one —
+// a downstream timeout after the booking committed as much as "no such
+// flight". A result with isError is therefore unknown unless you know the
+// server: [DefiniteToolErrors] is for a server whose tools report isError
+// only when they did nothing.
+type ToolErrors func(t *mcp.Tool, res *mcp.CallToolResult) envelope.Class
+
+// DefiniteToolErrors is the [ToolErrors] of a server whose tools answer
+// isError only for calls that changed nothing: every such result is a
+// definite failure, code rejected, with the result's text.
+func DefiniteToolErrors(*mcp.Tool, *mcp.CallToolResult) envelope.Class { return envelope.Definite }
 
 // Tools lists the tools of the MCP server at the other end of session and
 // guards each one that opts choose, with [NewTool]. The tools come in the
@@ -58,7 +81,7 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 		if !ok {
 			continue
 		}
-		g, err := NewTool(session, t, o)
+		g, err := NewTool(session, t, o, opts.ToolErrors)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +105,11 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 // input schema marks required; a tool whose schema requires none is
 // refused (wrapping agenttool.ErrInvalidOptions) unless its class is
 // ReadOnly, because retrysafe could not tell one action from another.
-// opts.TextInput is refused: MCP arguments are JSON objects.
+// opts.TextInput is refused: MCP arguments are JSON objects. Class Keyed
+// is refused for a tool that does not answer with retrysafe envelopes (a
+// server made with [Register] declares the envelope's output schema):
+// only such a server is known to replay a resent call rather than run it
+// again; the request reference in _meta is informative only.
 //
 // What a call's outcome means to the guarded tool:
 //
@@ -91,7 +118,8 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 //     unknown_outcome stays unknown; definite_failure is definite with its
 //     code, except one whose next step is wait (the server did nothing and
 //     asks to try later), which is transient;
-//   - another result with isError is a definite failure;
+//   - another result with isError is what toolErrors says it is, unknown
+//     if toolErrors is nil (see [ToolErrors]);
 //   - another result is a success, whose result is the structured content,
 //     or the text;
 //   - the JSON-RPC errors method-not-found, invalid-params, invalid-request
@@ -104,7 +132,7 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 //     error, an HTTP status the SDK reports as text — is unknown, unless an
 //     error in its chain carries its own class (envelope.MarkDefinite and
 //     the others, from an http.RoundTripper of yours, say).
-func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options) (*agenttool.Tool, error) {
+func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options, toolErrors ToolErrors) (*agenttool.Tool, error) {
 	if session == nil || t == nil {
 		return nil, fmt.Errorf("mcptool: NewTool needs a client session and a listed tool: %w", agenttool.ErrInvalidOptions)
 	}
@@ -115,6 +143,12 @@ func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 	}
+	envelopes := servesEnvelopes(t)
+	if opts.Class == agenttool.Keyed && !envelopes {
+		return nil, fmt.Errorf("mcptool: tool %q: class Keyed says its server applies a resent call at most once, but the tool does not answer "+
+			"with retrysafe envelopes (its output schema is not the envelope's), so nothing says that its server dedupes resent calls; "+
+			"use AtMostOnce, or Reconcilable with a Reconciler that asks the server: %w", t.Name, agenttool.ErrInvalidOptions)
+	}
 	if len(opts.IdentifyingFields) == 0 && opts.Class != agenttool.ReadOnly {
 		if len(schema.Required) == 0 {
 			return nil, fmt.Errorf("mcptool: tool %q: its input schema marks no property required, so retrysafe cannot tell one action from another; "+
@@ -122,16 +156,18 @@ func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options) (*
 		}
 		opts.IdentifyingFields = slices.Clone(schema.Required)
 	}
-	return agenttool.Wrap(&remote{session: session, name: t.Name, description: describe(t.Description, schema.raw),
-		envelopes: servesEnvelopes(t)}, opts)
+	return agenttool.Wrap(&remote{session: session, tool: t, name: t.Name, description: describe(t.Description, schema.raw),
+		envelopes: envelopes, toolErrors: toolErrors}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
 type remote struct {
 	session     *mcp.ClientSession
+	tool        *mcp.Tool // as listed
 	name        string
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
+	toolErrors  ToolErrors
 }
 
 // servesEnvelopes reports whether a listed tool declares the envelope's
@@ -164,7 +200,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	if err != nil {
 		return "", classifyCallError(err)
 	}
-	return readResult(r.name, r.envelopes, res)
+	return r.readResult(res)
 }
 
 // toolSchema is what NewTool reads of a listed tool's input schema.

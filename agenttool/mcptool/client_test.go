@@ -97,8 +97,9 @@ func TestClientOnOtherServers(t *testing.T) {
 		})
 	cs := connectInMemory(t, server, "", nil)
 	tools, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{
+		ToolErrors: mcptool.DefiniteToolErrors, // this server says isError only when it did nothing
 		Choose: func(*mcp.Tool) (agenttool.Options, bool) {
-			return agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed}, true
+			return agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce}, true
 		},
 	})
 	if err != nil || len(tools) != 1 {
@@ -113,10 +114,21 @@ func TestClientOnOtherServers(t *testing.T) {
 	if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeRejected || !strings.Contains(env.Error.Message, "no such flight") {
 		t.Errorf("a tool error answered %s; want definite_failure rejected with its text", env)
 	}
+	// Without ToolErrors, the same tool error may have come after the tool
+	// acted: unknown.
+	unsure, err := mcptool.NewTool(cs, &mcp.Tool{Name: "quote", InputSchema: map[string]any{"type": "object", "required": []any{"flight"}}},
+		agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = unsure.Invoke(agentCtx(), `{"flight":"XX0"}`)
+	if env.Status != envelope.UnknownOutcome || env.Attempts != 1 || !strings.Contains(env.Error.Message, "no such flight") {
+		t.Errorf("a tool error, by default, answered %s; want unknown_outcome, with its text", env)
+	}
 	// A tool the server does not have (renamed since it was listed, say).
 	missing, err := mcptool.NewTool(cs, &mcp.Tool{Name: "cancel_flight", InputSchema: map[string]any{
 		"type": "object", "required": []any{"confirmation"}, "properties": map[string]any{"confirmation": map[string]any{"type": "string"}},
-	}}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	}}, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,15 +228,16 @@ func TestNewToolOptions(t *testing.T) {
 		tool *mcp.Tool
 		opts agenttool.Options
 	}{
-		{"no required property", noRequired, agenttool.Options{Store: store, Class: agenttool.Keyed}},
-		{"text input", noRequired, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true}},
-		{"not an object schema", &mcp.Tool{Name: "odd", InputSchema: map[string]any{"type": "string"}}, agenttool.Options{Store: store, Class: agenttool.Keyed}},
+		{"no required property", noRequired, agenttool.Options{Store: store, Class: agenttool.AtMostOnce}},
+		{"text input", noRequired, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, TextInput: true}},
+		{"not an object schema", &mcp.Tool{Name: "odd", InputSchema: map[string]any{"type": "string"}}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce}},
+		{"keyed, without envelopes", noRequired, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"text"}}},
 	} {
-		if _, err := mcptool.NewTool(cs, tc.tool, tc.opts); !errors.Is(err, agenttool.ErrInvalidOptions) {
+		if _, err := mcptool.NewTool(cs, tc.tool, tc.opts, nil); !errors.Is(err, agenttool.ErrInvalidOptions) {
 			t.Errorf("%s: err %v, want ErrInvalidOptions", tc.name, err)
 		}
 	}
-	if _, err := mcptool.NewTool(cs, noRequired, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"text"}}); err != nil {
+	if _, err := mcptool.NewTool(cs, noRequired, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, IdentifyingFields: []string{"text"}}, nil); err != nil {
 		t.Errorf("with IdentifyingFields given: %v", err)
 	}
 	if _, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{ByName: map[string]agenttool.Options{"cancel_flight": {}}}); err == nil ||

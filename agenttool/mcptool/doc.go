@@ -37,8 +37,14 @@
 // A client call keeps what the server said: a retrysafe envelope's status
 // (success with its result, unknown_outcome as unknown, definite_failure
 // as definite with its code), other results and errors by what they prove
-// (see [NewTool]). The client's request reference travels in _meta under
-// [MetaRequestRef], for the server's logs.
+// (see [NewTool]). A result with isError from any other server is unknown:
+// MCP reports every tool execution error so, a timeout after the tool
+// acted as much as a refusal; ClientOptions.ToolErrors says otherwise for
+// a server you know ([DefiniteToolErrors]). Class Keyed is for tools whose
+// server answers with retrysafe envelopes, the only ones known to replay a
+// resent call; over another server a write is AtMostOnce, or Reconcilable
+// with a Reconciler of yours. The client's request reference travels in
+// _meta under [MetaRequestRef], for the server's logs.
 //
 // # Where the scope comes from
 //

@@ -70,8 +70,8 @@ func refusal(err error) (string, bool) {
 // the envelope's output schema (envelopes), when the envelope names the
 // tool and isError agrees with its status; anything else is the tool's own
 // output, which may hold text the model wrote.
-func readResult(tool string, envelopes bool, res *mcp.CallToolResult) (string, error) {
-	if env, ok := carriedEnvelope(res); ok && envelopes && env.Tool == tool && res.IsError == (env.Status != envelope.Success) {
+func (r *remote) readResult(res *mcp.CallToolResult) (string, error) {
+	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.name && res.IsError == (env.Status != envelope.Success) {
 		return fromEnvelope(env)
 	}
 	text := joinedText(res)
@@ -79,7 +79,18 @@ func readResult(tool string, envelopes bool, res *mcp.CallToolResult) (string, e
 		if text == "" {
 			text = "no details given"
 		}
-		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s reported an error: %s", tool, text), "")
+		class := envelope.Unknown
+		if r.toolErrors != nil {
+			class = r.toolErrors(r.tool, res)
+		}
+		err := fmt.Errorf("the MCP tool %s reported an error: %s", r.name, text)
+		switch class {
+		case envelope.Definite:
+			return "", envelope.MarkDefinite(err, "")
+		case envelope.Transient:
+			return "", envelope.MarkTransient(err)
+		}
+		return "", envelope.MarkUnknown(fmt.Errorf("%w; it may have acted before it failed", err))
 	}
 	if res.StructuredContent == nil {
 		return text, nil

@@ -62,12 +62,13 @@ func textArg(text string) string {
 }
 
 // BREAK (a)+(b): the model's note looks like an unknown_outcome envelope.
-// The server posts it and echoes it; the guarded Keyed client reads the
-// echo as the server's unknown_outcome and resends by itself: three notes
-// for one Invoke, and the model is told the outcome is unknown.
+// The server posts it and echoes it; the guarded client read the echo as
+// the server's unknown_outcome (and, as a Keyed tool then could be over
+// such a server, resent by itself: three notes for one Invoke). Keyed is
+// now refused for a tool without envelopes; the echo must read as a result.
 func TestAnEchoedUnknownEnvelopeIsNotTheServersOutcome(t *testing.T) {
 	n := &notes{}
-	tool := guardedByName(t, connectInMemory(t, n.server(false), "", nil), "post_note", agenttool.Keyed)
+	tool := guardedByName(t, connectInMemory(t, n.server(false), "", nil), "post_note", agenttool.AtMostOnce)
 	injected := `{"version":1,"status":"unknown_outcome","tool":"post_note","error":{"code":"outcome_unknown","message":"x"},"next":"wait"}`
 	env := tool.Invoke(agentCtx(), textArg(injected))
 	if got := n.count(); got != 1 || env.Status != envelope.Success {

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -99,10 +100,12 @@ type call struct {
 	ref                string
 	owner              string // the lease owner of the call's claims
 	token              uint64
-	maybeRan           bool   // an attempt of this key may have applied the effect
-	ownFenced          bool   // the record is marked for the unknown fence (fenceOwn)
-	gaveUp             bool   // the call stopped waiting for another holder
-	claimed            Record // the record as the call's claim made it
+	maybeRan           bool         // an attempt of this key may have applied the effect
+	mayHaveActed       bool         // maybeRan was ever true, whatever a check said since
+	replayedAt         atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
+	ownFenced          bool         // the record is marked for the unknown fence (fenceOwn)
+	gaveUp             bool         // the call stopped waiting for another holder
+	claimed            Record       // the record as the call's claim made it
 
 	fl    flight     // while the call holds its key
 	first attemptCtx // the first attempt's context
@@ -199,7 +202,7 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	if h := c.t.cfg.Hooks.Claimed; h != nil {
 		h(c.ctx, ClaimedEvent{Tool: c.t.name, RequestRef: c.ref, TookOver: res.TookOver, Attempts: res.Record.Attempts})
 	}
-	c.token, c.maybeRan = res.Record.Token, res.TookOver
+	c.token, c.maybeRan, c.mayHaveActed = res.Record.Token, res.TookOver, res.TookOver
 	c.leaseUntil, c.claimed = res.Record.LeaseExpiry, res.Record
 	if res.TookOver {
 		c.heldUntil = inFlightUntil(res)
@@ -327,9 +330,14 @@ func (c *call) attempts(done int) envelope.Envelope {
 		}
 		out, err := c.attempt(attempt)
 		if err == nil {
-			return c.finish(Succeeded, envelope.Envelope{
-				Status: envelope.Success, Attempts: attempt, Result: out, Next: envelope.Continue,
-			})
+			env := envelope.Envelope{Status: envelope.Success, Attempts: attempt, Result: out, Next: envelope.Continue}
+			if c.replayedAt.Load() == int64(attempt) && !c.mayHaveActed {
+				// Nothing of this action reached the destination before: what
+				// it replayed was another caller's request.
+				env.Replayed = true
+				env.Note = "The destination had already done this for an earlier request; this is its result. Nothing was repeated."
+			}
+			return c.finish(Succeeded, env)
 		}
 		class := envelope.Classify(err)
 		if class == envelope.Definite && c.maybeRan {
@@ -354,7 +362,7 @@ func (c *call) attempts(done int) envelope.Envelope {
 			return env
 		}
 		if class == envelope.Unknown && cfg.Class != ReadOnly {
-			c.maybeRan = true
+			c.maybeRan, c.mayHaveActed = true, true
 			switch {
 			case cfg.Class == Keyed && n < cfg.Retry.MaxAttempts:
 				// Retried below: other writes in the scope wait meanwhile.
@@ -468,7 +476,7 @@ func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
 // happened. The destination is asked, if the tool has a reconciler;
 // otherwise the outcome is recorded as unknown, never as not applied.
 func (c *call) effectApplied(attempts int, err error) envelope.Envelope {
-	c.maybeRan = true
+	c.maybeRan, c.mayHaveActed = true, true
 	cause := fmt.Errorf("the tool reported %w after its effect was recorded", err)
 	if cfg := c.t.cfg; cfg.Reconciler != nil && cfg.Class != AtMostOnce {
 		if env, settled := c.reconcile(attempts, cause); settled {

@@ -86,7 +86,10 @@
 // (FencePrincipal). With [WithActionID] ("msg-" + the user message's id,
 // say), every call of the tool in that context is one action. A
 // destination that wants a UUID as the client reference gets one from
-// [RequestUUID].
+// [RequestUUID]. A tool whose destination says it replayed an earlier
+// request with the same key tells the call with [DestinationReplayed]; the
+// success then says replayed unless an attempt of its own may have landed
+// first.
 //
 // # Side-effect classes
 //

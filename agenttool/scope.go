@@ -26,6 +26,7 @@ const (
 	actionKey
 	labelKey
 	callKey
+	replayKey
 )
 
 // WithScope returns a context that carries the trusted scope of the calls made
@@ -145,6 +146,23 @@ func RequestUUID(ctx context.Context) string {
 	return uuid.NewSHA1(requestUUIDSpace, []byte(ref)).String()
 }
 
+// DestinationReplayed tells the guarded call whose attempt runs on ctx that
+// its destination answered this attempt with the outcome of an earlier
+// request instead of acting: it had seen the request's key (an HTTP API's
+// Idempotent-Replayed: true), or a retrysafe MCP server answered
+// replayed. Call it before the tool returns. If the attempt succeeds and
+// no earlier attempt of this action may have acted, the envelope says
+// replayed, with a note: the effect happened once, before this call, at
+// another caller's request. After an earlier attempt of its own that may
+// have acted, the replay is most likely that attempt's, and the envelope
+// is an ordinary success. Outside a guarded tool's attempt, and from a
+// reconciler, it does nothing.
+func DestinationReplayed(ctx context.Context) {
+	if a, ok := ctx.Value(replayKey).(*attemptCtx); ok {
+		a.c.replayedAt.Store(int64(a.attempt))
+	}
+}
+
 func withCallInfo(ctx context.Context, c CallInfo) context.Context {
 	return context.WithValue(ctx, callKey, c)
 }
@@ -162,6 +180,9 @@ type attemptCtx struct {
 func (a *attemptCtx) Value(key any) any {
 	if key == any(callKey) {
 		return CallInfo{RequestRef: a.c.ref, Attempt: a.attempt, Scope: a.c.scope, Token: a.c.token, Codec: a.c.t.cfg.codec}
+	}
+	if key == any(replayKey) {
+		return a
 	}
 	return a.Context.Value(key)
 }

@@ -200,7 +200,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	if err != nil {
 		return "", classifyCallError(err)
 	}
-	return r.readResult(res)
+	return r.readResult(ctx, res)
 }
 
 // toolSchema is what NewTool reads of a listed tool's input schema.

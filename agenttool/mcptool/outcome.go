@@ -1,6 +1,7 @@
 package mcptool
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -70,8 +72,13 @@ func refusal(err error) (string, bool) {
 // the envelope's output schema (envelopes), when the envelope names the
 // tool and isError agrees with its status; anything else is the tool's own
 // output, which may hold text the model wrote.
-func (r *remote) readResult(res *mcp.CallToolResult) (string, error) {
+func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult) (string, error) {
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.name && res.IsError == (env.Status != envelope.Success) {
+		if env.Status == envelope.Success && env.Replayed {
+			// The server did nothing for this call: the guarded call says
+			// so, unless an earlier attempt of its own is what it replayed.
+			agenttool.DestinationReplayed(ctx)
+		}
 		return fromEnvelope(env)
 	}
 	text := joinedText(res)

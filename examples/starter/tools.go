@@ -144,6 +144,11 @@ func postJSON(ctx context.Context, client *http.Client, url, key string, in, out
 	if resp.StatusCode/100 != 2 {
 		return &envelope.HTTPError{StatusCode: resp.StatusCode, Method: http.MethodPost, Message: string(bytes.TrimSpace(data))}
 	}
+	if resp.Header.Get("Idempotent-Replayed") == "true" {
+		// The API answered an earlier request's response: if that request
+		// was not one of this call's, the envelope says replayed.
+		agenttool.DestinationReplayed(ctx)
+	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return envelope.MarkUnknown(fmt.Errorf("unreadable response: %w", err))
 	}

@@ -1,0 +1,108 @@
+package agenttool_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// replayingAPI is a keyed destination shared by callers that keep separate
+// stores: it applies each idempotency key once and says when it replays.
+type replayingAPI struct {
+	done map[string]bool
+	// fail gives, for the n-th request (from 1), an error returned before
+	// (lost is false) or after (lost is true) the request is applied.
+	fail func(n int) (lost bool, err error)
+	n    int
+}
+
+func (a *replayingAPI) book(ctx context.Context, key string) (string, error) {
+	a.n++
+	var err error
+	lost := false
+	if a.fail != nil {
+		lost, err = a.fail(a.n)
+	}
+	if err != nil && !lost {
+		return "", err
+	}
+	replayed := a.done[key]
+	a.done[key] = true
+	if replayed {
+		agenttool.DestinationReplayed(ctx)
+	}
+	if err != nil {
+		return "", err
+	}
+	return "BK-1001", nil
+}
+
+func bookingTool(t *testing.T, api *replayingAPI, key string) *agenttool.Tool {
+	t.Helper()
+	tool, err := agenttool.New("book_flight", "Book one seat.", func(ctx context.Context, in struct {
+		Flight string `json:"flight"`
+	}) (string, error) {
+		return api.book(ctx, key)
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+// A destination that replays another caller's request is told as a
+// replay: this call did nothing, the effect happened once before it.
+func TestDestinationReplayOfAnotherRequestSaysReplayed(t *testing.T) {
+	api := &replayingAPI{done: map[string]bool{}}
+	first := bookingTool(t, api, "seat-1").Invoke(scoped(), `{"flight":"TP1234"}`)
+	if first.Status != envelope.Success || first.Replayed || first.Note != "" {
+		t.Fatalf("first: %s; want a fresh success", first)
+	}
+	other := bookingTool(t, api, "seat-1") // another replica, another store
+	second := other.Invoke(scoped(), `{"flight":"TP1234"}`)
+	if second.Status != envelope.Success || !second.Replayed || second.Attempts != 1 || !strings.Contains(second.Note, "Nothing was repeated") {
+		t.Errorf("second: %s; want success, replayed, with a note that nothing was repeated", second)
+	}
+	again := other.Invoke(scoped(), `{"flight":"TP1234"}`)
+	if !again.Replayed || again.Note != second.Note || string(again.Result) != string(second.Result) {
+		t.Errorf("from the store: %s; want the same replay", again)
+	}
+	// An attempt that failed before sending does not make the replay the
+	// call's own.
+	api.fail = func(n int) (bool, error) {
+		if n == 3 {
+			return false, envelope.MarkTransient(errors.New("dial tcp: connection refused"))
+		}
+		return false, nil
+	}
+	third := bookingTool(t, api, "seat-1").Invoke(scoped(), `{"flight":"TP1234"}`)
+	if third.Status != envelope.Success || !third.Replayed || third.Attempts != 2 {
+		t.Errorf("after an unsent attempt: %s; want success, replayed, 2 attempts", third)
+	}
+}
+
+// After an attempt of its own that may have acted, the destination's
+// replay is that attempt's: an ordinary success.
+func TestDestinationReplayOfTheCallsOwnAttemptIsASuccess(t *testing.T) {
+	api := &replayingAPI{done: map[string]bool{}, fail: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errors.New("read: connection reset by peer") // applied, reply lost
+		}
+		return false, nil
+	}}
+	env := bookingTool(t, api, "seat-1").Invoke(scoped(), `{"flight":"TP1234"}`)
+	if env.Status != envelope.Success || env.Replayed || env.Attempts != 2 || env.Note != "" {
+		t.Errorf("answered %s; want an ordinary success after 2 attempts", env)
+	}
+}
+
+// Outside a guarded attempt, DestinationReplayed does nothing.
+func TestDestinationReplayedOutsideACall(t *testing.T) {
+	agenttool.DestinationReplayed(context.Background())
+	agenttool.DestinationReplayed(scoped())
+}

@@ -331,9 +331,10 @@ func (c *call) attempts(done int) envelope.Envelope {
 		out, err := c.attempt(attempt)
 		if err == nil {
 			env := envelope.Envelope{Status: envelope.Success, Attempts: attempt, Result: out, Next: envelope.Continue}
-			if c.replayedAt.Load() == int64(attempt) && !c.mayHaveActed {
-				// Nothing of this action reached the destination before: what
-				// it replayed was another caller's request.
+			if c.replayedAt.Load() == int64(attempt) && c.claimed.Attempts == 0 && !c.mayHaveActed {
+				// No earlier call attempted this action, and nothing this
+				// call sent may have landed: what the destination replayed
+				// was another caller's request.
 				env.Replayed = true
 				env.Note = "The destination had already done this for an earlier request; this is its result. Nothing was repeated."
 			}

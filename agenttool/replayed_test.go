@@ -106,3 +106,39 @@ func TestDestinationReplayedOutsideACall(t *testing.T) {
 	agenttool.DestinationReplayed(context.Background())
 	agenttool.DestinationReplayed(scoped())
 }
+
+// A retry an operator approved after an unknown outcome meets the
+// destination's replay of the earlier attempt, which did land: an
+// ordinary success, not another caller's request.
+func TestDestinationReplayAfterAnApprovedRetryIsASuccess(t *testing.T) {
+	api := &replayingAPI{done: map[string]bool{}, fail: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errors.New("read: connection reset by peer") // applied, reply lost
+		}
+		return false, nil
+	}}
+	store := memstore.New()
+	tool, err := agenttool.New("book_flight", "Book one seat.", func(ctx context.Context, in struct {
+		Flight string `json:"flight"`
+	}) (string, error) {
+		return api.book(ctx, "seat-1")
+	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := tool.Invoke(scoped(), `{"flight":"TP1234"}`)
+	if first.Status != envelope.UnknownOutcome {
+		t.Fatalf("first: %s; want unknown_outcome", first)
+	}
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the airline's list yet"); err != nil {
+		t.Fatal(err)
+	}
+	again := tool.Invoke(scoped(), `{"flight":"TP1234"}`)
+	if again.Status != envelope.Success || again.Replayed || again.Note != "" {
+		t.Errorf("the approved retry answered %s; want an ordinary success", again)
+	}
+}

@@ -233,25 +233,29 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	// in the scope is unknown — not a new action's, not a retry approved
 	// by an operator or found not applied, not a keyed retry. The claim
 	// said whether any is.
-	if res.Fenced {
-		if env, blocked := c.fence(); blocked {
-			if h := c.t.cfg.Hooks.Fenced; h != nil && env.Earlier != nil {
-				h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: env.Earlier.RequestRef, EarlierState: env.Earlier.State})
-			}
-			c.putBack(res.Record)
-			if c.maybeRan && env.Status != envelope.UnknownOutcome {
-				// This action's own outcome is unknown too: the call applied
-				// nothing, but the action may have happened.
-				env.Status, env.Next = envelope.UnknownOutcome, envelope.DoNotRetry
-				env.Note = fmt.Sprintf("This action (%s) may already have happened; nothing new was done. "+
-					"Tell the user it is pending, and do not call %s again until it is verified.", c.ref, c.t.name)
-				if env.Earlier != nil {
-					env.Note = fmt.Sprintf("This action (%s) may already have happened, and an earlier %s (%s) was confirmed done; nothing new was done. "+
-						"Tell the user, and do not call %s again until it is verified.", c.ref, c.t.name, env.Earlier.RequestRef, c.t.name)
-				}
-			}
-			return env
+	// A notice the fence gave in the scope just now (NoticeHold) holds the
+	// call back too.
+	env, blocked := c.noticed()
+	if !blocked && res.Fenced {
+		env, blocked = c.fence()
+	}
+	if blocked {
+		if h := c.t.cfg.Hooks.Fenced; h != nil && env.Earlier != nil {
+			h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: env.Earlier.RequestRef, EarlierState: env.Earlier.State})
 		}
+		c.putBack(res.Record)
+		if c.maybeRan && env.Status != envelope.UnknownOutcome {
+			// This action's own outcome is unknown too: the call applied
+			// nothing, but the action may have happened.
+			env.Status, env.Next = envelope.UnknownOutcome, envelope.DoNotRetry
+			env.Note = fmt.Sprintf("This action (%s) may already have happened; nothing new was done. "+
+				"Tell the user it is pending, and do not call %s again until it is verified.", c.ref, c.t.name)
+			if env.Earlier != nil {
+				env.Note = fmt.Sprintf("This action (%s) may already have happened, and an earlier %s (%s) was confirmed done; nothing new was done. "+
+					"Tell the user, and do not call %s again until it is verified.", c.ref, c.t.name, env.Earlier.RequestRef, c.t.name)
+			}
+		}
+		return env
 	}
 	return c.attempts(res.Record.Attempts)
 }

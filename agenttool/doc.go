@@ -192,6 +192,12 @@
 //     reworded request, the fence has nothing left to hold, and the
 //     reworded request is a new action. Sweep less often than a
 //     conversation's turns, or tell the user what the sweeper found.
+//   - When the fence itself finds an earlier action applied, its answer
+//     (earlier_action_applied) holds the tool's other new writes in the
+//     scope for Options.NoticeHold, in this process: the calls of the
+//     model's turn that it made before reading the answer. Another
+//     replica, or a repeat after the hold, runs; by then the model has
+//     been told to ask the user.
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
 //   - The fingerprint is exact: a cosmetic variant of an earlier action is

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -21,7 +21,9 @@ import (
 //	  each, through the Reconciler:
 //	    not applied                → settled (approved for a retry); next
 //	    applied                    → settled as success; this call does not
-//	                                 run: earlier_action_applied, ask_human
+//	                                 run: earlier_action_applied, ask_human;
+//	                                 other new writes in the scope get the
+//	                                 same answer for NoticeHold (notice.go)
 //	    pending, can't say, busy,
 //	    or no reconciler           → this call does not run:
 //	                                 earlier_action_unknown
@@ -76,7 +78,9 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 		cur, gerr := cfg.Store.Get(c.work, rec.Key)
 		switch {
 		case gerr == nil && cur.State == Succeeded:
-			return c.earlierApplied(rec.Key, c.t.storedResult(cur)), true
+			result := c.t.storedResult(cur)
+			c.announce(rec.Key, result)
+			return c.earlierApplied(rec.Key, result), true
 		case gerr == nil && (cur.State == Failed || cur.State == Unknown && cur.RetryApproved), errors.Is(gerr, ErrNotFound):
 			return envelope.Envelope{}, false
 		}
@@ -92,6 +96,7 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	case err != nil:
 		return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true
 	case ans.Verdict == reconcile.Applied:
+		c.announce(rec.Key, ans.Result)
 		return c.earlierApplied(rec.Key, ans.Result), true
 	case ans.Verdict == reconcile.NotApplied:
 		return envelope.Envelope{}, false

@@ -51,7 +51,8 @@ func TestI9_RewordedResendWaitsForTheUnknownAction(t *testing.T) {
 			return true, err
 		}}
 		check := &answers{answer: reconcile.StillPending()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check})
+		clk := &clock{now: time.Now()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now})
 		first := tool.Invoke(scoped(), lunch)
 		mustStatus(t, first, envelope.UnknownOutcome)
 
@@ -82,7 +83,19 @@ func TestI9_RewordedResendWaitsForTheUnknownAction(t *testing.T) {
 			t.Errorf("the first action after the fence settled it: %s", replay)
 		}
 
-		// The fence has lifted: a new action (the user asked for it) runs.
+		// Another call the model made before it read that answer (a second
+		// tool call of the same turn, another wording) gets the same answer.
+		again := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch?","body":"Noon on Friday?"}`)
+		if again.Status != envelope.DefiniteFailure || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier.RequestRef != first.RequestRef {
+			t.Errorf("another wording right after the answer: %s", again)
+		}
+		if m.count() != 1 {
+			t.Fatalf("a second email went out: %d", m.count())
+		}
+
+		// Once NoticeHold has passed since that answer, the fence has lifted:
+		// a new action (the user asked for it) runs.
+		clk.Advance(11 * time.Second)
 		mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
 		if m.count() != 2 {
 			t.Errorf("the second action, asked for after the first was settled, ran %d times", m.count()-1)

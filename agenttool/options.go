@@ -189,6 +189,15 @@ type Options struct {
 	// settles it through the Reconciler, and does not run while it stays
 	// unknown. Default: FenceSession.
 	Fence FenceScope
+	// NoticeHold is how long, after the unknown fence found an earlier
+	// action applied and answered earlier_action_applied, this process
+	// keeps giving that answer to the tool's other new writes in the
+	// fence's scope: calls the model made before it could read the answer
+	// (several tool calls in one turn, an immediate repeat) must not send a
+	// second email. The hold starts when the fence finds the earlier
+	// action applied. Default: 10s; negative: the answer is given once,
+	// and the next call runs.
+	NoticeHold time.Duration
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.
 	ModelKeys ModelKeyPolicy
@@ -401,6 +410,9 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.CheckTimeout < 0 {
 		return nil, bad("CheckTimeout %v is negative", o.CheckTimeout)
+	}
+	if o.NoticeHold == 0 {
+		o.NoticeHold = 10 * time.Second
 	}
 	if o.CheckTimeout == 0 {
 		o.CheckTimeout = 30 * time.Second

@@ -30,6 +30,7 @@ type Tool struct {
 	typed       *typedInput // nil for wrapped tools
 	schema      json.RawMessage
 	flights     flights
+	notices     notices
 	scopeMemo   atomic.Pointer[scopeMemo]
 }
 

@@ -88,6 +88,10 @@ func TestReplicaHelper(t *testing.T) {
 		Store: store, Class: agenttool.Reconcilable, Reconciler: checker,
 		Lease: 600 * time.Millisecond, KeyTTL: time.Hour, WaitTimeout: 3 * time.Second,
 		Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond},
+		// The goroutines are an orchestrator's distinct actions, not a
+		// model's resends: when one finds the killed replica's action
+		// applied, the others need not wait for the user to hear of it.
+		NoticeHold: -1,
 	})
 	if err != nil {
 		t.Fatal(err)

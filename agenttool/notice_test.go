@@ -1,0 +1,95 @@
+package agenttool_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// noticeSetup leaves an unknown send_email in conversation-9 of user-7,
+// then has the fence find it applied for a reworded resend.
+func noticeSetup(t *testing.T, opts agenttool.Options) (*agenttool.Tool, *mailServer, *clock, envelope.Envelope) {
+	t.Helper()
+	var lost sync.Once
+	m := &mailServer{script: func(int) (bool, error) {
+		var err error
+		lost.Do(func() { err = errLostReply })
+		return true, err
+	}}
+	check := &answers{answer: reconcile.StillPending()}
+	clk := &clock{now: time.Now()}
+	opts.Store, opts.Class, opts.Reconciler, opts.Now = memstore.New(), agenttool.Reconcilable, check, clk.Now
+	tool := newEmailTool(t, m, opts)
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	check.set(reconcile.AppliedWith([]byte(`{"message_id":"<first@mail.test>"}`)))
+	told := tool.Invoke(scoped(), lunchReworded)
+	if told.Status != envelope.DefiniteFailure || told.Error.Code != envelope.CodeEarlierApplied {
+		t.Fatalf("the reworded resend: %s; want earlier_action_applied", told)
+	}
+	return tool, m, clk, first
+}
+
+func otherSession() context.Context {
+	return agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+}
+
+// The notice covers the fence's scope: the session by default, the
+// principal with FencePrincipal; never another principal.
+func TestNoticeHoldCoversTheFencesScope(t *testing.T) {
+	bob := `{"to":"bob@example.com","subject":"Lunch","body":"Join us?"}`
+	t.Run("session", func(t *testing.T) {
+		tool, m, _, first := noticeSetup(t, agenttool.Options{})
+		// The same turn's identical repeat of the refused call, and a call to
+		// someone else: both were made before the model read the answer.
+		for _, in := range []string{lunchReworded, bob} {
+			env := tool.Invoke(scoped(), in)
+			if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeEarlierApplied ||
+				env.Earlier.RequestRef != first.RequestRef || string(env.Earlier.Result) != `{"message_id":"<first@mail.test>"}` {
+				t.Errorf("%s in the same conversation: %s; want earlier_action_applied for %s", in, env, first.RequestRef)
+			}
+		}
+		mustStatus(t, tool.Invoke(otherSession(), bob), envelope.Success)
+		if n := m.count(); n != 2 {
+			t.Errorf("%d emails, want the first and the other conversation's", n)
+		}
+	})
+	t.Run("principal", func(t *testing.T) {
+		tool, m, _, _ := noticeSetup(t, agenttool.Options{Fence: agenttool.FencePrincipal})
+		if env := tool.Invoke(otherSession(), bob); env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("another conversation of the principal: %s; want earlier_action_applied", env)
+		}
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-8", "conversation-9")
+		mustStatus(t, tool.Invoke(other, bob), envelope.Success)
+		if n := m.count(); n != 2 {
+			t.Errorf("%d emails, want the first and the other principal's", n)
+		}
+	})
+}
+
+// The hold ends NoticeHold after the fence's answer; a negative NoticeHold
+// gives the answer once.
+func TestNoticeHoldEnds(t *testing.T) {
+	tool, m, clk, _ := noticeSetup(t, agenttool.Options{NoticeHold: time.Minute})
+	clk.Advance(59 * time.Second)
+	if env := tool.Invoke(scoped(), lunchReworded); env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
+		t.Errorf("within NoticeHold: %s; want earlier_action_applied", env)
+	}
+	clk.Advance(time.Second)
+	mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+	if n := m.count(); n != 2 {
+		t.Errorf("%d emails, want 2", n)
+	}
+
+	tool, m, _, _ = noticeSetup(t, agenttool.Options{NoticeHold: -1})
+	mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+	if n := m.count(); n != 2 {
+		t.Errorf("with NoticeHold -1: %d emails, want 2", n)
+	}
+}

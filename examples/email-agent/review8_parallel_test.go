@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/demo"
+)
+
+// parallelOpenAI speaks the chat-completions wire format and plays a fixed
+// script of assistant turns; a turn may carry several tool_calls at once,
+// as OpenAI's parallel tool calling does.
+type parallelOpenAI struct {
+	tool  string
+	turns [][]string // each turn: the arguments of its tool calls; an empty turn answers in words
+	mu    sync.Mutex
+	n     int
+}
+
+func (f *parallelOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.ReadAll(r.Body)
+	f.mu.Lock()
+	turn := f.n
+	f.n++
+	f.mu.Unlock()
+	message := map[string]any{"role": "assistant", "content": "Done."}
+	finish := "stop"
+	if turn < len(f.turns) && len(f.turns[turn]) > 0 {
+		var calls []any
+		for i, args := range f.turns[turn] {
+			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
+				"function": map[string]any{"name": f.tool, "arguments": args}})
+		}
+		message = map[string]any{"role": "assistant", "content": "", "tool_calls": calls}
+		finish = "tool_calls"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"id": "chatcmpl-r8", "object": "chat.completion", "created": 1, "model": "test-model",
+		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+	})
+}
+
+// After an unknown outcome, a model that sends its reworded email twice in
+// ONE assistant turn (parallel tool_calls, identical or in other words)
+// got a second email to Ana: the first reworded call settled the earlier
+// action through the unknown fence (earlier_action_applied) and gave its
+// key back; the second, in the same turn, before the model or the user
+// could read that answer, found nothing left to fence and was sent. The
+// fence's answer now holds for Options.NoticeHold.
+func TestReview8_ParallelRewordedResendSendsNoSecondEmail(t *testing.T) {
+	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
+	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
+	const reworded2 = `{"to":"ana@example.com","subject":"Friday lunch?","body":"Hi Ana, are you free for lunch at noon on Friday? Sam"}`
+	for name, second := range map[string]string{"same-arguments": reworded, "other-wording": reworded2} {
+		t.Run(name, func(t *testing.T) { parallelResend(t, first, reworded, second) })
+	}
+}
+
+func parallelResend(t *testing.T, first, reworded, second string) {
+	fake := &parallelOpenAI{tool: "send_email", turns: [][]string{{first}, {reworded, second}, {}}}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
+	var out bytes.Buffer
+	sum, err := demo.Run(context.Background(), example,
+		[]string{"-llm", "openai", "-fault", "reword", "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Logf("transcript:\n%s", out.String())
+	if len(sum.Envelopes) != 3 {
+		t.Fatalf("%d envelopes, want 3", len(sum.Envelopes))
+	}
+	if sum.Envelopes[0].Status != envelope.UnknownOutcome {
+		t.Fatalf("first call: %s", sum.Envelopes[0])
+	}
+	if e := sum.Envelopes[1]; e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
+		t.Fatalf("second call: %s", e)
+	}
+	if e := sum.Envelopes[2]; e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
+		t.Errorf("third call, in the same turn: %s; want earlier_action_applied", e)
+	}
+	if sum.Effects != 1 {
+		t.Errorf("one logical action (email Ana about lunch) left %d emails in the mailbox, want 1; the third envelope: %s",
+			sum.Effects, sum.Envelopes[2])
+	}
+}

@@ -77,7 +77,7 @@ func (c *call) noticeScope() noticeScope {
 // not for as long as they come.
 func (c *call) noticed() (env envelope.Envelope, held bool) {
 	cfg := c.t.cfg
-	if cfg.NoticeHold < 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
+	if c.t.notices.n.Load() == 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return env, false
 	}
 	now := cfg.Now()

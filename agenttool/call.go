@@ -238,6 +238,11 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	env, blocked := c.noticed()
 	if !blocked && res.Fenced {
 		env, blocked = c.fence()
+		if !blocked {
+			// The fence found nothing unknown: an action settled as
+			// applied since the claim has been announced by now.
+			env, blocked = c.noticed()
+		}
 	}
 	if blocked {
 		if h := c.t.cfg.Hooks.Fenced; h != nil && env.Earlier != nil {
@@ -717,6 +722,11 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 	}
 	if cfg.Class == ReadOnly {
 		return env
+	}
+	if state == Succeeded && c.claimed.TakenOver {
+		// The action's outcome was unknown before this call: the model
+		// may have sent it again in other words in the same turn.
+		c.t.announce(c.principal, c.session, c.ref, env.Result)
 	}
 	err := c.record(state, env)
 	if err == nil {

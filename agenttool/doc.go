@@ -187,17 +187,15 @@
 //     A reconciler that knows no request in flight can land (the
 //     destination fences stale ones, as boltstore.Store.Effect does)
 //     answers reconcile.NotAppliedFenced, which is trusted at once.
-//   - The unknown fence sees actions while they are unknown. If the sweeper
-//     or an operator settles one as applied before the model sends its
-//     reworded request, the fence has nothing left to hold, and the
-//     reworded request is a new action. Sweep less often than a
+//   - The unknown fence sees actions while they are unknown. Once one is
+//     found applied — by the fence, by a resend of the action, by the
+//     sweeper or an operator — the tool's other new writes in the scope
+//     get earlier_action_applied for Options.NoticeHold, in the process
+//     that found it; that covers the calls the model made in the same
+//     turn. A reworded request after that, or in another process, is a
+//     new action: by then the model has been told, or the sweeper settled
+//     the action before the model came back. Sweep less often than a
 //     conversation's turns, or tell the user what the sweeper found.
-//   - When the fence itself finds an earlier action applied, its answer
-//     (earlier_action_applied) holds the tool's other new writes in the
-//     scope for Options.NoticeHold, in this process: the calls of the
-//     model's turn that it made before reading the answer. Another
-//     replica, or a repeat after the hold, runs; by then the model has
-//     been told to ask the user.
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
 //   - The fingerprint is exact: a cosmetic variant of an earlier action is

@@ -78,8 +78,10 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 		cur, gerr := cfg.Store.Get(c.work, rec.Key)
 		switch {
 		case gerr == nil && cur.State == Succeeded:
+			// Settled elsewhere (another process, say): the notice comes
+			// late, but holds the calls after this one.
 			result := c.t.storedResult(cur)
-			c.announce(rec.Key, result)
+			c.t.announce(rec.Principal, rec.Session, rec.Key, result)
 			return c.earlierApplied(rec.Key, result), true
 		case gerr == nil && (cur.State == Failed || cur.State == Unknown && cur.RetryApproved), errors.Is(gerr, ErrNotFound):
 			return envelope.Envelope{}, false
@@ -96,7 +98,7 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	case err != nil:
 		return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true
 	case ans.Verdict == reconcile.Applied:
-		c.announce(rec.Key, ans.Result)
+		// Settled as applied, and announced before (holding.applied).
 		return c.earlierApplied(rec.Key, ans.Result), true
 	case ans.Verdict == reconcile.NotApplied:
 		return envelope.Envelope{}, false

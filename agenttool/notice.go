@@ -62,39 +62,45 @@ func (ns *notices) get(scope noticeScope, now time.Time) (notice, bool) {
 	return n, true
 }
 
-// noticeScope is the scope the call's fence covers.
-func (c *call) noticeScope() noticeScope {
-	s := noticeScope{principal: c.principal}
-	if c.t.cfg.Fence == FenceSession {
-		s.session = c.session
+// noticeScope is the scope the tool's fence covers for a record or call
+// of principal and session (digests, as records keep them).
+func (t *Tool) noticeScope(principal, session Digest) noticeScope {
+	s := noticeScope{principal: principal}
+	if t.cfg.Fence == FenceSession {
+		s.session = session
 	}
 	return s
 }
 
-// noticed returns the earlier_action_applied answer the call gets if the
-// fence gave one in its scope within NoticeHold. The hold is not
-// restarted: a scope whose calls keep coming is held back for NoticeHold,
-// not for as long as they come.
+// noticed returns the earlier_action_applied answer the call gets if an
+// action of the tool in its scope was found applied after an unknown
+// outcome within NoticeHold. The hold is not restarted: a scope whose
+// calls keep coming is held back for NoticeHold, not for as long as they
+// come.
 func (c *call) noticed() (env envelope.Envelope, held bool) {
 	cfg := c.t.cfg
 	if c.t.notices.n.Load() == 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return env, false
 	}
-	now := cfg.Now()
-	n, ok := c.t.notices.get(c.noticeScope(), now)
+	n, ok := c.t.notices.get(c.t.noticeScope(c.principal, c.session), cfg.Now())
 	if !ok || n.earlier == c.ref {
 		return env, false
 	}
 	return c.earlierApplied(n.earlier, n.result), true
 }
 
-// announce records the fence's earlier_action_applied answer for the
-// call's scope.
-func (c *call) announce(earlier string, result json.RawMessage) {
-	cfg := c.t.cfg
-	if cfg.NoticeHold < 0 {
+// announce records that earlier, an action of the tool whose outcome was
+// unknown, is found applied, for the scope of principal and session. It
+// runs before the settlement is written: a call that no longer finds the
+// action unknown finds the notice.
+func (t *Tool) announce(principal, session Digest, earlier string, result json.RawMessage) {
+	cfg := t.cfg
+	if cfg.NoticeHold < 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return
 	}
+	if len(result) > 0 && !json.Valid(result) {
+		result = nil
+	}
 	now := cfg.Now()
-	c.t.notices.put(c.noticeScope(), earlier, result, now, now.Add(cfg.NoticeHold))
+	t.notices.put(t.noticeScope(principal, session), earlier, result, now, now.Add(cfg.NoticeHold))
 }

@@ -93,3 +93,59 @@ func TestNoticeHoldEnds(t *testing.T) {
 		t.Errorf("with NoticeHold -1: %d emails, want 2", n)
 	}
 }
+
+// A keyed action left unknown and then completed by its own resend (the
+// destination replays it) holds the scope's other new writes as the fence
+// would: the model may have reworded it in the same turn.
+func TestNoticeAfterAKeyedResendCompletesTheAction(t *testing.T) {
+	lose := true
+	m := &mailServer{dedupe: true, script: func(int) (bool, error) {
+		if lose {
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	lose = false
+	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+	reworded := tool.Invoke(scoped(), lunchReworded)
+	if reworded.Error == nil || reworded.Error.Code != envelope.CodeEarlierApplied || reworded.Earlier.RequestRef != first.RequestRef {
+		t.Errorf("a reworded call right after the resend: %s; want earlier_action_applied for %s", reworded, first.RequestRef)
+	}
+	if n := m.count(); n != 1 {
+		t.Errorf("%d emails, want 1", n)
+	}
+}
+
+// An operator's check that finds the action applied holds the scope's
+// other new writes too.
+func TestNoticeAfterAnOperatorFindsTheActionApplied(t *testing.T) {
+	var lost sync.Once
+	m := &mailServer{script: func(int) (bool, error) {
+		var err error
+		lost.Do(func() { err = errLostReply })
+		return true, err
+	}}
+	check := &answers{answer: reconcile.StillPending()}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check.set(reconcile.AppliedWith([]byte(`{"message_id":"<first@mail.test>"}`)))
+	if v, err := op.Reconcile(context.Background(), first.RequestRef, "maria"); err != nil || v != reconcile.Applied {
+		t.Fatalf("operator's check: %v, %v", v, err)
+	}
+	reworded := tool.Invoke(scoped(), lunchReworded)
+	if reworded.Error == nil || reworded.Error.Code != envelope.CodeEarlierApplied {
+		t.Errorf("a reworded call right after the operator's check: %s; want earlier_action_applied", reworded)
+	}
+	if n := m.count(); n != 1 {
+		t.Errorf("%d emails, want 1", n)
+	}
+}

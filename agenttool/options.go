@@ -189,14 +189,15 @@ type Options struct {
 	// settles it through the Reconciler, and does not run while it stays
 	// unknown. Default: FenceSession.
 	Fence FenceScope
-	// NoticeHold is how long, after the unknown fence found an earlier
-	// action applied and answered earlier_action_applied, this process
-	// keeps giving that answer to the tool's other new writes in the
-	// fence's scope: calls the model made before it could read the answer
-	// (several tool calls in one turn, an immediate repeat) must not send a
-	// second email. The hold starts when the fence finds the earlier
-	// action applied. Default: 10s; negative: the answer is given once,
-	// and the next call runs.
+	// NoticeHold is how long, after an action of this tool whose outcome
+	// was unknown is found applied — by the unknown fence (which answers
+	// earlier_action_applied), by a call of the action itself, or by a
+	// sweeper or operator built on this Tool — the tool's other new writes in
+	// the fence's scope get earlier_action_applied instead of running. The
+	// model reads an answer only after all the tool calls of its turn have
+	// run: a reworded copy it sent in the same turn, or right after, must
+	// not send a second email. The hold is kept in this process and starts
+	// when the action is found applied. Default: 10s; negative: no hold.
 	NoticeHold time.Duration
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.

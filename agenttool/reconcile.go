@@ -30,6 +30,10 @@ func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, sett
 		return c.finish(Succeeded, reconciledSuccess(attempts, ans)), true
 	case reconcile.NotApplied:
 		c.maybeRan = false
+		if ans.Fenced {
+			// Proven: nothing this call sent has landed or can land.
+			c.mayHaveActed = false
+		}
 		return envelope.Envelope{}, false
 	}
 	return c.markUnknown(attempts, fmt.Errorf("%w; the destination's answer: %s", cause, describe(ans))), true

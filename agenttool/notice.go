@@ -9,12 +9,13 @@ import (
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
-// notices are the earlier_action_applied answers the unknown fence gave,
-// by scope, for Options.NoticeHold: until then, another new write of the
-// tool in the scope gets the same answer instead of running. The model
-// reads the answer only after its turn's tool calls have run, so a second
-// call of the same turn, or a repeat made without reading it, would
-// otherwise send what the user was just to be asked about.
+// notices are the tool's actions whose unknown outcome was just found
+// applied, by scope, each for Options.NoticeHold: until then, another new
+// write of the tool in the scope gets earlier_action_applied instead of
+// running. The model reads an answer only after its turn's tool calls have
+// run, so a reworded copy of the action sent in the same turn, or a repeat
+// made without reading the answer, would otherwise send what the user was
+// just to be asked about.
 type notices struct {
 	n  atomic.Int32 // len(m): calls skip the lock while there are none
 	mu sync.Mutex
@@ -31,8 +32,8 @@ type notice struct {
 	until   time.Time
 }
 
-// put records that the fence answered earlier_action_applied for earlier
-// in scope at now, and drops the notices whose hold has ended.
+// put records that earlier was found applied in scope at now, held until
+// until, and drops the notices whose hold has ended.
 func (ns *notices) put(scope noticeScope, earlier string, result json.RawMessage, now, until time.Time) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()

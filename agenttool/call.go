@@ -102,6 +102,7 @@ type call struct {
 	token              uint64
 	maybeRan           bool         // an attempt of this key may have applied the effect
 	mayHaveActed       bool         // maybeRan was ever true, whatever a check said since
+	replaces           bool         // the fence let this call go on in place of an earlier action found not applied
 	replayedAt         atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
 	ownFenced          bool         // the record is marked for the unknown fence (fenceOwn)
 	gaveUp             bool         // the call stopped waiting for another holder
@@ -242,6 +243,14 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 			// The fence found nothing unknown: an action settled as
 			// applied since the claim has been announced by now.
 			env, blocked = c.noticed()
+		}
+	}
+	if !blocked && c.claimed.Attempts > 0 && !c.claimed.TakenOver {
+		// A retry approved after an unknown outcome: while it runs, other
+		// writes in the scope wait, as for any retry of an unknown action.
+		if err := c.fenceOwn(); err != nil {
+			c.putBack(res.Record)
+			return c.storeUnavailable(fmt.Errorf("marking the approved retry for the unknown fence: %w", err))
 		}
 	}
 	if blocked {
@@ -723,10 +732,12 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 	if cfg.Class == ReadOnly {
 		return env
 	}
-	if state == Succeeded && c.claimed.TakenOver {
-		// The action's outcome was unknown before this call: the model
-		// may have sent it again in other words in the same turn.
-		c.t.announce(c.principal, c.session, c.ref, env.Result)
+	if state == Succeeded && (c.claimed.TakenOver || c.claimed.Attempts > 0 || c.replaces) {
+		// The action's outcome was unknown before this call (taken over,
+		// or a retry approved after it), or this call went on in place of
+		// such an action found not applied: the model may have sent a
+		// copy in other words, or the other one again, in the same turn.
+		c.t.announce(c.principal, c.session, c.ref, env.Result, c.replaces && !c.claimed.TakenOver && c.claimed.Attempts == 0)
 	}
 	err := c.record(state, env)
 	if err == nil {

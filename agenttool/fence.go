@@ -81,9 +81,12 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 			// Settled elsewhere (another process, say): the notice comes
 			// late, but holds the calls after this one.
 			result := c.t.storedResult(cur)
-			c.t.announce(rec.Principal, rec.Session, rec.Key, result)
+			c.t.announce(rec.Principal, rec.Session, rec.Key, result, false)
 			return c.earlierApplied(rec.Key, result), true
-		case gerr == nil && (cur.State == Failed || cur.State == Unknown && cur.RetryApproved), errors.Is(gerr, ErrNotFound):
+		case gerr == nil && cur.State == Unknown && cur.RetryApproved:
+			c.replaces = true
+			return envelope.Envelope{}, false
+		case gerr == nil && cur.State == Failed, errors.Is(gerr, ErrNotFound):
 			return envelope.Envelope{}, false
 		}
 		return c.fenced(rec.Key, "it is being settled"), true
@@ -101,6 +104,10 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 		// Settled as applied, and announced before (holding.applied).
 		return c.earlierApplied(rec.Key, ans.Result), true
 	case ans.Verdict == reconcile.NotApplied:
+		// This call goes on in place of the earlier action, which stays
+		// approved for one more attempt: its own resend must not follow
+		// unheard (see call.finish).
+		c.replaces = true
 		return envelope.Envelope{}, false
 	}
 	return c.fenced(rec.Key, "the destination's answer: "+describe(ans)), true
@@ -138,6 +145,19 @@ func (c *call) earlierApplied(earlier string, result json.RawMessage) envelope.E
 		Note: fmt.Sprintf("An earlier %s in this conversation was confirmed done (reference %s); nothing new was done. "+
 			"Tell the user, and ask before doing it again.", c.t.name, earlier),
 	}
+}
+
+// earlierDone is the envelope of a call held back because another action
+// of the tool in the scope was just done in place of one whose outcome was
+// unknown and which was found not applied: the user hears of it before
+// anything else is sent.
+func (c *call) earlierDone(earlier string, result json.RawMessage) envelope.Envelope {
+	env := c.earlierApplied(earlier, result)
+	env.Error.Message = fmt.Sprintf("another %s of this %s (%s) was just done, in place of an earlier one whose outcome was unknown; this call was not run",
+		c.t.name, c.t.cfg.Fence, earlier)
+	env.Note = fmt.Sprintf("Another %s in this conversation was just done (reference %s); nothing new was done. "+
+		"Tell the user, and ask before doing it again.", c.t.name, earlier)
+	return env
 }
 
 // storedResult returns the result of a succeeded record, or nil if its

@@ -27,14 +27,15 @@ type notices struct {
 type noticeScope struct{ principal, session Digest }
 
 type notice struct {
-	earlier string          // the action found applied
-	result  json.RawMessage // its result, if known
-	until   time.Time
+	earlier  string          // the action found applied, or just done in place of one
+	result   json.RawMessage // its result, if known
+	replaced bool            // earlier was just done in place of an action found not applied
+	until    time.Time
 }
 
 // put records that earlier was found applied in scope at now, held until
 // until, and drops the notices whose hold has ended.
-func (ns *notices) put(scope noticeScope, earlier string, result json.RawMessage, now, until time.Time) {
+func (ns *notices) put(scope noticeScope, n notice, now time.Time) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	if ns.m == nil {
@@ -45,7 +46,7 @@ func (ns *notices) put(scope noticeScope, earlier string, result json.RawMessage
 			delete(ns.m, k)
 		}
 	}
-	ns.m[scope] = notice{earlier: earlier, result: result, until: until}
+	ns.m[scope] = n
 	ns.n.Store(int32(len(ns.m)))
 }
 
@@ -87,14 +88,18 @@ func (c *call) noticed() (env envelope.Envelope, held bool) {
 	if !ok || n.earlier == c.ref {
 		return env, false
 	}
+	if n.replaced {
+		return c.earlierDone(n.earlier, n.result), true
+	}
 	return c.earlierApplied(n.earlier, n.result), true
 }
 
 // announce records that earlier, an action of the tool whose outcome was
-// unknown, is found applied, for the scope of principal and session. It
-// runs before the settlement is written: a call that no longer finds the
-// action unknown finds the notice.
-func (t *Tool) announce(principal, session Digest, earlier string, result json.RawMessage) {
+// unknown, is found applied (or, with replaced, that earlier was just done
+// in place of such an action found not applied), for the scope of
+// principal and session. It runs before the outcome is written: a call
+// that no longer finds the action unknown finds the notice.
+func (t *Tool) announce(principal, session Digest, earlier string, result json.RawMessage, replaced bool) {
 	cfg := t.cfg
 	if cfg.NoticeHold < 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return
@@ -103,5 +108,6 @@ func (t *Tool) announce(principal, session Digest, earlier string, result json.R
 		result = nil
 	}
 	now := cfg.Now()
-	t.notices.put(t.noticeScope(principal, session), earlier, result, now, now.Add(cfg.NoticeHold))
+	t.notices.put(t.noticeScope(principal, session),
+		notice{earlier: earlier, result: result, replaced: replaced, until: now.Add(cfg.NoticeHold)}, now)
 }

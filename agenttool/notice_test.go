@@ -2,6 +2,7 @@ package agenttool_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,5 +148,40 @@ func TestNoticeAfterAnOperatorFindsTheActionApplied(t *testing.T) {
 	}
 	if n := m.count(); n != 1 {
 		t.Errorf("%d emails, want 1", n)
+	}
+}
+
+// A reworded call that the fence let go on because the earlier action was
+// found not applied holds the earlier action's own resend for NoticeHold,
+// saying what was done instead; after the hold the resend may run (the
+// earlier action stays approved for one more attempt).
+func TestNoticeAfterACallReplacesAnActionFoundNotApplied(t *testing.T) {
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return false, errLostReply // never delivered; the reply is lost
+		}
+		return true, nil
+	}}
+	check := &answers{answer: reconcile.StillPending()}
+	clk := &clock{now: time.Now()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	check.set(reconcile.NotAppliedFenced())
+	reworded := tool.Invoke(scoped(), lunchReworded)
+	mustStatus(t, reworded, envelope.Success)
+	resend := tool.Invoke(scoped(), lunch)
+	if resend.Status != envelope.DefiniteFailure || resend.Error.Code != envelope.CodeEarlierApplied ||
+		resend.Earlier.RequestRef != reworded.RequestRef || !strings.Contains(resend.Note, "was just done") {
+		t.Errorf("the earlier action's resend right after: %s; want earlier_action_applied naming %s", resend, reworded.RequestRef)
+	}
+	if n := m.count(); n != 1 {
+		t.Fatalf("%d emails, want 1", n)
+	}
+	clk.Advance(11 * time.Second)
+	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+	if n := m.count(); n != 2 {
+		t.Errorf("%d emails after the hold, want 2 (the user asked again)", n)
 	}
 }

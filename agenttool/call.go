@@ -103,6 +103,7 @@ type call struct {
 	maybeRan           bool         // an attempt of this key may have applied the effect
 	mayHaveActed       bool         // maybeRan was ever true, whatever a check said since
 	replaces           bool         // the fence let this call go on in place of an earlier action found not applied
+	deferred           []*holding   // those actions, held until this call ends (settleDeferred)
 	replayedAt         atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
 	ownFenced          bool         // the record is marked for the unknown fence (fenceOwn)
 	gaveUp             bool         // the call stopped waiting for another holder
@@ -213,6 +214,7 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	defer c.stopWork(nil)
 	c.t.flights.begin(c)
 	defer c.t.flights.end(c)
+	defer c.settleDeferred()
 	if c.maybeRan && c.t.cfg.Class == Keyed && c.t.cfg.keyForgotten(res.Record.Created) {
 		// The destination may have forgotten the key: a retry with it is no
 		// longer safe. Ask, or leave it to a person.
@@ -243,14 +245,6 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 			// The fence found nothing unknown: an action settled as
 			// applied since the claim has been announced by now.
 			env, blocked = c.noticed()
-		}
-	}
-	if !blocked && c.claimed.Attempts > 0 && !c.claimed.TakenOver {
-		// A retry approved after an unknown outcome: while it runs, other
-		// writes in the scope wait, as for any retry of an unknown action.
-		if err := c.fenceOwn(); err != nil {
-			c.putBack(res.Record)
-			return c.storeUnavailable(fmt.Errorf("marking the approved retry for the unknown fence: %w", err))
 		}
 	}
 	if blocked {

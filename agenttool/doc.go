@@ -196,6 +196,13 @@
 //     new action: by then the model has been told, or the sweeper settled
 //     the action before the model came back. Sweep less often than a
 //     conversation's turns, or tell the user what the sweeper found.
+//   - A retry approved by an operator, an approver or the sweeper ("not
+//     applied") does not hold back the scope's other writes until it is
+//     used: a reworded copy that the model sends before the identical
+//     resend, in the turn after the approval, is a new action, and the
+//     resend then uses the approval — two emails. Within a turn that finds
+//     the action not applied itself (the fence), the reworded call goes on
+//     in its place and the resend is held (NoticeHold).
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
 //   - The fingerprint is exact: a cosmetic variant of an earlier action is

@@ -95,22 +95,42 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	case err != nil:
 		return c.storeUnavailable(fmt.Errorf("taking over the earlier action %s: %w", rec.Key, err)), true
 	}
-	defer h.end()
-	ans, err := h.reconcile(c.work, "fence")
-	switch {
-	case err != nil:
-		return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true
-	case ans.Verdict == reconcile.Applied:
-		// Settled as applied, and announced before (holding.applied).
+	ans := h.ask(c.work, "fence")
+	switch ans.Verdict {
+	case reconcile.Applied:
+		// Announced before it is written (holding.applied).
+		_, err := h.applied(c.work, ans.Result, &Resolution{Verdict: "applied", By: "fence"})
+		if err != nil {
+			return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true
+		}
 		return c.earlierApplied(rec.Key, ans.Result), true
-	case ans.Verdict == reconcile.NotApplied:
-		// This call goes on in place of the earlier action, which stays
-		// approved for one more attempt: its own resend must not follow
-		// unheard (see call.finish).
+	case reconcile.NotApplied:
+		// This call goes on in place of the earlier action. The earlier
+		// one stays held, so that its own resend waits, and is settled as
+		// not applied when this call ends (settleDeferred), after this
+		// call's success is announced: the resend is then told what was
+		// done instead.
 		c.replaces = true
+		c.deferred = append(c.deferred, h)
 		return envelope.Envelope{}, false
 	}
+	if err := h.stillUnknown(c.work); err != nil {
+		return c.storeUnavailable(fmt.Errorf("settling the earlier action %s: %w", rec.Key, err)), true
+	}
 	return c.fenced(rec.Key, "the destination's answer: "+describe(ans)), true
+}
+
+// settleDeferred records the earlier actions this call's fence found not
+// applied as such (approved for one more attempt), once the call is done.
+func (c *call) settleDeferred() {
+	for _, h := range c.deferred {
+		if err := h.notApplied(c.ctx, &Resolution{Verdict: "not applied", By: "fence"}); err != nil {
+			// The record stays held until its lease lapses, then unknown:
+			// asked again, never free.
+			c.t.cfg.logger.Warn("retrysafe: an earlier action found not applied could not be recorded so", "ref", h.rec.Key, "err", err)
+		}
+	}
+	c.deferred = nil
 }
 
 // fenced is the envelope of a call held back by an earlier action whose

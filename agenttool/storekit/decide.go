@@ -22,13 +22,15 @@ import (
 //     outcome is unknown: taken over if req.TakeOver, else turned into an
 //     unknown record (fencing out the old holder);
 //   - unknown and resolved as not applied (RetryApproved): claimed afresh,
-//     which consumes the approval;
+//     which consumes the approval; the new record is marked TakenOver, so
+//     that the unknown fence holds the scope's other writes while the
+//     approved retry runs, from the claim on;
 //   - unknown: taken over if req.TakeOver, else returned.
 func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (res ClaimResult, write bool, err error) {
 	if req.Lease <= 0 {
 		return ClaimResult{}, false, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
-	claim := func(tookOver bool, attempts int, created time.Time) (ClaimResult, bool, error) {
+	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimResult, bool, error) {
 		var heldUntil, since time.Time
 		if tookOver {
 			heldUntil, since = existing.LeaseExpiry, existing.Updated
@@ -44,7 +46,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			Key: req.Key, Tool: req.Tool, State: Pending,
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
-			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver,
+			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver || retry,
 			Label: req.Label,
 		}
 		if existing != nil && !existing.expired(req.Now) {
@@ -58,7 +60,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}, true, nil
 	}
 	if existing == nil || existing.expired(req.Now) {
-		return claim(false, 0, time.Time{})
+		return claim(false, false, 0, time.Time{})
 	}
 	if !existing.State.Valid() {
 		return ClaimResult{}, false, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
@@ -80,7 +82,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		// The dead holder claimed in order to attempt: count its attempt,
 		// whose outcome nobody knows.
 		if req.TakeOver {
-			return claim(true, existing.Attempts+1, existing.Created)
+			return claim(true, false, existing.Attempts+1, existing.Created)
 		}
 		tok, err := nextToken()
 		if err != nil {
@@ -94,10 +96,10 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		return ClaimResult{Record: rec}, true, nil
 	case Unknown:
 		if existing.RetryApproved {
-			return claim(false, existing.Attempts, existing.Created)
+			return claim(false, true, existing.Attempts, existing.Created)
 		}
 		if req.TakeOver {
-			return claim(true, existing.Attempts, existing.Created)
+			return claim(true, false, existing.Attempts, existing.Created)
 		}
 	}
 	return ClaimResult{Record: *existing}, false, nil

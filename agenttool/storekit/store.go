@@ -322,7 +322,7 @@ type Record struct {
 	// record as its audit trail; nil if there was none.
 	Resolution *Resolution
 	// TakenOver is set on a pending record whose claim took over an unknown
-	// outcome or a lapsed lease, or whose holder's own attempt came back
+	// outcome or a lapsed lease, or used up a retry approved after one, or whose holder's own attempt came back
 	// unknown ([RenewRequest.MaybeApplied]): its action may already have applied, and
 	// is being checked or retried. The unknown fence counts it as unknown
 	// while it is held ([Record.Fences]).

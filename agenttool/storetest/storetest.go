@@ -317,6 +317,10 @@ func testRetryApproval(t *testing.T, s agenttool.Store) {
 	if !first.Claimed || first.TookOver {
 		t.Fatalf("claim of an approved record: %+v", first)
 	}
+	// The approved retry fences its scope from its claim on (I9).
+	if rec, _ := s.Get(bg, key); !rec.TakenOver || !rec.Fences(t0.Add(time.Second)) {
+		t.Errorf("the claim of an approved record does not fence: %+v", rec)
+	}
 	if second := mustClaim(t, s, claimReq(key, t0.Add(2*time.Second))); second.Claimed {
 		t.Fatalf("an approval was used twice: %+v", second)
 	}

@@ -214,7 +214,15 @@ func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
 	defer c.stopWork(nil)
 	c.t.flights.begin(c)
 	defer c.t.flights.end(c)
-	defer c.settleDeferred()
+	normal := false
+	defer func() { c.settleDeferred(normal) }()
+	env := c.holdKey(res)
+	normal = true
+	return env
+}
+
+// holdKey is hold's work, once the call's flight has begun.
+func (c *call) holdKey(res storekit.ClaimResult) envelope.Envelope {
 	if c.maybeRan && c.t.cfg.Class == Keyed && c.t.cfg.keyForgotten(res.Record.Created) {
 		// The destination may have forgotten the key: a retry with it is no
 		// longer safe. Ask, or leave it to a person.
@@ -615,6 +623,19 @@ func (c *call) keyForgotten(rec Record) envelope.Envelope {
 }
 
 func (c *call) inProgress(rec Record) envelope.Envelope {
+	if by, ok := replacedBy(rec); ok {
+		// Not running: found not applied, and held while another call of
+		// the tool goes on in its place.
+		return envelope.Envelope{
+			Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
+			Attempts: rec.Attempts, Next: envelope.DoNotRetry,
+			Error: &envelope.Error{Code: envelope.CodeEarlierUnknown, Message: fmt.Sprintf(
+				"this action was found not applied, and another %s (%s) is being done in its place; this call was not run", c.t.name, by)},
+			Earlier: &envelope.Earlier{RequestRef: by, State: envelope.ActionRunning},
+			Note: fmt.Sprintf("Another %s in this conversation (reference %s) is being done in place of this one; nothing new was done. "+
+				"Tell the user it is pending, and do not call %s again until it is done.", c.t.name, by, c.t.name),
+		}
+	}
 	return envelope.Envelope{
 		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
 		Attempts: rec.Attempts, Next: envelope.Wait,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -71,7 +72,7 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 	if cfg.Reconciler == nil {
 		return c.fenced(rec.Key, "no reconciler can ask the destination, so it waits for a person"), true
 	}
-	h, err := c.t.takeOver(c.work, rec.Key)
+	h, err := c.t.takeOverAs(c.work, rec.Key, replacingOwner(c.ref))
 	switch {
 	case errors.Is(err, ErrNotUnknown):
 		// Settled since it was listed: by whom does not matter, what does.
@@ -112,6 +113,12 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 		// done instead.
 		c.replaces = true
 		c.deferred = append(c.deferred, h)
+		// While it runs, this call fences the scope: if the hold on the
+		// earlier action is lost, or this call ends without an outcome (a
+		// panic), the earlier action's resend still finds it at work.
+		if err := c.fenceOwn(); err != nil {
+			return c.storeUnavailable(fmt.Errorf("marking this call for the unknown fence: %w", err)), true
+		}
 		return envelope.Envelope{}, false
 	}
 	if err := h.stillUnknown(c.work); err != nil {
@@ -122,8 +129,17 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 
 // settleDeferred records the earlier actions this call's fence found not
 // applied as such (approved for one more attempt), once the call is done.
-func (c *call) settleDeferred() {
+// A call that did not end normally (its tool panicked) may have acted in
+// their place: they are given back unknown, to be asked again, never
+// approved.
+func (c *call) settleDeferred(normal bool) {
 	for _, h := range c.deferred {
+		if !normal {
+			if err := h.stillUnknown(c.ctx); err != nil {
+				c.t.cfg.logger.Warn("retrysafe: an earlier action held by a call that panicked could not be given back", "ref", h.rec.Key, "err", err)
+			}
+			continue
+		}
 		if err := h.notApplied(c.ctx, &Resolution{Verdict: "not applied", By: "fence"}); err != nil {
 			// The record stays held until its lease lapses, then unknown:
 			// asked again, never free.
@@ -131,6 +147,24 @@ func (c *call) settleDeferred() {
 		}
 	}
 	c.deferred = nil
+}
+
+// replacingOwner is the lease owner under which a call's fence holds an
+// earlier action found not applied while the call, ref, goes on in its
+// place (see replacedBy).
+func replacingOwner(ref string) string { return fenceOwnerPrefix + ref + " " + newOwner() }
+
+const fenceOwnerPrefix = "in-place-of:"
+
+// replacedBy returns the call that holds rec while it goes on in rec's
+// place, if one does.
+func replacedBy(rec Record) (string, bool) {
+	rest, ok := strings.CutPrefix(rec.Owner, fenceOwnerPrefix)
+	if !ok {
+		return "", false
+	}
+	ref, _, ok := strings.Cut(rest, " ")
+	return ref, ok
 }
 
 // fenced is the envelope of a call held back by an earlier action whose

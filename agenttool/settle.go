@@ -54,6 +54,11 @@ func (t *Tool) hold(ctx context.Context, rec Record, res storekit.ClaimResult) *
 // be settled by one party at a time. The claim is made with the record's own
 // principal and fingerprint: it settles exactly that key and input.
 func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
+	return t.takeOverAs(ctx, key, newOwner())
+}
+
+// takeOverAs is takeOver with the lease owner the record is held under.
+func (t *Tool) takeOverAs(ctx context.Context, key, owner string) (*holding, error) {
 	cfg := t.cfg
 	rec, err := cfg.Store.Get(ctx, key)
 	if err != nil {
@@ -68,7 +73,7 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 	}
 	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
 		Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true,
+		Owner: owner, Now: now, Lease: cfg.Lease, TakeOver: true,
 	})
 	switch {
 	case err != nil:

@@ -129,6 +129,7 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {
 		res.Verdict = "not applied"
+		c.t.announceRetry(c.principal, c.session, c.ref)
 		if err := h.notApplied(c.ctx, res); err != nil {
 			return c.storeUnavailable(err), false
 		}

@@ -628,12 +628,14 @@ func (c *call) inProgress(rec Record) envelope.Envelope {
 		// the tool goes on in its place.
 		return envelope.Envelope{
 			Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-			Attempts: rec.Attempts, Next: envelope.DoNotRetry,
+			Attempts: rec.Attempts, Next: envelope.Wait,
 			Error: &envelope.Error{Code: envelope.CodeEarlierUnknown, Message: fmt.Sprintf(
-				"this action was found not applied, and another %s (%s) is being done in its place; this call was not run", c.t.name, by)},
-			Earlier: &envelope.Earlier{RequestRef: by, State: envelope.ActionRunning},
-			Note: fmt.Sprintf("Another %s in this conversation (reference %s) is being done in place of this one; nothing new was done. "+
-				"Tell the user it is pending, and do not call %s again until it is done.", c.t.name, by, c.t.name),
+				"this action was found not applied, and another %s (%s) was about to be done in its place when this call stopped waiting; this call was not run", c.t.name, by)},
+			// The earlier action is this one: found not applied. Whether the
+			// other call runs is not known yet.
+			Earlier: &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionFailed},
+			Note: fmt.Sprintf("This was not done; another %s in this conversation (reference %s) is to be done in its place, unless it is held back too. "+
+				"Nothing new was done. Tell the user it is pending, and wait before calling %s again.", c.t.name, by, c.t.name),
 		}
 	}
 	return envelope.Envelope{

@@ -85,8 +85,10 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 			c.t.announce(rec.Principal, rec.Session, rec.Key, result, false)
 			return c.earlierApplied(rec.Key, result), true
 		case gerr == nil && cur.State == Unknown && cur.RetryApproved:
-			c.replaces = true
-			return envelope.Envelope{}, false
+			// Found not applied and approved for one more attempt since it
+			// was listed: its own resend may run any moment, and this call
+			// holds nothing of it. Neither runs beside the other.
+			return c.fenced(rec.Key, "it was just found not applied, and one more attempt of it is allowed"), true
 		case gerr == nil && cur.State == Failed, errors.Is(gerr, ErrNotFound):
 			return envelope.Envelope{}, false
 		}

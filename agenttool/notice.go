@@ -30,6 +30,7 @@ type notice struct {
 	earlier  string          // the action found applied, or just done in place of one
 	result   json.RawMessage // its result, if known
 	replaced bool            // earlier was just done in place of an action found not applied
+	retrying bool            // earlier is about to be retried, as an approver allowed
 	until    time.Time
 }
 
@@ -88,7 +89,10 @@ func (c *call) noticed() (env envelope.Envelope, held bool) {
 	if !ok || n.earlier == c.ref {
 		return env, false
 	}
-	if n.replaced {
+	switch {
+	case n.retrying:
+		return c.fenced(n.earlier, "an approver allowed one more attempt, which is about to run"), true
+	case n.replaced:
 		return c.earlierDone(n.earlier, n.result), true
 	}
 	return c.earlierApplied(n.earlier, n.result), true
@@ -110,4 +114,17 @@ func (t *Tool) announce(principal, session Digest, earlier string, result json.R
 	now := cfg.Now()
 	t.notices.put(t.noticeScope(principal, session),
 		notice{earlier: earlier, result: result, replaced: replaced, until: now.Add(cfg.NoticeHold)}, now)
+}
+
+// announceRetry records that earlier, an action of the tool whose outcome
+// was unknown, is about to be retried as an approver allowed: between the
+// approval and the retry's claim, which fences, the scope's other new
+// writes are held back.
+func (t *Tool) announceRetry(principal, session Digest, earlier string) {
+	cfg := t.cfg
+	if cfg.NoticeHold < 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
+		return
+	}
+	now := cfg.Now()
+	t.notices.put(t.noticeScope(principal, session), notice{earlier: earlier, retrying: true, until: now.Add(cfg.NoticeHold)}, now)
 }

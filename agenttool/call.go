@@ -102,8 +102,7 @@ type call struct {
 	token              uint64
 	maybeRan           bool         // an attempt of this key may have applied the effect
 	mayHaveActed       bool         // maybeRan was ever true, whatever a check said since
-	replaces           bool         // the fence let this call go on in place of an earlier action found not applied
-	deferred           []*holding   // those actions, held until this call ends (settleDeferred)
+	deferred           []*holding   // earlier actions found not applied, held while this call goes on in their place (settleDeferred)
 	replayedAt         atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
 	ownFenced          bool         // the record is marked for the unknown fence (fenceOwn)
 	gaveUp             bool         // the call stopped waiting for another holder
@@ -749,12 +748,13 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 	if cfg.Class == ReadOnly {
 		return env
 	}
-	if state == Succeeded && (c.claimed.TakenOver || c.claimed.Attempts > 0 || c.replaces) {
+	replaces := len(c.deferred) > 0
+	if state == Succeeded && (c.claimed.TakenOver || c.claimed.Attempts > 0 || replaces) {
 		// The action's outcome was unknown before this call (taken over,
 		// or a retry approved after it), or this call went on in place of
 		// such an action found not applied: the model may have sent a
 		// copy in other words, or the other one again, in the same turn.
-		c.t.announce(c.principal, c.session, c.ref, env.Result, c.replaces && !c.claimed.TakenOver && c.claimed.Attempts == 0)
+		c.t.announce(c.principal, c.session, c.ref, env.Result, replaces && !c.claimed.TakenOver && c.claimed.Attempts == 0)
 	}
 	err := c.record(state, env)
 	if err == nil {

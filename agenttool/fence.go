@@ -120,7 +120,6 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 		// not applied when this call ends (settleDeferred), after this
 		// call's success is announced: the resend is then told what was
 		// done instead.
-		c.replaces = true
 		c.deferred = append(c.deferred, h)
 		// While it runs, this call fences the scope: if the hold on the
 		// earlier action is lost, or this call ends without an outcome (a

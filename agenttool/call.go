@@ -623,19 +623,22 @@ func (c *call) keyForgotten(rec Record) envelope.Envelope {
 
 func (c *call) inProgress(rec Record) envelope.Envelope {
 	if by, ok := replacedBy(rec); ok {
-		// Not running: found not applied, and held while another call of
-		// the tool goes on in its place.
-		return envelope.Envelope{
+		// Not running: held by another call's fence, which is asking the
+		// destination about it and, if it was not applied, goes on in its
+		// place. Which of the two is not known here.
+		env := envelope.Envelope{
 			Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-			Attempts: rec.Attempts, Next: envelope.Wait,
+			Attempts: rec.Attempts, Next: envelope.AskHuman,
 			Error: &envelope.Error{Code: envelope.CodeEarlierUnknown, Message: fmt.Sprintf(
-				"this action was found not applied, and another %s (%s) was about to be done in its place when this call stopped waiting; this call was not run", c.t.name, by)},
-			// The earlier action is this one: found not applied. Whether the
-			// other call runs is not known yet.
-			Earlier: &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionFailed},
-			Note: fmt.Sprintf("This was not done; another %s in this conversation (reference %s) is to be done in its place, unless it is held back too. "+
-				"Nothing new was done. Tell the user it is pending, and wait before calling %s again.", c.t.name, by, c.t.name),
+				"this action is held by another %s (%s), which is checking whether it was done and, if it was not, is to be done in its place; this call was not run", c.t.name, by)},
+			Earlier: &envelope.Earlier{RequestRef: by, State: envelope.ActionRunning},
+			Note: fmt.Sprintf("This may or may not have been done: it is being checked, and another %s (reference %s) may be done in its place. "+
+				"Nothing new was done. Tell the user it is pending, and ask before calling %s for it again.", c.t.name, by, c.t.name),
 		}
+		if h := c.t.cfg.Hooks.Fenced; h != nil {
+			h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: by, EarlierState: env.Earlier.State})
+		}
+		return env
 	}
 	return envelope.Envelope{
 		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,

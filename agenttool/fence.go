@@ -88,13 +88,17 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 			// Found not applied and approved for one more attempt since it
 			// was listed: its own resend may run any moment, and this call
 			// holds nothing of it. Neither runs beside the other.
+			if env, held := c.noticed(); held {
+				// A call that went on in its place was just done.
+				return env, true
+			}
 			env := c.fenced(rec.Key, "")
-			env.Next = envelope.Wait
+			env.Next = envelope.AskHuman
 			env.Error.Message = fmt.Sprintf("an earlier %s of this %s (%s) was just found not applied, and one more attempt of it is allowed; "+
 				"this call was not run, so that the two do not both run", c.t.name, c.t.cfg.Fence, rec.Key)
 			env.Earlier.State = envelope.ActionFailed
-			env.Note = fmt.Sprintf("An earlier %s in this conversation (reference %s) was found not done, and may be tried again; nothing new was done. "+
-				"Tell the user it is pending, and wait before calling %s again.", c.t.name, rec.Key, c.t.name)
+			env.Note = fmt.Sprintf("An earlier %s in this conversation (reference %s) was found not done, and one more attempt of it is allowed; nothing new was done. "+
+				"Tell the user, and ask before calling %s again.", c.t.name, rec.Key, c.t.name)
 			return env, true
 		case gerr == nil && cur.State == Failed, errors.Is(gerr, ErrNotFound):
 			return envelope.Envelope{}, false

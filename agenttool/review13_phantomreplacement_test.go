@@ -2,6 +2,7 @@ package agenttool_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,9 +49,8 @@ func (b *byRef) Check(ctx context.Context, req reconcile.Request) reconcile.Answ
 // until it is done"). B was never done; A1 is then approved for a retry
 // (not unknown) and nothing is being done for the Ana email. The model
 // tells the user the Ana email is pending and will not send it. The resend
-// is now told that its action was found not applied (Earlier names it,
-// failed), that B is to be done in its place unless held back too, and to
-// wait.
+// is now told that B holds its action, checking it, and may be done in its
+// place, and to ask before sending it again.
 func TestReview13_ResendToldOfAReplacementThatNeverRuns(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := open()
@@ -98,7 +98,11 @@ func TestReview13_ResendToldOfAReplacementThatNeverRuns(t *testing.T) {
 		if b.Status == envelope.Success {
 			t.Skip("B ran")
 		}
-		if resend.Earlier != nil && resend.Earlier.RequestRef == b.RequestRef {
+		// What the resend may be told while B holds its action: that B may
+		// be done in its place (it may also be held back, as here), and to
+		// ask before sending it again — never that B is being done, nor to
+		// wait and call again.
+		if resend.Next != envelope.AskHuman || !strings.Contains(resend.Note, "may be done in its place") {
 			got, _ := store.Get(context.Background(), a1)
 			t.Errorf("the resend was told %q is being done in its place (earlier state %s, next %s), but that call was never run (%s); "+
 				"the resend's action is now %v approved=%v, and nothing is being done for it; emails sent: %d",

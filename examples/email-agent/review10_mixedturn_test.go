@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/demo"
 )
 
 // One assistant turn after unknown_outcome carries the identical resend, a
@@ -30,17 +25,7 @@ func TestReview10_MixedTurnAfterUnknown(t *testing.T) {
 	for _, fault := range []string{"reword", "lost-ack", "index-down"} {
 		for name, turns := range orders {
 			t.Run(fault+"/"+name, func(t *testing.T) {
-				fake := &parallelOpenAI{tool: "send_email", turns: turns}
-				srv := httptest.NewServer(fake)
-				defer srv.Close()
-				env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
-				var out bytes.Buffer
-				sum, err := demo.Run(context.Background(), example,
-					[]string{"-llm", "openai", "-fault", fault, "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
-					func(k string) string { return env[k] })
-				if err != nil {
-					t.Fatalf("%v\n%s", err, out.String())
-				}
+				sum, transcript := playTurns(t, fault, turns)
 				succ := 0
 				for _, e := range sum.Envelopes {
 					if e.Status == envelope.Success && !e.Replayed {
@@ -48,10 +33,10 @@ func TestReview10_MixedTurnAfterUnknown(t *testing.T) {
 					}
 				}
 				if sum.Effects > 1 || succ > 1 {
-					t.Errorf("%d emails, %d fresh successes; transcript:\n%s", sum.Effects, succ, out.String())
+					t.Errorf("%d emails, %d fresh successes; transcript:\n%s", sum.Effects, succ, transcript)
 				}
 				if sum.Effects == 0 && succ > 0 {
-					t.Errorf("success without an email; transcript:\n%s", out.String())
+					t.Errorf("success without an email; transcript:\n%s", transcript)
 				}
 			})
 		}

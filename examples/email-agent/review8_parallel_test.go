@@ -67,19 +67,27 @@ func TestReview8_ParallelRewordedResendSendsNoSecondEmail(t *testing.T) {
 	}
 }
 
-func parallelResend(t *testing.T, first, reworded, second string) {
-	fake := &parallelOpenAI{tool: "send_email", turns: [][]string{{first}, {reworded, second}, {}}}
-	srv := httptest.NewServer(fake)
+// playTurns runs the email agent under fault, driven through the OpenAI
+// wire format by a model that plays turns, and returns its summary and
+// transcript.
+func playTurns(t *testing.T, fault string, turns [][]string) (demo.Summary, string) {
+	t.Helper()
+	srv := httptest.NewServer(&parallelOpenAI{tool: "send_email", turns: turns})
 	defer srv.Close()
 	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
 	var out bytes.Buffer
 	sum, err := demo.Run(context.Background(), example,
-		[]string{"-llm", "openai", "-fault", "reword", "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
+		[]string{"-llm", "openai", "-fault", fault, "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
 		func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	t.Logf("transcript:\n%s", out.String())
+	return sum, out.String()
+}
+
+func parallelResend(t *testing.T, first, reworded, second string) {
+	sum, transcript := playTurns(t, "reword", [][]string{{first}, {reworded, second}, {}})
+	t.Logf("transcript:\n%s", transcript)
 	if len(sum.Envelopes) != 3 {
 		t.Fatalf("%d envelopes, want 3", len(sum.Envelopes))
 	}

@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/demo"
 )
 
 // The NoticeHold answer was given only when the unknown fence settled the
@@ -21,18 +16,8 @@ import (
 func TestReview9_RepeatThenRewordInOneTurnSendsOne(t *testing.T) {
 	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
 	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
-	fake := &parallelOpenAI{tool: "send_email", turns: [][]string{{first}, {first, reworded}, {}}}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
-	var out bytes.Buffer
-	sum, err := demo.Run(context.Background(), example,
-		[]string{"-llm", "openai", "-fault", "reword", "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
-		func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	t.Logf("transcript:\n%s", out.String())
+	sum, transcript := playTurns(t, "reword", [][]string{{first}, {first, reworded}, {}})
+	t.Logf("transcript:\n%s", transcript)
 	if len(sum.Envelopes) != 3 {
 		t.Fatalf("%d envelopes, want 3", len(sum.Envelopes))
 	}

@@ -129,7 +129,7 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {
 		res.Verdict = "not applied"
-		c.t.announceRetry(c.principal, c.session, c.ref)
+		c.t.announce(c.principal, c.session, notice{earlier: c.ref, retrying: true})
 		if err := h.notApplied(c.ctx, res); err != nil {
 			return c.storeUnavailable(err), false
 		}

@@ -757,7 +757,7 @@ func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
 		// or a retry approved after it), or this call went on in place of
 		// such an action found not applied: the model may have sent a
 		// copy in other words, or the other one again, in the same turn.
-		c.t.announce(c.principal, c.session, c.ref, env.Result, replaces && !c.claimed.TakenOver && c.claimed.Attempts == 0)
+		c.t.announce(c.principal, c.session, notice{earlier: c.ref, result: env.Result, replaced: replaces && !c.claimed.TakenOver && c.claimed.Attempts == 0})
 	}
 	err := c.record(state, env)
 	if err == nil {

@@ -82,7 +82,7 @@ func (c *call) settleEarlier(rec Record) (envelope.Envelope, bool) {
 			// Settled elsewhere (another process, say): the notice comes
 			// late, but holds the calls after this one.
 			result := c.t.storedResult(cur)
-			c.t.announce(rec.Principal, rec.Session, rec.Key, result, false)
+			c.t.announce(rec.Principal, rec.Session, notice{earlier: rec.Key, result: result})
 			return c.earlierApplied(rec.Key, result), true
 		case gerr == nil && cur.State == Unknown && cur.RetryApproved:
 			// Found not applied and approved for one more attempt since it

@@ -98,33 +98,21 @@ func (c *call) noticed() (env envelope.Envelope, held bool) {
 	return c.earlierApplied(n.earlier, n.result), true
 }
 
-// announce records that earlier, an action of the tool whose outcome was
-// unknown, is found applied (or, with replaced, that earlier was just done
-// in place of such an action found not applied), for the scope of
-// principal and session. It runs before the outcome is written: a call
-// that no longer finds the action unknown finds the notice.
-func (t *Tool) announce(principal, session Digest, earlier string, result json.RawMessage, replaced bool) {
+// announce records n — an action of the tool whose outcome was unknown,
+// found applied; or, with n.replaced, a call just done in place of such an
+// action found not applied; or, with n.retrying, such an action about to be
+// retried as an approver allowed — for the scope of principal and session,
+// held for NoticeHold. It runs before the outcome or approval is written: a
+// call that no longer finds the action unknown finds the notice.
+func (t *Tool) announce(principal, session Digest, n notice) {
 	cfg := t.cfg
 	if cfg.NoticeHold < 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
 		return
 	}
-	if len(result) > 0 && !json.Valid(result) {
-		result = nil
+	if len(n.result) > 0 && !json.Valid(n.result) {
+		n.result = nil
 	}
 	now := cfg.Now()
-	t.notices.put(t.noticeScope(principal, session),
-		notice{earlier: earlier, result: result, replaced: replaced, until: now.Add(cfg.NoticeHold)}, now)
-}
-
-// announceRetry records that earlier, an action of the tool whose outcome
-// was unknown, is about to be retried as an approver allowed: between the
-// approval and the retry's claim, which fences, the scope's other new
-// writes are held back.
-func (t *Tool) announceRetry(principal, session Digest, earlier string) {
-	cfg := t.cfg
-	if cfg.NoticeHold < 0 || cfg.Fence == FenceOff || cfg.Class == ReadOnly {
-		return
-	}
-	now := cfg.Now()
-	t.notices.put(t.noticeScope(principal, session), notice{earlier: earlier, retrying: true, until: now.Add(cfg.NoticeHold)}, now)
+	n.until = now.Add(cfg.NoticeHold)
+	t.notices.put(t.noticeScope(principal, session), n, now)
 }

@@ -96,7 +96,7 @@ func (t *Tool) takeOverAs(ctx context.Context, key, owner string) (*holding, err
 
 // applied records the effect as done, with the destination's result.
 func (h *holding) applied(ctx context.Context, result json.RawMessage, res *Resolution) (envelope.Envelope, error) {
-	h.t.announce(h.rec.Principal, h.rec.Session, h.rec.Key, result, false)
+	h.t.announce(h.rec.Principal, h.rec.Session, notice{earlier: h.rec.Key, result: result})
 	env := envelope.Envelope{
 		Version: envelope.Version, Status: envelope.Success, Tool: h.t.name, RequestRef: h.rec.Key,
 		Attempts: h.rec.Attempts, Reconciled: true, Result: result, Next: envelope.Continue,

@@ -298,13 +298,8 @@ type Options struct {
 }
 
 // Codec transforms outcomes on their way into and out of the store: to
-// redact personal data or to encrypt. Decode must invert Encode for
-// outcomes to be replayed. key is the request reference, usable as
-// associated data. A Codec must be safe for concurrent use.
-type Codec interface {
-	Encode(key string, outcome []byte) ([]byte, error)
-	Decode(key string, stored []byte) ([]byte, error)
-}
+// redact personal data or to encrypt. See storekit.Codec.
+type Codec = storekit.Codec
 
 type plainCodec struct{}
 

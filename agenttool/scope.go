@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Scope says who acts and in which window: the principal (tenant, user) and
@@ -163,8 +165,30 @@ func DestinationReplayed(ctx context.Context) {
 	}
 }
 
+// withCallInfo returns ctx carrying c, for a check or a compensation: it
+// answers CallInfoFrom, and storekit.HolderFrom for the stores.
 func withCallInfo(ctx context.Context, c CallInfo) context.Context {
-	return context.WithValue(ctx, callKey, c)
+	return &infoCtx{ctx, c}
+}
+
+type infoCtx struct {
+	context.Context
+	info CallInfo
+}
+
+func (c *infoCtx) Value(key any) any {
+	switch key {
+	case any(callKey):
+		return c.info
+	case any(storekit.HolderKey{}):
+		return c.info.holder()
+	}
+	return c.Context.Value(key)
+}
+
+// holder is what a store learns of the call from its context.
+func (c CallInfo) holder() storekit.Holder {
+	return storekit.Holder{Key: c.RequestRef, Token: c.Token, Codec: c.Codec}
 }
 
 // attemptCtx is the context an attempt runs the tool with: its caller's,
@@ -183,6 +207,9 @@ func (a *attemptCtx) Value(key any) any {
 	}
 	if key == any(replayKey) {
 		return a
+	}
+	if key == any(storekit.HolderKey{}) {
+		return storekit.Holder{Key: a.c.ref, Token: a.c.token, Codec: a.c.t.cfg.codec}
 	}
 	return a.Context.Value(key)
 }

@@ -12,7 +12,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
@@ -75,7 +74,7 @@ type Store struct {
 }
 
 var (
-	_ agenttool.Store     = (*Store)(nil)
+	_ storekit.Store      = (*Store)(nil)
 	_ storekit.LocalStore = (*Store)(nil)
 	_ storekit.Counter    = (*Store)(nil)
 	_ storekit.Importer   = (*Store)(nil)
@@ -203,7 +202,7 @@ func expireLeases(tx *bolt.Tx) error {
 	tx.Bucket(openBucket).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
 	for _, k := range keys {
 		rec, err := load(b, k)
-		if err != nil || rec == nil || rec.State != agenttool.Pending {
+		if err != nil || rec == nil || rec.State != storekit.Pending {
 			continue // unreadable records stay as they are, failing closed when used
 		}
 		prev := *rec
@@ -250,7 +249,7 @@ func (s *Store) view(ctx context.Context, fn func(b *bolt.Bucket) error) error {
 // errNeedsWrite stops a read-only claim that would change the record.
 var errNeedsWrite = errors.New("claim needs a write")
 
-// Claim implements agenttool.Store. A claim that changes nothing (a replay,
+// Claim implements storekit.Store. A claim that changes nothing (a replay,
 // a live lease) is answered from a read transaction, without a disk write.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	var res storekit.ClaimResult
@@ -303,7 +302,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	return res, err
 }
 
-// Finish implements agenttool.Store. A key under which an effect committed
+// Finish implements storekit.Store. A key under which an effect committed
 // ([Store.Effect]) cannot be recorded as failed, nor approved for another
 // attempt: storekit.ErrEffectApplied.
 func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
@@ -316,14 +315,14 @@ func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 		if err != nil {
 			return err
 		}
-		if (rec.State == agenttool.Failed || rec.RetryApproved) && applied(b, req.Key) {
+		if (rec.State == storekit.Failed || rec.RetryApproved) && applied(b, req.Key) {
 			return fmt.Errorf("boltstore: %s cannot be recorded as not applied: %w", req.Key, storekit.ErrEffectApplied)
 		}
 		return save(b, &rec, existing)
 	})
 }
 
-// Release implements agenttool.Store. A key under which an effect committed
+// Release implements storekit.Store. A key under which an effect committed
 // ([Store.Effect]) is never released: storekit.ErrEffectApplied.
 func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
@@ -346,7 +345,7 @@ func applied(b *bolt.Bucket, key string) bool {
 	return b.Tx().Bucket(effectsBucket).Get([]byte(key)) != nil
 }
 
-// Renew implements agenttool.Store.
+// Renew implements storekit.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {
 		existing, err := load(b, req.Key)
@@ -361,19 +360,19 @@ func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	})
 }
 
-// Get implements agenttool.Store.
-func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
-	var rec *agenttool.Record
+// Get implements storekit.Store.
+func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
+	var rec *storekit.Record
 	err := s.view(ctx, func(b *bolt.Bucket) error {
 		var err error
 		rec, err = load(b, key)
 		return err
 	})
 	if err != nil {
-		return agenttool.Record{}, err
+		return storekit.Record{}, err
 	}
 	if rec == nil {
-		return agenttool.Record{}, fmt.Errorf("boltstore: %s: %w", key, agenttool.ErrNotFound)
+		return storekit.Record{}, fmt.Errorf("boltstore: %s: %w", key, storekit.ErrNotFound)
 	}
 	return *rec, nil
 }
@@ -382,7 +381,7 @@ func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
 // small, because calls wait for the step's write transaction.
 const sweepStep = 50
 
-// Sweep implements agenttool.Store: one step, in one write transaction,
+// Sweep implements storekit.Store: one step, in one write transaction,
 // reading the expiry index from its oldest entry, so that its cost grows with
 // the records it deletes and calls wait behind one step at most.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
@@ -441,14 +440,14 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	return n, errors.Join(corrupt...)
 }
 
-// ListUnknown implements agenttool.Store. It reads in one transaction;
+// ListUnknown implements storekit.Store. It reads in one transaction;
 // unreadable records are reported as an error, never skipped.
-func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]agenttool.Record, error) {
+func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]storekit.Record, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []agenttool.Record
+	var out []storekit.Record
 	if req.Tool != "" && req.Principal != nil {
 		var corrupt error
 		err := s.view(ctx, func(b *bolt.Bucket) error {
@@ -515,7 +514,7 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 
 // Import implements storekit.Importer, in one write transaction: chunk a
 // large import (ten thousand records a call is a good size).
-func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
+func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 	for i := range recs {
 		if err := storekit.ValidateImport(&recs[i]); err != nil {
 			return err
@@ -526,7 +525,7 @@ func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
 		for i := range recs {
 			r := &recs[i]
 			if b.Get([]byte(r.Key)) != nil {
-				return fmt.Errorf("boltstore: importing %s: the key exists: %w", r.Key, agenttool.ErrInvalidRequest)
+				return fmt.Errorf("boltstore: importing %s: the key exists: %w", r.Key, storekit.ErrInvalidRequest)
 			}
 			if err := save(b, r, nil); err != nil {
 				return err
@@ -553,7 +552,7 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 	return n, err
 }
 
-func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
+func load(b *bolt.Bucket, key string) (*storekit.Record, error) {
 	v := b.Get([]byte(key))
 	if v == nil {
 		return nil, nil
@@ -567,7 +566,7 @@ func load(b *bolt.Bucket, key string) (*agenttool.Record, error) {
 
 // save writes r, which replaces prev (nil for a new record), and keeps the
 // open and scope indexes.
-func save(b *bolt.Bucket, r, prev *agenttool.Record) error {
+func save(b *bolt.Bucket, r, prev *storekit.Record) error {
 	key := []byte(r.Key)
 	if err := b.Put(key, encode(r)); err != nil {
 		return err
@@ -586,7 +585,7 @@ func save(b *bolt.Bucket, r, prev *agenttool.Record) error {
 
 // remove deletes the record of key, rec (nil if unreadable), with its index
 // entries and its effect.
-func remove(b *bolt.Bucket, key []byte, rec *agenttool.Record) error {
+func remove(b *bolt.Bucket, key []byte, rec *storekit.Record) error {
 	if err := b.Delete(key); err != nil {
 		return err
 	}
@@ -594,10 +593,10 @@ func remove(b *bolt.Bucket, key []byte, rec *agenttool.Record) error {
 		return err
 	}
 	if rec != nil {
-		if err := reindexScope(b, &agenttool.Record{}, rec); err != nil {
+		if err := reindexScope(b, &storekit.Record{}, rec); err != nil {
 			return err
 		}
-		if err := reindexExpiry(b.Tx(), &agenttool.Record{Key: rec.Key}, rec); err != nil {
+		if err := reindexExpiry(b.Tx(), &storekit.Record{Key: rec.Key}, rec); err != nil {
 			return err
 		}
 	}

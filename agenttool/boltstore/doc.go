@@ -1,4 +1,4 @@
-// Package boltstore is the embedded, durable agenttool.Store: one bbolt file,
+// Package boltstore is the embedded, durable store for agenttool: one bbolt file,
 // one process.
 //
 // # Basics
@@ -48,5 +48,5 @@
 //   - Records are stored in a compact binary format. Files written by
 //     earlier versions, whose records are JSON, are read as they are; each
 //     record is rewritten in the binary format when it next changes. A
-//     record in neither format fails closed (agenttool.ErrCorrupt).
+//     record in neither format fails closed (storekit.ErrCorrupt).
 package boltstore

@@ -9,7 +9,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -47,26 +46,26 @@ var effectsBucket = []byte("retrysafe/effects")
 // storekit.ErrEffectApplied, and the call settles the action through its
 // reconciler (or records it as unknown), never as not applied.
 func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessage, error)) (json.RawMessage, error) {
-	info, ok := agenttool.CallInfoFrom(ctx)
-	if !ok || info.RequestRef == "" {
+	info, ok := storekit.HolderFrom(ctx)
+	if !ok || info.Key == "" {
 		return nil, envelope.MarkDefinite(errors.New("boltstore: Effect is called from a guarded tool, with its context"), "not_guarded")
 	}
-	key := []byte(info.RequestRef)
+	key := []byte(info.Key)
 	var result json.RawMessage
 	var fnErr error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
-		rec, err := load(b, info.RequestRef)
+		rec, err := load(b, info.Key)
 		if err != nil {
 			return err
 		}
-		if rec == nil || rec.State != agenttool.Pending || rec.Token != info.Token {
-			return fmt.Errorf("boltstore: %s is no longer held by this call: %w", info.RequestRef, storekit.ErrFenced)
+		if rec == nil || rec.State != storekit.Pending || rec.Token != info.Token {
+			return fmt.Errorf("boltstore: %s is no longer held by this call: %w", info.Key, storekit.ErrFenced)
 		}
 		effects := b.Tx().Bucket(effectsBucket)
 		if prev := effects.Get(key); prev != nil {
 			// Applied by an earlier attempt: never twice.
 			var err error
-			result, err = openResult(info.Codec, info.RequestRef, prev)
+			result, err = openResult(info.Codec, info.Key, prev)
 			return err
 		}
 		if result, fnErr = fn(b.Tx()); fnErr != nil {
@@ -75,7 +74,7 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 		if len(result) == 0 {
 			result = json.RawMessage("null")
 		}
-		sealed, err := sealResult(info.Codec, info.RequestRef, result)
+		sealed, err := sealResult(info.Codec, info.Key, result)
 		if err != nil {
 			return err
 		}
@@ -89,7 +88,7 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 			return nil, envelope.MarkDefinite(fnErr, "")
 		}
 		return nil, fnErr
-	case errors.Is(err, storekit.ErrFenced), errors.Is(err, agenttool.ErrCorrupt), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, storekit.ErrFenced), errors.Is(err, storekit.ErrCorrupt), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return nil, envelope.MarkTransient(err) // nothing was written
 	case err != nil:
 		return nil, envelope.MarkUnknown(fmt.Errorf("boltstore: committing the effect: %w", err))
@@ -101,7 +100,7 @@ func (s *Store) Effect(ctx context.Context, fn func(tx *bolt.Tx) (json.RawMessag
 // the recorded result when the key's effect committed, NotApplied otherwise.
 // The answer is exact because the effect and its record commit together and
 // a holder that lost its lease cannot apply it. The result is decoded with
-// the codec of the tool that asks (agenttool.CallInfo on the check's
+// the codec of the tool that asks (storekit.Holder on the check's
 // context).
 func (s *Store) Reconciler() reconcile.Reconciler {
 	return reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
@@ -111,7 +110,7 @@ func (s *Store) Reconciler() reconcile.Reconciler {
 			if stored == nil {
 				return nil
 			}
-			info, _ := agenttool.CallInfoFrom(ctx)
+			info, _ := storekit.HolderFrom(ctx)
 			var err error
 			result, err = openResult(info.Codec, ref, stored)
 			return err
@@ -130,7 +129,7 @@ func (s *Store) Reconciler() reconcile.Reconciler {
 
 // sealResult encodes an effect's result with the calling tool's codec: the
 // effects bucket keeps nothing a tool's codec would not let it keep (I8).
-func sealResult(codec agenttool.Codec, ref string, result []byte) ([]byte, error) {
+func sealResult(codec storekit.Codec, ref string, result []byte) ([]byte, error) {
 	if codec == nil {
 		return result, nil
 	}
@@ -143,7 +142,7 @@ func sealResult(codec agenttool.Codec, ref string, result []byte) ([]byte, error
 
 // openResult decodes what sealResult stored; the bytes returned are the
 // caller's.
-func openResult(codec agenttool.Codec, ref string, stored []byte) ([]byte, error) {
+func openResult(codec storekit.Codec, ref string, stored []byte) ([]byte, error) {
 	if codec == nil {
 		return bytes.Clone(stored), nil
 	}

@@ -2,10 +2,12 @@ package boltstore
 
 import (
 	"encoding/binary"
+	"errors"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // expiryKey is an entry of the expiry index: the end of a record's lifetime
@@ -26,14 +28,14 @@ func splitExpiryKey(k []byte) (at int64, key []byte) {
 
 // awaiting reports whether r counts as an unknown record not yet resolved
 // (see Store.CountUnknown); r may be nil.
-func awaiting(r *agenttool.Record) bool {
-	return r != nil && r.State == agenttool.Unknown && !r.RetryApproved
+func awaiting(r *storekit.Record) bool {
+	return r != nil && r.State == storekit.Unknown && !r.RetryApproved
 }
 
 // reindexExpiry moves r's entries from what prev had to what r has: its
 // entry in the expiry index, and its part of the count of unknown records.
 // prev is nil for a new record; an r with no State is a record deleted.
-func reindexExpiry(tx *bolt.Tx, r, prev *agenttool.Record) error {
+func reindexExpiry(tx *bolt.Tx, r, prev *storekit.Record) error {
 	idx := tx.Bucket(expiryBucket)
 	var before, after int64
 	if prev != nil && !prev.Expires.IsZero() {
@@ -79,7 +81,7 @@ func putUnknown(meta *bolt.Bucket, n int64) error {
 // rebuildExpiry builds the expiry index and the count of unknown records
 // from the records: once, when a store of an older schema is opened.
 func rebuildExpiry(tx *bolt.Tx) error {
-	if err := tx.DeleteBucket(expiryBucket); err != nil && err != bolt.ErrBucketNotFound {
+	if err := tx.DeleteBucket(expiryBucket); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 		return err
 	}
 	idx, err := tx.CreateBucket(expiryBucket)

@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Records are written in a binary format, format 2:
@@ -47,7 +47,7 @@ const (
 const maxField = 1 << 30
 
 // appendRecord appends r's format-2 encoding to b.
-func appendRecord(b []byte, r *agenttool.Record) []byte {
+func appendRecord(b []byte, r *storekit.Record) []byte {
 	var flags byte
 	if r.RetryApproved {
 		flags |= flagApproved
@@ -55,7 +55,7 @@ func appendRecord(b []byte, r *agenttool.Record) []byte {
 	if r.Resolution != nil {
 		flags |= flagResolution
 	}
-	if r.Session != (agenttool.Digest{}) {
+	if r.Session != (storekit.Digest{}) {
 		flags |= flagSession
 	}
 	if r.TakenOver {
@@ -96,7 +96,7 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 }
 
 // recordSize is an upper bound on the length of r's encoding.
-func recordSize(r *agenttool.Record) int {
+func recordSize(r *storekit.Record) int {
 	// Header and digests; token, attempts, four times and three lengths.
 	n := 3 + 96 + 10*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label)
 	if res := r.Resolution; res != nil {
@@ -105,14 +105,14 @@ func recordSize(r *agenttool.Record) int {
 	return n
 }
 
-func encode(r *agenttool.Record) []byte {
+func encode(r *storekit.Record) []byte {
 	return appendRecord(make([]byte, 0, recordSize(r)), r)
 }
 
 // decode reads a record of either format. The record's key is key.
-func decode(key, v []byte) (agenttool.Record, error) {
+func decode(key, v []byte) (storekit.Record, error) {
 	var (
-		rec agenttool.Record
+		rec storekit.Record
 		err error
 	)
 	switch {
@@ -127,7 +127,7 @@ func decode(key, v []byte) (agenttool.Record, error) {
 		err = fmt.Errorf("state %d", rec.State)
 	}
 	if err != nil {
-		return agenttool.Record{}, fmt.Errorf("boltstore: record %s: %w: %w", key, agenttool.ErrCorrupt, err)
+		return storekit.Record{}, fmt.Errorf("boltstore: record %s: %w: %w", key, storekit.ErrCorrupt, err)
 	}
 	rec.Key = string(key)
 	return rec, nil
@@ -190,17 +190,17 @@ func (r *reader) field(what string) []byte {
 	return r.bytes(int(n), what)
 }
 
-func decodeBinary(v []byte) (agenttool.Record, error) {
+func decodeBinary(v []byte) (storekit.Record, error) {
 	r := reader{b: v}
 	head := r.bytes(3, "header")
 	if r.err != nil {
-		return agenttool.Record{}, r.err
+		return storekit.Record{}, r.err
 	}
-	var rec agenttool.Record
-	rec.State = agenttool.State(head[1])
+	var rec storekit.Record
+	rec.State = storekit.State(head[1])
 	flags := head[2]
 	if flags&^(flagApproved|flagResolution|flagSession|flagTakenOver|flagLabel) != 0 {
-		return agenttool.Record{}, fmt.Errorf("unknown flags %#x", flags)
+		return storekit.Record{}, fmt.Errorf("unknown flags %#x", flags)
 	}
 	rec.RetryApproved = flags&flagApproved != 0
 	rec.TakenOver = flags&flagTakenOver != 0
@@ -225,7 +225,7 @@ func decodeBinary(v []byte) (agenttool.Record, error) {
 		rec.Outcome = append([]byte(nil), out...) // v belongs to the transaction
 	}
 	if flags&flagResolution != 0 {
-		res := &agenttool.Resolution{}
+		res := &storekit.Resolution{}
 		res.Verdict = string(r.field("verdict"))
 		res.By = string(r.field("by"))
 		res.Why = string(r.field("why"))
@@ -243,21 +243,21 @@ func decodeBinary(v []byte) (agenttool.Record, error) {
 
 // diskRecord is a record in format 1: JSON.
 type diskRecord struct {
-	V           int              `json:"v"`
-	Tool        string           `json:"tool"`
-	State       agenttool.State  `json:"state"`
-	Principal   agenttool.Digest `json:"principal"`
-	Fingerprint agenttool.Digest `json:"fingerprint"`
-	Owner       string           `json:"owner,omitempty"`
-	Token       uint64           `json:"token"`
-	LeaseExpiry int64            `json:"lease_expiry,omitempty"`
-	Attempts    int              `json:"attempts"`
-	Outcome     []byte           `json:"outcome,omitempty"`
-	Created     int64            `json:"created"`
-	Updated     int64            `json:"updated"`
-	Expires     int64            `json:"expires,omitempty"`
-	Approved    bool             `json:"retry_approved,omitempty"`
-	Resolution  *diskResolution  `json:"resolution,omitempty"`
+	V           int             `json:"v"`
+	Tool        string          `json:"tool"`
+	State       storekit.State  `json:"state"`
+	Principal   storekit.Digest `json:"principal"`
+	Fingerprint storekit.Digest `json:"fingerprint"`
+	Owner       string          `json:"owner,omitempty"`
+	Token       uint64          `json:"token"`
+	LeaseExpiry int64           `json:"lease_expiry,omitempty"`
+	Attempts    int             `json:"attempts"`
+	Outcome     []byte          `json:"outcome,omitempty"`
+	Created     int64           `json:"created"`
+	Updated     int64           `json:"updated"`
+	Expires     int64           `json:"expires,omitempty"`
+	Approved    bool            `json:"retry_approved,omitempty"`
+	Resolution  *diskResolution `json:"resolution,omitempty"`
 }
 
 type diskResolution struct {
@@ -267,22 +267,22 @@ type diskResolution struct {
 	At      int64  `json:"at"`
 }
 
-func decodeJSON(v []byte) (agenttool.Record, error) {
+func decodeJSON(v []byte) (storekit.Record, error) {
 	var d diskRecord
 	if err := json.Unmarshal(v, &d); err != nil {
-		return agenttool.Record{}, err
+		return storekit.Record{}, err
 	}
 	if d.V != formatJSON {
-		return agenttool.Record{}, fmt.Errorf("format %d", d.V)
+		return storekit.Record{}, fmt.Errorf("format %d", d.V)
 	}
-	rec := agenttool.Record{
+	rec := storekit.Record{
 		Tool: d.Tool, State: d.State, Principal: d.Principal, Fingerprint: d.Fingerprint,
 		Owner: d.Owner, Token: d.Token, LeaseExpiry: fromNanos(d.LeaseExpiry), Attempts: d.Attempts,
 		Outcome: d.Outcome, Created: fromNanos(d.Created), Updated: fromNanos(d.Updated), Expires: fromNanos(d.Expires),
 		RetryApproved: d.Approved,
 	}
 	if res := d.Resolution; res != nil {
-		rec.Resolution = &agenttool.Resolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: fromNanos(res.At)}
+		rec.Resolution = &storekit.Resolution{Verdict: res.Verdict, By: res.By, Why: res.Why, At: fromNanos(res.At)}
 	}
 	return rec, nil
 }

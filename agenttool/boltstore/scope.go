@@ -9,8 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
@@ -32,13 +32,13 @@ const (
 )
 
 // scopeKey is r's key in the scope index, or nil if r is not open.
-func scopeKey(r *agenttool.Record) []byte {
+func scopeKey(r *storekit.Record) []byte {
 	if !r.Open() {
 		return nil
 	}
 	k := make([]byte, 0, len(r.Tool)+1+32+1+8+32+len(r.Key))
 	k = append(append(append(k, r.Tool...), 0), r.Principal[:]...)
-	if r.State == agenttool.Pending && !r.TakenOver {
+	if r.State == storekit.Pending && !r.TakenOver {
 		k = append(k, kindPending)
 		k = binary.BigEndian.AppendUint64(k, leaseOrder(r.LeaseExpiry))
 	} else {
@@ -58,7 +58,7 @@ func leaseOrder(t time.Time) uint64 {
 }
 
 // reindexScope replaces prev's scope index entry (if any) with r's.
-func reindexScope(b *bolt.Bucket, r, prev *agenttool.Record) error {
+func reindexScope(b *bolt.Bucket, r, prev *storekit.Record) error {
 	scopes := b.Tx().Bucket(scopeBucket)
 	old, now := []byte(nil), scopeKey(r)
 	if prev != nil {
@@ -77,14 +77,14 @@ func reindexScope(b *bolt.Bucket, r, prev *agenttool.Record) error {
 
 // rebuildScopes fills the scope index anew from the open index.
 func rebuildScopes(tx *bolt.Tx) error {
-	if err := tx.DeleteBucket(scopeBucket); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+	if err := tx.DeleteBucket(scopeBucket); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 		return err
 	}
 	if _, err := tx.CreateBucket(scopeBucket); err != nil {
 		return err
 	}
 	b := tx.Bucket(recordsBucket)
-	var recs []*agenttool.Record
+	var recs []*storekit.Record
 	err := tx.Bucket(openBucket).ForEach(func(k, _ []byte) error {
 		if rec, err := load(b, string(k)); err == nil && rec != nil {
 			recs = append(recs, rec)
@@ -103,9 +103,9 @@ func rebuildScopes(tx *bolt.Tx) error {
 }
 
 // awaitingInScope calls fn with the key and session of every record of the
-// tool and principal that holds the fence at now (agenttool.Record.Fences),
+// tool and principal that holds the fence at now (storekit.Record.Fences),
 // by the index alone, until fn returns false.
-func awaitingInScope(b *bolt.Bucket, tool string, principal agenttool.Digest, now time.Time, fn func(key string, session []byte) bool) {
+func awaitingInScope(b *bolt.Bucket, tool string, principal storekit.Digest, now time.Time, fn func(key string, session []byte) bool) {
 	base := append(append([]byte(tool), 0), principal[:]...)
 	c := b.Tx().Bucket(scopeBucket).Cursor()
 	unknown := append(bytes.Clone(base), kindUnknown)
@@ -141,7 +141,7 @@ func fenced(b *bolt.Bucket, req *storekit.ClaimRequest) bool {
 // listScope answers ListUnknown for one tool and principal (and session)
 // from the scope index: it reads only the records that await
 // reconciliation.
-func listScope(b *bolt.Bucket, req storekit.ListRequest, limit int) ([]agenttool.Record, error) {
+func listScope(b *bolt.Bucket, req storekit.ListRequest, limit int) ([]storekit.Record, error) {
 	var keys []string
 	awaitingInScope(b, req.Tool, *req.Principal, req.Now, func(key string, session []byte) bool {
 		if key > req.After && (req.Session == nil || bytes.Equal(session, req.Session[:])) {
@@ -150,7 +150,7 @@ func listScope(b *bolt.Bucket, req storekit.ListRequest, limit int) ([]agenttool
 		return true
 	})
 	slices.Sort(keys)
-	var out []agenttool.Record
+	var out []storekit.Record
 	var corrupt []error
 	for _, key := range keys {
 		if len(out)+len(corrupt) >= limit {
@@ -168,6 +168,6 @@ func listScope(b *bolt.Bucket, req storekit.ListRequest, limit int) ([]agenttool
 			out = append(out, *rec)
 		}
 	}
-	slices.SortFunc(out, func(x, y agenttool.Record) int { return strings.Compare(x.Key, y.Key) })
+	slices.SortFunc(out, func(x, y storekit.Record) int { return strings.Compare(x.Key, y.Key) })
 	return out, errors.Join(corrupt...)
 }

@@ -338,12 +338,6 @@ func callRaw(t *testing.T, cs *mcp.ClientSession, args string, meta mcp.Meta) en
 	return env
 }
 
-// isJSONRPC reports whether err carries the JSON-RPC error code.
-func isJSONRPC(err error, code int64) bool {
-	var w *jsonrpc.Error
-	return errors.As(err, &w) && w.Code == code
-}
-
 // cutFirstCallResponse wraps a server's transport: instead of the response
 // to the first tools/call, the connection is closed.
 func cutFirstCallResponse(t mcp.Transport) mcp.Transport { return &cutTransport{inner: t} }

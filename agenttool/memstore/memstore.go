@@ -1,4 +1,4 @@
-// Package memstore is an in-memory agenttool.Store for tests, examples and
+// Package memstore is an in-memory storekit.Store for tests, examples and
 // single-process demos.
 //
 // It keeps nothing across a restart: a process that crashes after a tool's
@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
@@ -34,7 +33,7 @@ type Store struct {
 }
 
 var (
-	_ agenttool.Store     = (*Store)(nil)
+	_ storekit.Store      = (*Store)(nil)
 	_ storekit.LocalStore = (*Store)(nil)
 	_ storekit.Counter    = (*Store)(nil)
 	_ storekit.Importer   = (*Store)(nil)
@@ -53,7 +52,7 @@ func New() *Store {
 // open records of one tool and principal.
 type scope struct {
 	tool      string
-	principal agenttool.Digest
+	principal storekit.Digest
 }
 
 // indexOpen adds e's key to, or removes it from, the open index.
@@ -88,7 +87,7 @@ func (s *Store) lock(ctx context.Context) error {
 
 // get returns the record for key, through r (the caller's), and its slot in
 // entries; or nil and -1.
-func (s *Store) get(key string, r *agenttool.Record) (*agenttool.Record, int) {
+func (s *Store) get(key string, r *storekit.Record) (*storekit.Record, int) {
 	i, ok := s.index[key]
 	if !ok {
 		return nil, -1
@@ -116,7 +115,7 @@ func (s *Store) delete(key string, i int) {
 // put stores r in slot i, the slot of its key's record, or in a new slot if
 // i is -1. Outcomes are never modified in place: Finish is handed its
 // outcome (see storekit.FinishRequest), and what leaves the store is cloned.
-func (s *Store) put(i int, r agenttool.Record) {
+func (s *Store) put(i int, r storekit.Record) {
 	if i >= 0 && s.entries[i].open() {
 		s.indexOpen(&s.entries[i], false)
 	}
@@ -148,22 +147,22 @@ type entry struct {
 	owner         string
 	label         string
 	outcome       []byte
-	resolution    *agenttool.Resolution
-	principal     agenttool.Digest
-	session       agenttool.Digest
-	fingerprint   agenttool.Digest
+	resolution    *storekit.Resolution
+	principal     storekit.Digest
+	session       storekit.Digest
+	fingerprint   storekit.Digest
 	token         uint64
 	leaseExpiry   int64
 	created       int64
 	updated       int64
 	expires       int64
 	attempts      int32
-	state         agenttool.State
+	state         storekit.State
 	retryApproved bool
 	takenOver     bool
 }
 
-func newEntry(r *agenttool.Record) entry {
+func newEntry(r *storekit.Record) entry {
 	return entry{
 		key: r.Key, tool: r.Tool, owner: r.Owner, label: r.Label, outcome: r.Outcome, resolution: r.Resolution,
 		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
@@ -175,17 +174,17 @@ func newEntry(r *agenttool.Record) entry {
 
 // open is Record.Open.
 func (e *entry) open() bool {
-	return e.state == agenttool.Pending || (e.state == agenttool.Unknown && !e.retryApproved)
+	return e.state == storekit.Pending || (e.state == storekit.Unknown && !e.retryApproved)
 }
 
 // sweepable is Record.Sweepable.
 func (e *entry) sweepable(now time.Time) bool {
-	r := agenttool.Record{State: e.state, RetryApproved: e.retryApproved, Expires: fromUnixNano(e.expires)}
+	r := storekit.Record{State: e.state, RetryApproved: e.retryApproved, Expires: fromUnixNano(e.expires)}
 	return r.Sweepable(now)
 }
 
-func (e *entry) record() agenttool.Record {
-	return agenttool.Record{
+func (e *entry) record() storekit.Record {
+	return storekit.Record{
 		Key: e.key, Tool: e.tool, State: e.state, Principal: e.principal, Session: e.session, Fingerprint: e.fingerprint,
 		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
@@ -217,13 +216,13 @@ func (s *Store) nextToken() (uint64, error) {
 	return s.token, nil
 }
 
-// Claim implements agenttool.Store.
+// Claim implements storekit.Store.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if err := s.lock(ctx); err != nil {
 		return storekit.ClaimResult{}, err
 	}
 	defer s.mu.Unlock()
-	var cur agenttool.Record
+	var cur storekit.Record
 	existing, slot := s.get(req.Key, &cur)
 	res, write, err := storekit.DecideClaim(existing, req, s.nextToken)
 	if err != nil {
@@ -250,13 +249,13 @@ func (s *Store) fenced(req *storekit.ClaimRequest) bool {
 	return false
 }
 
-// Finish implements agenttool.Store.
+// Finish implements storekit.Store.
 func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	var cur agenttool.Record
+	var cur storekit.Record
 	existing, slot := s.get(req.Key, &cur)
 	rec, err := storekit.DecideFinish(existing, req)
 	if err != nil {
@@ -266,13 +265,13 @@ func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	return nil
 }
 
-// Release implements agenttool.Store.
+// Release implements storekit.Store.
 func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	var cur agenttool.Record
+	var cur storekit.Record
 	existing, slot := s.get(key, &cur)
 	if err := storekit.DecideRelease(existing, key, token); err != nil {
 		return err
@@ -281,13 +280,13 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	return nil
 }
 
-// Renew implements agenttool.Store.
+// Renew implements storekit.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	var cur agenttool.Record
+	var cur storekit.Record
 	existing, slot := s.get(req.Key, &cur)
 	rec, err := storekit.DecideRenew(existing, req)
 	if err != nil {
@@ -297,22 +296,22 @@ func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	return nil
 }
 
-// Get implements agenttool.Store.
-func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
+// Get implements storekit.Store.
+func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 	if err := s.lock(ctx); err != nil {
-		return agenttool.Record{}, err
+		return storekit.Record{}, err
 	}
 	defer s.mu.Unlock()
 	i := s.lookup(key)
 	if i < 0 {
-		return agenttool.Record{}, fmt.Errorf("memstore: %s: %w", key, agenttool.ErrNotFound)
+		return storekit.Record{}, fmt.Errorf("memstore: %s: %w", key, storekit.ErrNotFound)
 	}
 	r := s.entries[i].record()
 	r.Outcome = slices.Clone(r.Outcome)
 	return r, nil
 }
 
-// Sweep implements agenttool.Store. It visits only the records whose
+// Sweep implements storekit.Store. It visits only the records whose
 // lifetime has ended (kept in order of expiry), not every record, so a
 // long-running process can sweep often.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
@@ -386,8 +385,8 @@ func (h *expiries) pop() expiry {
 	return top
 }
 
-// ListUnknown implements agenttool.Store.
-func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]agenttool.Record, error) {
+// ListUnknown implements storekit.Store.
+func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]storekit.Record, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -396,7 +395,7 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []agenttool.Record
+	var out []storekit.Record
 	visit := func(k string, i int) {
 		if e := &s.entries[i]; k > req.After && e.open() {
 			if r := e.record(); req.Lists(&r) {
@@ -416,7 +415,7 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b agenttool.Record) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b storekit.Record) int { return strings.Compare(a.Key, b.Key) })
 	if len(out) > limit {
 		out = out[:limit]
 	}
@@ -440,7 +439,7 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 }
 
 // Import implements storekit.Importer.
-func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
+func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -451,7 +450,7 @@ func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
 			return err
 		}
 		if s.lookup(recs[i].Key) >= 0 || seen[recs[i].Key] {
-			return fmt.Errorf("memstore: importing %s: the key exists: %w", recs[i].Key, agenttool.ErrInvalidRequest)
+			return fmt.Errorf("memstore: importing %s: the key exists: %w", recs[i].Key, storekit.ErrInvalidRequest)
 		}
 		seen[recs[i].Key] = true
 	}
@@ -472,7 +471,7 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 	n := 0
 	for _, keys := range s.open {
 		for k := range keys {
-			if e := &s.entries[s.index[k]]; e.state == agenttool.Unknown && !e.retryApproved {
+			if e := &s.entries[s.index[k]]; e.state == storekit.Unknown && !e.retryApproved {
 				n++
 			}
 		}

@@ -100,13 +100,13 @@ type point struct {
 
 func (p point) get(key string) string {
 	v, _ := p.attrs.Value(attribute.Key(key))
-	return v.Emit()
+	return v.String()
 }
 
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	m := map[string]string{}
 	for _, kv := range s.Attributes() {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }

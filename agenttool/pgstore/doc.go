@@ -1,4 +1,4 @@
-// Package pgstore is the agenttool.Store for many replicas: keys and outcomes
+// Package pgstore is the store for agenttool when many replicas share the work: keys and outcomes
 // live in PostgreSQL (or a database that speaks its protocol), through
 // github.com/jackc/pgx/v5.
 //

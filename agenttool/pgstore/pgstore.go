@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
@@ -41,7 +40,7 @@ type Store struct {
 }
 
 var (
-	_ agenttool.Store         = (*Store)(nil)
+	_ storekit.Store          = (*Store)(nil)
 	_ storekit.UnknownClaimer = (*Store)(nil)
 	_ storekit.Counter        = (*Store)(nil)
 	_ storekit.Importer       = (*Store)(nil)
@@ -97,7 +96,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Schema returns the schema holding the store's tables.
 func (s *Store) Schema() string { return s.schema }
 
-// Claim implements agenttool.Store: an INSERT … ON CONFLICT DO NOTHING for a
+// Claim implements storekit.Store: an INSERT … ON CONFLICT DO NOTHING for a
 // new key; otherwise a read, and a locked read-decide-write only when the
 // record must change.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
@@ -114,8 +113,8 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 			return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
 		}
 		if token != nil {
-			rec := agenttool.Record{
-				Key: req.Key, Tool: req.Tool, State: agenttool.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
+			rec := storekit.Record{
+				Key: req.Key, Tool: req.Tool, State: storekit.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
 				Label: req.Label,
 			}
@@ -124,7 +123,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		// The key exists. Most often nothing needs to change (a replay, a
 		// live lease): answer from a plain read.
 		existing, err := s.get(ctx, s.pool, req.Key, false)
-		if err != nil && !errors.Is(err, agenttool.ErrNotFound) {
+		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
 			return storekit.ClaimResult{}, err
 		}
 		if existing == nil {
@@ -160,7 +159,7 @@ func fenceSession(req *storekit.ClaimRequest) []byte {
 func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, gone bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		existing, err := s.get(ctx, tx, req.Key, true)
-		if errors.Is(err, agenttool.ErrNotFound) {
+		if errors.Is(err, storekit.ErrNotFound) {
 			gone = true
 			return nil
 		}
@@ -189,9 +188,9 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	return res, gone, nil
 }
 
-// Finish implements agenttool.Store: one UPDATE fenced by the token.
+// Finish implements storekit.Store: one UPDATE fenced by the token.
 func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
-	rec, err := storekit.DecideFinish(&agenttool.Record{Key: req.Key, State: agenttool.Pending, Token: req.Token}, req)
+	rec, err := storekit.DecideFinish(&storekit.Record{Key: req.Key, State: storekit.Pending, Token: req.Token}, req)
 	if err != nil {
 		return err
 	}
@@ -210,7 +209,7 @@ func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	return nil
 }
 
-// Release implements agenttool.Store.
+// Release implements storekit.Store.
 func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	tag, err := s.pool.Exec(ctx, s.q.release, key, int64(token))
 	if err != nil {
@@ -222,7 +221,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	return nil
 }
 
-// Renew implements agenttool.Store.
+// Renew implements storekit.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now, req.MaybeApplied)
 	if err != nil {
@@ -234,11 +233,11 @@ func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	return nil
 }
 
-// Get implements agenttool.Store.
-func (s *Store) Get(ctx context.Context, key string) (agenttool.Record, error) {
+// Get implements storekit.Store.
+func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 	rec, err := s.get(ctx, s.pool, key, false)
 	if err != nil {
-		return agenttool.Record{}, err
+		return storekit.Record{}, err
 	}
 	return *rec, nil
 }
@@ -264,7 +263,7 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 		if err := rows.Scan(&c.Tool, &state, &c.RetryApproved, &n); err != nil {
 			return nil, s.wrap("count", "", err)
 		}
-		c.State = agenttool.State(state)
+		c.State = storekit.State(state)
 		tally[c] += int(n)
 	}
 	if err := rows.Err(); err != nil {
@@ -275,7 +274,7 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 
 // Import implements storekit.Importer with COPY, in one transaction, and
 // moves the token sequence past the imported tokens.
-func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
+func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 	rows := make([][]any, len(recs))
 	for i := range recs {
 		r := &recs[i]
@@ -299,7 +298,7 @@ func (s *Store) Import(ctx context.Context, recs []agenttool.Record) error {
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("pgstore: importing: a key exists (%s): %w", pgErr.Detail, agenttool.ErrInvalidRequest)
+		return fmt.Errorf("pgstore: importing: a key exists (%s): %w", pgErr.Detail, storekit.ErrInvalidRequest)
 	}
 	if err != nil {
 		return s.wrap("import", "", err)
@@ -320,7 +319,7 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 // a step's writes share the disk with calls' commits.
 const sweepStep = 100
 
-// Sweep implements agenttool.Store: one step, chosen by the records_expires
+// Sweep implements storekit.Store: one step, chosen by the records_expires
 // index, oldest first.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
@@ -334,8 +333,8 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	return int(tag.RowsAffected()), nil
 }
 
-// ListUnknown implements agenttool.Store.
-func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]agenttool.Record, error) {
+// ListUnknown implements storekit.Store.
+func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]storekit.Record, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 100
@@ -355,7 +354,7 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 		return s.collect(rows)
 	}
 	if req.Held {
-		return nil, fmt.Errorf("pgstore: listing held records needs a tool and a principal: %w", agenttool.ErrInvalidRequest)
+		return nil, fmt.Errorf("pgstore: listing held records needs a tool and a principal: %w", storekit.ErrInvalidRequest)
 	}
 	rows, err := s.pool.Query(ctx, s.q.listUnknown, req.Now, req.After, principal, limit, req.Tool, session)
 	if err != nil {
@@ -368,7 +367,7 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]ag
 // LOCKED: concurrent sweepers get disjoint records and never wait.
 func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownRequest) ([]storekit.ClaimResult, error) {
 	if req.Lease <= 0 || req.Limit <= 0 {
-		return nil, fmt.Errorf("pgstore: claim unknown with lease %v and limit %d: %w", req.Lease, req.Limit, agenttool.ErrInvalidRequest)
+		return nil, fmt.Errorf("pgstore: claim unknown with lease %v and limit %d: %w", req.Lease, req.Limit, storekit.ErrInvalidRequest)
 	}
 	var principal []byte
 	if req.Principal != nil {
@@ -386,7 +385,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownReque
 		var held *time.Time
 		var since time.Time
 		rec, err := scanRecord(rows, &held, &since)
-		if errors.Is(err, agenttool.ErrCorrupt) {
+		if errors.Is(err, storekit.ErrCorrupt) {
 			corrupt = append(corrupt, err) // its lease lapses; it is reported again next pass
 			continue
 		}
@@ -417,14 +416,14 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *Store) get(ctx context.Context, q querier, key string, lock bool) (*agenttool.Record, error) {
+func (s *Store) get(ctx context.Context, q querier, key string, lock bool) (*storekit.Record, error) {
 	sql := s.q.get
 	if lock {
 		sql = s.q.getForUpdate
 	}
 	rec, err := scanRecord(q.QueryRow(ctx, sql, key))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("pgstore: %s: %w", key, agenttool.ErrNotFound)
+		return nil, fmt.Errorf("pgstore: %s: %w", key, storekit.ErrNotFound)
 	}
 	if err != nil {
 		return nil, s.wrap("read", key, err)
@@ -432,7 +431,7 @@ func (s *Store) get(ctx context.Context, q querier, key string, lock bool) (*age
 	return rec, nil
 }
 
-func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
+func (s *Store) put(ctx context.Context, tx pgx.Tx, r *storekit.Record) error {
 	res, err := encodeResolution(r.Resolution)
 	if err != nil {
 		return err
@@ -443,15 +442,15 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, r *agenttool.Record) error {
 }
 
 // collect reads listed records. A row it cannot read is skipped and
-// reported (an error wrapping agenttool.ErrCorrupt, with the readable
+// reported (an error wrapping storekit.ErrCorrupt, with the readable
 // records), never a reason to stop.
-func (s *Store) collect(rows pgx.Rows) ([]agenttool.Record, error) {
+func (s *Store) collect(rows pgx.Rows) ([]storekit.Record, error) {
 	defer rows.Close()
-	var out []agenttool.Record
+	var out []storekit.Record
 	var corrupt []error
 	for rows.Next() {
 		rec, err := scanRecord(rows)
-		if errors.Is(err, agenttool.ErrCorrupt) {
+		if errors.Is(err, storekit.ErrCorrupt) {
 			corrupt = append(corrupt, err)
 			continue
 		}
@@ -468,7 +467,7 @@ func (s *Store) collect(rows pgx.Rows) ([]agenttool.Record, error) {
 
 // wrap adds context to a database error, keeping context errors findable.
 func (s *Store) wrap(op, key string, err error) error {
-	if errors.Is(err, agenttool.ErrCorrupt) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, storekit.ErrCorrupt) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("pgstore: %s %s: %w", op, key, err)
 	}
 	var pgErr *pgconn.PgError
@@ -481,9 +480,9 @@ func (s *Store) wrap(op, key string, err error) error {
 type rowScanner interface{ Scan(dest ...any) error }
 
 // scanRecord reads the columns of a record, then into extra, if any.
-func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
+func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 	var (
-		r                agenttool.Record
+		r                storekit.Record
 		state            int16
 		principal, fp    []byte
 		session          []byte
@@ -503,8 +502,8 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
-	r = agenttool.Record{
-		Key: key, Tool: tool, State: agenttool.State(state), Owner: owner, Token: uint64(token),
+	r = storekit.Record{
+		Key: key, Tool: tool, State: storekit.State(state), Owner: owner, Token: uint64(token),
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
 		TakenOver: takenOver, Label: label,
 	}
@@ -527,7 +526,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 		r.Expires = *expires
 	}
 	if len(resolution) > 0 {
-		var res agenttool.Resolution
+		var res storekit.Resolution
 		if err := json.Unmarshal(resolution, &res); err != nil {
 			return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("resolution: %w", err)}
 		}
@@ -536,7 +535,7 @@ func scanRecord(row rowScanner, extra ...any) (*agenttool.Record, error) {
 	return &r, nil
 }
 
-func encodeResolution(r *agenttool.Resolution) ([]byte, error) {
+func encodeResolution(r *storekit.Resolution) ([]byte, error) {
 	if r == nil {
 		return nil, nil
 	}

@@ -44,12 +44,12 @@ var migrations = []string{
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label`
 
-// awaiting is the SQL form of agenttool.Record.AwaitsReconciliation at $1.
+// awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
 // fenced is the unknown fence's question, in SQL: is there a record of a
 // tool and principal (and session, unless that parameter is NULL), other
-// than a key, that holds the fence at now (agenttool.Record.Fences)? Range
+// than a key, that holds the fence at now (storekit.Record.Fences)? Range
 // scans of records_scope: unknown records, pending ones taken over from an
 // unknown outcome, and other pending ones whose lease has ended; live
 // leases are not read. The arguments name the statement's parameters.

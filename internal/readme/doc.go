@@ -1,8 +1,9 @@
-// Package readme checks that the Go in README.md compiles against the
-// module's API, so that the README cannot drift from it. Its test extracts
-// every ```go block, declares what a block leaves to its reader (in HTML
-// comments just before it: <!-- vars: ctx context.Context; model llms.Model -->
-// for variables of the block, <!-- decls: … --> for top-level
-// declarations), and vets the package with the blocks added through an
-// overlay.
+// Package readme checks that README.md and the pages of docs/ stay true to
+// the module. Its tests extract every ```go block of them, declare what a
+// block leaves to its reader (in HTML comments just before it:
+// <!-- vars: ctx context.Context; model llms.Model --> for variables of the
+// block, <!-- decls: … --> for top-level declarations), and vet the package
+// with the blocks added through an overlay; they check that every relative
+// link and #anchor points at a file and a heading that exist; and they hold
+// what the pages say of a tool's error text.
 package readme

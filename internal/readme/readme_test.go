@@ -50,12 +50,28 @@ var (
 	varNames = regexp.MustCompile(`^\w+(?:, \w+)*`)
 )
 
-// TestReadmeGoCompiles builds every Go block of README.md.
-func TestReadmeGoCompiles(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// pages are the Markdown files whose Go blocks are compiled, relative to
+// the repository's root: README.md and every page of docs/.
+func pages(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(docs) == 0 {
+		t.Fatal("found no page in docs/; the README links to them")
+	}
+	out := []string{"README.md"}
+	for _, d := range docs {
+		out = append(out, "docs/"+filepath.Base(d))
+	}
+	return out
+}
+
+// TestReadmeGoCompiles builds every Go block of README.md and of the pages
+// in docs/, together, as one package: a block may use what another
+// declares (the Quickstart's sendEmail, say).
+func TestReadmeGoCompiles(t *testing.T) {
 	var src strings.Builder
 	src.WriteString("package readme\n\nimport (\n")
 	for _, path := range slices.Sorted(maps.Keys(imports)) {
@@ -65,34 +81,19 @@ func TestReadmeGoCompiles(t *testing.T) {
 	for _, path := range slices.Sorted(maps.Keys(imports)) {
 		fmt.Fprintf(&src, "var _ = %s\n", imports[path])
 	}
-	blocks := block.FindAllSubmatch(readme, -1)
-	if len(blocks) < 5 {
-		t.Fatalf("found %d Go blocks in README.md; the pattern is broken", len(blocks))
+	n := 0
+	for _, page := range pages(t) {
+		text, err := os.ReadFile("../../" + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range block.FindAllSubmatch(text, -1) {
+			n++
+			writeSnippet(&src, fmt.Sprintf("%s, Go block %d", page, i+1), n, m)
+		}
 	}
-	for i, m := range blocks {
-		var vars []string
-		for _, c := range comment.FindAllStringSubmatch(string(m[1]), -1) {
-			if c[1] == "decls" {
-				src.WriteString(strings.TrimSpace(c[2]) + "\n")
-				continue
-			}
-			for _, v := range strings.Split(c[2], ";") {
-				if v = strings.TrimSpace(v); v != "" {
-					vars = append(vars, v)
-				}
-			}
-		}
-		top, body := split(string(m[2]))
-		src.WriteString(top)
-		fmt.Fprintf(&src, "\nfunc snippet%d() {\n", i+1)
-		for _, v := range vars {
-			fmt.Fprintf(&src, "\tvar %s\n", v)
-			for _, name := range strings.Split(varNames.FindString(v), ",") { // "a, b *T" declares a and b
-				fmt.Fprintf(&src, "\t_ = %s\n", strings.TrimSpace(name))
-			}
-		}
-		src.WriteString(body)
-		src.WriteString("}\n")
+	if n < 5 {
+		t.Fatalf("found %d Go blocks in README.md and docs/*.md; the pattern is broken", n)
 	}
 	dir, err := filepath.Abs(".")
 	if err != nil {
@@ -109,8 +110,37 @@ func TestReadmeGoCompiles(t *testing.T) {
 	}
 	out, err := exec.Command("go", "vet", "-overlay="+ov, ".").CombinedOutput()
 	if err != nil {
-		t.Fatalf("README.md's Go does not compile:\n%s\n--- the Go built from README.md ---\n%s", out, numbered(src.String()))
+		t.Fatalf("the Go of README.md and docs/*.md does not compile:\n%s\n--- the Go built from them ---\n%s", out, numbered(src.String()))
 	}
+}
+
+// writeSnippet adds one Go block (m: its comments and its code) to src as
+// the body of func snippetN, with its top-level declarations before it.
+func writeSnippet(src *strings.Builder, where string, n int, m [][]byte) {
+	var vars []string
+	for _, c := range comment.FindAllStringSubmatch(string(m[1]), -1) {
+		if c[1] == "decls" {
+			src.WriteString(strings.TrimSpace(c[2]) + "\n")
+			continue
+		}
+		for _, v := range strings.Split(c[2], ";") {
+			if v = strings.TrimSpace(v); v != "" {
+				vars = append(vars, v)
+			}
+		}
+	}
+	top, body := split(string(m[2]))
+	fmt.Fprintf(src, "\n// %s\n", where)
+	src.WriteString(top)
+	fmt.Fprintf(src, "\nfunc snippet%d() {\n", n)
+	for _, v := range vars {
+		fmt.Fprintf(src, "\tvar %s\n", v)
+		for _, name := range strings.Split(varNames.FindString(v), ",") { // "a, b *T" declares a and b
+			fmt.Fprintf(src, "\t_ = %s\n", strings.TrimSpace(name))
+		}
+	}
+	src.WriteString(body)
+	src.WriteString("}\n")
 }
 
 // split separates a snippet's top-level declarations (types, funcs) from

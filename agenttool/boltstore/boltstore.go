@@ -16,9 +16,10 @@ import (
 )
 
 // schemaVersion is the layout of the file this package writes and reads.
-// Version 4 has the scope index of scope.go; files of versions 1 (none), 2
-// and 3 (earlier layouts) are upgraded at Open by rebuilding it.
-const schemaVersion = "5"
+// Version 4 has the scope index of scope.go, version 5 the expiry index,
+// version 6 the slot index of slot.go; files of earlier versions are
+// upgraded at Open by building what they lack.
+const schemaVersion = "6"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -168,10 +169,10 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
-	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket} {
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
@@ -181,6 +182,9 @@ func initSchema(tx *bolt.Tx) error {
 			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := rebuildExpiry(tx); err != nil {
+			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+		}
+		if err := assignLegacySlots(tx); err != nil {
 			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
@@ -254,18 +258,18 @@ var errNeedsWrite = errors.New("claim needs a write")
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	var res storekit.ClaimResult
 	err := s.view(ctx, func(b *bolt.Bucket) error {
-		existing, err := load(b, req.Key)
+		existing, occ, err := loadClaim(b, &req)
 		if err != nil {
 			return err
 		}
-		r, write, err := storekit.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
+		d, err := storekit.DecideClaim(existing, occ, req, func() (uint64, error) { return 0, errNeedsWrite })
 		if err != nil {
 			return err
 		}
-		if write {
+		if d.Write || d.Occupant != nil {
 			return errNeedsWrite
 		}
-		res = r
+		res = d.Result
 		return nil
 	})
 	if err == nil {
@@ -275,16 +279,21 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return res, err
 	}
 	err = s.update(ctx, func(b *bolt.Bucket) error {
-		existing, err := load(b, req.Key)
+		existing, occ, err := loadClaim(b, &req)
 		if err != nil {
 			return err
 		}
-		r, write, err := storekit.DecideClaim(existing, req, b.NextSequence)
+		d, err := storekit.DecideClaim(existing, occ, req, b.NextSequence)
 		if err != nil {
 			return err
 		}
-		res = r
-		if !write {
+		res = d.Result
+		if d.Occupant != nil {
+			if err := save(b, d.Occupant, occ); err != nil {
+				return err
+			}
+		}
+		if !d.Write {
 			return nil
 		}
 		if existing != nil && existing.Sweepable(req.Now) {
@@ -297,9 +306,19 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		if res.Claimed && req.Fence != nil {
 			res.Fenced = fenced(b, &req)
 		}
-		return save(b, &r.Record, existing)
+		return save(b, &res.Record, existing)
 	})
 	return res, err
+}
+
+// loadClaim reads what a claim decides on: the record of its key, and the
+// record that holds its slot, if another does.
+func loadClaim(b *bolt.Bucket, req *storekit.ClaimRequest) (existing, occ *storekit.Record, err error) {
+	if existing, err = load(b, req.Key); err != nil {
+		return nil, nil, err
+	}
+	occ, err = occupant(b, req)
+	return existing, occ, err
 }
 
 // Finish implements storekit.Store. A key under which an effect committed
@@ -577,6 +596,9 @@ func save(b *bolt.Bucket, r, prev *storekit.Record) error {
 	if err := reindexExpiry(b.Tx(), r, prev); err != nil {
 		return err
 	}
+	if err := reslot(b.Tx(), r, prev); err != nil {
+		return err
+	}
 	if r.Open() {
 		return openIndex(b).Put(key, []byte{})
 	}
@@ -597,6 +619,9 @@ func remove(b *bolt.Bucket, key []byte, rec *storekit.Record) error {
 			return err
 		}
 		if err := reindexExpiry(b.Tx(), &storekit.Record{Key: rec.Key}, rec); err != nil {
+			return err
+		}
+		if err := reslot(b.Tx(), nil, rec); err != nil {
 			return err
 		}
 	}

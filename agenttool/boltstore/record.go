@@ -15,16 +15,20 @@ import (
 //
 //	byte     2 (the format)
 //	byte     state
-//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest, 8 taken over, 16 has a label
+//	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest, 8 taken over, 16 has a label,
+//	         32 has a fence scope, 64 has a replacement, 128 has a notice
 //	[32]byte principal digest
 //	[32]byte fingerprint
 //	[32]byte session digest, if flag 4
+//	[32]byte fence scope, if flag 32
 //	uvarint  token
 //	uvarint  attempts
 //	varint   lease expiry, created, updated, expires (Unix nanoseconds; 0 is the zero time)
 //	bytes    tool, owner, outcome (each a uvarint length, then the bytes)
 //	if a resolution: bytes verdict, by, why; varint at
 //	if a label: bytes label
+//	if a replacement: bytes replaces, replaced by
+//	if a notice: varint notice until
 //
 // Format 1, JSON, was written by earlier versions; it is still read, and a
 // record is rewritten in format 2 when it next changes. A record in neither
@@ -40,6 +44,9 @@ const (
 	flagSession    = 4
 	flagTakenOver  = 8
 	flagLabel      = 16
+	flagFenceScope = 32
+	flagReplaced   = 64
+	flagNotice     = 128
 )
 
 // maxField bounds a stored string or outcome, so that a corrupt length
@@ -64,11 +71,23 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 	if r.Label != "" {
 		flags |= flagLabel
 	}
+	if r.FenceScope != (storekit.Digest{}) {
+		flags |= flagFenceScope
+	}
+	if r.Replaces != "" || r.ReplacedBy != "" {
+		flags |= flagReplaced
+	}
+	if !r.NoticeUntil.IsZero() {
+		flags |= flagNotice
+	}
 	b = append(b, formatBinary, byte(r.State), flags)
 	b = append(b, r.Principal[:]...)
 	b = append(b, r.Fingerprint[:]...)
 	if flags&flagSession != 0 {
 		b = append(b, r.Session[:]...)
+	}
+	if flags&flagFenceScope != 0 {
+		b = append(b, r.FenceScope[:]...)
 	}
 	b = binary.AppendUvarint(b, r.Token)
 	b = binary.AppendUvarint(b, uint64(r.Attempts))
@@ -88,6 +107,13 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 	if r.Label != "" {
 		b = appendField(b, r.Label)
 	}
+	if flags&flagReplaced != 0 {
+		b = appendField(b, r.Replaces)
+		b = appendField(b, r.ReplacedBy)
+	}
+	if flags&flagNotice != 0 {
+		b = binary.AppendVarint(b, nanos(r.NoticeUntil))
+	}
 	return b
 }
 
@@ -97,8 +123,8 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *storekit.Record) int {
-	// Header and digests; token, attempts, four times and three lengths.
-	n := 3 + 96 + 10*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label)
+	// Header and digests; token, attempts, five times and six lengths.
+	n := 3 + 128 + 13*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}
@@ -199,15 +225,16 @@ func decodeBinary(v []byte) (storekit.Record, error) {
 	var rec storekit.Record
 	rec.State = storekit.State(head[1])
 	flags := head[2]
-	if flags&^(flagApproved|flagResolution|flagSession|flagTakenOver|flagLabel) != 0 {
-		return storekit.Record{}, fmt.Errorf("unknown flags %#x", flags)
-	}
+
 	rec.RetryApproved = flags&flagApproved != 0
 	rec.TakenOver = flags&flagTakenOver != 0
 	copy(rec.Principal[:], r.bytes(32, "principal"))
 	copy(rec.Fingerprint[:], r.bytes(32, "fingerprint"))
 	if flags&flagSession != 0 {
 		copy(rec.Session[:], r.bytes(32, "session"))
+	}
+	if flags&flagFenceScope != 0 {
+		copy(rec.FenceScope[:], r.bytes(32, "fence scope"))
 	}
 	rec.Token = r.uvarint("token")
 	attempts := r.uvarint("attempts")
@@ -234,6 +261,13 @@ func decodeBinary(v []byte) (storekit.Record, error) {
 	}
 	if flags&flagLabel != 0 {
 		rec.Label = string(r.field("label"))
+	}
+	if flags&flagReplaced != 0 {
+		rec.Replaces = string(r.field("replaces"))
+		rec.ReplacedBy = string(r.field("replaced by"))
+	}
+	if flags&flagNotice != 0 {
+		rec.NoticeUntil = r.time("notice")
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes after the record", len(r.b))

@@ -28,6 +28,7 @@ type Store struct {
 	free    []int                         // empty slots of entries
 	expiry  expiries                      // when records may be swept
 	open    map[scope]map[string]struct{} // keys of open records, by tool and principal
+	slots   map[storekit.Slot]string      // the key of the record that holds each slot
 	token   uint64
 	closed  bool
 }
@@ -45,7 +46,7 @@ func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{index: make(map[string]int), open: make(map[scope]map[string]struct{})}
+	return &Store{index: make(map[string]int), open: make(map[scope]map[string]struct{}), slots: make(map[storekit.Slot]string)}
 }
 
 // scope is what the open index is keyed by: the unknown fence asks for the
@@ -107,6 +108,7 @@ func (s *Store) lookup(key string) int {
 // delete removes the record of key, in slot i.
 func (s *Store) delete(key string, i int) {
 	s.indexOpen(&s.entries[i], false)
+	s.leaveSlot(&s.entries[i])
 	delete(s.index, key)
 	s.entries[i] = entry{}
 	s.free = append(s.free, i)
@@ -118,6 +120,12 @@ func (s *Store) delete(key string, i int) {
 func (s *Store) put(i int, r storekit.Record) {
 	if i >= 0 && s.entries[i].open() {
 		s.indexOpen(&s.entries[i], false)
+	}
+	if i >= 0 {
+		s.leaveSlot(&s.entries[i])
+	}
+	if r.HoldsSlot() {
+		s.slots[r.Slot()] = r.Key
 	}
 	switch n := len(s.free); {
 	case i >= 0:
@@ -138,6 +146,31 @@ func (s *Store) put(i int, r storekit.Record) {
 	}
 }
 
+// leaveSlot removes e from the slot index, if it holds its slot.
+func (s *Store) leaveSlot(e *entry) {
+	if e.fenceScope == (storekit.Digest{}) {
+		return
+	}
+	sl := storekit.Slot{Tool: e.tool, Scope: e.fenceScope}
+	if s.slots[sl] == e.key {
+		delete(s.slots, sl)
+	}
+}
+
+// occupant returns the record that holds the slot req's record would
+// hold, if another does. s.mu is held.
+func (s *Store) occupant(req *storekit.ClaimRequest, r *storekit.Record) *storekit.Record {
+	if req.FenceScope == (storekit.Digest{}) {
+		return nil
+	}
+	k, ok := s.slots[req.Slot()]
+	if !ok || k == req.Key {
+		return nil
+	}
+	o, _ := s.get(k, r)
+	return o
+}
+
 // entry is a record as the store keeps it, with its times as Unix
 // nanoseconds. It is about half the size of a Record and has
 // fewer pointers for the garbage collector to follow, which a store holding
@@ -146,12 +179,16 @@ type entry struct {
 	key, tool     string
 	owner         string
 	label         string
+	replaces      string
+	replacedBy    string
 	outcome       []byte
 	resolution    *storekit.Resolution
 	principal     storekit.Digest
 	session       storekit.Digest
 	fingerprint   storekit.Digest
+	fenceScope    storekit.Digest
 	token         uint64
+	noticeUntil   int64
 	leaseExpiry   int64
 	created       int64
 	updated       int64
@@ -166,6 +203,7 @@ func newEntry(r *storekit.Record) entry {
 	return entry{
 		key: r.Key, tool: r.Tool, owner: r.Owner, label: r.Label, outcome: r.Outcome, resolution: r.Resolution,
 		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
+		fenceScope: r.FenceScope, replaces: r.Replaces, replacedBy: r.ReplacedBy, noticeUntil: unixNano(r.NoticeUntil),
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
 		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved, takenOver: r.TakenOver,
@@ -189,7 +227,8 @@ func (e *entry) record() storekit.Record {
 		Owner: e.owner, Token: e.token, LeaseExpiry: fromUnixNano(e.leaseExpiry), Attempts: int(e.attempts),
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution, TakenOver: e.takenOver,
-		Label: e.label,
+		Label: e.label, FenceScope: e.fenceScope, Replaces: e.replaces, ReplacedBy: e.replacedBy,
+		NoticeUntil: fromUnixNano(e.noticeUntil),
 	}
 }
 
@@ -222,19 +261,26 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return storekit.ClaimResult{}, err
 	}
 	defer s.mu.Unlock()
-	var cur storekit.Record
+	var cur, occ storekit.Record
 	existing, slot := s.get(req.Key, &cur)
-	res, write, err := storekit.DecideClaim(existing, req, s.nextToken)
+	d, err := storekit.DecideClaim(existing, s.occupant(&req, &occ), req, s.nextToken)
 	if err != nil {
 		return storekit.ClaimResult{}, err
 	}
-	if write {
+	if d.Occupant != nil {
+		s.put(s.lookup(d.Occupant.Key), *d.Occupant)
+	}
+	res := d.Result
+	if d.Write {
 		s.put(slot, res.Record)
 	}
 	if res.Claimed && req.Fence != nil {
 		res.Fenced = s.fenced(&req)
 	}
 	res.Record.Outcome = slices.Clone(res.Record.Outcome)
+	if res.Blocked != nil {
+		res.Blocked.Outcome = slices.Clone(res.Blocked.Outcome)
+	}
 	return res, nil
 }
 

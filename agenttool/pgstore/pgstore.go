@@ -97,47 +97,52 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 func (s *Store) Schema() string { return s.schema }
 
 // Claim implements storekit.Store: an INSERT … ON CONFLICT DO NOTHING for a
-// new key; otherwise a read, and a locked read-decide-write only when the
-// record must change.
+// new key whose slot is free (records_slot refuses it otherwise, on every
+// replica alike); otherwise a read, and a locked read-decide-write only when
+// a record must change.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	if _, _, err := storekit.DecideClaim(nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
+	if _, err := storekit.DecideClaim(nil, nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
 		return storekit.ClaimResult{}, err // an invalid request
 	}
 	fenceSession := fenceSession(&req)
 	for range 10 {
-		var token *int64
-		var fenced bool
-		err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil, req.Label).Scan(&token, &fenced)
-		if err != nil {
-			return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
-		}
-		if token != nil {
-			rec := storekit.Record{
-				Key: req.Key, Tool: req.Tool, State: storekit.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
-				Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
-				Label: req.Label,
+		if req.Replace == nil {
+			var token *int64
+			var fenced bool
+			err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
+				leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil, req.Label,
+				nullDigest(req.FenceScope)).Scan(&token, &fenced)
+			if err != nil {
+				return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
 			}
-			return storekit.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
+			if token != nil {
+				rec := storekit.Record{
+					Key: req.Key, Tool: req.Tool, State: storekit.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
+					Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
+					Label: req.Label, FenceScope: req.FenceScope,
+				}
+				return storekit.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
+			}
+			// The key exists, or another record holds the slot. Most often
+			// nothing needs to change (a replay, a live lease): answer from
+			// a plain read. A decision that writes nothing does not depend
+			// on the slot.
+			existing, err := s.get(ctx, s.pool, req.Key, false)
+			if err != nil && !errors.Is(err, storekit.ErrNotFound) {
+				return storekit.ClaimResult{}, err
+			}
+			if existing != nil {
+				d, err := storekit.DecideClaim(existing, nil, req, func() (uint64, error) { return 0, errNeedsWrite })
+				if err == nil && !d.Write {
+					return d.Result, nil
+				}
+				if err != nil && !errors.Is(err, errNeedsWrite) {
+					return storekit.ClaimResult{}, err
+				}
+			}
 		}
-		// The key exists. Most often nothing needs to change (a replay, a
-		// live lease): answer from a plain read.
-		existing, err := s.get(ctx, s.pool, req.Key, false)
-		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
-			return storekit.ClaimResult{}, err
-		}
-		if existing == nil {
-			continue // released or swept meanwhile: insert again
-		}
-		res, write, err := storekit.DecideClaim(existing, req, func() (uint64, error) { return 0, errNeedsWrite })
-		if err == nil && !write {
-			return res, nil
-		}
-		if err != nil && !errors.Is(err, errNeedsWrite) {
-			return storekit.ClaimResult{}, err
-		}
-		res, gone, err := s.claimLocked(ctx, req)
-		if err != nil || !gone {
+		res, again, err := s.claimLocked(ctx, req)
+		if err != nil || !again {
 			return res, err
 		}
 	}
@@ -145,6 +150,10 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 }
 
 var errNeedsWrite = errors.New("claim needs a write")
+
+// errAgain rolls back a locked claim whose insert met a record that
+// appeared meanwhile: the claim starts over.
+var errAgain = errors.New("claim again")
 
 // fenceSession is the session the claim's fence is limited to, or nil.
 func fenceSession(req *storekit.ClaimRequest) []byte {
@@ -154,24 +163,40 @@ func fenceSession(req *storekit.ClaimRequest) []byte {
 	return req.Session[:]
 }
 
-// claimLocked decides a claim on the row locked FOR UPDATE. gone reports a
-// row that vanished before it could be locked.
-func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, gone bool, err error) {
+// claimLocked decides a claim on the rows of its key and of its slot's
+// occupant, locked FOR UPDATE. again reports rows that vanished or
+// appeared before they could be locked: the claim starts over.
+func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, again bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		existing, err := s.get(ctx, tx, req.Key, true)
-		if errors.Is(err, storekit.ErrNotFound) {
-			gone = true
+		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
+			return err
+		}
+		var occ *storekit.Record
+		if req.FenceScope != (storekit.Digest{}) {
+			occ, err = scanRecord(tx.QueryRow(ctx, s.q.occupantForUpdate, req.Tool, req.FenceScope[:]))
+			if errors.Is(err, pgx.ErrNoRows) {
+				occ, err = nil, nil
+			}
+			if err != nil {
+				return s.wrap("read the slot of", req.Key, err)
+			}
+		}
+		if existing == nil && occ == nil && req.Replace == nil {
+			again = true // released or swept meanwhile, or the slot was freed: insert again
 			return nil
 		}
+		d, err := storekit.DecideClaim(existing, occ, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
 		if err != nil {
 			return err
 		}
-		r, write, err := storekit.DecideClaim(existing, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
-		if err != nil {
-			return err
+		res = d.Result
+		if d.Occupant != nil {
+			if err := s.put(ctx, tx, d.Occupant); err != nil {
+				return err
+			}
 		}
-		res = r
-		if !write {
+		if !d.Write {
 			return nil
 		}
 		if res.Claimed && req.Fence != nil {
@@ -180,12 +205,25 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 				return err
 			}
 		}
-		return s.put(ctx, tx, &r.Record)
+		if existing != nil {
+			return s.put(ctx, tx, &res.Record)
+		}
+		tag, err := tx.Exec(ctx, s.q.insertRecord, recordArgs(&res.Record)...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errAgain
+		}
+		return nil
 	})
+	if errors.Is(err, errAgain) {
+		return storekit.ClaimResult{}, true, nil
+	}
 	if err != nil {
 		return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
 	}
-	return res, gone, nil
+	return res, again, nil
 }
 
 // Finish implements storekit.Store: one UPDATE fenced by the token.
@@ -199,7 +237,7 @@ func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.q.finish, req.Key, int64(req.Token), int16(rec.State), rec.Attempts, rec.Outcome,
-		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res, nullTime(leaseEnd(rec.LeaseExpiry)))
+		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res, nullTime(leaseEnd(rec.LeaseExpiry)), nullTime(rec.NoticeUntil))
 	if err != nil {
 		return s.wrap("finish", req.Key, err)
 	}
@@ -281,13 +319,9 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		if err := storekit.ValidateImport(r); err != nil {
 			return err
 		}
-		res, err := encodeResolution(r.Resolution)
-		if err != nil {
-			return err
+		if rows[i] = recordArgs(r); rows[i] == nil {
+			return fmt.Errorf("pgstore: importing %s: its resolution cannot be encoded: %w", r.Key, storekit.ErrInvalidRequest)
 		}
-		rows[i] = []any{r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
-			nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.Expires),
-			r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label}
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "records"}, strings.Split(columns, ", "), pgx.CopyFromRows(rows)); err != nil {
@@ -431,14 +465,35 @@ func (s *Store) get(ctx context.Context, q querier, key string, lock bool) (*sto
 	return rec, nil
 }
 
+// put writes every column of r's row, which exists.
 func (s *Store) put(ctx context.Context, tx pgx.Tx, r *storekit.Record) error {
+	args := recordArgs(r)
+	if args == nil {
+		return fmt.Errorf("pgstore: %s: its resolution cannot be encoded: %w", r.Key, storekit.ErrInvalidRequest)
+	}
+	_, err := tx.Exec(ctx, s.q.update, args...)
+	return err
+}
+
+// recordArgs returns r's columns, in the order of columns; nil if its
+// resolution cannot be encoded.
+func recordArgs(r *storekit.Record) []any {
 	res, err := encodeResolution(r.Resolution)
 	if err != nil {
-		return err
+		return nil
 	}
-	_, err = tx.Exec(ctx, s.q.update, r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
-		nullTime(leaseEnd(r.LeaseExpiry)), r.Attempts, r.Outcome, r.Created, r.Updated, nullTime(r.Expires), r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label)
-	return err
+	return []any{r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
+		nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.Expires),
+		r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label,
+		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil)}
+}
+
+// nullDigest is a digest column's value: NULL for the zero digest.
+func nullDigest(d storekit.Digest) []byte {
+	if d == (storekit.Digest{}) {
+		return nil
+	}
+	return d[:]
 }
 
 // collect reads listed records. A row it cannot read is skipped and
@@ -496,16 +551,21 @@ func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 		retryApproved    bool
 		takenOver        bool
 		label            string
+		fenceScope       []byte
+		replaces         string
+		replacedBy       string
+		noticeUntil      *time.Time
 	)
 	dest := append([]any{&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
-		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver, &label}, extra...)
+		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver, &label,
+		&fenceScope, &replaces, &replacedBy, &noticeUntil}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r = storekit.Record{
 		Key: key, Tool: tool, State: storekit.State(state), Owner: owner, Token: uint64(token),
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
-		TakenOver: takenOver, Label: label,
+		TakenOver: takenOver, Label: label, Replaces: replaces, ReplacedBy: replacedBy,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
 		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}
@@ -518,6 +578,16 @@ func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 		copy(r.Session[:], session)
 	default:
 		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("a session digest of %d bytes", len(session))}
+	}
+	switch len(fenceScope) {
+	case 0:
+	case len(r.FenceScope):
+		copy(r.FenceScope[:], fenceScope)
+	default:
+		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("a fence scope of %d bytes", len(fenceScope))}
+	}
+	if noticeUntil != nil {
+		r.NoticeUntil = *noticeUntil
 	}
 	if lease != nil {
 		r.LeaseExpiry = *lease

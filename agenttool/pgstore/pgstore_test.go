@@ -29,6 +29,14 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { again.Close() })
 			return again
 		},
+		Twin: func(t *testing.T, s agenttool.Store) agenttool.Store {
+			twin, err := pgstore.Open(context.Background(), &pgstore.Options{URL: pgtest.URL(t), Schema: s.(*pgstore.Store).Schema()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { twin.Close() })
+			return twin
+		},
 	})
 }
 

@@ -40,9 +40,29 @@ var migrations = []string{
 	CREATE INDEX records_scope ON {s}.records (tool, principal, state, taken_over, lease_expiry) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
 	// 3: the label trusted code gives an action, for operators.
 	`ALTER TABLE {s}.records ADD COLUMN label text NOT NULL DEFAULT '';`,
+	// 4: the slot of the unknown fence (storekit.Record.HoldsSlot): at most
+	// one record of a tool and fence scope is pending, unknown (resolved or
+	// not) or succeeded with a notice — a unique index, so that two claims
+	// of one scope on two replicas cannot both be granted. The replacement
+	// relation and the notice. Open records of earlier versions have no
+	// fence scope: the most recent of each tool and session takes its
+	// session's slot.
+	`ALTER TABLE {s}.records ADD COLUMN fence_scope bytea;
+	ALTER TABLE {s}.records ADD COLUMN replaces text NOT NULL DEFAULT '';
+	ALTER TABLE {s}.records ADD COLUMN replaced_by text NOT NULL DEFAULT '';
+	ALTER TABLE {s}.records ADD COLUMN notice_until timestamptz;
+	UPDATE {s}.records SET fence_scope = session WHERE key IN (
+		SELECT DISTINCT ON (tool, session) key FROM {s}.records
+		WHERE (state = 1 OR state = 4) AND session <> ''::bytea ORDER BY tool, session, updated DESC);
+	CREATE UNIQUE INDEX records_slot ON {s}.records (tool, fence_scope)
+		WHERE fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL);`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`
+
+// holdsSlot is the SQL form of storekit.Record.HoldsSlot, the predicate of
+// the records_slot index.
+const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL)`
 
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
@@ -62,7 +82,7 @@ func fenced(t, key, tool, principal, now, session string) string {
 }
 
 type queries struct {
-	insert, fenced, get, getForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
+	insert, insertRecord, fenced, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }
 
 func newQueries(schema string) queries {
@@ -70,20 +90,26 @@ func newQueries(schema string) queries {
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
 	return queries{
 		// insert claims a new key and, in the same statement, answers the
-		// fence's question when $10 asks it.
-		insert: `WITH ins AS (INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label)
-			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $11)
-			ON CONFLICT (key) DO NOTHING RETURNING token)
+		// fence's question when $10 asks it. It inserts nothing if the key
+		// exists, or if another record holds the slot of $2 and $12
+		// (records_slot).
+		insert: `WITH ins AS (INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
+			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $11, $12)
+			ON CONFLICT DO NOTHING RETURNING token)
 			SELECT (SELECT token FROM ins), $10 AND ` + fenced(t, "$1", "$2", "$3", "$7", "$9"),
 		fenced:       `SELECT ` + fenced(t, "$1", "$2", "$3", "$4", "$5"),
 		get:          `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
+		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
+		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+			ON CONFLICT DO NOTHING`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18 WHERE key = $1`,
+			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
-			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution)
+			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4, taken_over = taken_over OR $5

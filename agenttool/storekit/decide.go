@@ -6,10 +6,24 @@ import (
 	"time"
 )
 
+// ClaimDecision is what [DecideClaim] decides: the claim's answer, and
+// what the store writes in the claim's transaction.
+type ClaimDecision struct {
+	Result ClaimResult
+	// Write is set when Result.Record must be written.
+	Write bool
+	// Occupant, if not nil, is the record that held the claim's slot, to
+	// be written in the same transaction: closed as replaced
+	// (ClaimRequest.Replace), or with its notice ended.
+	Occupant *Record
+}
+
 // DecideClaim applies the claim rules to the existing record for req.Key (nil
-// if there is none) and returns the result and whether res.Record must be
-// written. nextToken is called only when a new claim is made. It is the
-// single source of the rules; a Store calls it inside its transaction:
+// if there is none) and to occupant, the record that holds the slot of
+// req.Tool and req.FenceScope (nil if none does, or req.FenceScope is zero),
+// and returns what the store writes. nextToken is called only when a new
+// claim is made. It is the single source of the rules; a Store calls it
+// inside its transaction:
 //
 //   - no record, or a succeeded/failed record past its expiry: claim;
 //   - another principal: OtherPrincipal, nothing changes;
@@ -22,22 +36,62 @@ import (
 //     outcome is unknown: taken over if req.TakeOver, else turned into an
 //     unknown record (fencing out the old holder);
 //   - unknown and resolved as not applied (RetryApproved): claimed afresh,
-//     which consumes the approval; the new record is marked TakenOver, so
-//     that the unknown fence holds the scope's other writes while the
-//     approved retry runs, from the claim on;
+//     which consumes the approval; the new record is marked TakenOver;
 //   - unknown: taken over if req.TakeOver, else returned.
-func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, error)) (res ClaimResult, write bool, err error) {
+//
+// The slot (the unknown fence, invariant I9): a claim that would make a
+// pending record of a key that does not hold the slot yet is granted only
+// if no other record of the tool and fence scope holds it
+// ([Record.HoldsSlot]) — one write at a time per tool and scope, and none
+// while an earlier one is unknown:
+//
+//   - no occupant: granted, and the new record holds the slot;
+//   - an occupant whose notice has ended: its notice is cleared, granted;
+//   - req.Replace names the occupant as it is (held by Replace.Token, or
+//     approved for a retry after Replace.Attempts attempts): the occupant
+//     is closed as failed, replaced by req.Key, and the claim granted with
+//     Record.Replaces set;
+//   - any other occupant (running, held by a holder that may be dead,
+//     unknown, approved for a retry, or settled applied within its
+//     notice): not granted, nothing written; ClaimResult.Blocked is the
+//     occupant.
+func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.Lease <= 0 {
-		return ClaimResult{}, false, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
+		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
-	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimResult, bool, error) {
+	if req.Replace != nil && req.Replace.TTL <= 0 {
+		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
+	}
+	if occupant != nil && (occupant.Key == req.Key || !occupant.HoldsSlot() || occupant.Slot() != req.Slot() || req.FenceScope == (Digest{})) {
+		occupant = nil
+	}
+	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimDecision, error) {
+		var d ClaimDecision
+		var replaces string
+		if occupant != nil {
+			switch o := *occupant; {
+			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
+				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry = Failed, req.Key, "", time.Time{}
+				o.TakenOver, o.RetryApproved, o.NoticeUntil = false, false, time.Time{}
+				o.Outcome, o.Updated, o.Expires = req.Replace.Outcome, req.Now, req.Now.Add(req.Replace.TTL)
+				if req.Replace.Resolution != nil {
+					o.Resolution = req.Replace.Resolution
+				}
+				d.Occupant, replaces = &o, o.Key
+			case o.State == Succeeded && !req.Now.Before(o.NoticeUntil):
+				o.NoticeUntil = time.Time{}
+				d.Occupant = &o
+			default:
+				return ClaimDecision{Result: ClaimResult{Blocked: &o}}, nil
+			}
+		}
 		var heldUntil, since time.Time
 		if tookOver {
 			heldUntil, since = existing.LeaseExpiry, existing.Updated
 		}
 		tok, err := nextToken()
 		if err != nil {
-			return ClaimResult{}, false, err
+			return ClaimDecision{}, err
 		}
 		if created.IsZero() {
 			created = req.Now
@@ -47,7 +101,7 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver || retry,
-			Label: req.Label,
+			Label: req.Label, FenceScope: req.FenceScope, Replaces: replaces,
 		}
 		if existing != nil && !existing.expired(req.Now) {
 			// A takeover keeps the audit trail and the last outcome seen,
@@ -57,27 +111,30 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 				rec.Label = existing.Label
 			}
 		}
-		return ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}, true, nil
+		d.Result = ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}
+		d.Write = true
+		return d, nil
 	}
+	found := func(res ClaimResult) (ClaimDecision, error) { return ClaimDecision{Result: res}, nil }
 	if existing == nil || existing.expired(req.Now) {
 		return claim(false, false, 0, time.Time{})
 	}
 	if !existing.State.Valid() {
-		return ClaimResult{}, false, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
+		return ClaimDecision{}, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
 	}
 	if existing.Principal != req.Principal {
-		return ClaimResult{Conflict: OtherPrincipal, Record: *existing}, false, nil
+		return found(ClaimResult{Conflict: OtherPrincipal, Record: *existing})
 	}
 	if existing.Tool != req.Tool {
-		return ClaimResult{Conflict: OtherTool, Record: *existing}, false, nil
+		return found(ClaimResult{Conflict: OtherTool, Record: *existing})
 	}
 	if existing.Fingerprint != req.Fingerprint {
-		return ClaimResult{Conflict: OtherInput, Record: *existing}, false, nil
+		return found(ClaimResult{Conflict: OtherInput, Record: *existing})
 	}
 	switch existing.State {
 	case Pending:
 		if req.Now.Before(existing.LeaseExpiry) {
-			return ClaimResult{Record: *existing}, false, nil
+			return found(ClaimResult{Record: *existing})
 		}
 		// The dead holder claimed in order to attempt: count its attempt,
 		// whose outcome nobody knows.
@@ -86,14 +143,14 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 		}
 		tok, err := nextToken()
 		if err != nil {
-			return ClaimResult{}, false, err
+			return ClaimDecision{}, err
 		}
 		// The lapsed lease stays on the record: whoever takes it over learns
 		// until when the dead holder's attempt may have been in flight.
 		rec := *existing
 		rec.State, rec.Token, rec.Owner, rec.Updated = Unknown, tok, "", req.Now
 		rec.Attempts++
-		return ClaimResult{Record: rec}, true, nil
+		return ClaimDecision{Result: ClaimResult{Record: rec}, Write: true}, nil
 	case Unknown:
 		if existing.RetryApproved {
 			return claim(false, true, existing.Attempts, existing.Created)
@@ -102,7 +159,40 @@ func DecideClaim(existing *Record, req ClaimRequest, nextToken func() (uint64, e
 			return claim(true, false, existing.Attempts, existing.Created)
 		}
 	}
-	return ClaimResult{Record: *existing}, false, nil
+	return found(ClaimResult{Record: *existing})
+}
+
+// matches reports whether occupant is the record r names, as the caller
+// found it.
+func (r *Replacement) matches(occupant *Record) bool {
+	if r.Token != 0 {
+		return occupant.State == Pending && occupant.Token == r.Token
+	}
+	return occupant.State == Unknown && occupant.RetryApproved && occupant.Attempts == r.Attempts
+}
+
+// Slot names the slot of a tool and fence scope: at most one record holds
+// it at a time ([Record.HoldsSlot]).
+type Slot struct {
+	Tool  string
+	Scope Digest
+}
+
+// Slot returns the slot r belongs to.
+func (r *Record) Slot() Slot { return Slot{r.Tool, r.FenceScope} }
+
+// Slot returns the slot the claim's record would hold.
+func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
+
+// HoldsSlot reports whether r holds its slot: it belongs to a fence scope,
+// and it is pending (running, or held by a holder that may be dead),
+// unknown (resolved or not), or succeeded with a notice (whether or not
+// the notice has ended: the next claim of the slot clears it). Stores
+// index the records that hold a slot by their slot; at most one record
+// holds each.
+func (r *Record) HoldsSlot() bool {
+	return r.FenceScope != (Digest{}) &&
+		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()))
 }
 
 // DecideFinish checks that req.Token still holds the pending record and
@@ -124,6 +214,10 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	}
 	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
 	rec.RetryApproved = req.RetryApproved
+	rec.NoticeUntil = time.Time{}
+	if req.State == Succeeded {
+		rec.NoticeUntil = req.NoticeUntil
+	}
 	if req.Resolution != nil {
 		rec.Resolution = req.Resolution
 	}

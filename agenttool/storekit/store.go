@@ -331,6 +331,27 @@ type Record struct {
 	// with agenttool.WithLabel (a display name, a ticket), encoded by the
 	// tool's Codec. It is not part of the key. "" if none.
 	Label string
+	// FenceScope is the scope of the unknown fence the record's action
+	// belongs to (the tool's session digest, or its principal digest for a
+	// principal-wide fence); zero if the tool's fence is off. At most one
+	// record of a tool and fence scope holds the scope's slot at a time
+	// ([Record.HoldsSlot]): see [DecideClaim].
+	FenceScope Digest
+	// Replaces is the key of the action this one goes on in place of: an
+	// earlier action of the scope whose outcome was unknown and which was
+	// found not applied, or approved for one more attempt, whose attempt
+	// this action took. "" if none.
+	Replaces string
+	// ReplacedBy, on a failed record, is the key of the action that went on
+	// in its place (see Replaces): this action was not applied and will not
+	// be. "" if none.
+	ReplacedBy string
+	// NoticeUntil, on a succeeded record whose action's outcome was unknown
+	// before it was found applied (or which went on in place of such an
+	// action), is when its notice ends: until then it holds the scope's
+	// slot, and the scope's other new writes are told of it instead of
+	// running. Zero if none.
+	NoticeUntil time.Time
 }
 
 // ClaimRequest asks a Store to claim a key.
@@ -356,6 +377,31 @@ type ClaimRequest struct {
 	// Label is written to the record the claim makes or takes over; a
 	// claim without one keeps the label of the record it takes over.
 	Label string
+	// FenceScope, if not zero, is the scope of the tool's unknown fence:
+	// the record the claim makes holds the slot of the tool and this scope,
+	// and the claim is granted only if no other record holds it (see
+	// [DecideClaim]; ClaimResult.Blocked says which one does).
+	FenceScope Digest
+	// Replace, if not nil, claims the key in place of the action that holds
+	// the slot, which was found not applied: that record is closed as failed
+	// (Record.ReplacedBy) in the claim's transaction.
+	Replace *Replacement
+}
+
+// Replacement names the action a claim goes on in place of, as the caller
+// found it, and what that action's record becomes.
+type Replacement struct {
+	Key string
+	// Token is the fencing token under which the caller holds the action's
+	// record (it took it over, and found it not applied); 0 if the record is
+	// unknown and approved for one more attempt, with Attempts attempts.
+	Token    uint64
+	Attempts int
+	// Outcome is the replaced record's new outcome (encoded), Resolution
+	// its resolution (nil keeps the one it has), TTL its lifetime.
+	Outcome    []byte
+	Resolution *Resolution
+	TTL        time.Duration
 }
 
 // Fence selects the records a claim's fence check looks at: those of the
@@ -406,6 +452,10 @@ type ClaimResult struct {
 	// Fenced, for a granted claim with ClaimRequest.Fence, reports that
 	// another record of the fence's scope awaits reconciliation.
 	Fenced bool
+	// Blocked, when the claim was not granted because another action of
+	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
+	// record (Record is then zero).
+	Blocked *Record
 	// Record is the record after the claim.
 	Record Record
 }
@@ -448,4 +498,8 @@ type FinishRequest struct {
 	HeldUntil time.Time
 	// Resolution, if not nil, replaces the record's resolution.
 	Resolution *Resolution
+	// NoticeUntil (with State Succeeded) is kept as the record's
+	// NoticeUntil: the action's outcome had been unknown, and the scope's
+	// other new writes are told of it until then.
+	NoticeUntil time.Time
 }

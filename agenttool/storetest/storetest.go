@@ -40,6 +40,11 @@ type Harness struct {
 	// Reopen closes s and opens the same data again, as a restart would.
 	// If nil, the restart checks are skipped.
 	Reopen func(t *testing.T, s agenttool.Store) agenttool.Store
+	// Twin opens a second instance of the store over the same data, as
+	// another replica would (two pools on one PostgreSQL database); the
+	// harness closes it when the test ends. If nil, the checks that a
+	// promise holds across replicas run on s alone.
+	Twin func(t *testing.T, s agenttool.Store) agenttool.Store
 }
 
 var (
@@ -108,6 +113,12 @@ func Run(t *testing.T, h Harness) {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h.Open(t)) })
 	}
 	t.Run("OpenRecordsOfAScope", func(t *testing.T) { testScope(t, h) })
+	t.Run("SlotOneWriteAtATime", func(t *testing.T) { testSlotOneWriteAtATime(t, h) })
+	t.Run("SlotHeldByUnknownAndDeadHolders", func(t *testing.T) { testSlotHeldByUnknownAndDeadHolders(t, h) })
+	t.Run("SlotReplacement", func(t *testing.T) { testSlotReplacement(t, h) })
+	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
+	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
+	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })
 	t.Run("FenceAnsweredWithTheClaim", func(t *testing.T) { testFenceWithClaim(t, h.Open(t)) })
 	t.Run("DatabaseGone", func(t *testing.T) {
 		if h.Kill == nil {

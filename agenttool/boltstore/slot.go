@@ -1,0 +1,89 @@
+package boltstore
+
+import (
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+// slotsBucket indexes the record that holds each slot of the unknown fence
+// (storekit.Record.HoldsSlot), by its tool and fence scope:
+//
+//	tool 0x00 fence-scope → the key of the record that holds the slot
+//
+// A claim finds its slot's occupant with one lookup.
+var slotsBucket = []byte("retrysafe/slots")
+
+func slotKey(sl storekit.Slot) []byte {
+	k := make([]byte, 0, len(sl.Tool)+1+len(sl.Scope))
+	return append(append(append(k, sl.Tool...), 0), sl.Scope[:]...)
+}
+
+// reslot moves the slot index from prev (nil: a new record) to r (nil: a
+// deleted one).
+func reslot(tx *bolt.Tx, r, prev *storekit.Record) error {
+	slots := tx.Bucket(slotsBucket)
+	if prev != nil && prev.HoldsSlot() && (r == nil || !r.HoldsSlot() || r.Slot() != prev.Slot()) {
+		k := slotKey(prev.Slot())
+		if bytes.Equal(slots.Get(k), []byte(prev.Key)) {
+			if err := slots.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	if r != nil && r.HoldsSlot() {
+		return slots.Put(slotKey(r.Slot()), []byte(r.Key))
+	}
+	return nil
+}
+
+// occupant returns the record that holds the slot req's record would hold,
+// if another record does.
+func occupant(b *bolt.Bucket, req *storekit.ClaimRequest) (*storekit.Record, error) {
+	if req.FenceScope == (storekit.Digest{}) {
+		return nil, nil
+	}
+	k := b.Tx().Bucket(slotsBucket).Get(slotKey(req.Slot()))
+	if k == nil || string(k) == req.Key {
+		return nil, nil
+	}
+	return load(b, string(k))
+}
+
+// assignLegacySlots gives slots to the open records of a store written
+// before slots existed (schema 5 and older), whose records have no fence
+// scope: the most recent open record of each tool and session takes its
+// session's slot, as a tool with the default, per-session fence would
+// have it. Other open records of the session are still listed for
+// reconciliation, but hold no slot.
+func assignLegacySlots(tx *bolt.Tx) error {
+	b := tx.Bucket(recordsBucket)
+	newest := map[storekit.Slot]*storekit.Record{}
+	err := tx.Bucket(openBucket).ForEach(func(k, _ []byte) error {
+		rec, err := load(b, string(k))
+		if err != nil || rec == nil || rec.FenceScope != (storekit.Digest{}) || rec.Session == (storekit.Digest{}) {
+			return nil // unreadable records stay as they are, failing closed when used
+		}
+		sl := storekit.Slot{Tool: rec.Tool, Scope: rec.Session}
+		if cur := newest[sl]; cur == nil || rec.Updated.After(cur.Updated) {
+			newest[sl] = rec
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for sl, rec := range newest {
+		if tx.Bucket(slotsBucket).Get(slotKey(sl)) != nil {
+			continue
+		}
+		prev := *rec
+		rec.FenceScope = sl.Scope
+		if err := save(b, rec, &prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,264 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+// The slot of the unknown fence (storekit.DecideClaim): at most one record
+// of a tool and fence scope is pending, unknown, approved for a retry, or
+// succeeded within its notice; a claim of another key in the scope is
+// granted only when the slot is free, on every replica of a store alike
+// and across a restart.
+
+// slotted is a claim request of a new key in the slot of tool and scope.
+func slotted(tool string, scope agenttool.Digest, now time.Time) storekit.ClaimRequest {
+	req := claimReq(newKey(), now)
+	req.Tool, req.Session, req.FenceScope = tool, scope, scope
+	return req
+}
+
+func newSlot() (string, agenttool.Digest) {
+	n := keyCount.Add(1)
+	return fmt.Sprintf("slot-%d", n), agenttool.Digest{0x5e, byte(n), byte(n >> 8), byte(n >> 16)}
+}
+
+// blockedBy checks that res was refused for the record of key, in state.
+func blockedBy(t *testing.T, what string, res storekit.ClaimResult, key string, state agenttool.State) {
+	t.Helper()
+	if res.Claimed || res.Blocked == nil || res.Blocked.Key != key || res.Blocked.State != state {
+		t.Fatalf("%s: claimed %v, blocked by %+v; want refused, blocked by %s (%v)", what, res.Claimed, res.Blocked, key, state)
+	}
+}
+
+func granted(t *testing.T, what string, res storekit.ClaimResult) storekit.ClaimResult {
+	t.Helper()
+	if !res.Claimed || res.Blocked != nil {
+		t.Fatalf("%s: %+v; want granted", what, res)
+	}
+	return res
+}
+
+func testSlotOneWriteAtATime(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	first := granted(t, "first write", mustClaim(t, s, slotted(tool, scope, t0)))
+	if got, _ := s.Get(bg, first.Record.Key); got.FenceScope != scope || !got.HoldsSlot() {
+		t.Fatalf("the first write's record %+v does not hold its slot", got)
+	}
+	second := slotted(tool, scope, t0.Add(time.Second))
+	blockedBy(t, "a second write while the first runs", mustClaim(t, other, second), first.Record.Key, agenttool.Pending)
+	if _, err := s.Get(bg, second.Key); err == nil {
+		t.Errorf("a refused claim left a record")
+	}
+	// Other scopes, other tools and tools without a fence are not held.
+	otherTool, otherScope := newSlot()
+	granted(t, "another scope", mustClaim(t, other, slotted(tool, otherScope, t0)))
+	granted(t, "another tool", mustClaim(t, other, slotted(otherTool, scope, t0)))
+	unfenced := slotted(tool, scope, t0)
+	unfenced.FenceScope = agenttool.Digest{}
+	granted(t, "a claim without a fence scope", mustClaim(t, other, unfenced))
+	// The same key meets its own record, never its own slot.
+	again := claimReq(first.Record.Key, t0.Add(time.Second))
+	again.Tool, again.Session, again.FenceScope = tool, scope, scope
+	if res := mustClaim(t, other, again); res.Claimed || res.Blocked != nil || res.Record.Token != first.Record.Token {
+		t.Errorf("the same action again: %+v; want its running record", res)
+	}
+	// Once the first is done, the slot is free.
+	if err := s.Finish(bg, finish(first.Record.Key, first.Record.Token, agenttool.Succeeded, t0.Add(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	res := granted(t, "the second write after the first succeeded", mustClaim(t, other, second))
+	// A released claim frees it too.
+	if err := other.Release(bg, second.Key, res.Record.Token); err != nil {
+		t.Fatal(err)
+	}
+	granted(t, "a write after a release", mustClaim(t, s, slotted(tool, scope, t0.Add(2*time.Second))))
+}
+
+func testSlotHeldByUnknownAndDeadHolders(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	dead := granted(t, "a write whose holder dies", mustClaim(t, s, slotted(tool, scope, t0)))
+	// Its holder is gone: within the lease and after it, nothing else runs.
+	blockedBy(t, "within the dead holder's lease", mustClaim(t, other, slotted(tool, scope, t0.Add(minute/2))), dead.Record.Key, agenttool.Pending)
+	res := mustClaim(t, other, slotted(tool, scope, t0.Add(2*minute)))
+	blockedBy(t, "after the dead holder's lease", res, dead.Record.Key, agenttool.Pending)
+	if !res.Blocked.AwaitsReconciliation(t0.Add(2 * minute)) {
+		t.Errorf("the lapsed record %+v does not await reconciliation", res.Blocked)
+	}
+	// Taken over, and found unknown: still held.
+	take := claimReq(dead.Record.Key, t0.Add(2*minute))
+	take.Tool, take.Session, take.FenceScope, take.TakeOver = tool, scope, scope, true
+	took := mustClaim(t, other, take)
+	if !took.Claimed || !took.TookOver {
+		t.Fatalf("takeover of the dead holder's record: %+v", took)
+	}
+	if err := other.Finish(bg, finish(dead.Record.Key, took.Record.Token, agenttool.Unknown, t0.Add(2*minute))); err != nil {
+		t.Fatal(err)
+	}
+	blockedBy(t, "while the action is unknown", mustClaim(t, s, slotted(tool, scope, t0.Add(3*minute))), dead.Record.Key, agenttool.Unknown)
+	if h.Reopen != nil {
+		s = h.Reopen(t, s)
+		blockedBy(t, "after a restart", mustClaim(t, s, slotted(tool, scope, t0.Add(3*minute))), dead.Record.Key, agenttool.Unknown)
+	}
+}
+
+func testSlotReplacement(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	e := granted(t, "the earlier action", mustClaim(t, s, slotted(tool, scope, t0)))
+	key := e.Record.Key
+	if err := s.Finish(bg, finish(key, e.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	// The fence takes it over and finds it not applied.
+	take := claimReq(key, t0.Add(minute))
+	take.Tool, take.Session, take.FenceScope, take.TakeOver = tool, scope, scope, true
+	held := mustClaim(t, other, take)
+	r := slotted(tool, scope, t0.Add(minute))
+	r.Replace = &storekit.Replacement{Key: key, Token: held.Record.Token + 1000, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	blockedBy(t, "a replacement under a token that does not hold it", mustClaim(t, s, r), key, agenttool.Pending)
+	r.Replace.Token = held.Record.Token
+	res := granted(t, "the call in place of the earlier action", mustClaim(t, s, r))
+	if res.Record.Replaces != key || res.Record.FenceScope != scope {
+		t.Errorf("the replacing record %+v does not say what it replaces", res.Record)
+	}
+	old, err := other.Get(bg, key)
+	if err != nil || old.State != agenttool.Failed || old.ReplacedBy != r.Key || string(old.Outcome) != `{"replaced":true}` ||
+		old.HoldsSlot() || !old.Expires.Equal(t0.Add(minute+time.Hour)) {
+		t.Errorf("the replaced record: %+v, %v; want failed, replaced by %s, with its new outcome", old, err, r.Key)
+	}
+	// The replaced action's holder has lost it.
+	if err := other.Finish(bg, finish(key, held.Record.Token, agenttool.Succeeded, t0.Add(minute))); err == nil {
+		t.Errorf("the replaced action's holder could still finish it")
+	}
+	blockedBy(t, "a write beside the replacement", mustClaim(t, other, slotted(tool, scope, t0.Add(minute))), r.Key, agenttool.Pending)
+}
+
+func testSlotApprovedRetry(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	e := granted(t, "the earlier action", mustClaim(t, s, slotted(tool, scope, t0)))
+	key := e.Record.Key
+	approve := finish(key, e.Record.Token, agenttool.Unknown, t0)
+	approve.RetryApproved = true
+	if err := s.Finish(bg, approve); err != nil {
+		t.Fatal(err)
+	}
+	// Approved for one more attempt: it holds the slot until that attempt runs.
+	r := slotted(tool, scope, t0.Add(time.Second))
+	blockedBy(t, "a new write beside an approved retry", mustClaim(t, other, r), key, agenttool.Unknown)
+	r.Replace = &storekit.Replacement{Key: key, Attempts: 2, Outcome: []byte(`{}`), TTL: time.Hour}
+	blockedBy(t, "a replacement bound to another outcome", mustClaim(t, other, r), key, agenttool.Unknown)
+	r.Replace.Attempts = 1
+	granted(t, "a new write that takes the approved attempt", mustClaim(t, other, r))
+	// The approval is consumed: the earlier action's own resend replays.
+	resend := claimReq(key, t0.Add(2*time.Second))
+	resend.Tool, resend.Session, resend.FenceScope = tool, scope, scope
+	res := mustClaim(t, s, resend)
+	if res.Claimed || res.Record.State != agenttool.Failed || res.Record.ReplacedBy != r.Key {
+		t.Errorf("the earlier action's resend: %+v; want its failed record, replaced by %s", res, r.Key)
+	}
+
+	// The other order: the approved action's own resend runs, and holds
+	// the slot as it did.
+	tool2, scope2 := newSlot()
+	e2 := granted(t, "another earlier action", mustClaim(t, s, slotted(tool2, scope2, t0)))
+	approve = finish(e2.Record.Key, e2.Record.Token, agenttool.Unknown, t0)
+	approve.RetryApproved = true
+	if err := s.Finish(bg, approve); err != nil {
+		t.Fatal(err)
+	}
+	resend = claimReq(e2.Record.Key, t0.Add(time.Second))
+	resend.Tool, resend.Session, resend.FenceScope = tool2, scope2, scope2
+	granted(t, "the approved retry", mustClaim(t, other, resend))
+	blockedBy(t, "a new write beside the approved retry", mustClaim(t, s, slotted(tool2, scope2, t0.Add(time.Second))), e2.Record.Key, agenttool.Pending)
+}
+
+func testSlotNotice(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	e := granted(t, "an action", mustClaim(t, s, slotted(tool, scope, t0)))
+	done := finish(e.Record.Key, e.Record.Token, agenttool.Succeeded, t0)
+	done.NoticeUntil = t0.Add(10 * time.Second)
+	if err := s.Finish(bg, done); err != nil {
+		t.Fatal(err)
+	}
+	blockedBy(t, "a new write within the notice", mustClaim(t, other, slotted(tool, scope, t0.Add(5*time.Second))), e.Record.Key, agenttool.Succeeded)
+	if h.Reopen != nil {
+		s = h.Reopen(t, s)
+		other = twinOf(t, h, s)
+		blockedBy(t, "a new write within the notice, after a restart", mustClaim(t, s, slotted(tool, scope, t0.Add(5*time.Second))), e.Record.Key, agenttool.Succeeded)
+	}
+	granted(t, "a new write after the notice", mustClaim(t, other, slotted(tool, scope, t0.Add(10*time.Second))))
+	if rec, _ := s.Get(bg, e.Record.Key); !rec.NoticeUntil.IsZero() || rec.State != agenttool.Succeeded {
+		t.Errorf("the noticed record after its notice was cleared: %+v", rec)
+	}
+	// A success without a notice does not hold the slot.
+	tool2, scope2 := newSlot()
+	e2 := granted(t, "an action", mustClaim(t, s, slotted(tool2, scope2, t0)))
+	if err := s.Finish(bg, finish(e2.Record.Key, e2.Record.Token, agenttool.Succeeded, t0)); err != nil {
+		t.Fatal(err)
+	}
+	granted(t, "a new write after a plain success", mustClaim(t, other, slotted(tool2, scope2, t0)))
+}
+
+// testSlotConcurrentWrites: many new writes of one scope at once, split
+// between two instances of the store where it has them: exactly one is
+// granted.
+func testSlotConcurrentWrites(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	for round := range 5 {
+		tool, scope := newSlot()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var won []string
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st := s
+				if i%2 == 1 {
+					st = other
+				}
+				res, err := st.Claim(bg, slotted(tool, scope, t0))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Claimed {
+					mu.Lock()
+					won = append(won, res.Record.Key)
+					mu.Unlock()
+				} else if res.Blocked == nil {
+					t.Errorf("a refused claim names no occupant: %+v", res)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(won) != 1 {
+			t.Errorf("round %d: %d of 32 concurrent writes of one scope were granted (%v); want 1", round, len(won), won)
+		}
+	}
+}
+
+// twinOf returns a second instance of the store over the same data (a
+// replica), or s itself.
+func twinOf(t *testing.T, h Harness, s agenttool.Store) agenttool.Store {
+	if h.Twin == nil {
+		return s
+	}
+	return h.Twin(t, s)
+}

@@ -119,11 +119,11 @@ func (s *mapStore) Claim(_ context.Context, req storekit.ClaimRequest) (storekit
 	if r, ok := s.m[req.Key]; ok {
 		existing = &r
 	}
-	res, write, err := storekit.DecideClaim(existing, req, s.next)
-	if err == nil && write {
-		s.m[req.Key] = res.Record
+	d, err := storekit.DecideClaim(existing, nil, req, s.next)
+	if err == nil && d.Write {
+		s.m[req.Key] = d.Result.Record
 	}
-	return res, err
+	return d.Result, err
 }
 
 func (s *mapStore) Finish(_ context.Context, req storekit.FinishRequest) error {

@@ -7,63 +7,13 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
 )
-
-// refusals are the JSON-RPC error codes with which a server refuses a call
-// before any tool runs, and the envelope codes they become.
-var refusals = map[int64]string{
-	jsonrpc.CodeParseError:                    "parse_error",
-	jsonrpc.CodeInvalidRequest:                "invalid_request",
-	jsonrpc.CodeMethodNotFound:                "method_not_found",
-	jsonrpc.CodeInvalidParams:                 "invalid_params",
-	mcp.CodeHeaderMismatch:                    "header_mismatch",
-	mcp.CodeMissingRequiredClientCapabilities: "missing_client_capabilities",
-	mcp.CodeUnsupportedProtocolVersion:        "unsupported_protocol_version",
-}
-
-// classifyCallError gives an error of ClientSession.CallTool its class (see
-// NewTool). What it does not recognise is returned as it is, for
-// envelope.Classify: the error's own marks first, then a failed dial
-// (transient), and anything else unknown.
-func classifyCallError(err error) error {
-	if errors.Is(err, mcp.ErrConnectionClosed) {
-		// The SDK reports a call refused by a closing connection before it
-		// was written, or a call the server received while closing and did
-		// not handle, this way.
-		return envelope.MarkTransient(fmt.Errorf("the MCP connection did not send the call: %w", err))
-	}
-	if code, ok := refusal(err); ok {
-		return envelope.MarkDefinite(fmt.Errorf("the MCP server refused the call: %w", err), code)
-	}
-	return err
-}
-
-// refusal finds, anywhere in err's tree, a JSON-RPC error by which the
-// server refused the call.
-func refusal(err error) (string, bool) {
-	switch e := err.(type) {
-	case nil:
-		return "", false
-	case *jsonrpc.Error:
-		code, ok := refusals[e.Code]
-		return code, ok
-	case interface{ Unwrap() []error }:
-		for _, inner := range e.Unwrap() {
-			if code, ok := refusal(inner); ok {
-				return code, true
-			}
-		}
-	case interface{ Unwrap() error }:
-		return refusal(e.Unwrap())
-	}
-	return "", false
-}
 
 // readResult turns a tools/call result into the text a guarded tool returns,
 // or an error with its class (see NewTool).
@@ -74,10 +24,8 @@ func refusal(err error) (string, bool) {
 // output, which may hold text the model wrote.
 func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult) (string, error) {
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.name && res.IsError == (env.Status != envelope.Success) {
-		if env.Status == envelope.Success && env.Replayed {
-			// The server did nothing for this call: the guarded call says
-			// so, unless an earlier attempt of its own is what it replayed.
-			agenttool.DestinationReplayed(ctx)
+		if env.Status == envelope.Success {
+			r.ran.attribute(ctx, env)
 		}
 		return fromEnvelope(env)
 	}
@@ -110,6 +58,56 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult) (strin
 		return text, nil // cannot happen with what the SDK decoded; the call succeeded either way
 	}
 	return string(b), nil
+}
+
+// ranFor remembers, for the latest actions a retrysafe server ran and
+// answered to this tool (a success, neither replayed nor reconciled), the
+// request reference of the client call it ran for. A replayed success is
+// then told as replayed only when the server's action is known to have
+// run for another call: a proxy may have delivered this call's own request
+// twice, and the copy that ran it may be the one whose answer was lost.
+// The memory is bounded and of this process: a replay it cannot attribute
+// is an ordinary success, which is what the engine answers whenever an
+// attempt of the call's own may have landed. Safe for concurrent use.
+type ranFor struct {
+	mu    sync.Mutex
+	refs  map[string]string // the server's reference → the client's
+	order []string          // the server's references, oldest first
+}
+
+// ranForLimit bounds ranFor.
+const ranForLimit = 1024
+
+// attribute records a fresh success, or tells the call whose attempt runs
+// on ctx that a replayed one is another call's action
+// (agenttool.DestinationReplayed).
+func (m *ranFor) attribute(ctx context.Context, env envelope.Envelope) {
+	ours := agenttool.RequestRef(ctx)
+	if env.RequestRef == "" || ours == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if env.Replayed {
+		if by, ok := m.refs[env.RequestRef]; ok && by != ours {
+			agenttool.DestinationReplayed(ctx)
+		}
+		return
+	}
+	if env.Reconciled {
+		return // the server found an earlier attempt of its own applied: whose, it does not say
+	}
+	if m.refs == nil {
+		m.refs = map[string]string{}
+	}
+	if _, ok := m.refs[env.RequestRef]; !ok {
+		if len(m.order) == ranForLimit {
+			delete(m.refs, m.order[0])
+			m.order = m.order[1:]
+		}
+		m.order = append(m.order, env.RequestRef)
+	}
+	m.refs[env.RequestRef] = ours
 }
 
 // carriedEnvelope returns the retrysafe envelope a result carries in its

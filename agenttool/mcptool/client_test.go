@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -144,34 +143,6 @@ func TestClientOnOtherServers(t *testing.T) {
 	}
 }
 
-// A call the connection could not send is transient: retried, then
-// reported unavailable, never unknown.
-func TestUnsentCallsAreTransient(t *testing.T) {
-	t.Run("closed session", func(t *testing.T) {
-		s := newServed(t, &desk{}, agenttool.Options{}, &mcptool.ServerOptions{Principal: connectionUser})
-		cs := connectInMemory(t, s.server, "ana", nil)
-		book := clientTool(t, cs, nil, agenttool.Options{})
-		cs.Close()
-		env := book.Invoke(agentCtx(), anaSeat)
-		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || env.Attempts != 3 {
-			t.Errorf("answered %s; want unavailable after 3 attempts", env)
-		}
-	})
-	t.Run("refused dial", func(t *testing.T) {
-		s := newServed(t, &desk{}, agenttool.Options{}, nil)
-		srv := httpServer(t, s.server, true, false, nil)
-		book := clientTool(t, connectHTTP(t, srv.URL, "tok-ana"), nil, agenttool.Options{})
-		srv.Close() // nothing listens any more
-		env := book.Invoke(agentCtx(), anaSeat)
-		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || env.Attempts != 3 {
-			t.Errorf("answered %s; want unavailable after 3 attempts", env)
-		}
-		if runs := s.desk.runs.Load(); runs != 0 {
-			t.Errorf("the tool ran %d times", runs)
-		}
-	})
-}
-
 // A deadline after the call was sent is unknown; the resend finds out.
 func TestDeadlineAfterSendingIsUnknown(t *testing.T) {
 	d := &desk{hold: make(chan struct{})}
@@ -266,220 +237,31 @@ func TestNewToolOptions(t *testing.T) {
 	}
 }
 
-// anaReworded is the model's reworded call for Ana's seat after an unknown
-// outcome: another key, the same logical action.
-const anaReworded = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Maria Lima"}`
-
-// A proxy delivers one tools/call twice to a stateful server. The first
-// copy books; the server refuses the second (HTTP 400, JSON-RPC -32600
-// "duplicate in-flight request ID"), and the proxy hands the client that
-// refusal. It refused a delivery, not the action: the client's envelope is
-// never a definite failure, and the model's reworded call books nothing
-// more.
-func TestClient_DuplicateDeliveryIsNotADefiniteFailure(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		server func(t *testing.T, d *desk) *mcp.Server
-		class  agenttool.Class
-	}{
-		{"retrysafe server, keyed client", func(t *testing.T, d *desk) *mcp.Server {
-			return newServed(t, d, agenttool.Options{}, nil).server
-		}, agenttool.Keyed},
-		{"plain server, at-most-once client", func(_ *testing.T, d *desk) *mcp.Server { return plainServer(d, nil) }, agenttool.AtMostOnce},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := &desk{hold: make(chan struct{}), entered: make(chan struct{})}
-			p := &proxy{backends: replicas(tc.server(t, d), false), fault: duplicateDelivery,
-				between: func() { <-d.entered }, afterSecond: func() { close(d.hold) }}
-			book := clientTool(t, connectHTTP(t, newProxy(t, p), "tok-ana"), nil, agenttool.Options{Class: tc.class})
-
-			env := book.Invoke(agentCtx(), anaSeat)
-			p.settle()
-			if p.delivered.Load() < 2 || d.count() != 1 {
-				t.Fatalf("premise: %d deliveries, %d bookings; want the call delivered twice and booked once", p.delivered.Load(), d.count())
+// A hostile (or buggy) server whose tools/list answers the same page with
+// a next cursor forever: Tools stops at the repeated tool, promptly,
+// rather than listing and guarding it again until the context ends.
+func TestTools_AnEndlessListingEnds(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "h", Version: "1"}, nil)
+	var pages atomic.Int64
+	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "tools/list" {
+				return next(ctx, method, req)
 			}
-			switch {
-			case env.Status == envelope.DefiniteFailure:
-				t.Fatalf("the seat is booked, but the client's envelope says %s", env)
-			case tc.class == agenttool.Keyed && (env.Status != envelope.Success || env.Replayed):
-				t.Fatalf("the keyed client answered %s; want the resend's success (the server replays the booking)", env)
-			case env.Status == envelope.UnknownOutcome:
-				again := book.Invoke(agentCtx(), anaReworded)
-				if again.Status != envelope.UnknownOutcome || again.Error.Code != envelope.CodeEarlierUnknown {
-					t.Errorf("the reworded call answered %s; want it held back by the unknown fence", again)
-				}
-			}
-			if n := d.count(); n != 1 {
-				t.Errorf("%d bookings for one action", n)
-			}
-		})
-	}
-}
-
-// A plain server's typed handler books, then returns a *jsonrpc.Error,
-// which the SDK passes straight through as the call's error. For a server
-// that does not answer with retrysafe envelopes no JSON-RPC code proves
-// that nothing ran: the client says unknown, runs nothing again, and holds
-// back the model's reworded call.
-func TestClient_HandlerJSONRPCErrorAfterItActedIsNotADefiniteFailure(t *testing.T) {
-	for _, code := range []int64{jsonrpc.CodeInvalidParams, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidRequest, jsonrpc.CodeParseError,
-		mcp.CodeUnsupportedProtocolVersion, -32004 /* server closing */, -32003 /* client closing */, -32005 /* rejected by transport */} {
-		t.Run(fmt.Sprint(code), func(t *testing.T) {
-			d := &desk{}
-			server := plainServer(d, func(int) error { return &jsonrpc.Error{Code: code, Message: "loyalty number not recognised"} })
-			book := clientTool(t, connectInMemory(t, server, "", nil), nil, agenttool.Options{Class: agenttool.AtMostOnce})
-			first := book.Invoke(agentCtx(), anaSeat)
-			if first.Status != envelope.UnknownOutcome {
-				t.Errorf("the handler booked, then answered JSON-RPC %d; the client's envelope says %s, want unknown_outcome", code, first)
-			}
-			again := book.Invoke(agentCtx(), anaReworded)
-			if n := d.count(); n != 1 {
-				t.Fatalf("%d bookings for one action (envelopes %s, then %s)", n, first, again)
-			}
-			if again.Status != envelope.UnknownOutcome || again.Error.Code != envelope.CodeEarlierUnknown {
-				t.Errorf("the reworded call answered %s; want it held back by the unknown fence", again)
-			}
-		})
-	}
-}
-
-// A proxy retries a tools/call after its own timeout; a stateless
-// retrysafe server books on the first copy and replays to the second. The
-// client's own request made the only booking: its envelope is an ordinary
-// success, not a replay of "an earlier request".
-func TestClient_OwnDuplicatedRequestIsNotReportedAsAReplay(t *testing.T) {
-	s := newServed(t, &desk{}, agenttool.Options{}, nil)
-	p := &proxy{backends: replicas(s.server, true), fault: retryAfterTimeout}
-	book := clientTool(t, connectHTTP(t, newProxy(t, p), "tok-ana"), nil, agenttool.Options{})
-	env := book.Invoke(agentCtx(), anaSeat)
-	server := s.envelopes()
-	if len(server) != 2 || server[0].Replayed || !server[1].Replayed || s.desk.count() != 1 {
-		t.Fatalf("premise: the server answered %v with %d bookings; want a booking, then its replay", server, s.desk.count())
-	}
-	if env.Status != envelope.Success || env.Replayed || env.Note != "" || env.Attempts != 1 {
-		t.Errorf("the client's envelope %s; want an ordinary success: its own request booked", env)
-	}
-}
-
-// The server's MCP session is gone (a restart, a failover to a replica
-// that does not know it) and it answers 404 "session not found". A keyed
-// client connects again through ClientOptions.Reconnect and resends under
-// the same key: the server runs the booking once, or replays it. One
-// booking, a success.
-func TestClient_SessionLossIsResentOnANewSession(t *testing.T) {
-	for _, f := range []fault{sessionLossBefore, sessionLossAfter} {
-		t.Run(f.String(), func(t *testing.T) {
-			s := newServed(t, &desk{}, agenttool.Options{}, nil)
-			p := &proxy{backends: replicas(s.server, false), fault: f}
-			url := newProxy(t, p)
-			dial := dialHTTP(t, url, "tok-ana")
-			cs, err := dial(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			tools, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{Reconnect: dial, ByName: map[string]agenttool.Options{
-				"book_flight": {Store: memstore.New(), Class: agenttool.Keyed, Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond}},
-			}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			env := tools[0].Invoke(agentCtx(), anaSeat)
-			p.settle()
-			if env.Status != envelope.Success || env.Attempts != 2 {
-				t.Errorf("answered %s; want a success after a resend on a new session", env)
-			}
-			if n := s.desk.count(); n != 1 {
-				t.Errorf("%d bookings, want 1", n)
-			}
-			// The next action goes over the new session at once.
-			next := tools[0].Invoke(agenttool.WithScope(context.Background(), "tenant-1/agent", "conversation-2"),
-				`{"flight":"TP1234","date":"2026-12-12","passenger":"Rui Costa"}`)
-			if next.Status != envelope.Success || next.Attempts != 1 || s.desk.count() != 2 {
-				t.Errorf("the next action answered %s; want a success at the first attempt", next)
-			}
-		})
-	}
-}
-
-// A server that does not answer with envelopes may have acted before its
-// session was lost: an at-most-once client says unknown, and goes on with
-// other actions over a new session.
-func TestClient_SessionLossIsUnknownForAnAtMostOnceTool(t *testing.T) {
-	for _, f := range []fault{sessionLossBefore, sessionLossAfter} {
-		t.Run(f.String(), func(t *testing.T) {
-			d := &desk{}
-			p := &proxy{backends: replicas(plainServer(d, nil), false), fault: f}
-			dial := dialHTTP(t, newProxy(t, p), "tok-ana")
-			cs, err := dial(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			tools, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{Reconnect: dial, ByName: map[string]agenttool.Options{
-				"book_flight": {Store: memstore.New(), Class: agenttool.AtMostOnce},
-			}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			env := tools[0].Invoke(agentCtx(), anaSeat)
-			p.settle()
-			booked := d.count()
-			if env.Status != envelope.UnknownOutcome || booked > 1 {
-				t.Errorf("answered %s with %d bookings; want unknown_outcome", env, booked)
-			}
-			next := tools[0].Invoke(agenttool.WithScope(context.Background(), "tenant-1/agent", "conversation-2"),
-				`{"flight":"TP1234","date":"2026-12-12","passenger":"Rui Costa"}`)
-			if next.Status != envelope.Success || d.count() != booked+1 {
-				t.Errorf("the next action answered %s; want a success over the new session", next)
-			}
-		})
-	}
-}
-
-// A call the client never sent, on a session closed before it, goes on a
-// new session when ClientOptions.Reconnect can make one: it is safe for
-// any class.
-func TestClient_UnsentCallGoesOnANewSession(t *testing.T) {
-	d := &desk{}
-	srv := httpServer(t, plainServer(d, nil), false, false, nil)
-	dial := dialHTTP(t, srv.URL, "tok-ana")
-	cs, err := dial(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{Reconnect: dial, ByName: map[string]agenttool.Options{
-		"book_flight": {Store: memstore.New(), Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs.Close()
-	env := tools[0].Invoke(agentCtx(), anaSeat)
-	if env.Status != envelope.Success || env.Attempts != 2 || d.count() != 1 {
-		t.Errorf("answered %s with %d bookings; want a success on a new session, at the second attempt", env, d.count())
-	}
-}
-
-// A retrysafe server's tool never answers with a JSON-RPC error: a
-// refusal code in its answer is the SDK's, before any tool ran (here, a
-// tool it does not have), and every delivery of the request meets it.
-func TestClient_RefusalOfAnEnvelopeServerIsDefinite(t *testing.T) {
-	s := newServed(t, &desk{}, agenttool.Options{}, &mcptool.ServerOptions{Principal: connectionUser})
-	cs := connectInMemory(t, s.server, "ana", nil)
-	var listed *mcp.Tool
-	for tl, err := range cs.Tools(context.Background(), nil) {
-		if err != nil {
-			t.Fatal(err)
+			pages.Add(1)
+			return &mcp.ListToolsResult{NextCursor: "again", Tools: []*mcp.Tool{{Name: "book_flight",
+				InputSchema: json.RawMessage(`{"type":"object","required":["flight"],"properties":{"flight":{"type":"string"}}}`)}}}, nil
 		}
-		listed = tl
-	}
-	renamed := *listed
-	renamed.Name = "book_flight_v2" // renamed on the server since it was listed, say
-	gone, err := mcptool.NewTool(cs, &renamed, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := gone.Invoke(agentCtx(), anaSeat)
-	if env.Status != envelope.DefiniteFailure || env.Error.Code != "invalid_params" || env.Attempts != 1 || s.desk.runs.Load() != 0 {
-		t.Errorf("answered %s; want definite_failure invalid_params after one attempt", env)
+	})
+	cs := connectInMemory(t, server, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	tools, err := mcptool.Tools(ctx, cs, mcptool.ClientOptions{Choose: func(*mcp.Tool) (agenttool.Options, bool) {
+		return agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed}, true
+	}})
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Tools took %v and fetched %d pages of the same tool (err %v, %d tools); it should stop at a repeated tool or cursor",
+			took.Round(time.Millisecond), pages.Load(), err, len(tools))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -15,6 +16,132 @@ import (
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
+
+// A call the connection could not send is transient: retried, then
+// reported unavailable, never unknown.
+func TestUnsentCallsAreTransient(t *testing.T) {
+	t.Run("closed session", func(t *testing.T) {
+		s := newServed(t, &desk{}, agenttool.Options{}, &mcptool.ServerOptions{Principal: connectionUser})
+		cs := connectInMemory(t, s.server, "ana", nil)
+		book := clientTool(t, cs, nil, agenttool.Options{})
+		cs.Close()
+		env := book.Invoke(agentCtx(), anaSeat)
+		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || env.Attempts != 3 {
+			t.Errorf("answered %s; want unavailable after 3 attempts", env)
+		}
+	})
+	t.Run("refused dial", func(t *testing.T) {
+		s := newServed(t, &desk{}, agenttool.Options{}, nil)
+		srv := httpServer(t, s.server, true, false, nil)
+		book := clientTool(t, connectHTTP(t, srv.URL, "tok-ana"), nil, agenttool.Options{})
+		srv.Close() // nothing listens any more
+		env := book.Invoke(agentCtx(), anaSeat)
+		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || env.Attempts != 3 {
+			t.Errorf("answered %s; want unavailable after 3 attempts", env)
+		}
+		if runs := s.desk.runs.Load(); runs != 0 {
+			t.Errorf("the tool ran %d times", runs)
+		}
+	})
+}
+
+// A proxy delivers one tools/call twice to a stateful server. The first
+// copy books; the server refuses the second (HTTP 400, JSON-RPC -32600
+// "duplicate in-flight request ID"), and the proxy hands the client that
+// refusal. It refused a delivery, not the action: the client's envelope is
+// never a definite failure, and the model's reworded call books nothing
+// more.
+func TestClient_DuplicateDeliveryIsNotADefiniteFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		server func(t *testing.T, d *desk) *mcp.Server
+		class  agenttool.Class
+	}{
+		{"retrysafe server, keyed client", func(t *testing.T, d *desk) *mcp.Server {
+			return newServed(t, d, agenttool.Options{}, nil).server
+		}, agenttool.Keyed},
+		{"plain server, at-most-once client", func(_ *testing.T, d *desk) *mcp.Server { return plainServer(d, nil) }, agenttool.AtMostOnce},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &desk{hold: make(chan struct{}), entered: make(chan struct{})}
+			p := &proxy{backends: replicas(tc.server(t, d), false), fault: duplicateDelivery,
+				between: func() { <-d.entered }, afterSecond: func() { close(d.hold) }}
+			book := clientTool(t, connectHTTP(t, newProxy(t, p), "tok-ana"), nil, agenttool.Options{Class: tc.class})
+
+			env := book.Invoke(agentCtx(), anaSeat)
+			p.settle()
+			if p.delivered.Load() < 2 || d.count() != 1 {
+				t.Fatalf("premise: %d deliveries, %d bookings; want the call delivered twice and booked once", p.delivered.Load(), d.count())
+			}
+			switch {
+			case env.Status == envelope.DefiniteFailure:
+				t.Fatalf("the seat is booked, but the client's envelope says %s", env)
+			case tc.class == agenttool.Keyed && (env.Status != envelope.Success || env.Replayed):
+				t.Fatalf("the keyed client answered %s; want the resend's success (the server replays the booking)", env)
+			case env.Status == envelope.UnknownOutcome:
+				again := book.Invoke(agentCtx(), anaReworded)
+				if again.Status != envelope.UnknownOutcome || again.Error.Code != envelope.CodeEarlierUnknown {
+					t.Errorf("the reworded call answered %s; want it held back by the unknown fence", again)
+				}
+			}
+			if n := d.count(); n != 1 {
+				t.Errorf("%d bookings for one action", n)
+			}
+		})
+	}
+}
+
+// A plain server's typed handler books, then returns a *jsonrpc.Error,
+// which the SDK passes straight through as the call's error. For a server
+// that does not answer with retrysafe envelopes no JSON-RPC code proves
+// that nothing ran: the client says unknown, runs nothing again, and holds
+// back the model's reworded call.
+func TestClient_HandlerJSONRPCErrorAfterItActedIsNotADefiniteFailure(t *testing.T) {
+	for _, code := range []int64{jsonrpc.CodeInvalidParams, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidRequest, jsonrpc.CodeParseError,
+		mcp.CodeUnsupportedProtocolVersion, -32004 /* server closing */, -32003 /* client closing */, -32005 /* rejected by transport */} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			d := &desk{}
+			server := plainServer(d, func(int) error { return &jsonrpc.Error{Code: code, Message: "loyalty number not recognised"} })
+			book := clientTool(t, connectInMemory(t, server, "", nil), nil, agenttool.Options{Class: agenttool.AtMostOnce})
+			first := book.Invoke(agentCtx(), anaSeat)
+			if first.Status != envelope.UnknownOutcome {
+				t.Errorf("the handler booked, then answered JSON-RPC %d; the client's envelope says %s, want unknown_outcome", code, first)
+			}
+			again := book.Invoke(agentCtx(), anaReworded)
+			if n := d.count(); n != 1 {
+				t.Fatalf("%d bookings for one action (envelopes %s, then %s)", n, first, again)
+			}
+			if again.Status != envelope.UnknownOutcome || again.Error.Code != envelope.CodeEarlierUnknown {
+				t.Errorf("the reworded call answered %s; want it held back by the unknown fence", again)
+			}
+		})
+	}
+}
+
+// A retrysafe server's tool never answers with a JSON-RPC error: a
+// refusal code in its answer is the SDK's, before any tool ran (here, a
+// tool it does not have), and every delivery of the request meets it.
+func TestClient_RefusalOfAnEnvelopeServerIsDefinite(t *testing.T) {
+	s := newServed(t, &desk{}, agenttool.Options{}, &mcptool.ServerOptions{Principal: connectionUser})
+	cs := connectInMemory(t, s.server, "ana", nil)
+	var listed *mcp.Tool
+	for tl, err := range cs.Tools(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = tl
+	}
+	renamed := *listed
+	renamed.Name = "book_flight_v2" // renamed on the server since it was listed, say
+	gone, err := mcptool.NewTool(cs, &renamed, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := gone.Invoke(agentCtx(), anaSeat)
+	if env.Status != envelope.DefiniteFailure || env.Error.Code != "invalid_params" || env.Attempts != 1 || s.desk.runs.Load() != 0 {
+		t.Errorf("answered %s; want definite_failure invalid_params after one attempt", env)
+	}
+}
 
 // serverKind is an MCP server behind the proxy.
 type serverKind struct {

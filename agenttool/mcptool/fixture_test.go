@@ -169,31 +169,6 @@ func newServed(t *testing.T, d *desk, opts agenttool.Options, sopts *mcptool.Ser
 	return s
 }
 
-// plainServer is an MCP server written the way the SDK recommends (a typed
-// handler), without retrysafe: its book_flight books a seat on d, then
-// answers with the booking, or with the error after returns for the n-th
-// run (from 1), if after is set. The SDK passes a *jsonrpc.Error returned
-// by a typed handler straight through as the call's error, and turns any
-// other error into a result with isError.
-func plainServer(d *desk, after func(n int) error) *mcp.Server {
-	server := mcp.NewServer(&mcp.Implementation{Name: "plain-bookings", Version: "1"}, nil)
-	mcp.AddTool(server, &mcp.Tool{Name: "book_flight", Description: "Book one seat."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in seat) (*mcp.CallToolResult, booking, error) {
-			b, err := d.book(ctx, in)
-			if err != nil {
-				return nil, booking{}, err
-			}
-			if after != nil {
-				if err := after(int(d.runs.Load())); err != nil {
-					return nil, booking{}, err
-				}
-			}
-			return nil, b, nil
-		})
-	server.AddReceivingMiddleware(withClientRef)
-	return server
-}
-
 // userKey carries, on the context an in-memory server session is connected
 // with, the user the application authenticated for that connection.
 type userKey struct{}
@@ -404,6 +379,10 @@ func agentCtx() context.Context {
 
 const anaSeat = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`
 
+// anaReworded is the model's reworded call for Ana's seat after an unknown
+// outcome: another key, the same logical action.
+const anaReworded = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Maria Lima"}`
+
 // callRaw sends one tools/call with arguments and _meta as given, the way
 // any MCP client (or a hostile one) can, and returns the envelope it
 // carries.
@@ -422,12 +401,6 @@ func callRaw(t *testing.T, cs *mcp.ClientSession, args string, meta mcp.Meta) en
 		t.Errorf("isError %v for a %s envelope", res.IsError, env.Status)
 	}
 	return env
-}
-
-// isJSONRPC reports whether err carries the JSON-RPC error code.
-func isJSONRPC(err error, code int64) bool {
-	var w *jsonrpc.Error
-	return errors.As(err, &w) && w.Code == code
 }
 
 // cutFirstCallResponse wraps a server's transport: instead of the response

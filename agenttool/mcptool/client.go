@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -217,7 +218,7 @@ type remote struct {
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
-	ran         ranFor // the server's actions this tool saw run, and for which call
+	seen        sightings // the server's actions this tool saw done
 }
 
 // servesEnvelopes reports whether a listed tool declares the envelope's
@@ -250,11 +251,12 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	sent := time.Now()
 	res, err := session.CallTool(ctx, params)
 	if err != nil {
 		return "", r.callFailed(ctx, session, err)
 	}
-	return r.readResult(ctx, res)
+	return r.readResult(ctx, res, sent)
 }
 
 // toolSchema is what NewTool reads of a listed tool's input schema.

@@ -89,8 +89,8 @@
 //     wait (unavailable, store_unavailable) says that the server did
 //     nothing and holds nothing for the action: transient, and the retry
 //     goes with the same key. A replayed success says replayed only when
-//     this tool saw the server run that action for another of its calls
-//     (see below).
+//     this tool saw the action done for another of its calls before (see
+//     below).
 //  2. MCP reports every tool execution error with isError, and the SDK's
 //     typed handlers turn every error they return into one.
 //  3. A retrysafe server's tool never answers with a JSON-RPC error, so
@@ -128,9 +128,9 @@
 // A replayed success of a retrysafe server says that the action was done
 // for an earlier request. It may be a copy of this call's own request,
 // delivered twice by a proxy, whose first answer was lost: the client's
-// envelope then says replayed only when this tool saw the server run that
-// action (a success, neither replayed nor reconciled) for another of its
-// calls, in this process; otherwise it is an ordinary success.
+// envelope says replayed only when this tool, in this process, saw a
+// success for that action come back to another of its calls before this
+// call was sent; otherwise it is an ordinary success.
 //
 // # Where the scope comes from
 //
@@ -179,6 +179,10 @@
 //     or 503 is then unknown; an http.RoundTripper of yours can return
 //     errors marked with envelope.MarkDefinite or MarkTransient instead
 //     (examples/mcp-agent does so for 401 and 403).
+//   - A proxy that resends a call on its own (after its timeout, or to a
+//     replica without the session) makes two effects on a server that does
+//     not dedupe: the client's key never reaches a plain server's tool. Only
+//     the server can hold that line (a retrysafe one does).
 //   - A handler that returns "server is closing" after it acted, on a
 //     connection that breaks before the client's ping, reads as unsent.
 //   - A copy of a request that a proxy holds back and delivers only after

@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -22,10 +21,13 @@ import (
 // the envelope's output schema (envelopes), when the envelope names the
 // tool and isError agrees with its status; anything else is the tool's own
 // output, which may hold text the model wrote.
-func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult) (string, error) {
+//
+// sent is when the call was sent: a replayed success is told as replayed
+// only if the server's action was seen done before it (see [sightings]).
+func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent time.Time) (string, error) {
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.name && res.IsError == (env.Status != envelope.Success) {
 		if env.Status == envelope.Success {
-			r.ran.attribute(ctx, env)
+			r.seen.success(ctx, env, sent)
 		}
 		return fromEnvelope(env)
 	}
@@ -58,56 +60,6 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult) (strin
 		return text, nil // cannot happen with what the SDK decoded; the call succeeded either way
 	}
 	return string(b), nil
-}
-
-// ranFor remembers, for the latest actions a retrysafe server ran and
-// answered to this tool (a success, neither replayed nor reconciled), the
-// request reference of the client call it ran for. A replayed success is
-// then told as replayed only when the server's action is known to have
-// run for another call: a proxy may have delivered this call's own request
-// twice, and the copy that ran it may be the one whose answer was lost.
-// The memory is bounded and of this process: a replay it cannot attribute
-// is an ordinary success, which is what the engine answers whenever an
-// attempt of the call's own may have landed. Safe for concurrent use.
-type ranFor struct {
-	mu    sync.Mutex
-	refs  map[string]string // the server's reference → the client's
-	order []string          // the server's references, oldest first
-}
-
-// ranForLimit bounds ranFor.
-const ranForLimit = 1024
-
-// attribute records a fresh success, or tells the call whose attempt runs
-// on ctx that a replayed one is another call's action
-// (agenttool.DestinationReplayed).
-func (m *ranFor) attribute(ctx context.Context, env envelope.Envelope) {
-	ours := agenttool.RequestRef(ctx)
-	if env.RequestRef == "" || ours == "" {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if env.Replayed {
-		if by, ok := m.refs[env.RequestRef]; ok && by != ours {
-			agenttool.DestinationReplayed(ctx)
-		}
-		return
-	}
-	if env.Reconciled {
-		return // the server found an earlier attempt of its own applied: whose, it does not say
-	}
-	if m.refs == nil {
-		m.refs = map[string]string{}
-	}
-	if _, ok := m.refs[env.RequestRef]; !ok {
-		if len(m.order) == ranForLimit {
-			delete(m.refs, m.order[0])
-			m.order = m.order[1:]
-		}
-		m.order = append(m.order, env.RequestRef)
-	}
-	m.refs[env.RequestRef] = ours
 }
 
 // carriedEnvelope returns the retrysafe envelope a result carries in its

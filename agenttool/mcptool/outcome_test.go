@@ -212,3 +212,21 @@ func TestClient_OwnDuplicatedRequestIsNotReportedAsAReplay(t *testing.T) {
 		t.Errorf("the client's envelope %s; want an ordinary success: its own request booked", env)
 	}
 }
+
+// A replay is attributed by when the action was seen done, not by which
+// answer showed it: after a proxy's retry made the first call's success a
+// replay (of its own request), a later call in another conversation, sent
+// after that success came back, is told that the server replayed it.
+func TestClient_ReplayOfAnActionSeenDoneBeforeIsAReplay(t *testing.T) {
+	s := newServed(t, &desk{}, agenttool.Options{}, nil)
+	p := &proxy{backends: replicas(s.server, true), fault: retryAfterTimeout}
+	book := clientTool(t, connectHTTP(t, newProxy(t, p), "tok-ana"), nil, agenttool.Options{})
+	first := book.Invoke(agentCtx(), anaSeat)
+	second := book.Invoke(agenttool.WithScope(context.Background(), "tenant-1/agent", "conversation-2"), anaSeat)
+	if first.Status != envelope.Success || first.Replayed || s.desk.count() != 1 {
+		t.Fatalf("first: %s with %d bookings; want an ordinary success", first, s.desk.count())
+	}
+	if second.Status != envelope.Success || !second.Replayed || second.Note == "" {
+		t.Errorf("the second conversation's call answered %s; want the first booking, told as replayed", second)
+	}
+}

@@ -2,8 +2,11 @@ package mcptool_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/mcptool"
@@ -106,5 +109,41 @@ func TestClient_UnsentCallGoesOnANewSession(t *testing.T) {
 	env := tools[0].Invoke(agentCtx(), anaSeat)
 	if env.Status != envelope.Success || env.Attempts != 2 || d.count() != 1 {
 		t.Errorf("answered %s with %d bookings; want a success on a new session, at the second attempt", env, d.count())
+	}
+}
+
+// When connecting again fails, nothing more is sent, and what may have
+// landed before stays unknown: never a definite failure that would free
+// the action.
+func TestClient_FailedReconnectKeepsTheOutcomeUnknown(t *testing.T) {
+	for _, f := range []fault{sessionLossBefore, sessionLossAfter} {
+		t.Run(f.String(), func(t *testing.T) {
+			s := newServed(t, &desk{}, agenttool.Options{}, nil)
+			p := &proxy{backends: replicas(s.server, false), fault: f}
+			cs := connectHTTP(t, newProxy(t, p), "tok-ana")
+			reconnects := 0
+			tools, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{
+				Reconnect: func(context.Context) (*mcp.ClientSession, error) {
+					reconnects++
+					return nil, errors.New("dial tcp: connection refused")
+				},
+				ByName: map[string]agenttool.Options{
+					"book_flight": {Store: memstore.New(), Class: agenttool.Keyed, Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond}},
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := tools[0].Invoke(agentCtx(), anaSeat)
+			p.settle()
+			if env.Status != envelope.UnknownOutcome || reconnects == 0 || p.calls.Load() != 1 {
+				t.Errorf("answered %s after %d reconnects and %d calls sent; want unknown_outcome, and no call sent after the loss",
+					env, reconnects, p.calls.Load())
+			}
+			again := tools[0].Invoke(agentCtx(), anaReworded)
+			if s.desk.count() > 1 || again.Status != envelope.UnknownOutcome {
+				t.Errorf("the reworded call answered %s with %d bookings; want it held back", again, s.desk.count())
+			}
+		})
 	}
 }

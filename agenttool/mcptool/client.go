@@ -51,7 +51,8 @@ type ClientOptions struct {
 	//
 	// A new session does not make an unknown outcome known: what a call
 	// sent before the loss stays unknown, and only a class Keyed tool
-	// resends it (see [NewTool]).
+	// resends it (see [NewTool]), which its server replays as long as its
+	// session does not follow the MCP session id (ServerOptions.Session).
 	Reconnect func(ctx context.Context) (*mcp.ClientSession, error)
 }
 

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -36,6 +37,23 @@ type ClientOptions struct {
 	// for every guarded tool (see [ToolErrors]); nil reads every such
 	// result as unknown.
 	ToolErrors ToolErrors
+	// Reconnect, if set, connects a new client session to the same server
+	// (as the application connected the first). The tools call it, on the
+	// goroutine of the call that needs it and one call at a time, once the
+	// session they share is lost: closed before a call was sent, or
+	// forgotten by its server (HTTP 404 "session not found", after a
+	// restart or a failover). The call goes on the new session; the tools
+	// close the session they replace, and the sessions Reconnect returns
+	// are the application's to close when it is done. An error from
+	// Reconnect fails that call as unsent (transient). nil keeps the first
+	// session: once lost, every call on it fails, and the application
+	// connects again and builds the tools anew with the same store.
+	//
+	// A new session does not make an unknown outcome known: what a call
+	// sent before the loss stays unknown, and only a class Keyed tool
+	// resends it (see [NewTool]), which its server replays as long as its
+	// session does not follow the MCP session id (ServerOptions.Session).
+	Reconnect func(ctx context.Context) (*mcp.ClientSession, error)
 }
 
 // ToolErrors says what a result with isError, which is not a retrysafe
@@ -63,6 +81,10 @@ func DefiniteToolErrors(*mcp.Tool, *mcp.CallToolResult) envelope.Class { return 
 // names a tool the server does not list, or if a chosen tool cannot be
 // guarded (the error names it).
 func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) ([]*agenttool.Tool, error) {
+	if session == nil {
+		return nil, fmt.Errorf("mcptool: Tools needs a client session: %w", agenttool.ErrInvalidOptions)
+	}
+	shared := &link{session: session, reconnect: opts.Reconnect}
 	var out []*agenttool.Tool
 	seen := map[string]bool{}
 	for t, err := range session.Tools(ctx, nil) {
@@ -81,7 +103,7 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 		if !ok {
 			continue
 		}
-		g, err := NewTool(session, t, o, opts.ToolErrors)
+		g, err := newTool(shared, t, o, opts.ToolErrors)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +121,8 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 // session, with agenttool.Wrap: each call claims its key in opts.Store
 // and calls session.CallTool with the canonical arguments, the request
 // reference in _meta under [MetaRequestRef]. The returned tool is safe for
-// concurrent use as long as session is.
+// concurrent use as long as session is. It never connects again: a tool
+// that should goes through [Tools] with ClientOptions.Reconnect.
 //
 // If opts.IdentifyingFields is empty they default to the properties t's
 // input schema marks required; a tool whose schema requires none is
@@ -111,29 +134,57 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 // only such a server is known to replay a resent call rather than run it
 // again; the request reference in _meta is informative only.
 //
-// What a call's outcome means to the guarded tool:
+// A call's outcome is classed by what it proves about the action, not
+// about one delivery of it: a proxy may deliver a request twice, or again
+// after its own timeout, so an answer that refuses one delivery says
+// nothing of another. The package documentation has the whole table; in
+// short:
 //
 //   - a result that carries a retrysafe envelope (a server made with
 //     [Register]) keeps its status: success gives its result;
 //     unknown_outcome stays unknown; definite_failure is definite with its
 //     code, except one whose next step is wait (the server did nothing and
-//     asks to try later), which is transient;
+//     asks to try later), which is transient. A replayed success is told
+//     as replayed only when the server's action is known to have been run
+//     for another call of this tool, never for one that may have been a
+//     copy of this call's own request;
 //   - another result with isError is what toolErrors says it is, unknown
 //     if toolErrors is nil (see [ToolErrors]);
 //   - another result is a success, whose result is the structured content,
 //     or the text;
-//   - the JSON-RPC errors method-not-found, invalid-params, invalid-request
-//     and parse-error, and the SDK's refusals of a request's headers,
-//     capabilities or protocol version, are definite: the server refused
-//     the call before any tool ran;
-//   - a call the connection refused before sending it (a closed session,
-//     mcp.ErrConnectionClosed) or a failed dial is transient;
+//   - the JSON-RPC errors parse-error, method-not-found and invalid-params,
+//     and the SDK's refusals of a request's headers, capabilities or
+//     protocol version, answered to the call by a server that answers with
+//     retrysafe envelopes, are definite: such a server's tools never
+//     answer with a JSON-RPC error, so the SDK refused the request before
+//     any tool ran, as it refuses every copy of it;
+//   - every other JSON-RPC error is unknown: from a server without
+//     envelopes (the SDK passes a typed handler's *jsonrpc.Error straight
+//     through, after the handler acted), invalid-request (a duplicate
+//     in-flight request id: one copy refused, another may run), and any
+//     code carried by an HTTP error status (the transport refused that
+//     delivery);
+//   - a call on a session that was closed before it was sent
+//     (mcp.ErrConnectionClosed, while the session answers nothing more)
+//     or a failed dial is transient; the same error on a session that is
+//     still open was the server's answer, and is unknown;
+//   - a session its server no longer knows (mcp.ErrSessionMissing) is
+//     unknown: a copy of the call may have reached the session before it
+//     ended. A class Keyed tool resends under the same key, on a new
+//     session if ClientOptions.Reconnect gives one;
 //   - anything else — a deadline after sending, a lost stream, an internal
 //     error, an HTTP status the SDK reports as text — is unknown, unless an
 //     error in its chain carries its own class (envelope.MarkDefinite and
 //     the others, from an http.RoundTripper of yours, say).
 func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options, toolErrors ToolErrors) (*agenttool.Tool, error) {
-	if session == nil || t == nil {
+	if session == nil {
+		return nil, fmt.Errorf("mcptool: NewTool needs a client session and a listed tool: %w", agenttool.ErrInvalidOptions)
+	}
+	return newTool(&link{session: session}, t, opts, toolErrors)
+}
+
+func newTool(l *link, t *mcp.Tool, opts agenttool.Options, toolErrors ToolErrors) (*agenttool.Tool, error) {
+	if t == nil {
 		return nil, fmt.Errorf("mcptool: NewTool needs a client session and a listed tool: %w", agenttool.ErrInvalidOptions)
 	}
 	if opts.TextInput {
@@ -156,18 +207,19 @@ func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options, to
 		}
 		opts.IdentifyingFields = slices.Clone(schema.Required)
 	}
-	return agenttool.Wrap(&remote{session: session, tool: t, name: t.Name, description: describe(t.Description, schema.raw),
+	return agenttool.Wrap(&remote{link: l, tool: t, name: t.Name, description: describe(t.Description, schema.raw),
 		envelopes: envelopes, toolErrors: toolErrors}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
 type remote struct {
-	session     *mcp.ClientSession
+	link        *link
 	tool        *mcp.Tool // as listed
 	name        string
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
+	seen        sightings // the server's actions this tool saw done
 }
 
 // servesEnvelopes reports whether a listed tool declares the envelope's
@@ -196,11 +248,16 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	if ref := agenttool.RequestRef(ctx); ref != "" {
 		params.Meta = mcp.Meta{MetaRequestRef: ref}
 	}
-	res, err := r.session.CallTool(ctx, params)
+	session, err := r.link.open(ctx)
 	if err != nil {
-		return "", classifyCallError(err)
+		return "", err
 	}
-	return r.readResult(ctx, res)
+	sent := time.Now()
+	res, err := session.CallTool(ctx, params)
+	if err != nil {
+		return "", r.callFailed(ctx, session, err)
+	}
+	return r.readResult(ctx, res, sent)
 }
 
 // toolSchema is what NewTool reads of a listed tool's input schema.

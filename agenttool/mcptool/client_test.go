@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,7 +126,11 @@ func TestClientOnOtherServers(t *testing.T) {
 	if env.Status != envelope.UnknownOutcome || env.Attempts != 1 || !strings.Contains(env.Error.Message, "no such flight") {
 		t.Errorf("a tool error, by default, answered %s; want unknown_outcome, with its text", env)
 	}
-	// A tool the server does not have (renamed since it was listed, say).
+	// A tool the server does not have (renamed since it was listed, say):
+	// the SDK's invalid-params refusal looks the same as a typed handler's
+	// *jsonrpc.Error after it acted, so a server without envelopes proves
+	// nothing by it (TestClient_RefusalOfAnEnvelopeServerIsDefinite has the
+	// server that does).
 	missing, err := mcptool.NewTool(cs, &mcp.Tool{Name: "cancel_flight", InputSchema: map[string]any{
 		"type": "object", "required": []any{"confirmation"}, "properties": map[string]any{"confirmation": map[string]any{"type": "string"}},
 	}}, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce}, nil)
@@ -133,37 +138,9 @@ func TestClientOnOtherServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	env = missing.Invoke(agentCtx(), `{"confirmation":"BK-1001"}`)
-	if env.Status != envelope.DefiniteFailure || env.Error.Code != "invalid_params" || env.Attempts != 1 {
-		t.Errorf("an unknown tool answered %s; want definite_failure invalid_params after one attempt", env)
+	if env.Status != envelope.UnknownOutcome || env.Attempts != 1 || !strings.Contains(env.Error.Message, `unknown tool "cancel_flight"`) {
+		t.Errorf("an unknown tool answered %s; want unknown_outcome after one attempt, with the server's message", env)
 	}
-}
-
-// A call the connection could not send is transient: retried, then
-// reported unavailable, never unknown.
-func TestUnsentCallsAreTransient(t *testing.T) {
-	t.Run("closed session", func(t *testing.T) {
-		s := newServed(t, &desk{}, agenttool.Options{}, &mcptool.ServerOptions{Principal: connectionUser})
-		cs := connectInMemory(t, s.server, "ana", nil)
-		book := clientTool(t, cs, nil, agenttool.Options{})
-		cs.Close()
-		env := book.Invoke(agentCtx(), anaSeat)
-		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || env.Attempts != 3 {
-			t.Errorf("answered %s; want unavailable after 3 attempts", env)
-		}
-	})
-	t.Run("refused dial", func(t *testing.T) {
-		s := newServed(t, &desk{}, agenttool.Options{}, nil)
-		srv := httpServer(t, s.server, true, false, nil)
-		book := clientTool(t, connectHTTP(t, srv.URL, "tok-ana"), nil, agenttool.Options{})
-		srv.Close() // nothing listens any more
-		env := book.Invoke(agentCtx(), anaSeat)
-		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || env.Attempts != 3 {
-			t.Errorf("answered %s; want unavailable after 3 attempts", env)
-		}
-		if runs := s.desk.runs.Load(); runs != 0 {
-			t.Errorf("the tool ran %d times", runs)
-		}
-	})
 }
 
 // A deadline after the call was sent is unknown; the resend finds out.
@@ -257,5 +234,34 @@ func TestNewToolOptions(t *testing.T) {
 	}
 	if strings.Count(book.Description(), "Returns a JSON envelope") != 1 {
 		t.Errorf("the envelope hint appears more or less than once: %q", book.Description())
+	}
+}
+
+// A hostile (or buggy) server whose tools/list answers the same page with
+// a next cursor forever: Tools stops at the repeated tool, promptly,
+// rather than listing and guarding it again until the context ends.
+func TestTools_AnEndlessListingEnds(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "h", Version: "1"}, nil)
+	var pages atomic.Int64
+	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "tools/list" {
+				return next(ctx, method, req)
+			}
+			pages.Add(1)
+			return &mcp.ListToolsResult{NextCursor: "again", Tools: []*mcp.Tool{{Name: "book_flight",
+				InputSchema: json.RawMessage(`{"type":"object","required":["flight"],"properties":{"flight":{"type":"string"}}}`)}}}, nil
+		}
+	})
+	cs := connectInMemory(t, server, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	tools, err := mcptool.Tools(ctx, cs, mcptool.ClientOptions{Choose: func(*mcp.Tool) (agenttool.Options, bool) {
+		return agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed}, true
+	}})
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Tools took %v and fetched %d pages of the same tool (err %v, %d tools); it should stop at a repeated tool or cursor",
+			took.Round(time.Millisecond), pages.Load(), err, len(tools))
 	}
 }

@@ -37,14 +37,100 @@
 // A client call keeps what the server said: a retrysafe envelope's status
 // (success with its result, unknown_outcome as unknown, definite_failure
 // as definite with its code), other results and errors by what they prove
-// (see [NewTool]). A result with isError from any other server is unknown:
-// MCP reports every tool execution error so, a timeout after the tool
-// acted as much as a refusal; ClientOptions.ToolErrors says otherwise for
-// a server you know ([DefiniteToolErrors]). Class Keyed is for tools whose
-// server answers with retrysafe envelopes, the only ones known to replay a
-// resent call; over another server a write is AtMostOnce, or Reconcilable
-// with a Reconciler of yours. The client's request reference travels in
-// _meta under [MetaRequestRef], for the server's logs.
+// about the action (see "What a call proves" below). A result with isError
+// from any other server is unknown: MCP reports every tool execution error
+// so, a timeout after the tool acted as much as a refusal;
+// ClientOptions.ToolErrors says otherwise for a server you know
+// ([DefiniteToolErrors]). Class Keyed is for tools whose server answers
+// with retrysafe envelopes, the only ones known to replay a resent call;
+// over another server a write is AtMostOnce, or Reconcilable with a
+// Reconciler of yours. The client's request reference travels in _meta
+// under [MetaRequestRef], for the server's logs. ClientOptions.Reconnect
+// lets the tools connect again when their session is lost.
+//
+// # What a call proves
+//
+// Between the client and the server there may be a proxy that delivers one
+// tools/call twice, or again after its own timeout, or that fails over to
+// a replica which does not know the MCP session. An answer to one delivery
+// then says nothing of another: the client classes each outcome by what it
+// proves about the action. A definite failure frees the action (the model
+// may send it again, reworded), so it is kept for what proves that no tool
+// ran for any copy of the request; everything else that may have reached
+// a tool is unknown, and the unknown fence holds the model's next write.
+//
+//	what the client got                          server      class
+//	a result carrying a retrysafe envelope       retrysafe   the envelope's status (1)
+//	a result with isError                        plain       ToolErrors, or unknown (2)
+//	a result without isError                     plain       success
+//	JSON-RPC parse error, method not found,      retrysafe   definite (3)
+//	invalid params, header mismatch, missing
+//	client capabilities, unsupported protocol
+//	version, in the answer to the call
+//	the same codes                               plain       unknown (4)
+//	JSON-RPC invalid request                     any         unknown (5)
+//	any JSON-RPC code with an HTTP error status  any         unknown (6)
+//	any other JSON-RPC error                     any         unknown
+//	an HTTP error status without JSON-RPC        any         unknown (7)
+//	404 "session not found"                      any         unknown; Keyed resends (8)
+//	mcp.ErrConnectionClosed, the session closed  any         transient (9)
+//	mcp.ErrConnectionClosed, the session open    any         unknown (9)
+//	a failed dial, a failed Reconnect            any         transient (10)
+//	a deadline, a lost stream, anything else     any         unknown (11)
+//
+// "retrysafe" is a server whose tool answers with retrysafe envelopes (its
+// output schema is the envelope's, as with [Register]); "plain" is any
+// other. The reasons:
+//
+//  1. A retrysafe server keys the action by its principal, session and
+//     arguments, which every copy of a request shares: a copy that comes
+//     while another runs waits for it, one that comes later is replayed.
+//     Its envelope is about the action. A definite failure that asks to
+//     wait (unavailable, store_unavailable) says that the server did
+//     nothing and holds nothing for the action: transient, and the retry
+//     goes with the same key. A replayed success says replayed only when
+//     this tool saw the action done for another of its calls before (see
+//     below).
+//  2. MCP reports every tool execution error with isError, and the SDK's
+//     typed handlers turn every error they return into one.
+//  3. A retrysafe server's tool never answers with a JSON-RPC error, so
+//     the SDK refused the request before dispatching it, for a reason in
+//     the request itself (a tool it does not have, say) that every copy
+//     meets.
+//  4. The SDK passes a *jsonrpc.Error returned by a typed handler straight
+//     through as the call's error, whatever its code and however much the
+//     handler did before: no code proves that nothing ran.
+//  5. The SDK answers invalid request to a copy of a request whose id is
+//     in flight on the session ("duplicate in-flight request ID", HTTP
+//     400): the copy before it is running.
+//  6. The SDK's transports carry a code from the body of an HTTP error
+//     status (wrapped in its "rejected by transport"): the transport
+//     refused that delivery, and another copy may have run. From protocol
+//     version 2026-07-28 on, a handler's invalid params comes as HTTP 400
+//     too.
+//  7. A proxy or gateway may answer 429, 502, 503 or 504 after it forwarded
+//     the request. An http.RoundTripper of yours may mark what it knows
+//     (envelope.MarkDefinite, MarkTransient): marks are kept.
+//  8. The server had no live session for this delivery; a copy may have
+//     reached the session before it ended (a proxy's retry after a restart
+//     or a failover). A Keyed tool resends under its key, on a new session
+//     if ClientOptions.Reconnect gives one, and the server runs the action
+//     once or replays it.
+//  9. The SDK says connection closed of a call it refused to write on a
+//     closing or broken connection, and also of a server's answer with
+//     the "server is closing" or "client is closing" codes, which a
+//     handler may return after it acted. A closed connection never opens
+//     again: the client pings the session, and only a ping that fails as
+//     connection closed too proves that the call was not sent.
+//  10. Nothing was sent.
+//  11. The request may have been delivered and run; only an answer tells.
+//
+// A replayed success of a retrysafe server says that the action was done
+// for an earlier request. It may be a copy of this call's own request,
+// delivered twice by a proxy, whose first answer was lost: the client's
+// envelope says replayed only when this tool, in this process, saw a
+// success for that action come back to another of its calls before this
+// call was sent; otherwise it is an ordinary success.
 //
 // # Where the scope comes from
 //
@@ -93,9 +179,19 @@
 //     or 503 is then unknown; an http.RoundTripper of yours can return
 //     errors marked with envelope.MarkDefinite or MarkTransient instead
 //     (examples/mcp-agent does so for 401 and 403).
-//   - The client takes mcp.ErrConnectionClosed to mean the call was not
-//     sent (the SDK refuses calls on a closing connection before writing
-//     them).
+//   - A proxy that resends a call on its own (after its timeout, or to a
+//     replica without the session) makes two effects on a server that does
+//     not dedupe: the client's key never reaches a plain server's tool. Only
+//     the server can hold that line (a retrysafe one does).
+//   - A handler that returns "server is closing" after it acted, on a
+//     connection that breaks before the client's ping, reads as unsent.
+//   - A copy of a request that a proxy holds back and delivers only after
+//     the client has given up on it (every retry answered unavailable by
+//     the server) runs after the client said definite_failure unavailable.
+//     No answer of the server can tell of a copy it has not received yet.
+//   - A Keyed resend after a lost session goes on a new MCP session: it is
+//     replayed only if the server's session does not follow the MCP session
+//     id (ServerOptions.Session; the default, [OneSession], does not).
 //   - A definite failure from the server reaches the client's model as
 //     definite_failure with the server's code, next do_not_retry; the
 //     server's next step (fix_input) and its earlier action are only in
@@ -105,6 +201,7 @@
 //     listed input schema to the description so that a model sees the
 //     members.
 //   - A connection that broke (in memory, stdio) stays broken: connect
-//     again and build the tools on the new session with the same store;
-//     actions whose outcome was unknown are resent and replayed.
+//     again (ClientOptions.Reconnect does it for you) or build the tools
+//     on a new session with the same store; actions whose outcome was
+//     unknown are resent and replayed.
 package mcptool

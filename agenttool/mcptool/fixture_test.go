@@ -35,6 +35,9 @@ type seat struct {
 type booking struct {
 	Confirmation string `json:"confirmation"`
 	Principal    string `json:"principal"`
+	// Ref is the client's request reference the call carried in _meta
+	// (see withClientRef), or "".
+	Ref string `json:"-"`
 }
 
 // desk is the destination behind the server's tool. It does not dedupe:
@@ -70,9 +73,10 @@ func (d *desk) book(ctx context.Context, in seat) (booking, error) {
 		}
 	}
 	info, _ := agenttool.CallInfoFrom(ctx)
+	ref, _ := ctx.Value(clientRefKey{}).(string)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	b := booking{Confirmation: fmt.Sprintf("BK-%d", 1001+len(d.bookings)), Principal: info.Scope.Principal}
+	b := booking{Confirmation: fmt.Sprintf("BK-%d", 1001+len(d.bookings)), Principal: info.Scope.Principal, Ref: ref}
 	d.bookings = append(d.bookings, b)
 	return b, nil
 }
@@ -87,6 +91,37 @@ func (d *desk) count() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.bookings)
+}
+
+// bookedFor returns the booking made for a call that carried the client's
+// request reference ref.
+func (d *desk) bookedFor(ref string) (booking, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range d.bookings {
+		if b.Ref == ref {
+			return b, true
+		}
+	}
+	return booking{}, false
+}
+
+// clientRefKey carries, on a tool's context at the server, the client's
+// request reference the call carried in _meta: the desk's record of who
+// asked, which a truthful reconciler reads.
+type clientRefKey struct{}
+
+// withClientRef is a server middleware that puts the _meta request
+// reference of each tools/call on its context, under clientRefKey.
+func withClientRef(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+			if ref, ok := p.Meta[mcptool.MetaRequestRef].(string); ok {
+				ctx = context.WithValue(ctx, clientRefKey{}, ref)
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // served is a server with a guarded book_flight on a desk, and the
@@ -130,6 +165,7 @@ func newServed(t *testing.T, d *desk, opts agenttool.Options, sopts *mcptool.Ser
 	if err := mcptool.Register(s.server, tool, sopts); err != nil {
 		t.Fatal(err)
 	}
+	s.server.AddReceivingMiddleware(withClientRef)
 	return s
 }
 
@@ -219,16 +255,41 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // connectHTTP connects a client with token ("" for none) to url.
 func connectHTTP(t *testing.T, url, token string) *mcp.ClientSession {
 	t.Helper()
-	rt := http.DefaultTransport.(*http.Transport).Clone()
-	rt.DisableKeepAlives = true
-	t.Cleanup(rt.CloseIdleConnections)
-	transport := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, rt}}, MaxRetries: -1}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(), transport, nil)
+	cs, err := dialHTTP(t, url, token)(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// dialHTTP returns a function that connects a new client session with
+// token to url, as ClientOptions.Reconnect wants; the test closes every
+// session it made.
+func dialHTTP(t *testing.T, url, token string) func(context.Context) (*mcp.ClientSession, error) {
+	t.Helper()
+	rt := http.DefaultTransport.(*http.Transport).Clone()
+	rt.DisableKeepAlives = true
+	t.Cleanup(rt.CloseIdleConnections)
+	return func(ctx context.Context) (*mcp.ClientSession, error) {
+		transport := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, rt}}, MaxRetries: -1}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, transport, nil)
+		if err == nil {
+			t.Cleanup(func() { cs.Close() })
+		}
+		return cs, err
+	}
+}
+
+// replicas returns two replicas of server's streamable HTTP handler, each
+// with MCP sessions of its own, behind the SDK's bearer-token middleware:
+// the backends of a proxy.
+func replicas(server *mcp.Server, stateless bool) [2]http.Handler {
+	var out [2]http.Handler
+	for i := range out {
+		out[i] = auth.RequireBearerToken(tokens, nil)(mcp.NewStreamableHTTPHandler(
+			func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: stateless}))
+	}
+	return out
 }
 
 // faults breaks HTTP exchanges on purpose.
@@ -317,6 +378,10 @@ func agentCtx() context.Context {
 }
 
 const anaSeat = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`
+
+// anaReworded is the model's reworded call for Ana's seat after an unknown
+// outcome: another key, the same logical action.
+const anaReworded = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Maria Lima"}`
 
 // callRaw sends one tools/call with arguments and _meta as given, the way
 // any MCP client (or a hostile one) can, and returns the envelope it

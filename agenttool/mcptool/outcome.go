@@ -7,63 +7,12 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
 )
-
-// refusals are the JSON-RPC error codes with which a server refuses a call
-// before any tool runs, and the envelope codes they become.
-var refusals = map[int64]string{
-	jsonrpc.CodeParseError:                    "parse_error",
-	jsonrpc.CodeInvalidRequest:                "invalid_request",
-	jsonrpc.CodeMethodNotFound:                "method_not_found",
-	jsonrpc.CodeInvalidParams:                 "invalid_params",
-	mcp.CodeHeaderMismatch:                    "header_mismatch",
-	mcp.CodeMissingRequiredClientCapabilities: "missing_client_capabilities",
-	mcp.CodeUnsupportedProtocolVersion:        "unsupported_protocol_version",
-}
-
-// classifyCallError gives an error of ClientSession.CallTool its class (see
-// NewTool). What it does not recognise is returned as it is, for
-// envelope.Classify: the error's own marks first, then a failed dial
-// (transient), and anything else unknown.
-func classifyCallError(err error) error {
-	if errors.Is(err, mcp.ErrConnectionClosed) {
-		// The SDK reports a call refused by a closing connection before it
-		// was written, or a call the server received while closing and did
-		// not handle, this way.
-		return envelope.MarkTransient(fmt.Errorf("the MCP connection did not send the call: %w", err))
-	}
-	if code, ok := refusal(err); ok {
-		return envelope.MarkDefinite(fmt.Errorf("the MCP server refused the call: %w", err), code)
-	}
-	return err
-}
-
-// refusal finds, anywhere in err's tree, a JSON-RPC error by which the
-// server refused the call.
-func refusal(err error) (string, bool) {
-	switch e := err.(type) {
-	case nil:
-		return "", false
-	case *jsonrpc.Error:
-		code, ok := refusals[e.Code]
-		return code, ok
-	case interface{ Unwrap() []error }:
-		for _, inner := range e.Unwrap() {
-			if code, ok := refusal(inner); ok {
-				return code, true
-			}
-		}
-	case interface{ Unwrap() error }:
-		return refusal(e.Unwrap())
-	}
-	return "", false
-}
 
 // readResult turns a tools/call result into the text a guarded tool returns,
 // or an error with its class (see NewTool).
@@ -72,12 +21,13 @@ func refusal(err error) (string, bool) {
 // the envelope's output schema (envelopes), when the envelope names the
 // tool and isError agrees with its status; anything else is the tool's own
 // output, which may hold text the model wrote.
-func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult) (string, error) {
+//
+// sent is when the call was sent: a replayed success is told as replayed
+// only if the server's action was seen done before it (see [sightings]).
+func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent time.Time) (string, error) {
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.name && res.IsError == (env.Status != envelope.Success) {
-		if env.Status == envelope.Success && env.Replayed {
-			// The server did nothing for this call: the guarded call says
-			// so, unless an earlier attempt of its own is what it replayed.
-			agenttool.DestinationReplayed(ctx)
+		if env.Status == envelope.Success {
+			r.seen.success(ctx, env, sent)
 		}
 		return fromEnvelope(env)
 	}

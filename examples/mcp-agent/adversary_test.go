@@ -16,7 +16,7 @@ var bookingPlan = adversary.Plan{
 // gets no second booking past book_flight with any fault (and none at all
 // without a token), and every envelope it reads is true.
 func TestAdversarialModel(t *testing.T) {
-	for fault, want := range map[string]int{"lost-response": 1, "none": 1, "unauthenticated": 0} {
+	for fault, want := range map[string]int{"lost-response": 1, "duplicate-delivery": 1, "none": 1, "unauthenticated": 0} {
 		t.Run(fault, func(t *testing.T) {
 			adversary.RunExample(t, example, bookingPlan, fault, want)
 		})

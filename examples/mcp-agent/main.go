@@ -7,9 +7,13 @@
 // verified token names. A langchaingo agent reaches it through
 // agenttool/mcptool.Tools, which guards the listed tool on the client side
 // too. When the response to a call is lost, the client resends it and the
-// server replays the booking it made: one booking.
+// server replays the booking it made: one booking. When a proxy delivers
+// the call twice and the server refuses the second copy, the client knows
+// that this refused a delivery, not the booking: it resends, and the
+// server replays the booking the first copy made.
 //
 //	go run ./examples/mcp-agent                          # offline, fault lost-response
+//	go run ./examples/mcp-agent -fault duplicate-delivery
 //	go run ./examples/mcp-agent -fault unauthenticated
 //	go run ./examples/mcp-agent -h                       # flags and faults
 //
@@ -38,6 +42,7 @@ var example = demo.Example{
 	Name: "mcp-agent",
 	Faults: []demo.Fault{
 		{Name: "lost-response", Help: "the server books, then the HTTP connection breaks before the response reaches the client"},
+		{Name: "duplicate-delivery", Help: "a proxy sends the first tools/call twice; the server (stateful) books on the first copy and refuses the second as a duplicate in-flight request, and the client gets that refusal"},
 		{Name: "none", Help: "everything works"},
 		{Name: "unauthenticated", Help: "the user has not signed in: the call carries no token, and nothing runs"},
 	},
@@ -65,7 +70,13 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 	if env.Fault == "unauthenticated" {
 		users = nil
 	}
-	transport := &tokens{base: http.DefaultTransport.(*http.Transport).Clone(), app: "app-7f3a", users: users, log: logf}
+	app := "app-7f3a"
+	if env.Fault == "duplicate-delivery" {
+		// A stateful server binds its MCP session to the user who opened
+		// it: the session is the signed-in user's.
+		app = users["tenant-42/user-7"]
+	}
+	transport := &tokens{base: http.DefaultTransport.(*http.Transport).Clone(), app: app, users: users, log: logf}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcp-agent", Version: "1.0.0"}, nil)
 	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: server.url, HTTPClient: &http.Client{Transport: transport}}, nil)
 	if err != nil {

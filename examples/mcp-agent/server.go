@@ -46,6 +46,10 @@ type booking struct {
 // booking back, a repeat with other parameters is refused.
 type bookingService struct {
 	log func(format string, args ...any)
+	// hold, if set, runs before the first booking is made (a slow
+	// service: see duplicateFirstCall).
+	hold     func(ctx context.Context)
+	holdOnce sync.Once
 
 	mu       sync.Mutex
 	keys     map[string]keyEntry
@@ -57,9 +61,12 @@ type keyEntry struct {
 	booking     booking
 }
 
-func (s *bookingService) book(key string, in bookingRequest) (booking, error) {
+func (s *bookingService) book(ctx context.Context, key string, in bookingRequest) (booking, error) {
 	if key == "" {
 		return booking{}, envelope.MarkDefinite(errors.New("an idempotency key is required"), "bad_request")
+	}
+	if s.hold != nil {
+		s.holdOnce.Do(func() { s.hold(ctx) })
 	}
 	body, _ := json.Marshal(in)
 	fp := sha256.Sum256(body)
@@ -109,6 +116,7 @@ type mcpServer struct {
 	srv     *http.Server
 	store   *boltstore.Store
 	service *bookingService
+	copies  *sync.WaitGroup // requests the proxy sends on its own
 }
 
 func startMCPServer(fault, db string, log func(string, ...any)) (*mcpServer, error) {
@@ -118,7 +126,7 @@ func startMCPServer(fault, db string, log func(string, ...any)) (*mcpServer, err
 	}
 	svc := &bookingService{log: log, keys: map[string]keyEntry{}}
 	book := func(ctx context.Context, in bookingRequest) (booking, error) {
-		return svc.book(agenttool.RequestRef(ctx), in) // the server's own reference is the key
+		return svc.book(ctx, agenttool.RequestRef(ctx), in) // the server's own reference is the key
 	}
 	tool, err := agenttool.New("book_flight", "Book one seat on a flight.", book, agenttool.Options{
 		Store: store,
@@ -143,10 +151,17 @@ func startMCPServer(fault, db string, log func(string, ...any)) (*mcpServer, err
 		store.Close()
 		return nil, err
 	}
+	// Stateless: no MCP session to lean on. Under duplicate-delivery the
+	// server keeps MCP sessions, as many do, and so refuses a second copy
+	// of a request while the first is in flight.
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: true}) // no MCP session to lean on
-	if fault == "lost-response" {
+		&mcp.StreamableHTTPOptions{Stateless: fault != "duplicate-delivery"})
+	var copies sync.WaitGroup
+	switch fault {
+	case "lost-response":
 		h = loseFirstCallResponse(h, log)
+	case "duplicate-delivery":
+		h = duplicateFirstCall(h, svc, &copies, log)
 	}
 	h = auth.RequireBearerToken(verifyToken, nil)(h)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -154,7 +169,7 @@ func startMCPServer(fault, db string, log func(string, ...any)) (*mcpServer, err
 		store.Close()
 		return nil, err
 	}
-	s := &mcpServer{url: "http://" + l.Addr().String(), store: store, service: svc,
+	s := &mcpServer{url: "http://" + l.Addr().String(), store: store, service: svc, copies: &copies,
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
 	go s.srv.Serve(l)
 	return s, nil
@@ -162,6 +177,7 @@ func startMCPServer(fault, db string, log func(string, ...any)) (*mcpServer, err
 
 func (s *mcpServer) close() {
 	s.srv.Close()
+	s.copies.Wait()
 	s.store.Close()
 }
 
@@ -199,6 +215,84 @@ func loseFirstCallResponse(next http.Handler, log func(string, ...any)) http.Han
 		log("http: the response to tools/call is lost: the connection is cut")
 		panic(http.ErrAbortHandler) // net/http closes the connection
 	})
+}
+
+// duplicateFirstCall is a proxy in front of the server that delivers the
+// first tools/call twice, the second copy while the first is being
+// handled, and hands the client the answer that comes back first. The
+// booking service is slow: it books the first copy only once the second
+// has been answered. The server (stateful) refuses the second copy with
+// HTTP 400, JSON-RPC invalid request "duplicate in-flight request ID":
+// that refusal is what the client gets, while the first copy books.
+func duplicateFirstCall(next http.Handler, svc *bookingService, copies *sync.WaitGroup, log func(string, ...any)) http.Handler {
+	var duplicated atomic.Bool
+	entered, answered := make(chan struct{}), make(chan struct{})
+	svc.hold = func(ctx context.Context) {
+		close(entered)
+		select {
+		case <-answered:
+		case <-ctx.Done():
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Contains(body, []byte(`"tools/call"`)) || duplicated.Swap(true) {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
+			return
+		}
+		log("proxy: the tools/call goes to the server twice")
+		send := func(answers chan<- *recorded) {
+			defer copies.Done()
+			c := &recorded{header: http.Header{}}
+			req := r.Clone(context.WithoutCancel(r.Context())) // a copy lives on its own
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(c, req)
+			answers <- c
+		}
+		first, second := make(chan *recorded, 1), make(chan *recorded, 1)
+		copies.Add(2)
+		go send(first)
+		var firstAnswer *recorded
+		select {
+		case <-entered: // the first copy is being handled
+		case firstAnswer = <-first:
+		}
+		go send(second)
+		secondAnswer := <-second
+		close(answered)
+		log("proxy: the second copy was answered %d %s", secondAnswer.status, strings.TrimSpace(secondAnswer.body.String()))
+		if firstAnswer == nil {
+			firstAnswer = secondAnswer // it came back first
+		}
+		firstAnswer.writeTo(w)
+	})
+}
+
+// recorded is an HTTP answer, kept whole.
+type recorded struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (c *recorded) Header() http.Header { return c.header }
+func (c *recorded) Flush()              {}
+func (c *recorded) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+func (c *recorded) Write(p []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	return c.body.Write(p)
+}
+func (c *recorded) writeTo(w http.ResponseWriter) {
+	for k, v := range c.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(c.status)
+	w.Write(c.body.Bytes())
 }
 
 // discard is a ResponseWriter whose output goes nowhere.

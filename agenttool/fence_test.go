@@ -17,6 +17,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/opcmd"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -406,37 +407,6 @@ func TestFence_HeldBackRetryOfAnUnknownActionStaysUnknown(t *testing.T) {
 				b.RequestRef, rec.State, again.Earlier.RequestRef)
 		}
 	})
-}
-
-// gate is a reconciler whose answer the test sets; while blocking is set, a
-// check waits until the test opens the gate (a slow status API).
-type gate struct {
-	mu       sync.Mutex
-	answer   reconcile.Answer
-	blocking bool
-	entered  chan struct{}
-	open     chan struct{}
-}
-
-func (g *gate) set(ans reconcile.Answer, block bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.answer, g.blocking = ans, block
-	if block {
-		g.entered, g.open = make(chan struct{}), make(chan struct{})
-	}
-}
-
-func (g *gate) Check(ctx context.Context, req reconcile.Request) reconcile.Answer {
-	g.mu.Lock()
-	ans, block, entered, open := g.answer, g.blocking, g.entered, g.open
-	g.blocking = false // only the first check waits
-	g.mu.Unlock()
-	if block {
-		close(entered)
-		<-open
-	}
-	return ans
 }
 
 // An unknown action being checked by the sweeper still fences its scope.
@@ -961,4 +931,95 @@ func TestFence_ScopeRecoversAfterABurstOverThreeUnknowns(t *testing.T) {
 			t.Errorf("still held/unknown at the end: %s %v owner=%q", r.Key, r.State, r.Owner)
 		}
 	})
+}
+
+// A retry approved before the turn (by the sweeper, an operator or opcmd)
+// holds a reworded copy and the identical resend of the turn: one email.
+//
+// The reworded-first turn again, one call after the other, but the unknown
+// email was found not applied before the turn by the sweeper (or an
+// operator's ResolveNotApplied, or `opcmd resolve not-applied`), not by the
+// reworded call's own fence. The reworded call then meets no unknown record
+// (an approved record does not fence) and no notice (a not-applied
+// settlement puts none), runs, and announces nothing (it replaced nothing
+// in its own eyes); the identical resend then consumes the approval and
+// sends the original too. Resend first, the same turn sends one email
+// (the approved retry announces its success).
+//
+// Known gap, documented in the package's caveats: a retry approved before
+// the turn does not fence the scope (the stores index open records only),
+// so the reworded copy sent first in the turn is a new action.
+func TestFence_ApprovedRetryHoldsRewordAndResend(t *testing.T) {
+	t.Skip("known gap: an approved retry does not fence the scope; see agenttool's caveats")
+	type setup struct {
+		name   string
+		opts   func(store agenttool.Store, ans *answers) agenttool.Options
+		settle func(t *testing.T, op *agenttool.Operator, first envelope.Envelope)
+	}
+	sweep := func(t *testing.T, op *agenttool.Operator, first envelope.Envelope) {
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+		if err != nil || rep.NotApplied != 1 {
+			t.Fatalf("sweep: %+v %v", rep, err)
+		}
+	}
+	resolve := func(t *testing.T, op *agenttool.Operator, first envelope.Envelope) {
+		if err := op.ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setups := []setup{
+		{"reconcilable/sweeper", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: a, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, sweep},
+		{"reconcilable/operator", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: a, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, resolve},
+		{"atmostonce/operator", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, resolve},
+		{"atmostonce/opcmd-approve-retry-once", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, func(t *testing.T, op *agenttool.Operator, first envelope.Envelope) {
+			var out, errOut strings.Builder
+			args := []string{"approve", first.RequestRef, "-retry-once", "-attempts", "1", "-by", "maria", "-why", "ticket 7"}
+			if code := opcmd.Run(context.Background(), op, args, &out, &errOut, nil); code != 0 {
+				t.Fatalf("opcmd approve: exit %d: %s %s", code, out.String(), errOut.String())
+			}
+			t.Logf("opcmd: %s", strings.TrimSpace(out.String()))
+		}},
+		{"keyed/operator", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Keyed, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, resolve},
+	}
+	for _, su := range setups {
+		for _, order := range []string{"resend-first", "reworded-first"} {
+			t.Run(su.name+"/"+order, func(t *testing.T) {
+				m := firstLost()
+				m.dedupe = true // a keyed destination dedupes by request reference; harmless for the others
+				store := memstore.New()
+				ans := &answers{answer: reconcile.StillPending()}
+				tool := newEmailTool(t, m, su.opts(store, ans))
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := tool.Invoke(scoped(), lunch)
+				mustStatus(t, first, envelope.UnknownOutcome)
+				ans.set(reconcile.NotAppliedFenced())
+				su.settle(t, op, first)
+
+				calls := []string{lunch, lunchRephrased}
+				if order == "reworded-first" {
+					calls = []string{lunchRephrased, lunch}
+				}
+				for i, in := range calls {
+					e := tool.Invoke(scoped(), in)
+					t.Logf("call %d: %s", i+1, e)
+				}
+				if n := m.count(); n != 1 {
+					t.Errorf("one logical action (email Ana about lunch) left %d emails after one turn of [%s] (%v)", n, order, m.effects)
+				}
+			})
+		}
+	}
 }

@@ -9,8 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/opcmd"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -242,4 +250,776 @@ func (f *failingList) Claim(ctx context.Context, req storekit.ClaimRequest) (sto
 
 func (f *failingList) ListUnknown(context.Context, storekit.ListRequest) ([]agenttool.Record, error) {
 	return nil, errors.New("index unreadable")
+}
+
+// A retry an operator approved is fenced like any new write: it does not run
+// while another action of the scope is unknown.
+//
+// Scenario (I9, at-most-once, no reconciler): after an operator settles A as
+// not applied, B (A reworded) runs and ends unknown; A sent again runs
+// although B is unknown in the same session: the fence is skipped for a
+// record approved for a retry.
+func TestFence_OperatorApprovedRetryWaitsForTheFence(t *testing.T) {
+	store := memstore.New()
+	m := &mailServer{script: func(n int) (bool, error) {
+		switch n {
+		case 1:
+			return false, errLostReply // A: not delivered, reply lost
+		case 2:
+			return true, errLostReply // B: delivered, reply lost
+		}
+		return true, nil
+	}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := tool.Invoke(scoped(), lunch)
+	mustStatus(t, a, envelope.UnknownOutcome)
+	if err := op.ResolveNotApplied(context.Background(), a.RequestRef, a.Attempts, "maria", "not in the provider's log"); err != nil {
+		t.Fatal(err)
+	}
+	b := tool.Invoke(scoped(), lunchReworded)
+	mustStatus(t, b, envelope.UnknownOutcome) // B may have gone out: the session's fence is up
+	held := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Shall we meet at noon? Sam"}`)
+	t.Logf("another reword while B is unknown: %s", held.Error.Code) // earlier_action_unknown: the fence works for new keys
+	again := tool.Invoke(scoped(), lunch)
+	t.Logf("A again while B is unknown: %s", again)
+	if m.count() > 1 {
+		t.Fatalf("%d emails for one logical action; A re-ran while B (%s) was unknown", m.count(), b.RequestRef)
+	}
+}
+
+// mailbox is a truthful reconciler over a mailServer: delivered refs are
+// Pending until indexed (never, here); undelivered refs are Pending while
+// unsure (the request might still land), NotApplied afterwards.
+type mailbox struct {
+	mu     sync.Mutex
+	m      *mailServer
+	unsure bool
+}
+
+func (b *mailbox) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	ref := req.Ref
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.m.mu.Lock()
+	delivered := false
+	for _, e := range b.m.effects {
+		delivered = delivered || e == ref
+	}
+	b.m.mu.Unlock()
+	if delivered || b.unsure {
+		return reconcile.StillPending() // the mailbox index is catching up
+	}
+	return reconcile.NotAppliedYet() // truthful: A never arrived
+}
+
+// A retry the fence approved (found not applied) is fenced like any new
+// write: it does not run while another action of the scope is unknown.
+//
+// Scenario (I9, reconcilable): A is unknown; the fence settles A as not
+// applied and lets B (A reworded) run; B ends unknown. A sent again then
+// runs although B is unknown in the same session: hold() runs the fence
+// only for claims with Attempts == 0, and a RetryApproved record is
+// claimed with its old attempt count.
+func TestFence_FenceApprovedRetryWaitsForTheFence(t *testing.T) {
+	m := &mailServer{script: func(n int) (bool, error) {
+		switch n {
+		case 1:
+			return false, errLostReply // A: never delivered, reply lost
+		case 2:
+			return true, errLostReply // B: delivered, reply lost
+		}
+		return true, nil
+	}}
+	rec := &mailbox{m: m, unsure: true}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: rec,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+
+	a := tool.Invoke(scoped(), lunch)
+	mustStatus(t, a, envelope.UnknownOutcome)
+	rec.mu.Lock()
+	rec.unsure = false // later the destination can prove A never landed
+	rec.mu.Unlock()
+
+	b := tool.Invoke(scoped(), lunchReworded) // fence: A not applied (RetryApproved); B runs, delivered, unknown
+	mustStatus(t, b, envelope.UnknownOutcome)
+	a2 := tool.Invoke(scoped(), lunch) // the model resends the original while B is unknown
+	t.Logf("A again: %s", a2)
+	if m.count() > 1 {
+		t.Fatalf("%d emails delivered for one logical action (A re-ran while B was unknown): %v", m.count(), m.effects)
+	}
+}
+
+// A keyed retry of an unknown action, held back by the fence, is never told
+// definite_failure: its own effect may have happened.
+//
+// A keyed tool (with a reconciler for the fence) retries its own unknown
+// action B with the same key. The fence finds another unknown action A of
+// the session done and holds B back: B's envelope is definite_failure
+// ("this call applied nothing") although B's own effect happened, its
+// record is still unknown, and `earlier` speaks of A, not of B.
+func TestFence_HeldBackRetryOfAnUnknownActionStaysUnknown(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		var mu sync.Mutex
+		delivered := map[string]int{} // by request reference (the destination dedupes by key)
+		bInside, bGo := make(chan struct{}), make(chan struct{})
+		send := func(ctx context.Context, in emailInput) (sent, error) {
+			ref := agenttool.RequestRef(ctx)
+			mu.Lock()
+			first := delivered[ref] == 0
+			delivered[ref] = 1
+			mu.Unlock()
+			if in.Subject == "Lunch on Friday" && first {
+				close(bInside) // B is on the wire; its reply will be lost
+				<-bGo
+			}
+			return sent{}, errLostReply
+		}
+		check := &answers{answer: reconcile.AppliedWith([]byte(`{"message_id":"<a@mail.test>"}`))}
+		store := open()
+		tool, err := agenttool.New("send_email", "Send.", send, agenttool.Options{Store: store, Class: agenttool.Keyed,
+			Reconciler: check, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bDone := make(chan envelope.Envelope)
+		go func() { bDone <- tool.Invoke(scoped(), lunchReworded) }()
+		<-bInside
+		a := tool.Invoke(scoped(), lunch) // A runs while B is in flight (not unknown yet): reply lost
+		mustStatus(t, a, envelope.UnknownOutcome)
+		close(bGo)
+		b := <-bDone
+		mustStatus(t, b, envelope.UnknownOutcome) // "calling again later with the same input is safe"
+
+		again := tool.Invoke(scoped(), lunchReworded) // the model follows B's note
+		t.Logf("B again: %s", again)
+		rec, err := store.Get(context.Background(), b.RequestRef)
+		t.Logf("B's record: %v (%v)", rec.State, err)
+		mu.Lock()
+		bApplied := delivered[b.RequestRef] > 0
+		mu.Unlock()
+		if again.RequestRef == b.RequestRef && again.Status == envelope.DefiniteFailure && bApplied &&
+			(again.Earlier == nil || again.Earlier.RequestRef != b.RequestRef) {
+			t.Fatalf("definite_failure for %s, whose effect happened (record %v); earlier names %s",
+				b.RequestRef, rec.State, again.Earlier.RequestRef)
+		}
+	})
+}
+
+// An unknown action being checked by the sweeper still fences its scope.
+//
+// While a sweeper (or an operator, an approver, another call's fence) has
+// taken an unknown action over to ask the destination, its record is
+// pending with a live lease, which the fence index does not count: a
+// reworded resend in the same session is not fenced and runs. The check
+// then finds the first email delivered: two emails.
+func TestFence_HoldsWhileTheSweeperChecks(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply // A: delivered, reply lost
+			}
+			return true, nil
+		}}
+		g := &gate{answer: reconcile.StillPending()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: g})
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+
+		op, _ := agenttool.NewOperator(store, tool)
+		g.set(reconcile.AppliedWith([]byte(`{"message_id":"<a@mail.test>"}`)), true)
+		swept := make(chan agenttool.SweepReport)
+		go func() { rep, _ := op.SweepOnce(context.Background(), agenttool.SweeperOptions{}); swept <- rep }()
+		<-g.entered // the sweeper is asking the mailbox about A
+
+		b := tool.Invoke(scoped(), lunchReworded) // the model rewords and resends
+		t.Logf("reworded resend while A is being checked: %s", b)
+		close(g.open)
+		t.Logf("sweep: %+v", <-swept)
+		if m.count() > 1 {
+			t.Fatalf("%d emails: the reworded resend ran while A's outcome was unknown (being checked), and A was delivered", m.count())
+		}
+	})
+}
+
+// An unknown action being checked by one reword's fence still fences a
+// parallel reword.
+//
+// The same with two reworded resends from parallel goroutines: the first
+// one's fence takes A over to check it; the second one's claim no longer
+// sees A and runs.
+func TestFence_HoldsAgainstParallelRewords(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply // A: delivered, reply lost
+			}
+			return true, nil
+		}}
+		g := &gate{answer: reconcile.StillPending()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: g})
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+
+		g.set(reconcile.StillPending(), true)
+		first := make(chan envelope.Envelope)
+		go func() { first <- tool.Invoke(scoped(), lunchReworded) }()
+		<-g.entered // reword 1's fence is asking about A
+		second := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch Friday?","body":"Noon on Friday?"}`)
+		close(g.open)
+		t.Logf("reword 1: %s", <-first)
+		t.Logf("reword 2: %s", second)
+		if m.count() > 1 {
+			t.Fatalf("%d emails while A was unknown (the mailbox still says pending)", m.count())
+		}
+	})
+}
+
+// listFails is a store whose ListUnknown fails while fail is set (the
+// store's index query times out mid-call).
+type listFails struct {
+	agenttool.Store
+	fail atomic.Bool
+}
+
+func (l *listFails) ListUnknown(ctx context.Context, r storekit.ListRequest) ([]agenttool.Record, error) {
+	if l.fail.Load() {
+		return nil, errors.New("index query timed out")
+	}
+	return l.Store.ListUnknown(ctx, r)
+}
+
+// A keyed retry fenced while the store's index fails answers
+// unknown_outcome; it never panics.
+//
+// A keyed retry of an unknown action (a takeover: maybeRan) whose claim is
+// fenced by another unknown action of the session, when the fence cannot
+// read the store: storeUnavailable has no Earlier, and hold() dereferences
+// env.Earlier to rewrite the note: the call panics instead of answering.
+func TestFence_HeldBackRetryAnswersWhenTheStoreFails(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		c := newClock()
+		inner := open()
+		s := &listFails{Store: inner}
+		m := &mailServer{dedupe: true, script: func(n int) (bool, error) { return true, errLostReply }}
+		tool := newEmailTool(t, m, agenttool.Options{Store: s, Class: agenttool.Keyed, Now: c.Now,
+			Reconciler: &answers{answer: reconcile.StillPending()}, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		// Another action of the session is held by a process that dies.
+		holderOf(t, inner, recordOfRef(t, lunchReworded), c.Now(), lunchReworded)
+		c.Advance(2 * time.Minute)
+
+		s.fail.Store(true)
+		var env envelope.Envelope
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("Invoke panicked: %v", r)
+				}
+			}()
+			env = tool.Invoke(scoped(), lunch) // the model follows "calling again later is safe"
+		}()
+		t.Logf("keyed retry while the store's index fails: %s", env)
+		mustStatus(t, env, envelope.UnknownOutcome)
+	})
+}
+
+// An action whose own call is checking its unknown attempt fences its scope.
+//
+// A's attempt returns an unknown outcome (delivered, reply lost), and A's
+// own call asks the mailbox, which is slow. A's record is pending with a
+// live lease and not marked TakenOver, so the unknown fence does not count
+// it, although A's action may already have applied and is being checked —
+// exactly what TakenOver marks when a sweeper or a later call checks it.
+// A reworded resend in the same session (the user's UI timed out and the
+// turn is regenerated) runs. A is then found delivered: two emails.
+func TestFence_HoldsWhileACallChecksItsOwnUnknownAttempt(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply // A: delivered, reply lost
+			}
+			return true, nil
+		}}
+		g := &gate{}
+		g.set(reconcile.AppliedWith([]byte(`{"message_id":"<a@mail.test>"}`)), true)
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: g})
+		first := make(chan envelope.Envelope)
+		go func() { first <- tool.Invoke(scoped(), lunch) }()
+		<-g.entered // A's attempt came back unknown; A's call is asking the mailbox
+
+		b := tool.Invoke(scoped(), lunchReworded)
+		close(g.open)
+		a := <-first
+		t.Logf("A: %s", a)
+		t.Logf("B: %s", b)
+		if m.count() > 1 {
+			t.Fatalf("%d emails: B ran while A's outcome was unknown and being checked (B: %s)", m.count(), b.Status)
+		}
+	})
+}
+
+// The fence's scope index always agrees with the full listing of the
+// records, on every store.
+//
+// A random walk of claims (with fences), renewals (also with clocks that
+// disagree), finishes, releases, takeovers, sweeps and boltstore restarts.
+// After every step, the index answers (ListUnknown with Tool+Principal
+// [+Session], ClaimResult.Fenced) must equal the full listing filtered.
+func TestFence_ScopeIndexAgreesWithTheFullListing(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		seeds := uint64(12)
+		if _, remote := open().(*pgstore.Store); remote {
+			seeds = 3 // some 10,000 queries a seed
+		}
+		for seed := range seeds {
+			walkIndex(t, seed, open)
+		}
+	})
+}
+
+func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	s := open()
+	var path string
+	if b, ok := s.(*boltstore.Store); ok {
+		path = b.Path()
+	}
+	tools := []string{"send_email", "send_email2"}
+	principals := []agenttool.Digest{{0xa1}, {0xb2}}
+	sessions := []agenttool.Digest{{0x51}, {0x52}}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	type held struct {
+		key   string
+		token uint64
+	}
+	var holds []held
+	keys := make([]string, 12)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d/%d", seed, i)
+	}
+	// every key keeps one tool, principal and session
+	scopeOf := func(k int) (string, agenttool.Digest, agenttool.Digest) {
+		return tools[k%2], principals[(k/2)%2], sessions[(k/4)%2]
+	}
+	all := func(at time.Time) []agenttool.Record {
+		recs, err := s.ListUnknown(ctx, storekit.ListRequest{Now: at, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	// every record, whatever its state: the oracle of the fence, which also
+	// counts pending records taken over from an unknown outcome
+	every := func() []agenttool.Record {
+		var recs []agenttool.Record
+		for _, k := range keys {
+			if r, err := s.Get(ctx, k); err == nil {
+				recs = append(recs, r)
+			}
+		}
+		return recs
+	}
+	check := func(step int, what string, at time.Time) {
+		t.Helper()
+		full, records := all(at), every()
+		for _, tool := range tools {
+			for _, p := range principals {
+				for _, sess := range append([]*agenttool.Digest{nil}, &sessions[0], &sessions[1]) {
+					req := storekit.ListRequest{Tool: tool, Principal: &p, Session: sess, Now: at, Limit: 1000}
+					got, err := s.ListUnknown(ctx, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var want, have []string
+					for _, r := range full {
+						if req.Matches(&r) {
+							want = append(want, r.Key)
+						}
+					}
+					for _, r := range got {
+						have = append(have, r.Key)
+					}
+					if !slices.Equal(want, have) {
+						t.Fatalf("seed %d step %d (%s): scope listing %s/%x/%v: %v, full listing says %v", seed, step, what, tool, p[:1], sess != nil, have, want)
+					}
+					// What the fence waits for: the same, and the records
+					// held after a takeover.
+					req.Held = true
+					got, err = s.ListUnknown(ctx, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, have = nil, nil
+					for _, r := range records {
+						if req.Lists(&r) {
+							want = append(want, r.Key)
+						}
+					}
+					slices.Sort(want)
+					for _, r := range got {
+						have = append(have, r.Key)
+					}
+					if !slices.Equal(want, have) {
+						t.Fatalf("seed %d step %d (%s): held listing %s/%x/%v: %v, the records say %v", seed, step, what, tool, p[:1], sess != nil, have, want)
+					}
+				}
+			}
+		}
+	}
+	for step := range 300 {
+		k := rng.IntN(len(keys))
+		tool, p, sess := scopeOf(k)
+		skew := time.Duration(rng.IntN(5)-2) * 20 * time.Second // callers' clocks disagree by up to ±40s
+		at := now.Add(skew)
+		var what string
+		switch op := rng.IntN(10); {
+		case op < 3 || len(holds) == 0:
+			req := storekit.ClaimRequest{Key: keys[k], Tool: tool, Principal: p, Session: sess, Fingerprint: agenttool.Digest{1},
+				Owner: fmt.Sprintf("o%d", step), Now: at, Lease: time.Minute, TakeOver: rng.IntN(2) == 0,
+				Fence: &storekit.Fence{Session: rng.IntN(2) == 0}}
+			before := every()
+			res, err := s.Claim(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			what = fmt.Sprintf("claim %s takeover=%v: claimed=%v fenced=%v", req.Key, req.TakeOver, res.Claimed, res.Fenced)
+			if res.Claimed {
+				holds = append(holds, held{req.Key, res.Record.Token})
+				want := slices.ContainsFunc(before, func(r agenttool.Record) bool { return req.Fences(&r) })
+				if res.Fenced != want {
+					t.Fatalf("seed %d step %d: %s; the full listing says fenced=%v", seed, step, what, want)
+				}
+			}
+		case op < 6:
+			h := holds[rng.IntN(len(holds))]
+			err := s.Renew(ctx, storekit.RenewRequest{Key: h.key, Token: h.token, Until: at.Add(time.Duration(rng.IntN(120)) * time.Second), Now: at})
+			what = fmt.Sprintf("renew %s: %v", h.key, err)
+		case op < 8:
+			i := rng.IntN(len(holds))
+			h := holds[i]
+			states := []agenttool.State{agenttool.Succeeded, agenttool.Failed, agenttool.Unknown}
+			st := states[rng.IntN(3)]
+			req := storekit.FinishRequest{Key: h.key, Token: h.token, State: st, Attempts: 1, Now: at, TTL: time.Hour,
+				RetryApproved: st == agenttool.Unknown && rng.IntN(3) == 0, HeldUntil: at.Add(-time.Duration(rng.IntN(3)) * time.Minute)}
+			err := s.Finish(ctx, req)
+			what = fmt.Sprintf("finish %s %v: %v", h.key, st, err)
+			holds = slices.Delete(holds, i, i+1)
+		case op < 9:
+			i := rng.IntN(len(holds))
+			h := holds[i]
+			err := s.Release(ctx, h.key, h.token)
+			what = fmt.Sprintf("release %s: %v", h.key, err)
+			holds = slices.Delete(holds, i, i+1)
+		default:
+			if path != "" && rng.IntN(2) == 0 {
+				s.(*boltstore.Store).Close()
+				b, err := boltstore.Open(path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				s = b
+				what = "restart"
+			} else {
+				n, err := s.Sweep(ctx, storekit.SweepRequest{Now: at})
+				what = fmt.Sprintf("sweep: %d %v", n, err)
+			}
+		}
+		now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
+		for _, probe := range []time.Time{now, now.Add(-time.Minute), now.Add(time.Minute)} {
+			check(step, what, probe)
+		}
+	}
+}
+
+// truthfulMail delivers by request ref and knows what it delivered; its
+// reconciler tells the truth (and, the server being synchronous, that
+// nothing can land later).
+type truthfulMail struct {
+	mu    sync.Mutex
+	count map[string]int
+	lose  func(in emailInput) (deliver bool, lost bool)
+	runs  int
+}
+
+func (m *truthfulMail) send(ctx context.Context, in emailInput) (sent, error) {
+	ref := agenttool.RequestRef(ctx)
+	deliver, lost := true, false
+	if m.lose != nil {
+		deliver, lost = m.lose(in)
+	}
+	time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // the server's latency; orders nothing
+	m.mu.Lock()
+	m.runs++
+	if deliver {
+		m.count[ref]++
+	}
+	m.mu.Unlock()
+	if lost {
+		return sent{}, errLostReply
+	}
+	return sent{MessageID: "<" + ref + "@mail.test>"}, nil
+}
+
+func (m *truthfulMail) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.count[req.Ref] > 0 {
+		return reconcile.AppliedWith([]byte(`{"message_id":"<` + req.Ref + `@mail.test>"}`))
+	}
+	return reconcile.NotAppliedFenced()
+}
+
+func (m *truthfulMail) delivered(ref string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.count[ref]
+}
+
+// A scope fenced by unknown actions recovers without a person once the
+// destination tells the truth, with at most one effect per key.
+//
+// Three earlier unknown actions in one scope, then 40 goroutines at once:
+// the model's copies of them (identical and reworded) and an
+// orchestrator's distinct new actions, some of whose replies are lost
+// too. Then, after the scope is quiet and NoticeHold has passed, every
+// action is called again one at a time: the scope must recover without a
+// person (the reconciler tells the truth), every key must have at most one
+// effect, and no success may be without its effect.
+func TestFence_ScopeRecoversAfterABurstOverThreeUnknowns(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &truthfulMail{count: map[string]int{}}
+		var phase1 sync.Mutex
+		lostFirst := map[string]bool{}
+		m.lose = func(in emailInput) (bool, bool) {
+			phase1.Lock()
+			defer phase1.Unlock()
+			if in.Subject == "seed" && !lostFirst[in.To] {
+				lostFirst[in.To] = true
+				return in.To != "a2@example.com", true // a1, a3 delivered; a2 not; replies lost
+			}
+			if in.Subject == "flaky" {
+				d := rand.IntN(2) == 0
+				return d, !d || rand.IntN(2) == 0
+			}
+			return true, false
+		}
+		tool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+			Reconciler: m, Retry: agenttool.RetryPolicy{MaxAttempts: 1}, NoticeHold: 150 * time.Millisecond,
+			WaitTimeout: 300 * time.Millisecond, Lease: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The reconciler says "pending" while the seeds are made, so that
+		// they stay unknown.
+		var seeds []string
+		for _, to := range []string{"a1", "a2", "a3"} {
+			in := fmt.Sprintf(`{"to":"%s@example.com","subject":"seed","body":"x"}`, to)
+			seeds = append(seeds, in)
+		}
+		pend := &answers{answer: reconcile.StillPending()}
+		seedTool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+			Reconciler: pend, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seedRef string
+		for _, in := range seeds {
+			env := seedTool.Invoke(scoped(), in)
+			if env.Status != envelope.UnknownOutcome {
+				t.Fatalf("seed %s: %s", in, env)
+			}
+			seedRef = env.RequestRef
+		}
+		pool := append([]string{}, seeds...)
+		for _, to := range []string{"a1", "a2", "a3"} {
+			pool = append(pool, fmt.Sprintf(`{"to":"%s@example.com","subject":"seed again","body":"x, reworded"}`, to))
+		}
+		for i := 0; i < 6; i++ {
+			pool = append(pool, fmt.Sprintf(`{"to":"n%d@example.com","subject":"new","body":"y"}`, i))
+		}
+		for i := 0; i < 3; i++ {
+			pool = append(pool, fmt.Sprintf(`{"to":"f%d@example.com","subject":"flaky","body":"z"}`, i))
+		}
+		type result struct {
+			in  string
+			env envelope.Envelope
+		}
+		var mu sync.Mutex
+		var results []result
+		var wg sync.WaitGroup
+		for g := 0; g < 40; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < 3; k++ {
+					in := pool[rand.IntN(len(pool))]
+					env := tool.Invoke(scoped(), in)
+					mu.Lock()
+					results = append(results, result{in, env})
+					mu.Unlock()
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the calls did not end within a minute")
+		}
+		codes := map[string]int{}
+		for _, r := range results {
+			c := string(r.env.Status)
+			if r.env.Error != nil {
+				c += "/" + r.env.Error.Code
+			}
+			codes[c]++
+			if r.env.Status == envelope.Success && m.delivered(r.env.RequestRef) == 0 {
+				t.Errorf("success without an effect: %s", r.env)
+			}
+		}
+		t.Logf("burst: %v", codes)
+
+		// Converge: call every action again, one at a time, until nothing
+		// answers earlier_action_* / in_progress, with NoticeHold between rounds.
+		var last map[string]envelope.Envelope
+		for round := 0; round < 15; round++ {
+			time.Sleep(200 * time.Millisecond) // NoticeHold (150ms) passes between rounds, as between a model's turns; orders nothing
+			last = map[string]envelope.Envelope{}
+			stuck := 0
+			for _, in := range pool {
+				env := tool.Invoke(scoped(), in)
+				last[in] = env
+				if env.Status == envelope.UnknownOutcome || (env.Error != nil && (env.Error.Code == envelope.CodeEarlierApplied)) {
+					stuck++
+				}
+			}
+			if stuck == 0 {
+				break
+			}
+		}
+		for in, env := range last {
+			if env.Status == envelope.UnknownOutcome {
+				t.Errorf("after the scope was quiet and every action was asked about 15 times: %s → %s", in, env)
+			}
+		}
+		m.mu.Lock()
+		for ref, n := range m.count {
+			if n > 1 {
+				t.Errorf("%s delivered %d times", ref, n)
+			}
+		}
+		m.mu.Unlock()
+		seedRec, err := store.Get(context.Background(), seedRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := store.ListUnknown(context.Background(), storekit.ListRequest{Tool: "send_email", Principal: &seedRec.Principal, Held: true, Now: time.Now(), Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range held {
+			t.Errorf("still held/unknown at the end: %s %v owner=%q", r.Key, r.State, r.Owner)
+		}
+	})
+}
+
+// A retry approved before the turn (by the sweeper, an operator or opcmd)
+// holds a reworded copy and the identical resend of the turn: one email.
+//
+// The reworded-first turn again, one call after the other, but the unknown
+// email was found not applied before the turn by the sweeper (or an
+// operator's ResolveNotApplied, or `opcmd resolve not-applied`), not by the
+// reworded call's own fence. The reworded call then meets no unknown record
+// (an approved record does not fence) and no notice (a not-applied
+// settlement puts none), runs, and announces nothing (it replaced nothing
+// in its own eyes); the identical resend then consumes the approval and
+// sends the original too. Resend first, the same turn sends one email
+// (the approved retry announces its success).
+//
+// Known gap, documented in the package's caveats: a retry approved before
+// the turn does not fence the scope (the stores index open records only),
+// so the reworded copy sent first in the turn is a new action.
+func TestFence_ApprovedRetryHoldsRewordAndResend(t *testing.T) {
+	t.Skip("known gap: an approved retry does not fence the scope; see agenttool's caveats")
+	type setup struct {
+		name   string
+		opts   func(store agenttool.Store, ans *answers) agenttool.Options
+		settle func(t *testing.T, op *agenttool.Operator, first envelope.Envelope)
+	}
+	sweep := func(t *testing.T, op *agenttool.Operator, first envelope.Envelope) {
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+		if err != nil || rep.NotApplied != 1 {
+			t.Fatalf("sweep: %+v %v", rep, err)
+		}
+	}
+	resolve := func(t *testing.T, op *agenttool.Operator, first envelope.Envelope) {
+		if err := op.ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setups := []setup{
+		{"reconcilable/sweeper", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: a, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, sweep},
+		{"reconcilable/operator", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: a, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, resolve},
+		{"atmostonce/operator", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, resolve},
+		{"atmostonce/opcmd-approve-retry-once", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, func(t *testing.T, op *agenttool.Operator, first envelope.Envelope) {
+			var out, errOut strings.Builder
+			args := []string{"approve", first.RequestRef, "-retry-once", "-attempts", "1", "-by", "maria", "-why", "ticket 7"}
+			if code := opcmd.Run(context.Background(), op, args, &out, &errOut, nil); code != 0 {
+				t.Fatalf("opcmd approve: exit %d: %s %s", code, out.String(), errOut.String())
+			}
+			t.Logf("opcmd: %s", strings.TrimSpace(out.String()))
+		}},
+		{"keyed/operator", func(s agenttool.Store, a *answers) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Keyed, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		}, resolve},
+	}
+	for _, su := range setups {
+		for _, order := range []string{"resend-first", "reworded-first"} {
+			t.Run(su.name+"/"+order, func(t *testing.T) {
+				m := firstLost()
+				m.dedupe = true // a keyed destination dedupes by request reference; harmless for the others
+				store := memstore.New()
+				ans := &answers{answer: reconcile.StillPending()}
+				tool := newEmailTool(t, m, su.opts(store, ans))
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := tool.Invoke(scoped(), lunch)
+				mustStatus(t, first, envelope.UnknownOutcome)
+				ans.set(reconcile.NotAppliedFenced())
+				su.settle(t, op, first)
+
+				calls := []string{lunch, lunchRephrased}
+				if order == "reworded-first" {
+					calls = []string{lunchRephrased, lunch}
+				}
+				for i, in := range calls {
+					e := tool.Invoke(scoped(), in)
+					t.Logf("call %d: %s", i+1, e)
+				}
+				if n := m.count(); n != 1 {
+					t.Errorf("one logical action (email Ana about lunch) left %d emails after one turn of [%s] (%v)", n, order, m.effects)
+				}
+			})
+		}
+	}
 }

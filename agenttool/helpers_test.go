@@ -15,6 +15,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // emailInput is the input of the test send_email tool.
@@ -189,4 +190,119 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// firstLost: attempt 1 is not delivered and its reply is lost (unknown);
+// every later attempt delivers.
+func firstLost() *mailServer {
+	return &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return false, errLostReply
+		}
+		return true, nil
+	}}
+}
+
+const lunchRephrased = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you?"}`
+
+// gatedMail is a mail server whose n-th run (gateRun) waits on gate before
+// it delivers, and signals started when it begins: a slow SMTP server.
+// Run 1 is not delivered and its reply is lost (unknown); every other run
+// delivers.
+type gatedMail struct {
+	*mailServer
+	gateRun int
+	gate    chan struct{}
+	started chan struct{}
+}
+
+func newGatedMail(gateRun int) *gatedMail {
+	g := &gatedMail{gateRun: gateRun, gate: make(chan struct{}), started: make(chan struct{})}
+	g.mailServer = &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return false, errLostReply
+		}
+		if n == g.gateRun {
+			close(g.started)
+			select {
+			case <-g.gate:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return true, nil
+	}}
+	return g
+}
+
+// gate is a reconciler whose answer the test sets; while blocking is set, a
+// check waits until the test opens the gate (a slow status API).
+type gate struct {
+	mu       sync.Mutex
+	answer   reconcile.Answer
+	blocking bool
+	entered  chan struct{}
+	open     chan struct{}
+}
+
+func (g *gate) set(ans reconcile.Answer, block bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.answer, g.blocking = ans, block
+	if block {
+		g.entered, g.open = make(chan struct{}), make(chan struct{})
+	}
+}
+
+func (g *gate) Check(ctx context.Context, req reconcile.Request) reconcile.Answer {
+	g.mu.Lock()
+	ans, block, entered, open := g.answer, g.blocking, g.entered, g.open
+	g.blocking = false // only the first check waits
+	g.mu.Unlock()
+	if block {
+		close(entered)
+		<-open
+	}
+	return ans
+}
+
+// jumpClock is the wall clock moved ahead by the test: leases, waits and
+// timeouts run in real time, and a test skips past a hold (NoticeHold)
+// without sleeping.
+type jumpClock struct {
+	mu    sync.Mutex
+	ahead time.Duration
+}
+
+func (c *jumpClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.ahead)
+}
+
+func (c *jumpClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.ahead += d
+	c.mu.Unlock()
+}
+
+// untilLeaseLapses waits until the lease the store records for key has
+// ended on the wall clock, and grace after it (the time a request of the
+// holder may still be in flight).
+func untilLeaseLapses(t *testing.T, store agenttool.Store, key string, grace time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rec, err := store.Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := rec.LeaseExpiry.Add(grace)
+		if time.Now().After(end) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of %s never lapsed (it ends %s)", key, rec.LeaseExpiry)
+		}
+		time.Sleep(time.Until(end) + time.Millisecond) // until the end the store records, then read it again
+	}
 }

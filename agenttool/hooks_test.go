@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
@@ -209,5 +210,54 @@ func TestUnsetHooksDoNotAllocate(t *testing.T) {
 	a, b := testing.AllocsPerRun(200, call(bare)), testing.AllocsPerRun(200, call(hooked))
 	if b > a {
 		t.Errorf("a call with an unset hook allocates %.1f times, %.1f without hooks", b, a)
+	}
+}
+
+// Every envelope that says the call was held back by an earlier action comes
+// with a Fenced event naming both.
+//
+// The same turn, watched through Options.Hooks: every envelope that says
+// the call was held back by an earlier action (earlier_action_unknown,
+// earlier_action_applied) should come with a Fenced event naming the call
+// and that earlier action (observe.Log turns it into the WARN "held back by
+// an earlier action" the README tells operators to watch for).
+func TestHooks_HeldBackComesWithAFencedEvent(t *testing.T) {
+	g := newGatedMail(2)
+	ans := &answers{answer: reconcile.StillPending()}
+	var mu sync.Mutex
+	var fenced []agenttool.FencedEvent
+	var outcomes []envelope.Envelope
+	hooks := agenttool.Hooks{
+		Fenced: func(_ context.Context, e agenttool.FencedEvent) { mu.Lock(); fenced = append(fenced, e); mu.Unlock() },
+		Outcome: func(_ context.Context, e agenttool.OutcomeEvent) {
+			mu.Lock()
+			outcomes = append(outcomes, e.Envelope)
+			mu.Unlock()
+		},
+	}
+	tool := newEmailTool(t, g.mailServer, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: ans,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}, WaitTimeout: 50 * time.Millisecond, Hooks: hooks})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	ans.set(reconcile.NotAppliedFenced())
+	done := make(chan struct{})
+	go func() { defer close(done); tool.Invoke(scoped(), lunchRephrased) }()
+	<-g.started
+	tool.Invoke(scoped(), lunch)
+	close(g.gate)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for _, env := range outcomes {
+		if env.Error == nil || (env.Error.Code != envelope.CodeEarlierUnknown && env.Error.Code != envelope.CodeEarlierApplied) {
+			continue
+		}
+		found := false
+		for _, f := range fenced {
+			found = found || (f.RequestRef == env.RequestRef && env.Earlier != nil && f.Earlier == env.Earlier.RequestRef)
+		}
+		if !found {
+			t.Errorf("outcome %s says the call was held back (%s), but no Fenced event names %s (events: %+v)", env.RequestRef, env.Error.Code, env.RequestRef, fenced)
+		}
 	}
 }

@@ -8,6 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"sync"
+
+	"math/big"
+
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -420,3 +424,209 @@ func TestToolsSharingAPrefixNeverShareAKey(t *testing.T) {
 type decodeOnly struct{ v string }
 
 func (d *decodeOnly) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &d.v) }
+
+type MailOptions struct {
+	ReplyTo *string `json:"reply_to"` // optional: null or absent means none
+}
+
+type emailWithOptions struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+	*MailOptions
+}
+
+// A null for an optional field of an embedded pointer struct is absent: the
+// same email, one key.
+//
+// With an embedded pointer struct, an added "null" for an optional
+// pointer field (documented as "null pointer = absent") allocates the
+// embedded struct; the re-encoded value differs, so the key differs and the
+// same email goes out twice.
+func TestInput_NullForAnEmbeddedPointerFieldIsAbsent(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	send := func(ctx context.Context, in emailWithOptions) (string, error) {
+		replyTo := ""
+		if in.MailOptions != nil && in.ReplyTo != nil {
+			replyTo = *in.ReplyTo
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, in.To+"|"+in.Subject+"|"+replyTo)
+		return "ok", nil
+	}
+	tool, err := agenttool.New("send_email", "Send an email.", send, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch"}`)
+	b := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch","reply_to":null}`)
+	t.Logf("a: %s\nb: %s", a, b)
+	if len(sent) > 1 {
+		t.Fatalf("the tool saw %q: the same email twice (refs %s, %s)", sent, a.RequestRef, b.RequestRef)
+	}
+}
+
+// Invisible characters of every kind are cosmetic: they never make a new key.
+//
+// Invisible characters that are not Unicode category Cf (variation
+// selectors, the combining grapheme joiner, Hangul fillers) and a Cf that
+// blocks NFKC composition until it is dropped make a new key: the
+// "cosmetic variant" runs as a second action.
+func TestInput_InvisibleCharactersAreCosmetic(t *testing.T) {
+	type pair struct{ name, base, variant string }
+	for _, p := range []pair{
+		{"zero-width space (control: documented as handled)", "Lunch", "Lun\u200bch"},
+		{"variation selector-16 after an emoji", "Lunch \u2615", "Lunch \u2615\ufe0f"},
+		{"combining grapheme joiner U+034F", "Lunch", "Lun\u034fch"},
+		{"Mongolian free variation selector U+180B", "Lunch", "Lunch\u180b"},
+		{"Hangul filler U+3164", "Lunch", "Lunch\u3164"},
+		{"Hangul choseong filler U+115F", "Lunch", "Lunch\u115f"},
+		{"ZWSP between e and combining acute (Jose\u200b\u0301 vs José)", "Lunch with José", "Lunch with Jose\u200b\u0301"},
+		{"ideographic variation selector U+E0100", "Lunch", "Lunch\U000e0100"},
+		{"trailing NUL (Cc)", "Lunch", "Lunch\u0000"},
+	} {
+		m := &mailServer{}
+		tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce})
+		in := func(subject string) string {
+			b, _ := json.Marshal(emailInput{To: "ana@example.com", Subject: subject, Body: "See you at noon."})
+			return string(b)
+		}
+		first := tool.Invoke(scoped(), in(p.base))
+		mustStatus(t, first, envelope.Success)
+		again := tool.Invoke(scoped(), in(p.variant))
+		if m.count() != 1 {
+			t.Errorf("%s: subject %+q then %+q: ran again (%s vs %s), %d emails", p.name, p.base, p.variant, first.RequestRef, again.RequestRef, m.count())
+		} else {
+			t.Logf("%s: held (%s)", p.name, again.Error.Code)
+		}
+	}
+}
+
+// jsonMailer is an ordinary langchaingo tool: it reads its input with
+// encoding/json into a struct, as almost every Go tool does.
+type jsonMailer struct {
+	mu   *sync.Mutex
+	sent *[]string
+}
+
+func (jsonMailer) Name() string        { return "send_email" }
+func (jsonMailer) Description() string { return "Send an email." }
+func (j jsonMailer) Call(ctx context.Context, in string) (string, error) {
+	var e struct {
+		To      string `json:"to"`
+		Subject string `json:"subject"`
+	}
+	if err := json.Unmarshal([]byte(in), &e); err != nil {
+		return "", envelope.MarkDefinite(err, "invalid_input")
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	*j.sent = append(*j.sent, e.To+"|"+e.Subject)
+	return `{"ok":true}`, nil
+}
+
+// A wrapped tool's key ignores what the model adds that the tool ignores.
+//
+// For a wrapped tool, model-chosen content the tool ignores (a null
+// member, an unlisted "nonce", an idempotency key spelled with a lookalike
+// letter the skeleton does not map) makes a new request_ref, and the same
+// email goes out again.
+func TestInput_WrappedToolKeyIgnoresWhatTheModelAdds(t *testing.T) {
+	for _, variant := range []string{
+		`{"to":"ana@example.com","subject":"Lunch","cc":null}`,
+		`{"to":"ana@example.com","subject":"Lunch","nonce":"2"}`,
+		`{"to":"ana@example.com","subject":"Lunch","ɪdempotency_key":"retry-2"}`, // U+026A LATIN LETTER SMALL CAPITAL I
+		`{"to":"ana@example.com","subject":"Lunch","idempօtency_key":"retry-2"}`, // U+0585 ARMENIAN SMALL LETTER OH
+		`{"to":"ana@example.com","subject":"Lunch","rеquest_іd":"retry-2"}`,      // Cyrillic е, і: caught? (control)
+	} {
+		var mu sync.Mutex
+		var sent []string
+		tool, err := agenttool.Wrap(jsonMailer{&mu, &sent}, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+			IdentifyingFields: []string{"to", "subject"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch"}`)
+		mustStatus(t, first, envelope.Success)
+		again := tool.Invoke(scoped(), variant)
+		if len(sent) > 1 {
+			t.Errorf("%s\n  -> %s\n  the tool saw %q: one action sent %d times", variant, again, sent, len(sent))
+		} else {
+			t.Logf("held: %s -> %s", variant, again.Error)
+		}
+	}
+}
+
+// addr is a well-behaved custom type: it reads and writes itself as a JSON
+// string, with both methods on the pointer receiver (the usual style).
+type addr struct{ a string }
+
+func (x *addr) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &x.a) }
+func (x *addr) MarshalJSON() ([]byte, error) { return json.Marshal(x.a) }
+
+type addrEmail struct {
+	To      addr   `json:"to"`
+	Subject string `json:"subject"`
+}
+
+// A field type with pointer-receiver marshalers keys by its value: two
+// recipients, two keys.
+//
+// Before, two different recipients got one key and one fingerprint, so the
+// email to bob is "replayed" as a success although bob got nothing.
+func TestInput_KeyUsesPointerReceiverMarshalers(t *testing.T) {
+	var mu sync.Mutex
+	var delivered []string
+	send := func(ctx context.Context, in addrEmail) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		delivered = append(delivered, in.To.a)
+		return "sent to " + in.To.a, nil
+	}
+	tool, err := agenttool.New("send_email", "Send an email.", send, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ana := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch"}`)
+	bob := tool.Invoke(scoped(), `{"to":"bob@example.com","subject":"Lunch"}`)
+	t.Logf("ana: %s", ana)
+	t.Logf("bob: %s", bob)
+	t.Logf("delivered: %v", delivered)
+	mustStatus(t, ana, envelope.Success)
+	if bob.Status == envelope.Success && len(delivered) == 1 {
+		t.Fatalf("envelope says success for bob, but only %v was delivered (same ref %s for both)", delivered, bob.RequestRef)
+	}
+}
+
+type transfer struct {
+	To     string  `json:"to"`
+	Amount big.Int `json:"amount"`
+}
+
+// Big integers of different values get different keys.
+//
+// Before, a standard-library type (math/big.Int, pointer-receiver
+// MarshalJSON) as a value field: 100 and 1000000 got one key and one
+// fingerprint.
+func TestInput_KeyTellsBigIntsApart(t *testing.T) {
+	var mu sync.Mutex
+	var paid []string
+	pay := func(ctx context.Context, in transfer) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		paid = append(paid, in.Amount.String())
+		return "paid " + in.Amount.String(), nil
+	}
+	tool, err := agenttool.New("pay", "Pay.", pay, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := tool.Invoke(scoped(), `{"to":"ana","amount":100}`)
+	large := tool.Invoke(scoped(), `{"to":"ana","amount":1000000}`)
+	t.Logf("100: %s", small)
+	t.Logf("1000000: %s", large)
+	if large.Status == envelope.Success && len(paid) == 1 {
+		t.Fatalf("success for 1000000 but only %v was paid; refs %s / %s", paid, small.RequestRef, large.RequestRef)
+	}
+}

@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"bytes"
+
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/opcmd"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -294,4 +298,225 @@ func TestOperatorReconcileOne(t *testing.T) {
 	if _, err := noCheck.Reconcile(context.Background(), "send_email/none", "maria"); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("reconciling an unknown reference: %v", err)
 	}
+}
+
+// xorCodec "encrypts" by flipping bits, with a marker to check.
+type xorCodec struct{}
+
+func (xorCodec) Encode(_ string, b []byte) ([]byte, error) {
+	out := append([]byte("X:"), b...)
+	for i := 2; i < len(out); i++ {
+		out[i] ^= 0x5a
+	}
+	return out, nil
+}
+
+func (xorCodec) Decode(_ string, b []byte) ([]byte, error) {
+	if !bytes.HasPrefix(b, []byte("X:")) {
+		return nil, errors.New("not sealed by this codec")
+	}
+	out := bytes.Clone(b[2:])
+	for i := range out {
+		out[i] ^= 0x5a
+	}
+	return out, nil
+}
+
+// interposer runs `between` once, just before the first takeover claim of
+// key, as another replica's operator would act between the sweeper's read
+// and its claim.
+type interposer struct {
+	agenttool.Store
+	key     string
+	once    sync.Once
+	between func()
+}
+
+func (i *interposer) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if r.TakeOver && r.Key == i.key {
+		i.once.Do(i.between)
+	}
+	return i.Store.Claim(ctx, r)
+}
+
+// An operator's settlement is sealed once, and a takeover that gives the
+// record back never replaces it with an older one.
+//
+// takeOver finds the record approved between its read and its claim and
+// gives it back with the resolution it read: sealed already, it is sealed
+// again (an operator sees "sealed:…" as who settled it), and the
+// operator's own settlement (who, why) is overwritten by the older one.
+func TestOperator_ResolutionIsSealedOnceAndNeverReplacedByAGiveBack(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		inner := open()
+		m := &mailServer{script: func(n int) (bool, error) { return false, errLostReply }}
+		ip := &interposer{Store: inner}
+		opts := agenttool.Options{Store: ip, Class: agenttool.Reconcilable, Reconciler: &answers{answer: reconcile.StillPending()},
+			Codec: xorCodec{}, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+		tool := newEmailTool(t, m, opts)
+		opts.Store = inner
+		replica := newEmailTool(t, m, opts) // another replica's tool, on the same data
+		op, _ := agenttool.NewOperator(ip, tool)
+		op2, _ := agenttool.NewOperator(inner, replica)
+		ctx := context.Background()
+
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "bounced"); err != nil {
+			t.Fatal(err)
+		}
+		mustStatus(t, tool.Invoke(scoped(), lunch), envelope.UnknownOutcome) // the approved retry is lost too
+		ip.key = a.RequestRef
+		ip.between = func() {
+			if err := op2.ResolveNotApplied(ctx, a.RequestRef, 2, "sam", "not in the provider's log"); err != nil {
+				t.Error(err)
+			}
+		}
+		rep, err := op.SweepOnce(ctx, agenttool.SweeperOptions{})
+		t.Logf("sweep: %+v %v", rep, err)
+		rec, err := op.Show(ctx, a.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("record: %v approved=%v resolution %+v", rec.State, rec.RetryApproved, *rec.Resolution)
+		if rec.Resolution == nil || rec.Resolution.By != "operator:sam" {
+			t.Fatalf("after sam settled it, the record says it was settled by %q (%q)", rec.Resolution.By, rec.Resolution.Why)
+		}
+	})
+}
+
+// An operator's not-applied finding about one attempt is refused (ErrStale)
+// once another attempt has run.
+//
+// An operator decides "not applied" about the outcome she saw (attempt 1:
+// nothing in the provider's log). Meanwhile the model's repeat takes the
+// record over, the destination says not applied, and the call runs
+// attempt 2, which delivers and loses its reply. Operator.hold now waits
+// for the busy record instead of answering ErrBusy, and then applies her
+// stale "not applied" to attempt 2's unknown outcome: the next call sends
+// the email a second time. An Approver's decision was bound to the
+// attempt count it saw, the operator's was not; now ResolveNotApplied
+// names the attempts it is about, and a stale finding is refused
+// (ErrStale).
+func TestOperator_StaleVerdictIsRefused(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := &busyWatch{Store: open(), busy: make(chan struct{})}
+		inside, release := make(chan struct{}), make(chan struct{})
+		m := &mailServer{script: func(n int) (bool, error) {
+			switch n {
+			case 1:
+				return false, errLostReply // did not go out; the client cannot tell
+			case 2:
+				close(inside)
+				<-release
+				return true, errLostReply // went out; reply lost
+			}
+			return true, nil
+		}}
+		check := &answers{answer: reconcile.StillPending()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}, WaitTimeout: 5 * time.Second})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		seen, _ := op.Show(context.Background(), first.RequestRef)
+		t.Logf("operator sees %s: %v, %d attempt(s)", seen.Key, seen.State, seen.Attempts)
+
+		// The model repeats the call; the mailbox now proves attempt 1 absent.
+		check.set(reconcile.NotAppliedFenced())
+		second := make(chan envelope.Envelope, 1)
+		go func() { second <- tool.Invoke(scoped(), lunch) }()
+		<-inside
+		check.set(reconcile.StillPending()) // attempt 2's message is not indexed yet
+
+		store.watch(first.RequestRef)
+		// Maria, having looked at attempt 1, resolves it as not applied.
+		var opErr atomic.Value
+		opDone := make(chan struct{})
+		go func() {
+			defer close(opDone)
+			if err := op.ResolveNotApplied(context.Background(), first.RequestRef, seen.Attempts, "maria", "nothing in the provider's log"); err != nil {
+				opErr.Store(err)
+			}
+		}()
+		<-store.busy // her call met the busy record, and waits for it
+		close(release)
+		env2 := <-second
+		<-opDone
+		t.Logf("second call: %s", env2)
+		t.Logf("operator: %v", opErr.Load())
+		if err, _ := opErr.Load().(error); !errors.Is(err, agenttool.ErrStale) {
+			t.Errorf("the operator's finding about attempt 1, applied to attempt 2: %v, want ErrStale", err)
+		}
+
+		third := tool.Invoke(scoped(), lunch)
+		t.Logf("third call: %s", third)
+		if m.count() > 1 {
+			t.Fatalf("one logical action, %d emails: the operator's verdict on attempt 1 (seen %d attempt(s)) was applied "+
+				"after she waited for a call that ran attempt 2", m.count(), seen.Attempts)
+		}
+	})
+}
+
+// An operator confined to one principal stays confined: ForPrincipal and
+// opcmd's -principal only narrow.
+//
+// An application confines an operator to one tenant (ForPrincipal) and
+// mounts opcmd with it, e.g. for that tenant's admins. opcmd "narrows"
+// with -principal, but ForPrincipal replaces the restriction instead of
+// intersecting it: the tenant's admin lists another tenant's records.
+func TestOperator_ForPrincipalOnlyNarrows(t *testing.T) {
+	store := memstore.New()
+	m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable})
+	other := agenttool.WithLabel(agenttool.WithScope(context.Background(), "tenant-99/ceo", "c-1"), "CEO: merger memo to bank")
+	mustStatus(t, tool.Invoke(other, emailToAna), envelope.UnknownOutcome)
+
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant42 := op.ForPrincipal("tenant-42/user-7") // what tenant 42's admins get
+
+	recs, _ := tenant42.Unknown(context.Background(), "", 10)
+	if len(recs) != 0 {
+		t.Fatalf("the restricted operator already lists %d records", len(recs))
+	}
+	// Go API: narrowing again widens.
+	if recs, _ := tenant42.ForPrincipal("tenant-99/ceo").Unknown(context.Background(), "", 10); len(recs) != 0 {
+		t.Errorf("op.ForPrincipal(tenant-42).ForPrincipal(tenant-99) lists %d records of tenant-99 (label %q)", len(recs), recs[0].Label)
+	}
+	// The CLI mounted with the tenant's operator.
+	var out, errb bytes.Buffer
+	code := opcmd.Run(context.Background(), tenant42, []string{"list", "-principal", "tenant-99/ceo"}, &out, &errb, nil)
+	if strings.Contains(out.String(), "merger memo") {
+		t.Errorf("opcmd mounted with an operator limited to tenant-42 shows tenant-99's record (exit %d):\n%s", code, out.String())
+	}
+	out.Reset()
+	code = opcmd.Run(context.Background(), tenant42, []string{"stats", "-principal", "tenant-99/ceo"}, &out, &errb, nil)
+	if strings.Contains(out.String(), "unknown") {
+		t.Errorf("stats -principal through the tenant-42 operator counts tenant-99's records (exit %d):\n%s", code, out.String())
+	}
+}
+
+// busyWatch tells when a read of the watched key finds it held by a live
+// call (pending): a reader that must wait for it.
+type busyWatch struct {
+	agenttool.Store
+	key  atomic.Value // string
+	busy chan struct{}
+	once sync.Once
+}
+
+func (b *busyWatch) watch(key string) { b.key.Store(key) }
+
+func (b *busyWatch) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	rec, err := b.Store.Get(ctx, key)
+	if k, _ := b.key.Load().(string); err == nil && key == k && rec.State == agenttool.Pending {
+		b.once.Do(func() { close(b.busy) })
+	}
+	return rec, err
 }

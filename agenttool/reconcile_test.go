@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"sync"
+
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -266,4 +268,330 @@ func TestReconcilerIsToldWhenTheLastAttemptWasSent(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A check that panics leaves the record free to settle: no keeper holds it
+// after the check died.
+//
+// The fence takes an earlier unknown action over to ask the destination;
+// the reconciler panics once (a bug in a status client; the application
+// recovers it, as net/http does for a handler). The call's own flight is
+// ended by its defers, but the earlier action's takeover (holding) has no
+// defer: its keeper renews the lease forever. The record stays pending,
+// "being verified right now": neither an operator nor the fence can ever
+// settle it, although the operator knows it was delivered.
+func TestReconcile_PanickingCheckDoesNotHoldTheRecord(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		var armed, panicked atomic.Bool
+		check := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+			if armed.Load() && panicked.CompareAndSwap(false, true) {
+				var index map[string]*struct{ found bool }
+				_ = index[ref].found // nil pointer dereference in the status client
+			}
+			return reconcile.StillPending()
+		})
+		lease := 90 * time.Millisecond
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
+			Lease: lease, Retry: agenttool.RetryPolicy{MaxAttempts: 1, MaxElapsed: time.Second}})
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+
+		armed.Store(true)
+		func() { // the application's handler recovers a panic, as net/http does
+			defer func() { recover() }()
+			tool.Invoke(scoped(), lunchReworded)
+		}()
+		if !panicked.Load() {
+			t.Fatal("test setup: the check did not run")
+		}
+		// A bounded wait for what must not happen: the dead check's keeper
+		// renewing the record's lease long after the check died.
+		time.Sleep(10 * lease)
+
+		op, _ := agenttool.NewOperator(store, tool)
+		err := op.ResolveApplied(context.Background(), a.RequestRef, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
+		rec, _ := store.Get(context.Background(), a.RequestRef)
+		t.Logf("operator: %v; record %v taken over %v, lease ends in %v", err, rec.State, rec.TakenOver, time.Until(rec.LeaseExpiry))
+		if errors.Is(err, agenttool.ErrBusy) {
+			t.Fatalf("%d leases after the check died, the record is still held (pending, renewed): the operator cannot settle it", 10)
+		}
+	})
+}
+
+// A check that never answers is bounded by CheckTimeout: the operator can
+// settle the record, the fence lets the scope go, and the sweeper goes on.
+//
+// The mailbox's search API accepts the connection and never answers (no
+// HTTP timeout in the status client). The check honours its context, but
+// a sweeper's context lives as long as the sweeper: nothing bounds a check,
+// and the holding's keeper renews the lease for as long as it waits. The
+// record was "held by a live call" for ever: the operator, who found the
+// email in the provider's log, could not settle it (ErrBusy), the unknown
+// fence held the session, and the sweeper's pass never ended, so no other
+// record was checked again. Now CheckTimeout bounds every check, the
+// sweeper rests a record between checks, and the operator waits for a
+// check in progress to end.
+func TestReconcile_HangingCheckIsBounded(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) { hangingCheck(t, open()) })
+}
+
+func hangingCheck(t *testing.T, store agenttool.Store) {
+	m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }} // every reply is lost
+	var hang atomic.Bool
+	var checks atomic.Int64
+	checked := make(chan struct{}, 1) // a check began
+	hanging := make(chan struct{})    // a check hangs
+	var hangs sync.Once
+	check := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		checks.Add(1)
+		select {
+		case checked <- struct{}{}:
+		default:
+		}
+		if hang.Load() {
+			hangs.Do(func() { close(hanging) })
+			<-ctx.Done() // the search API never answers; the check honours ctx
+			return reconcile.CantSayBecause(ctx.Err())
+		}
+		return reconcile.StillPending()
+	})
+	lease := 60 * time.Millisecond
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
+		Lease: lease, CheckTimeout: 2 * lease, Retry: agenttool.RetryPolicy{MaxAttempts: 1, MaxElapsed: time.Second}})
+	a := tool.Invoke(scoped(), lunch)
+	mustStatus(t, a, envelope.UnknownOutcome)
+
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := make(chan error, 1)
+	go func() { passes <- op.RunSweeper(ctx, agenttool.SweeperOptions{Interval: 10 * time.Millisecond}) }()
+	<-hanging // the sweeper's check of A never answers
+
+	err = op.ResolveApplied(context.Background(), a.RequestRef, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
+	rec, _ := store.Get(context.Background(), a.RequestRef)
+	if errors.Is(err, agenttool.ErrBusy) {
+		t.Errorf("while a check that never answers runs, the operator cannot settle the record: %v (record %v, taken over %v, checks %d)",
+			err, rec.State, rec.TakenOver, checks.Load())
+	}
+	// The session is fenced meanwhile.
+	hang.Store(false)
+	env := tool.Invoke(scoped(), lunchReworded)
+	if env.Error != nil && env.Error.Code == envelope.CodeEarlierUnknown {
+		t.Errorf("a new action is held back by the hanging check: %s", env)
+	}
+	// And the sweeper never starts another pass: a second unknown action is
+	// never checked.
+	other := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1/user-1", "c-1"), lunch)
+	mustStatus(t, other, envelope.UnknownOutcome)
+	before := checks.Load()
+	select { // forget the checks made so far
+	case <-checked:
+	default:
+	}
+	deadline := time.After(20 * lease) // the sweeper checks the other action within it
+wait:
+	for checks.Load() == before {
+		select {
+		case <-checked:
+		case <-deadline:
+			break wait
+		}
+	}
+	if checks.Load() == before {
+		t.Errorf("the sweeper checked nothing in 20 leases (its pass is stuck in the hanging check)")
+	}
+}
+
+// A check that ignores its context or panics counts as can't say: the call
+// answers unknown_outcome within CheckTimeout.
+//
+// A reconciler that ignores its context, or panics, cannot hold a call:
+// after CheckTimeout the check counts as "can't say" and the outcome stays
+// unknown; a panic is a "can't say" too, not a crash.
+func TestReconcile_StubbornOrPanickingCheckIsCantSay(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block) // lets the abandoned check end
+	for name, check := range map[string]reconcile.Func{
+		"ignores its context": func(ctx context.Context, ref string) reconcile.Answer {
+			<-block
+			return reconcile.AppliedWith(nil)
+		},
+		"panics": func(ctx context.Context, ref string) reconcile.Answer { panic("index out of range") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+			tool := newEmailTool(t, m, agenttool.Options{Store: openBolt(t, t.TempDir()+"/keys.db"), Class: agenttool.Reconcilable,
+				Reconciler: check, CheckTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			done := make(chan envelope.Envelope, 1)
+			go func() { done <- tool.Invoke(scoped(), lunch) }()
+			select {
+			case env := <-done:
+				mustStatus(t, env, envelope.UnknownOutcome)
+				if env.Next != envelope.DoNotRetry || m.count() != 1 {
+					t.Errorf("envelope %s after %d emails", env, m.count())
+				}
+				t.Log(env.Error.Message)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the call is still waiting for its check")
+			}
+		})
+	}
+}
+
+// laggingMailbox is a destination whose index shows a delivered message
+// only five minutes after it arrived (the README's "mailbox index is still
+// catching up"), on the test's clock.
+type laggingMailbox struct {
+	mu        sync.Mutex
+	clk       *clock
+	delivered []time.Time // arrival times, one per effect
+}
+
+func (b *laggingMailbox) deliver() {
+	b.mu.Lock()
+	b.delivered = append(b.delivered, b.clk.Now())
+	b.mu.Unlock()
+}
+
+func (b *laggingMailbox) visible() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, at := range b.delivered {
+		if b.clk.Now().Sub(at) >= 5*time.Minute {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *laggingMailbox) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.delivered)
+}
+
+// The reconciler of reconcile_test.go: "not found, and sent more than five
+// minutes ago" is a NotApplied, as reconcile.Request.LastSent documents.
+func patientReconciler(clk *clock, box *laggingMailbox) reconcile.Reconciler {
+	return reconcile.RequestFunc(func(_ context.Context, req reconcile.Request) reconcile.Answer {
+		if box.visible() {
+			return reconcile.AppliedWith([]byte(`{"ok":true}`))
+		}
+		if !req.LastSent.IsZero() && clk.Now().Sub(req.LastSent) > 5*time.Minute {
+			return reconcile.NotAppliedYet()
+		}
+		return reconcile.StillPending()
+	})
+}
+
+// The reconciler is never told a request went out earlier than it could
+// have: a slow attempt is not presumed lost.
+//
+// An attempt that takes ten minutes (a slow upload) sends its request at
+// its end, not its start. LastSent is the attempt's start, so the reconciler
+// is told the request went out ten minutes ago, answers "not applied", and
+// the same email is sent a second time.
+func TestReconcile_LastSentCoversASlowAttempt(t *testing.T) {
+	clk := newClock()
+	box := &laggingMailbox{clk: clk}
+	var mu sync.Mutex
+	runs := 0
+	send := func(ctx context.Context, in emailInput) (sent, error) {
+		mu.Lock()
+		runs++
+		n := runs
+		mu.Unlock()
+		if n == 1 {
+			clk.Advance(10 * time.Minute) // the upload is slow
+			box.deliver()                 // the request arrives at the end
+			return sent{}, errLostReply   // and the reply is lost
+		}
+		box.deliver()
+		return sent{MessageID: "<x@mail.test>"}, nil
+	}
+	tool, err := agenttool.New("send_email", "Send an email.", send, agenttool.Options{
+		Store: memstore.New(), Class: agenttool.Reconcilable, Now: clk.Now,
+		Reconciler: patientReconciler(clk, box),
+		Retry:      agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), emailToAna)
+	if box.count() != 1 {
+		t.Fatalf("one logical action, %d emails delivered; envelope %s", box.count(), env)
+	}
+	if env.Status != envelope.UnknownOutcome {
+		t.Errorf("envelope %s", env)
+	}
+}
+
+// The same across processes: the last-sent time a record keeps covers a slow
+// attempt.
+//
+// The same, across processes: the unknown record keeps the attempt's start
+// as its LeaseExpiry, and the call that meets it tells the reconciler so.
+func TestReconcile_StoredLastSentCoversASlowAttempt(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) { storedLastSent(t, open()) })
+}
+
+func storedLastSent(t *testing.T, store agenttool.Store) {
+	clk := newClock()
+	box := &laggingMailbox{clk: clk}
+	var mu sync.Mutex
+	runs := 0
+	send := func(ctx context.Context, in emailInput) (sent, error) {
+		mu.Lock()
+		runs++
+		n := runs
+		mu.Unlock()
+		if n == 1 {
+			clk.Advance(10 * time.Minute)
+			box.deliver()
+			return sent{}, errLostReply
+		}
+		box.deliver()
+		return sent{MessageID: "<x@mail.test>"}, nil
+	}
+	var down sync.Mutex
+	mailboxDown := true // the mailbox's search API is down at first
+	patient := patientReconciler(clk, box)
+	check := reconcile.RequestFunc(func(ctx context.Context, req reconcile.Request) reconcile.Answer {
+		down.Lock()
+		d := mailboxDown
+		down.Unlock()
+		if d {
+			return reconcile.CantSayBecause(errLostReply)
+		}
+		return patient.Check(ctx, req)
+	})
+	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Now: clk.Now, Reconciler: check,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+	tool, err := agenttool.New("send_email", "Send an email.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, tool.Invoke(scoped(), emailToAna), envelope.UnknownOutcome)
+	// One minute after the request arrived (eleven after the attempt began),
+	// the search API is back and the model repeats itself.
+	clk.Advance(time.Minute)
+	down.Lock()
+	mailboxDown = false
+	down.Unlock()
+	env := tool.Invoke(scoped(), emailToAna)
+	if box.count() != 1 {
+		t.Fatalf("one logical action, %d emails delivered; envelope %s", box.count(), env)
+	}
 }

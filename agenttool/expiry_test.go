@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	bolt "go.etcd.io/bbolt"
 )
 
 type noteIn struct {
@@ -31,13 +30,16 @@ func notesCount(s *boltstore.Store) int {
 	return n
 }
 
+// After the key lifetime, the same input is a fresh action: an expired
+// action's effect entry never answers it.
+//
 // After the key lifetime the same input is a new action and runs again
 // (TestExpiredOutcomeIsAFreshAction). With boltstore.Effect, a claim made
 // over an expired record keeps the old action's effect entry: the new
 // action's Effect returns the old result without writing, and the envelope
 // says success (not replayed) although nothing happened. After a Sweep
 // the same call does write: the outcome depends on when the sweeper ran.
-func TestAnExpiredActionsEffectDoesNotAnswerTheNext(t *testing.T) {
+func TestExpiry_AnExpiredActionsEffectDoesNotAnswerTheNext(t *testing.T) {
 	for _, swept := range []bool{true, false} {
 		t.Run("swept="+strconv.FormatBool(swept), func(t *testing.T) {
 			s := openBolt(t, filepath.Join(t.TempDir(), "notes.db"))
@@ -72,11 +74,14 @@ func TestAnExpiredActionsEffectDoesNotAnswerTheNext(t *testing.T) {
 	}
 }
 
+// A fresh action whose tool refused is never answered with an expired
+// action's effect.
+//
 // The same leftover turns a definite failure of the fresh action — the tool
 // refused before it wrote anything — into success, reconciled: Finish
 // (Failed) meets the old effect entry (ErrEffectApplied), and the store's
 // reconciler answers with the old action's result.
-func TestAFreshActionIsNotAnsweredWithAnExpiredEffect(t *testing.T) {
+func TestExpiry_AFreshActionIsNotAnsweredWithAnExpiredEffect(t *testing.T) {
 	s := openBolt(t, filepath.Join(t.TempDir(), "notes.db"))
 	clk := newClock()
 	closed := false

@@ -8,24 +8,26 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	bolt "go.etcd.io/bbolt"
 )
 
-func review6Settled(key string, exp time.Time, t0 time.Time) agenttool.Record {
+func settledRecord(key string, exp time.Time, t0 time.Time) agenttool.Record {
 	return agenttool.Record{Key: key, Tool: "send_email", State: agenttool.Succeeded,
 		Principal: agenttool.Digest{1}, Session: agenttool.Digest{2}, Fingerprint: agenttool.Digest{3},
 		Token: 1, Attempts: 1, Created: t0, Updated: t0, Expires: exp, Outcome: []byte(`{}`)}
 }
 
+// Unreadable records never stop a sweep: every readable expired record
+// behind them is swept.
+//
 // Unreadable records are "left in place and reported". A sweep step reads
 // at most 2*limit due entries of the expiry index; when that many of the
 // oldest ones name unreadable records, every step deletes nothing, and
 // SweepAll stops at once: no expired record behind them is ever swept.
-func TestReview6_BoltCorruptRecordsStopEverySweep(t *testing.T) {
+func TestSweep_CorruptRecordsNeverStopIt(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
@@ -35,10 +37,10 @@ func TestReview6_BoltCorruptRecordsStopEverySweep(t *testing.T) {
 	defer s.Close()
 	var recs []agenttool.Record
 	for i := range 100 { // expire first
-		recs = append(recs, review6Settled(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0))
+		recs = append(recs, settledRecord(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0))
 	}
 	for i := range 1000 { // expire later, still long before the sweep
-		recs = append(recs, review6Settled(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
+		recs = append(recs, settledRecord(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
 	}
 	if err := s.Import(ctx, recs); err != nil {
 		t.Fatal(err)
@@ -68,12 +70,15 @@ func TestReview6_BoltCorruptRecordsStopEverySweep(t *testing.T) {
 	}
 }
 
+// An unresolved unknown record that expires is refused at import, and a
+// sweep drops any index entry it cannot use.
+//
 // storekit.ValidateImport accepted an unresolved unknown record with an
 // Expires (memstore and pgstore ignored it when sweeping). In boltstore its
 // expiry entry was due, not sweepable and not stale: it was never removed,
 // and 100 of them stopped every sweep. Now such a record is refused at
 // import, and a sweep drops any index entry it cannot use.
-func TestReview6_BoltImportedUnknownWithExpiresStopsSweeps(t *testing.T) {
+func TestSweep_ImportRefusesUnknownThatExpires(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
@@ -83,12 +88,12 @@ func TestReview6_BoltImportedUnknownWithExpiresStopsSweeps(t *testing.T) {
 	defer s.Close()
 	var unknown, settled []agenttool.Record
 	for i := range 100 {
-		r := review6Settled(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0)
+		r := settledRecord(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0)
 		r.State = agenttool.Unknown
 		unknown = append(unknown, r)
 	}
 	for i := range 500 {
-		settled = append(settled, review6Settled(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
+		settled = append(settled, settledRecord(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
 	}
 	if err := s.Import(ctx, append(unknown, settled...)); !errors.Is(err, agenttool.ErrInvalidRequest) {
 		t.Fatalf("importing unresolved unknown records that expire: %v, want ErrInvalidRequest", err)

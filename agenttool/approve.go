@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/retrysafe/retrysafe/envelope"
 )
 
 // Approver decides what happens to an at-most-once action whose outcome is
@@ -77,12 +75,13 @@ type Approval struct {
 	Attempts int // the ApprovalRequest.Attempts decided on; required for RetryOnce and Compensate
 }
 
-// askApprover asks the tool's approver about an unknown record met by this
-// call. retry is true when the record now allows one more attempt.
-func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
+// approve asks the tool's approver about the unknown record the claim met
+// (c.other): one more attempt, a compensation, or nothing yet.
+func (c *call) approve() outcome {
 	cfg := c.t.cfg
-	waiting := func(why string) envelope.Envelope {
-		return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: why})
+	rec := c.other
+	waiting := func(why string) outcome {
+		return c.answer(approverAnswered, answer{reason: reasonApprovalPending, attempts: rec.Attempts, why: why, replayed: true})
 	}
 	a, err := cfg.Approver.Approve(c.ctx, ApprovalRequest{
 		Tool: c.t.name, RequestRef: c.ref, Scope: c.scope, Attempts: rec.Attempts, Since: rec.Updated,
@@ -93,29 +92,29 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 	}
 	if err != nil {
 		cfg.logger.Warn("retrysafe: approver failed", "ref", c.ref, "err", err)
-		return waiting(fmt.Sprintf("the outcome is unknown and the approver could not be asked: %v", err)), false
+		return waiting(fmt.Sprintf("the outcome is unknown and the approver could not be asked: %v", err))
 	}
 	if a.Decision == Undecided {
-		return waiting("the outcome is unknown and awaits a person's decision"), false
+		return waiting("the outcome is unknown and awaits a person's decision")
 	}
 	if a.By == "" || (a.Decision == Compensate && cfg.Compensate == nil) || a.Decision > Compensate {
 		cfg.logger.Warn("retrysafe: approval ignored: it names no approver, or asks to compensate without a Compensate function", "ref", c.ref)
-		return waiting("the outcome is unknown; the approval given was incomplete and was ignored"), false
+		return waiting("the outcome is unknown; the approval given was incomplete and was ignored")
 	}
 	if a.Attempts != rec.Attempts {
 		cfg.logger.Warn("retrysafe: approval ignored: it was given for another outcome of this action", "ref", c.ref,
 			"approved_attempts", a.Attempts, "attempts", rec.Attempts)
-		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", rec.Attempts, a.Attempts)), false
+		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", rec.Attempts, a.Attempts))
 	}
 	if a.Decision == Compensate && rec.Resolution != nil && rec.Resolution.Verdict == verdictCompensationFailed {
-		return waiting("a compensation was already tried for this outcome and failed; an operator must settle it"), false
+		return waiting("a compensation was already tried for this outcome and failed; an operator must settle it")
 	}
 	h, err := c.t.takeOver(c.ctx, c.ref)
 	if errors.Is(err, ErrNotUnknown) {
-		return envelope.Envelope{}, true // settled meanwhile: claim again, and replay what it became
+		return approvedRetry // settled meanwhile: claim again, and replay what it became
 	}
 	if err != nil {
-		return waiting(fmt.Sprintf("the outcome is unknown; the approval could not be applied: %v", err)), false
+		return waiting(fmt.Sprintf("the outcome is unknown; the approval could not be applied: %v", err))
 	}
 	defer h.end()
 	if h.rec.Attempts != a.Attempts {
@@ -124,29 +123,30 @@ func (c *call) askApprover(rec Record) (env envelope.Envelope, retry bool) {
 		if err := h.stillUnknown(c.ctx); err != nil {
 			cfg.logger.Warn("retrysafe: could not give back a record after a stale approval", "ref", c.ref, "err", err)
 		}
-		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", h.rec.Attempts, a.Attempts)), false
+		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", h.rec.Attempts, a.Attempts))
 	}
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {
+		// Approved, the record holds the scope's slot until its attempt
+		// runs: nothing else of the scope runs beside it.
 		res.Verdict = "not applied"
-		c.t.announce(c.principal, c.session, notice{earlier: c.ref, retrying: true})
 		if err := h.notApplied(c.ctx, res); err != nil {
-			return c.storeUnavailable(err), false
+			return c.storeFailed(err)
 		}
-		return envelope.Envelope{}, true
+		return approvedRetry
 	}
-	env, _ = c.t.compensate(c.ctx, h, c.scope, res)
-	return env, false
+	r, err := c.t.compensate(c.ctx, h, c.scope, res)
+	return c.answer(approverAnswered, answer{reason: r, attempts: h.rec.Attempts, err: err})
 }
 
 // verdictCompensationFailed marks an unknown record whose compensation was
 // tried and failed: it is not tried again for the same outcome.
 const verdictCompensationFailed = "compensation failed"
 
-// compensate runs the tool's compensating action for a held unknown record.
-// The error says that it failed, or that its success was not recorded
-// (logged too).
-func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) (envelope.Envelope, error) {
+// compensate runs the tool's compensating action for a held unknown record,
+// and returns the answer's reason: compensated, or failed (the error says
+// why; its success not recorded is logged and returned too).
+func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) (reason, error) {
 	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token, Codec: t.cfg.codec}
 	err := t.cfg.Compensate(withCallInfo(h.work, info), info)
 	if err != nil {
@@ -154,18 +154,13 @@ func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Res
 		if rerr := h.finish(ctx, Unknown, nil, failed, false); rerr != nil {
 			t.cfg.logger.Warn("retrysafe: could not give back a record after a failed compensation", "ref", h.rec.Key, "err", rerr)
 		}
-		return envelope.Envelope{
-			Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: t.name, RequestRef: h.rec.Key,
-			Attempts: h.rec.Attempts, Next: envelope.AskHuman,
-			Error: &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: fmt.Sprintf("the compensating action failed: %v", err)},
-			Note:  "This may already have happened and could not be undone. Ask a person to check reference " + h.rec.Key + ".",
-		}, fmt.Errorf("the compensating action failed: %w", err)
+		return reasonCompensationFailed, fmt.Errorf("the compensating action failed: %w", err)
 	}
 	res.Verdict = "compensated"
-	env, err := h.compensated(ctx, res)
-	if err != nil {
+	env := t.answerFor(h.rec.Key, answer{reason: reasonCompensated, attempts: h.rec.Attempts})
+	if err := h.finish(ctx, Failed, &env, res, false); err != nil {
 		t.cfg.logger.Warn("retrysafe: compensation not recorded", "ref", h.rec.Key, "err", err)
-		err = fmt.Errorf("the compensating action succeeded, but it was not recorded: %w", err)
+		return reasonCompensated, fmt.Errorf("the compensating action succeeded, but it was not recorded: %w", err)
 	}
-	return env, err
+	return reasonCompensated, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,29 +13,37 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // Invoke runs one guarded call and returns its envelope; [Tool.Call] is
-// Invoke for agents. The life of a call:
+// Invoke for agents. The life of a call, phase by phase (see
+// docs/life-of-a-call.md for every move):
 //
 //	parse and check the input; derive key and fingerprint once
-//	claim the key in the store (fail closed if the store cannot answer)
-//	  other principal, tool or input    → refused, nothing runs
-//	  existing success or failure       → replay it, the tool does not run
-//	  existing call still running       → wait for it (bounded), or in_progress
-//	  existing unknown, or a dead lease → reconcilable: ask the destination first
-//	                                        (applied → success; not applied → attempt);
-//	                                      keyed: attempt again with the same key
-//	                                        (past the destination's key lifetime: ask, or a person);
-//	                                      at-most-once: the approver, or a person
-//	  claimed, and the claim says an earlier action of the scope is unknown
-//	                                    → the unknown fence settles it first, or holds this call
-//	  claimed                           → attempt, retrying what is safe to retry;
-//	                                      an unknown attempt is reconciled, or recorded unknown
+//	claim    the key in the store, and the slot of the tool in the fence's
+//	         scope (fail closed if the store cannot answer)
+//	  other principal, tool or input     → refused, nothing runs
+//	  the action settled                 → replay it, the tool does not run
+//	  another call runs this action      → wait (bounded), then in_progress
+//	  another action of the scope runs   → wait (bounded), then in_progress naming it
+//	  another action of the scope is unknown
+//	                         → fence: ask the destination about it first
+//	                           (applied → this call is held, the user hears of it;
+//	                           not applied → claim in its place)
+//	  another action was just found done → held: the user hears of it first
+//	  the action is unknown, not the call's to take over
+//	                         → at-most-once: approve (the approver, or a person)
+//	  taken over from an unknown outcome → check own: ask the destination first
+//	                                       (keyed: attempt again with the same key)
+//	attempt  the tool; back off and attempt again where the key makes it safe;
+//	         check attempt: ask the destination after an unknown attempt
+//	record   the outcome (or give back the key: nothing was applied)
 func (t *Tool) Invoke(ctx context.Context, raw string) envelope.Envelope {
 	hk := &t.cfg.Hooks
 	if hk.Start == nil && hk.Outcome == nil {
-		return t.invoke(ctx, raw)
+		env, _ := t.invoke(ctx, raw)
+		return env
 	}
 	start := t.cfg.Now()
 	if hk.Start != nil {
@@ -42,45 +51,48 @@ func (t *Tool) Invoke(ctx context.Context, raw string) envelope.Envelope {
 			ctx = started
 		}
 	}
-	env := t.invoke(ctx, raw)
+	env, c := t.invoke(ctx, raw)
 	if hk.Outcome != nil {
-		hk.Outcome(ctx, OutcomeEvent{Envelope: env, Class: t.cfg.Class, Duration: t.cfg.Now().Sub(start)})
+		e := OutcomeEvent{Envelope: env, Class: t.cfg.Class, Duration: t.cfg.Now().Sub(start)}
+		if c != nil {
+			e.Path = c.pathString()
+		}
+		hk.Outcome(ctx, e)
 	}
 	return env
 }
 
-func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
+func (t *Tool) invoke(ctx context.Context, raw string) (envelope.Envelope, *call) {
 	scope, ok := ScopeFrom(ctx)
 	if !ok || !scope.valid() {
 		if t.cfg.DefaultScope == nil {
 			// The application forgot its part: say so to whoever runs it,
 			// not only to the model.
 			t.cfg.logger.Warn("retrysafe: a call without a scope was refused; set one with agenttool.WithScope", "tool", t.name)
-			return t.refused("", &envelope.Error{Code: envelope.CodeMissingScope,
-				Message: "the application set no principal and session for this call (agenttool.WithScope); nothing was run"},
-				envelope.DoNotRetry, "This tool is not available in this context; tell the user it could not be used.")
+			return t.answerFor("", answer{reason: reasonMissingScope}), nil
 		}
 		scope = *t.cfg.DefaultScope
 	}
 	in, bad := t.parse(raw)
 	if bad != nil {
-		return t.refused("", bad, envelope.FixInput, "")
+		return t.answerFor("", answer{reason: reasonInvalidInput, input: bad}), nil
 	}
 	c := &call{t: t, ctx: ctx, work: ctx, args: in.args, scope: scope}
 	c.principal, c.session = t.scopeDigests(scope)
 	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, t.name, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
-		return t.refused(c.ref, &envelope.Error{Code: envelope.CodeCancelled,
-			Message: fmt.Sprintf("the call was cancelled before the tool ran: %v", err)}, envelope.Wait, "")
+		return t.answerFor(c.ref, answer{reason: reasonCancelled, err: err}), c
 	}
 	if t.cfg.Class == ReadOnly {
-		return c.attempts(0)
+		c.phase = phaseAttempt
+	} else {
+		c.phase = phaseClaim
+		c.request(in.fingerprint)
 	}
-	return c.claimAndRun(in.fingerprint)
+	return c.run(), c
 }
 
-// call is the state of one guarded call. Its flight and its first attempt's
-// context live in it, so that a call allocates them once.
+// call is one guarded call: where it is in its life, and what it knows.
 type call struct {
 	t   *Tool
 	ctx context.Context
@@ -89,221 +101,334 @@ type call struct {
 	// the key's lease cannot be kept.
 	work     context.Context
 	stopWork context.CancelCauseFunc
-	// leaseUntil is the end of the claim's lease; heldUntil, after a
-	// takeover, the end of the earlier holder's (see storekit.ClaimResult); lastSent
-	// the latest time an attempt of the action may have been sent.
-	leaseUntil, heldUntil, lastSent time.Time
-	args                            args
-	scope                           Scope
+	args     args
+	scope    Scope
 	// principal and session are the scope's digests, as records keep them.
 	principal, session Digest
 	ref                string
 	owner              string // the lease owner of the call's claims
-	token              uint64
-	maybeRan           bool         // an attempt of this key may have applied the effect
-	mayHaveActed       bool         // maybeRan was ever true, whatever a check said since
-	deferred           []*holding   // earlier actions found not applied, held while this call goes on in their place (settleDeferred)
-	replayedAt         atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
-	ownFenced          bool         // the record is marked for the unknown fence (fenceOwn)
-	gaveUp             bool         // the call stopped waiting for another holder
-	claimed            Record       // the record as the call's claim made it
+
+	phase phase
+	path  [maxPath]phase // the phases gone through (the first maxPath)
+	moves int
+
+	req     storekit.ClaimRequest
+	claims  int                   // claims made, bounded by maxClaims
+	replace *storekit.Replacement // the next claim goes on in place of this action
+	held    *holding              // the action the fence found not applied, held until the claim in its place
+	other   Record                // the record the last claim met: the key's, or the slot's occupant
+	waitEnd time.Time             // when waiting for another holder ends (WaitTimeout)
+	waited  time.Time             // when waiting began
+	poll    time.Duration
+
+	// While the call holds its key:
+	token   uint64
+	claimed Record // the record as the call's claim made it
+	effect  effect // what may have happened to the action
+	// leaseUntil is the end of the claim's lease; heldUntil, after a
+	// takeover, the end of the earlier holder's (see storekit.ClaimResult);
+	// lastSent the latest time an attempt of the action may have been sent.
+	leaseUntil, heldUntil, lastSent time.Time
+	attempt                         int   // the action's attempts, this call's included
+	tries                           int   // attempts this call made
+	cause                           error // why the action's outcome is what it is
+	policy                          *backoff.ExponentialBackOff
+	replayedAt                      atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
+
+	final State  // the state the record phase writes
+	ans   answer // what the call answers
+	env   envelope.Envelope
 
 	fl    flight     // while the call holds its key
 	first attemptCtx // the first attempt's context
 }
 
-func (c *call) claimAndRun(fp Digest) envelope.Envelope {
+const (
+	maxPath   = 24
+	maxClaims = 16 // a scope whose slot keeps changing hands under a call
+)
+
+// run drives the call through its phases until it is done.
+func (c *call) run() envelope.Envelope {
+	defer c.end()
+	for {
+		var o outcome
+		switch c.phase {
+		case phaseClaim:
+			o = c.claim()
+		case phaseWait:
+			o = c.wait()
+		case phaseApprove:
+			o = c.approve()
+		case phaseFence:
+			o = c.fence()
+		case phaseCheckOwn, phaseCheckAttempt:
+			o = c.check()
+		case phaseAttempt:
+			o = c.attemptOnce()
+		case phaseBackOff:
+			o = c.backOff()
+		case phaseRecord:
+			o = c.record()
+		case phaseGiveBack:
+			o = c.giveBack()
+		case phaseDone:
+			c.done()
+			return c.env
+		}
+		c.moveTo(o)
+	}
+}
+
+// moveTo is the one transition: it records the move and takes the phase
+// next chooses. A move next refuses is a bug in the engine: it panics,
+// naming the move and the path, and the key's lease lapses (an unknown
+// outcome, never a free key).
+func (c *call) moveTo(o outcome) {
+	to, err := next(c.phase, o, c.facts())
+	if err != nil {
+		panic(fmt.Sprintf("%v; the call's path: %s", err, c.pathString()))
+	}
+	if c.moves < maxPath {
+		c.path[c.moves] = c.phase
+	}
+	if to == phaseClaim && c.phase != phaseWait {
+		c.claims++
+	}
+	c.moves++
+	c.phase = to
+}
+
+// facts is what next decides on.
+func (c *call) facts() facts {
 	cfg := c.t.cfg
-	req := storekit.ClaimRequest{
+	return facts{
+		class: cfg.Class, reconciler: cfg.Reconciler != nil, approver: cfg.Approver != nil,
+		effect: c.effect, retriesLeft: c.tries < cfg.Retry.MaxAttempts,
+		forgotten: cfg.Class == Keyed && !c.claimed.Created.IsZero() && cfg.keyForgotten(c.claimed.Created),
+	}
+}
+
+// pathString is the path taken so far, for hooks and failure messages.
+func (c *call) pathString() string {
+	var b strings.Builder
+	for i := range min(c.moves, maxPath) {
+		b.WriteString(c.path[i].String())
+		b.WriteString(" → ")
+	}
+	if c.moves > maxPath {
+		b.WriteString("… → ")
+	}
+	b.WriteString(c.phase.String())
+	return b.String()
+}
+
+// request builds the claim request, once.
+func (c *call) request(fp Digest) {
+	cfg := c.t.cfg
+	c.req = storekit.ClaimRequest{
 		Key: c.ref, Tool: c.t.name, Principal: c.principal, Session: c.session, Fingerprint: fp,
 		Owner: c.owner, Lease: cfg.Lease,
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
 	}
-	if cfg.Fence != FenceOff {
-		req.Fence = &storekit.Fence{Session: cfg.Fence == FenceSession}
+	switch cfg.Fence {
+	case FenceSession:
+		c.req.FenceScope = c.session
+	case FencePrincipal:
+		c.req.FenceScope = c.principal
 	}
 	if label := labelFrom(c.ctx); label != "" {
 		var err error
-		if req.Label, err = c.t.seal(c.ref, label); err != nil {
+		if c.req.Label, err = c.t.seal(c.ref, label); err != nil {
 			// The label is for people; the action goes on without it
 			// rather than store it unencoded.
 			cfg.logger.Warn("retrysafe: the codec could not encode the call's label; the record has none", "tool", c.t.name, "ref", c.ref, "err", err)
 		}
 	}
-	var waitUntil, waitStart time.Time // set when a wait begins
-	if h := cfg.Hooks.Waited; h != nil {
-		defer func() {
-			if !waitStart.IsZero() {
-				h(c.ctx, WaitedEvent{Tool: c.t.name, RequestRef: c.ref, Duration: cfg.Now().Sub(waitStart), GaveUp: c.gaveUp})
-			}
-		}()
+}
+
+// claim claims the key, and the slot of the fence's scope.
+func (c *call) claim() outcome {
+	cfg := c.t.cfg
+	if c.claims > maxClaims {
+		return c.storeFailed(fmt.Errorf("the scope's other actions kept changing under %d claims", maxClaims))
 	}
-	poll := 2 * time.Millisecond
-	for {
-		req.Now = cfg.Now()
-		res, err := cfg.Store.Claim(c.ctx, req)
-		if err != nil {
-			return c.storeUnavailable(err)
-		}
-		switch {
-		case res.Conflict == storekit.OtherPrincipal:
-			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
-				Message: "this request reference belongs to another principal; nothing was run"}, envelope.DoNotRetry, "")
-		case res.Conflict == storekit.OtherTool:
-			return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeScopeMismatch,
-				Message: fmt.Sprintf("this request reference belongs to another tool than %s; nothing was run", c.t.name)}, envelope.DoNotRetry, "")
-		case res.Conflict == storekit.OtherInput:
-			env := c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeKeyReused,
-				Message: "this action was already requested with different input; nothing was run and the first request is unchanged"},
-				envelope.AskHuman, "")
-			env.Earlier = earlierOf(res.Record, req.Now)
-			env.Note = fmt.Sprintf("The details differ from an earlier request for the same action, which %s; confirm with the user before changing it.",
-				earlierPhrase(env.Earlier.State))
-			return env
-		case res.Claimed:
-			return c.hold(res)
-		}
-		switch rec := res.Record; rec.State {
-		case Succeeded, Failed:
-			return c.replay(rec)
-		case Unknown:
-			if cfg.Class == AtMostOnce && cfg.Approver != nil {
-				env, retry := c.askApprover(rec)
-				if retry {
-					continue // the record is approved for one more attempt: claim it
-				}
-				return env
+	req := c.req
+	req.Now, req.Replace = cfg.Now(), c.replace
+	c.replace = nil
+	res, err := cfg.Store.Claim(c.ctx, req)
+	c.letGo(res, err)
+	if err != nil {
+		return c.storeFailed(err)
+	}
+	if o := res.Blocked; o != nil {
+		return c.blockedBy(*o, req.Now)
+	}
+	switch {
+	case res.Conflict == storekit.OtherPrincipal:
+		return c.answer(claimRefused, answer{reason: reasonOtherPrincipal})
+	case res.Conflict == storekit.OtherTool:
+		return c.answer(claimRefused, answer{reason: reasonOtherTool})
+	case res.Conflict == storekit.OtherInput:
+		rec := res.Record
+		return c.answer(claimRefused, answer{reason: reasonOtherInput, other: &rec, now: req.Now})
+	case res.Claimed:
+		c.begin(res)
+		if res.TookOver {
+			c.cause = errEarlierAttempt
+			if cfg.Class == Keyed && c.facts().forgotten {
+				c.cause = errKeyForgotten
+				// Without a reconciler, the record goes back as it was.
+				c.ans = answer{reason: reasonKeyForgotten, attempts: res.Record.Attempts, created: res.Record.Created, replayed: true}
 			}
+			return claimTookOver
+		}
+		return claimGranted
+	}
+	c.other = res.Record
+	switch rec := res.Record; rec.State {
+	case Succeeded, Failed:
+		return c.answer(claimSettled, c.replay(rec))
+	case Unknown:
+		if cfg.Class != AtMostOnce || cfg.Approver == nil {
 			c.replayed(Unknown)
-			return c.unknown(rec.Attempts, true, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
-				Message: "an earlier attempt of this action has an unknown outcome and awaits reconciliation"})
-		case Pending:
-			now := req.Now
-			if waitUntil.IsZero() {
-				waitStart, waitUntil = now, now.Add(cfg.WaitTimeout)
-			}
-			if !now.Before(waitUntil) {
-				c.gaveUp = true
-				return c.inProgress(rec)
-			}
-			if err := c.waitFor(rec, earliest(waitUntil, rec.LeaseExpiry).Sub(now), &poll); err != nil {
-				c.gaveUp = true
-				return c.inProgress(rec)
-			}
-		default:
-			return c.storeUnavailable(fmt.Errorf("record in state %v: %w", rec.State, ErrCorrupt))
 		}
+		return c.answer(claimUnknown, answer{reason: reasonUnknownAwaits, attempts: rec.Attempts, replayed: true})
+	case Pending:
+		return c.answer(claimRunning, answer{reason: reasonInProgress, attempts: rec.Attempts})
+	}
+	return c.storeFailed(fmt.Errorf("record in state %v: %w", res.Record.State, ErrCorrupt))
+}
+
+// blockedBy answers a claim that another action's hold on the scope's
+// slot kept from being granted.
+func (c *call) blockedBy(o Record, now time.Time) outcome {
+	c.other = o
+	switch {
+	case o.State == Pending && now.Before(o.LeaseExpiry) && o.TakenOver:
+		return c.answer(slotRunning, answer{reason: reasonEarlierUnknown, other: &o, why: "it is being verified right now"})
+	case o.State == Pending && now.Before(o.LeaseExpiry):
+		return c.answer(slotRunning, answer{reason: reasonEarlierRunning, other: &o})
+	case o.State == Pending, o.State == Unknown && !o.RetryApproved:
+		return slotUnknown
+	case o.State == Unknown:
+		// Found not applied, and approved for one more attempt: a new
+		// write of the scope takes that attempt, in its place.
+		rep, err := c.replacing(o, 0, nil)
+		if err != nil {
+			return c.storeFailed(err)
+		}
+		c.replace = rep
+		return slotApproved
+	case o.State == Succeeded:
+		a := answer{reason: reasonEarlierApplied, other: &o, result: c.t.storedResult(o)}
+		if o.Replaces != "" {
+			a.reason = reasonEarlierDone
+		}
+		return c.answer(slotNotice, a)
+	}
+	return c.storeFailed(fmt.Errorf("the record %s holds the scope's slot in state %v: %w", o.Key, o.State, ErrCorrupt))
+}
+
+// replacing is the replacement of o by this call's action: what o's record
+// becomes when the call's claim goes on in its place. token is the hold on
+// o (0 if o is approved for a retry).
+func (c *call) replacing(o Record, token uint64, res *Resolution) (*storekit.Replacement, error) {
+	env := c.t.answerFor(o.Key, answer{reason: reasonReplaced, attempts: o.Attempts, other: &Record{Key: c.ref, State: Pending}})
+	b, err := env.Marshal()
+	if err == nil {
+		b, err = c.t.cfg.codec.Encode(o.Key, b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("encoding the outcome of %s, replaced: %w", o.Key, err)
+	}
+	if res != nil {
+		if res, err = c.t.sealResolution(o.Key, res); err != nil {
+			return nil, err
+		}
+	}
+	return &storekit.Replacement{Key: o.Key, Token: token, Attempts: o.Attempts, Outcome: b, Resolution: res, TTL: c.t.cfg.KeyTTL}, nil
+}
+
+// letGo ends the fence's hold on an action found not applied, once the
+// claim meant to go on in its place is answered: the claim closed it, or
+// it is given back as found (approved for one more attempt).
+func (c *call) letGo(res storekit.ClaimResult, err error) {
+	h := c.held
+	if h == nil {
+		return
+	}
+	c.held = nil
+	if err == nil && res.Claimed && res.Record.Replaces == h.rec.Key {
+		h.end()
+		return
+	}
+	if ferr := h.notApplied(c.ctx, &Resolution{Verdict: "not applied", By: "fence"}); ferr != nil && !errors.Is(ferr, storekit.ErrFenced) {
+		c.t.cfg.logger.Warn("retrysafe: an earlier action found not applied could not be recorded so", "ref", h.rec.Key, "err", ferr)
 	}
 }
 
-// hold runs a call that has claimed its key, as one flight.
-func (c *call) hold(res storekit.ClaimResult) envelope.Envelope {
+// begin starts holding the key the call's claim was granted.
+func (c *call) begin(res storekit.ClaimResult) {
 	if h := c.t.cfg.Hooks.Claimed; h != nil {
 		h(c.ctx, ClaimedEvent{Tool: c.t.name, RequestRef: c.ref, TookOver: res.TookOver, Attempts: res.Record.Attempts})
 	}
-	c.token, c.maybeRan, c.mayHaveActed = res.Record.Token, res.TookOver, res.TookOver
-	c.leaseUntil, c.claimed = res.Record.LeaseExpiry, res.Record
+	c.token, c.claimed, c.attempt = res.Record.Token, res.Record, res.Record.Attempts
+	c.leaseUntil = res.Record.LeaseExpiry
 	if res.TookOver {
+		c.effect = effectMaybe
 		c.heldUntil = inFlightUntil(res)
 		c.lastSent = c.heldUntil
 	}
 	c.work, c.stopWork = context.WithCancelCause(c.ctx)
-	defer c.stopWork(nil)
 	c.t.flights.begin(c)
-	defer c.t.flights.end(c)
-	normal := false
-	defer func() { c.settleDeferred(normal) }()
-	env := c.holdKey(res)
-	normal = true
-	return env
 }
 
-// holdKey is hold's work, once the call's flight has begun.
-func (c *call) holdKey(res storekit.ClaimResult) envelope.Envelope {
-	if c.maybeRan && c.t.cfg.Class == Keyed && c.t.cfg.keyForgotten(res.Record.Created) {
-		// The destination may have forgotten the key: a retry with it is no
-		// longer safe. Ask, or leave it to a person.
-		if c.t.cfg.Reconciler == nil {
-			c.putBack(res.Record)
-			return c.keyForgotten(res.Record)
-		}
-		if env, settled := c.reconcile(res.Record.Attempts, errKeyForgotten); settled {
-			return env
-		}
+// end ends what the call holds: its flight, and a hold it never used.
+func (c *call) end() {
+	if c.held != nil {
+		c.letGo(storekit.ClaimResult{}, errors.New("the call ended"))
 	}
-	if c.maybeRan && c.t.cfg.Class == Reconcilable {
-		// Ask the destination before any new write.
-		if env, settled := c.reconcile(res.Record.Attempts, errEarlierAttempt); settled {
-			return env
-		}
-	}
-	// Every attempt is a write: none runs while another action of the tool
-	// in the scope is unknown — not a new action's, not a retry approved
-	// by an operator or found not applied, not a keyed retry. The claim
-	// said whether any is.
-	// A notice the fence gave in the scope just now (NoticeHold) holds the
-	// call back too.
-	env, blocked := c.noticed()
-	if !blocked && res.Fenced {
-		env, blocked = c.fence()
-		if !blocked {
-			// The fence found nothing unknown: an action settled as
-			// applied since the claim has been announced by now.
-			env, blocked = c.noticed()
-		}
-	}
-	if blocked {
-		if h := c.t.cfg.Hooks.Fenced; h != nil && env.Earlier != nil {
-			h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: env.Earlier.RequestRef, EarlierState: env.Earlier.State})
-		}
-		c.putBack(res.Record)
-		if c.maybeRan && env.Status != envelope.UnknownOutcome {
-			// This action's own outcome is unknown too: the call applied
-			// nothing, but the action may have happened.
-			env.Status, env.Next = envelope.UnknownOutcome, envelope.DoNotRetry
-			env.Note = fmt.Sprintf("This action (%s) may already have happened; nothing new was done. "+
-				"Tell the user it is pending, and do not call %s again until it is verified.", c.ref, c.t.name)
-			if env.Earlier != nil {
-				env.Note = fmt.Sprintf("This action (%s) may already have happened, and an earlier %s (%s) was confirmed done; nothing new was done. "+
-					"Tell the user, and do not call %s again until it is verified.", c.ref, c.t.name, env.Earlier.RequestRef, c.t.name)
-			}
-		}
-		return env
-	}
-	return c.attempts(res.Record.Attempts)
-}
-
-// putBack gives back a claim whose tool did not run: a new action's key is
-// released; a record that existed is written back as it was, unknown (or
-// approved for a retry, if it was, or was just found not applied), with
-// its outcome and the end of its earlier holder's lease.
-func (c *call) putBack(claimed Record) {
-	if !c.maybeRan {
-		c.giveBack(claimed.Attempts)
-		return
-	}
-	c.t.flights.quiet(c)
-	err := c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: claimed.Attempts,
-		Outcome: claimed.Outcome, RetryApproved: !c.maybeRan, HeldUntil: later(c.heldUntil, c.lastSent)}, nil)
-	if err != nil {
-		c.t.cfg.logger.Warn("retrysafe: could not give back a record held back by the unknown fence", "ref", c.ref, "err", err)
+	if c.stopWork != nil {
+		c.t.flights.end(c)
+		c.stopWork(nil)
 	}
 }
 
-// waitFor waits until the holder of rec in this process ends, or for one poll
-// interval (growing to 50ms) when the holder is elsewhere, at most d. A
-// lease that has expired without the store granting the claim is polled
-// too, never claimed again in a tight loop.
-func (c *call) waitFor(rec Record, d time.Duration, poll *time.Duration) error {
-	done := c.t.flights.done(c.ref)
+// wait waits for the holder of the key or of the slot the last claim met,
+// bounded by WaitTimeout.
+//
+// A wait is measured on the process's own clock, not Options.Now: it is
+// how long this call keeps its caller waiting.
+func (c *call) wait() outcome {
+	now := time.Now()
+	if c.waitEnd.IsZero() {
+		c.waited, c.waitEnd, c.poll = now, now.Add(c.t.cfg.WaitTimeout), 2*time.Millisecond
+	}
+	if !now.Before(c.waitEnd) {
+		return waitOver // answered as the claim that waits said
+	}
+	d := min(c.waitEnd.Sub(now), c.other.LeaseExpiry.Sub(c.t.cfg.Now()))
+	if c.waitFor(d) != nil {
+		return waitOver
+	}
+	return waited
+}
+
+// waitFor waits until the holder of c.other in this process ends, or for
+// one poll interval (growing to 50ms) when the holder is elsewhere, at most
+// d. A lease that has expired without the store granting the claim is
+// polled too, never claimed again in a tight loop.
+func (c *call) waitFor(d time.Duration) error {
+	done := c.t.flights.done(c.other.Key)
 	if d <= 0 {
-		d, done = *poll, nil
+		d, done = c.poll, nil
 	}
 	if done == nil {
-		d = min(d, *poll)
-		*poll = min(*poll*2, 50*time.Millisecond)
+		d = min(d, c.poll)
+		c.poll = min(c.poll*2, 50*time.Millisecond)
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -316,129 +441,82 @@ func (c *call) waitFor(rec Record, d time.Duration, poll *time.Duration) error {
 	return nil
 }
 
-// attempts runs the tool until it succeeds, fails definitely, or retrying is
-// no longer safe or allowed. done counts attempts made before this call.
-func (c *call) attempts(done int) envelope.Envelope {
+// attemptOnce runs the tool once, if the call may.
+func (c *call) attemptOnce() outcome {
 	cfg := c.t.cfg
-	var policy *backoff.ExponentialBackOff // made when a retry is first needed
-	attempt := done
-	for n := 1; ; n++ {
-		if cause := context.Cause(c.work); errors.Is(cause, ErrLeaseLost) {
-			return c.leaseLost(attempt, cause)
+	if cause := context.Cause(c.work); errors.Is(cause, ErrLeaseLost) {
+		// Another call may take the key over: nothing more is run.
+		return c.stopped(leaseLost, cause, reasonLeaseLost)
+	}
+	if c.effect.mayApply() && cfg.Class == Keyed && c.facts().forgotten {
+		// The call's own retries reached the destination's key lifetime:
+		// the next one could act twice. Ask, or stop.
+		c.cause, c.final = errKeyForgotten, Unknown
+		c.ans = answer{reason: reasonKeyForgotten, attempts: c.attempt, created: c.claimed.Created}
+		return keyForgotten
+	}
+	if c.tries > 0 && cfg.Class != ReadOnly {
+		now := cfg.Now()
+		until := now.Add(cfg.Lease)
+		if err := cfg.Store.Renew(c.ctx, storekit.RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now}); err != nil {
+			return c.stopped(leaseLost, fmt.Errorf("renewing the lease before attempt %d: %w", c.attempt+1, err), reasonUnavailable)
 		}
-		if c.maybeRan && cfg.Class == Keyed && cfg.keyForgotten(c.claimed.Created) {
-			// The call's own retries reached the destination's key
-			// lifetime: the next one could act twice. Ask, or stop.
-			if cfg.Reconciler == nil {
-				env := c.keyForgotten(c.claimed)
-				env.Attempts, env.Replayed = attempt, false
-				return c.finish(Unknown, env)
-			}
-			if env, settled := c.reconcile(attempt, errKeyForgotten); settled {
-				return env
-			}
+		c.fl.keep.extended(until)
+	}
+	c.tries++
+	c.attempt++
+	out, err := c.run1(c.attempt)
+	if err == nil {
+		c.final = Succeeded
+		c.ans = answer{reason: reasonSucceeded, attempts: c.attempt, result: out}
+		if c.replayedAt.Load() == int64(c.attempt) && c.claimed.Attempts == 0 && c.effect == effectNone {
+			// No earlier call attempted this action, and nothing this
+			// call sent may have landed: what the destination replayed
+			// was another caller's request.
+			c.ans.reason = reasonDestinationReplayed
 		}
-		attempt++
-		if n > 1 && cfg.Class != ReadOnly {
-			now := cfg.Now()
-			until := now.Add(cfg.Lease)
-			if err := cfg.Store.Renew(c.ctx, storekit.RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now}); err != nil {
-				return c.stopRetrying(attempt-1, fmt.Errorf("renewing the lease before attempt %d: %w", attempt, err))
-			}
-			c.fl.keep.extended(until)
-		}
-		out, err := c.attempt(attempt)
-		if err == nil {
-			env := envelope.Envelope{Status: envelope.Success, Attempts: attempt, Result: out, Next: envelope.Continue}
-			if c.replayedAt.Load() == int64(attempt) && c.claimed.Attempts == 0 && !c.mayHaveActed {
-				// No earlier call attempted this action, and nothing this
-				// call sent may have landed: what the destination replayed
-				// was another caller's request.
-				env.Replayed = true
-				env.Note = "The destination had already done this for an earlier request; this is its result. Nothing was repeated."
-			}
-			return c.finish(Succeeded, env)
-		}
-		class := envelope.Classify(err)
-		if class == envelope.Definite && c.maybeRan {
+		return attemptSucceeded
+	}
+	c.cause = err
+	switch envelope.Classify(err) {
+	case envelope.Definite:
+		if c.effect.mayApply() {
 			// A refusal of this attempt says nothing about an earlier one
 			// that may have applied: the outcome stays unknown.
-			return c.markUnknown(attempt, fmt.Errorf("this attempt was refused (%w), but an earlier one may have applied", err))
+			c.cause = fmt.Errorf("this attempt was refused (%w), but an earlier one may have applied", err)
+			c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: c.cause}
+			return attemptRefused
 		}
-		if class == envelope.Definite {
-			code := envelope.Code(err)
-			if code == "" {
-				code = envelope.CodeRejected
-			}
-			env := envelope.Envelope{
-				Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: c.t.name, RequestRef: c.ref,
-				Attempts: attempt, Next: envelope.DoNotRetry, Error: &envelope.Error{Code: code, Message: err.Error()},
-			}
-			if rerr := c.record(Failed, env); errors.Is(rerr, storekit.ErrEffectApplied) {
-				return c.effectApplied(attempt, err)
-			} else if rerr != nil {
-				c.t.cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", Failed, "err", rerr)
-			}
-			return env
+		code := envelope.Code(err)
+		if code == "" {
+			code = envelope.CodeRejected
 		}
-		if class == envelope.Unknown && cfg.Class != ReadOnly {
-			c.maybeRan, c.mayHaveActed = true, true
-			switch {
-			case cfg.Class == Keyed && n < cfg.Retry.MaxAttempts:
-				// Retried below: other writes in the scope wait meanwhile.
-				if ferr := c.fenceOwn(); ferr != nil {
-					return c.markUnknown(attempt, fmt.Errorf("%w; the record could not be marked for the unknown fence before a retry: %v", err, ferr))
-				}
-			case cfg.Class == Reconcilable && cfg.Reconciler != nil:
-				if env, settled := c.reconcile(attempt, err); settled {
-					return env
-				}
-				// Not applied: a new attempt with the same key is safe.
-			case cfg.Class != Keyed:
-				return c.markUnknown(attempt, err)
-			}
-		}
-		if n >= cfg.Retry.MaxAttempts {
-			return c.stopRetrying(attempt, err)
-		}
-		if policy == nil {
-			policy = newBackOff(cfg.Retry, cfg.Now)
-		}
-		wait := policy.NextBackOff()
-		if wait < 0 {
-			return c.stopRetrying(attempt, err)
-		}
-		if h := cfg.Hooks.Retry; h != nil {
-			h(c.ctx, RetryEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: attempt, Err: err, Wait: wait})
-		}
-		if sleep(c.work, wait) != nil {
-			return c.stopRetrying(attempt, err)
+		c.final, c.ans = Failed, answer{reason: reasonRefused, attempts: c.attempt, err: err, code: code}
+		return attemptRefused
+	case envelope.Unknown:
+		if cfg.Class != ReadOnly {
+			c.effect = effectMaybe
+			c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: err}
+			return attemptMaybe
 		}
 	}
+	return c.stopped(attemptTransient, err, reasonUnavailable)
 }
 
-// fenceOwn marks the call's record as one whose action may have applied
-// (storekit.RenewRequest.MaybeApplied), before the call checks or retries
-// it: the unknown fence then holds back other writes of the tool in the
-// scope, as it does for an unknown record. A record taken over is marked
-// already.
-func (c *call) fenceOwn() error {
-	cfg := c.t.cfg
-	if c.ownFenced || c.claimed.TakenOver || cfg.Fence == FenceOff {
-		return nil
+// stopped sets what the call answers if it stops now after err: unknown if
+// the action may have been applied, else r (nothing was).
+func (c *call) stopped(o outcome, err error, r reason) outcome {
+	c.cause = err
+	if c.effect.mayApply() {
+		c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: err}
+	} else {
+		c.ans = answer{reason: r, attempts: c.attempt, err: err}
 	}
-	now := cfg.Now()
-	until := now.Add(cfg.Lease)
-	if err := cfg.Store.Renew(c.ctx, storekit.RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now, MaybeApplied: true}); err != nil {
-		return err
-	}
-	c.fl.keep.extended(until)
-	c.ownFenced = true
-	return nil
+	return o
 }
 
-// attempt runs the tool once with the call's information on its context.
-func (c *call) attempt(n int) (json.RawMessage, error) {
+// run1 runs the tool once with the call's information on its context.
+func (c *call) run1(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
 	var ctx context.Context
 	if c.first.Context == nil {
@@ -474,213 +552,173 @@ func (c *call) attempt(n int) (json.RawMessage, error) {
 	return out, err
 }
 
-// stopRetrying ends a call whose last attempt was transient (or unknown for a
-// keyed tool) and which may not retry any more.
-func (c *call) stopRetrying(attempts int, err error) envelope.Envelope {
-	if c.t.cfg.Class == ReadOnly {
-		return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
+// backOff waits before the next attempt, if the retry policy allows one.
+func (c *call) backOff() outcome {
+	cfg := c.t.cfg
+	if c.policy == nil {
+		c.policy = newBackOff(cfg.Retry, cfg.Now)
 	}
-	if c.maybeRan {
-		return c.markUnknown(attempts, err)
+	wait := c.policy.NextBackOff()
+	if wait < 0 {
+		return noMoreAttempts
 	}
-	// No attempt applied the effect: free the key so that a later call can
-	// try afresh.
-	if gerr := c.giveBack(attempts); errors.Is(gerr, storekit.ErrEffectApplied) {
-		return c.effectApplied(attempts, err)
+	if h := cfg.Hooks.Retry; h != nil {
+		h(c.ctx, RetryEvent{Tool: c.t.name, RequestRef: c.ref, Attempt: c.attempt, Err: c.cause, Wait: wait})
 	}
-	return c.t.refusedAfter(c.ref, attempts, envelope.CodeUnavailable, err)
+	if sleep(c.work, wait) != nil {
+		return noMoreAttempts
+	}
+	return backedOff
 }
 
-// effectApplied ends a call whose tool reported a failure after an effect
-// committed under its key (the store refused to forget it): the action
-// happened. The destination is asked, if the tool has a reconciler;
-// otherwise the outcome is recorded as unknown, never as not applied.
-func (c *call) effectApplied(attempts int, err error) envelope.Envelope {
-	c.maybeRan, c.mayHaveActed = true, true
-	cause := fmt.Errorf("the tool reported %w after its effect was recorded", err)
-	if cfg := c.t.cfg; cfg.Reconciler != nil && cfg.Class != AtMostOnce {
-		if env, settled := c.reconcile(attempts, cause); settled {
-			return env
+// check asks the destination what became of the call's action: before an
+// attempt (the key was taken over, or a keyed key may be forgotten), or
+// after one whose outcome is unknown.
+func (c *call) check() outcome {
+	cfg := c.t.cfg
+	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
+	req := reconcile.Request{Ref: c.ref, Attempts: c.attempt, LastSent: c.lastSent}
+	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), c.heldUntil)
+	c.t.reported(c.ctx, ans, c.ref, "reconciler")
+	switch ans.Verdict {
+	case reconcile.Applied:
+		c.final, c.ans = Succeeded, answer{reason: reasonReconciled, attempts: c.attempt, result: ans.Result}
+		return checkApplied
+	case reconcile.NotApplied:
+		switch {
+		case c.effect == effectCommitted:
+			// The store knows an effect committed: the answer is wrong,
+			// and the outcome stays unknown.
+		case ans.Fenced:
+			c.effect = effectNone // proven: nothing this call sent has landed or can land
+			return c.stopped(checkNotApplied, c.cause, reasonUnavailable)
+		default:
+			c.effect = effectNotFound
+			return c.stopped(checkNotApplied, c.cause, reasonUnavailable)
 		}
 	}
-	return c.markUnknown(attempts, cause)
+	c.cause = fmt.Errorf("%w; the destination's answer: %s", c.cause, describe(ans))
+	c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: c.cause}
+	if ans.Verdict == reconcile.NotApplied {
+		return checkNotApplied
+	}
+	return checkNoAnswer
 }
 
-// giveBack returns the call's key when no attempt applied the effect, after
-// attempts attempts in all. A new action's key is released, so that a later
-// call tries afresh. A record that existed before the call (a retry
-// approved by a person or found not applied) is written back unknown and
-// approved for a retry, with the attempts counted: released, its count
-// would start again at 1, and an approval bound to an older outcome would
-// match anew. If the write fails the lease expires and the record is then
-// treated as unknown: safe, if cautious. A store that refuses because an
-// effect committed under the key says so (storekit.ErrEffectApplied).
-func (c *call) giveBack(attempts int) error {
+// record records the call's outcome and answers with it. The outcome is
+// recorded on a context that survives the caller's cancellation: an effect
+// that happened must not go unrecorded because the caller stopped listening.
+func (c *call) record() outcome {
+	cfg := c.t.cfg
+	env := c.t.answerFor(c.ref, c.ans)
+	if h := cfg.Hooks.Unknown; h != nil && c.final == Unknown {
+		e := UnknownEvent{Tool: c.t.name, RequestRef: c.ref, Attempts: env.Attempts}
+		if env.Error != nil {
+			e.Reason = env.Error.Message
+		}
+		h(c.ctx, e)
+	}
+	req := storekit.FinishRequest{Key: c.ref, Token: c.token, State: c.final, Attempts: env.Attempts}
+	switch c.final {
+	case Unknown:
+		req.HeldUntil = later(c.heldUntil, c.lastSent)
+	case Succeeded:
+		if c.claimed.TakenOver || c.claimed.Attempts > 0 || c.claimed.Replaces != "" {
+			// The action's outcome was unknown before this call (taken
+			// over, or a retry approved after it), or this call went on in
+			// place of such an action: the model may have sent a copy in
+			// other words, or the other one again, in the same turn.
+			req.NoticeUntil = cfg.noticeUntil()
+		}
+	}
+	err := c.t.writeOutcome(c.ctx, req, &env)
+	switch {
+	case err == nil:
+	case c.final == Failed && errors.Is(err, storekit.ErrEffectApplied):
+		c.effect = effectCommitted
+		c.cause = fmt.Errorf("the tool reported %w after its effect was recorded", c.cause)
+		c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: c.cause}
+		return effectFound
+	default:
+		cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", c.final, "err", err)
+		if errors.Is(err, storekit.ErrFenced) {
+			env.Note = "Another call took this action over while it ran; this outcome is what this call saw."
+		}
+		// The envelope stays true to what happened. The record stays
+		// pending, its lease expires, and the next call treats it as
+		// unknown: never as free.
+	}
+	c.env = env
+	return recorded
+}
+
+// giveBack returns the call's key when nothing was applied. A new action's
+// key is released, so that a later call tries afresh. A record that
+// existed before the call (a retry approved by a person or found not
+// applied) is written back unknown and approved for a retry, with the
+// attempts counted: released, its count would start again at 1, and an
+// approval bound to an older outcome would match anew. A record whose
+// action may have been applied (a keyed key the destination may have
+// forgotten) is written back as it was: unknown. If the write fails the
+// lease expires and the record is then treated as unknown: safe, if
+// cautious. A store that refuses because an effect committed under the key
+// says so (storekit.ErrEffectApplied).
+func (c *call) giveBack() outcome {
 	c.t.flights.quiet(c) // a renewal of a given-back key would only fail
+	held := later(c.heldUntil, c.lastSent)
 	var err error
-	if c.claimed.Attempts == 0 {
+	switch {
+	case c.effect.mayApply():
+		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: c.claimed.Attempts,
+			Outcome: c.claimed.Outcome, HeldUntil: held}, nil)
+	case c.claimed.Attempts == 0:
 		ctx, cancel := c.outcomeCtx()
 		err = c.t.cfg.Store.Release(ctx, c.ref, c.token)
 		cancel()
-	} else {
-		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: attempts,
-			Outcome: c.claimed.Outcome, RetryApproved: true, HeldUntil: later(c.heldUntil, c.lastSent)}, nil)
+	default:
+		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: c.attempt,
+			Outcome: c.claimed.Outcome, RetryApproved: true, HeldUntil: held}, nil)
 	}
-	if err != nil && !errors.Is(err, storekit.ErrEffectApplied) {
+	if errors.Is(err, storekit.ErrEffectApplied) {
+		c.effect = effectCommitted
+		c.cause = fmt.Errorf("the tool reported %w after its effect was recorded", c.cause)
+		c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: c.cause}
+		return effectFound
+	}
+	if err != nil {
 		c.t.cfg.logger.Warn("retrysafe: could not give back a key whose tool did not apply the effect", "ref", c.ref, "err", err)
 	}
-	return err
+	return givenBack
 }
 
-// leaseLost ends a call whose lease could not be kept before its next
-// attempt: another call may take the key over, so nothing more is run.
-func (c *call) leaseLost(attempts int, cause error) envelope.Envelope {
-	if c.maybeRan {
-		return c.markUnknown(attempts, cause)
+// done builds the answer of a call that ends without recording an
+// outcome, and tells the hooks how it waited or was held.
+func (c *call) done() {
+	cfg := c.t.cfg
+	if c.env.Version == 0 {
+		c.env = c.t.answerFor(c.ref, c.ans)
 	}
-	if err := c.giveBack(attempts); errors.Is(err, storekit.ErrEffectApplied) {
-		return c.effectApplied(attempts, cause)
+	if h := cfg.Hooks.Waited; h != nil && !c.waited.IsZero() {
+		h(c.ctx, WaitedEvent{Tool: c.t.name, RequestRef: c.ref, Duration: time.Since(c.waited),
+			GaveUp: c.moves > 0 && c.path[min(c.moves, maxPath)-1] == phaseWait})
 	}
-	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
-		Message: fmt.Sprintf("the key's lease could not be kept, so the tool was not run: %v", cause)},
-		envelope.Wait, "Nothing was done. Try again later.")
-}
-
-func (t *Tool) refusedAfter(ref string, attempts int, code string, err error) envelope.Envelope {
-	return envelope.Envelope{
-		Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: t.name, RequestRef: ref,
-		Attempts: attempts, Next: envelope.Wait,
-		Error: &envelope.Error{Code: code, Message: fmt.Sprintf("not applied; the destination is unavailable: %v", err)},
-		Note:  "Nothing was done. The same call can be tried again later.",
-	}
-}
-
-func (c *call) markUnknown(attempts int, err error) envelope.Envelope {
-	env := c.unknown(attempts, false, &envelope.Error{Code: envelope.CodeOutcomeUnknown,
-		Message: fmt.Sprintf("the outcome is unknown: %v", err)})
-	return c.finish(Unknown, env)
-}
-
-// unknown builds an unknown_outcome envelope with the guidance of the tool's class.
-func (c *call) unknown(attempts int, replayed bool, e *envelope.Error) envelope.Envelope {
-	env := envelope.Envelope{
-		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-		Attempts: attempts, Replayed: replayed, Error: e,
-	}
-	switch c.t.cfg.Class {
-	case Keyed:
-		env.Next = envelope.Wait
-		env.Note = fmt.Sprintf("This may already have happened. Calling %s again later with the same input is safe: reference %s makes the destination do it at most once.", c.t.name, c.ref)
-	case AtMostOnce:
-		env.Next = envelope.AskHuman
-		env.Note = fmt.Sprintf("This may already have happened and cannot be checked automatically. Do not call %s again for it; ask a person to confirm reference %s.", c.t.name, c.ref)
-	default:
-		env.Next = envelope.DoNotRetry
-		env.Note = fmt.Sprintf("This may already have happened. Do not call %s again for it; reference %s is being verified. Tell the user it is pending.", c.t.name, c.ref)
-	}
-	return env
-}
-
-// errKeyDeadline is the cause of a keyed attempt's context that ended when
-// the destination may forget the key.
-var errKeyDeadline = errors.New("the attempt was stopped: the destination may forget its idempotency key now (DestinationKeyTTL)")
-
-// errKeyForgotten is the cause of an unknown outcome that a keyed tool
-// cannot retry: the destination may no longer know the key.
-var errKeyForgotten = errors.New("an earlier attempt's outcome is unknown, and the destination may have forgotten its idempotency key")
-
-// keyDeadline is when, on this process's clock, the destination may forget
-// the key of an action first claimed at created: DestinationKeyTTL later,
-// less ClockSkew (another process's clock may have written created). Zero
-// if the destination keeps keys forever. Every keyed attempt ends by it.
-func (c *config) keyDeadline(created time.Time) time.Time {
-	if c.DestinationKeyTTL <= 0 || created.IsZero() {
-		return time.Time{}
-	}
-	return created.Add(c.DestinationKeyTTL - c.ClockSkew)
-}
-
-// keyForgotten reports whether the destination may have forgotten the key
-// of an action first claimed at created: a retry with it is no longer
-// blind-safe.
-func (c *config) keyForgotten(created time.Time) bool {
-	d := c.keyDeadline(created)
-	return !d.IsZero() && !c.Now().Before(d)
-}
-
-// keyForgotten is the envelope of a keyed action whose outcome is unknown
-// and whose key the destination may have forgotten, without a reconciler.
-func (c *call) keyForgotten(rec Record) envelope.Envelope {
-	return envelope.Envelope{
-		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-		Attempts: rec.Attempts, Replayed: true, Next: envelope.AskHuman,
-		Error: &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: fmt.Sprintf(
-			"%v (first sent %s, longer ago than the destination keeps keys, %v); it is not retried blindly", errKeyForgotten,
-			rec.Created.UTC().Format(time.RFC3339), c.t.cfg.DestinationKeyTTL)},
-		Note: fmt.Sprintf("This may already have happened, and it is too old to retry safely. Do not call %s again for it; ask a person to check reference %s.", c.t.name, c.ref),
-	}
-}
-
-func (c *call) inProgress(rec Record) envelope.Envelope {
-	if by, ok := replacedBy(rec); ok {
-		// Not running: held by another call's fence, which is asking the
-		// destination about it and, if it was not applied, goes on in its
-		// place. Which of the two is not known here.
-		env := envelope.Envelope{
-			Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-			Attempts: rec.Attempts, Next: envelope.AskHuman,
-			Error: &envelope.Error{Code: envelope.CodeEarlierUnknown, Message: fmt.Sprintf(
-				"this action is held by another %s (%s), which is checking whether it was done and, if it was not, is to be done in its place; this call was not run", c.t.name, by)},
-			Earlier: &envelope.Earlier{RequestRef: by, State: envelope.ActionRunning},
-			Note: fmt.Sprintf("This may or may not have been done: it is being checked, and another %s (reference %s) may be done in its place. "+
-				"Nothing new was done. Tell the user it is pending, and ask before calling %s for it again.", c.t.name, by, c.t.name),
+	if h := cfg.Hooks.Fenced; h != nil && c.env.Earlier != nil && c.env.Earlier.RequestRef != c.ref && c.ans.other != nil {
+		switch c.ans.reason {
+		case reasonEarlierRunning, reasonEarlierUnknown, reasonEarlierApplied, reasonEarlierDone:
+			h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: c.env.Earlier.RequestRef, EarlierState: c.env.Earlier.State})
 		}
-		if h := c.t.cfg.Hooks.Fenced; h != nil {
-			h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: by, EarlierState: env.Earlier.State})
-		}
-		return env
-	}
-	return envelope.Envelope{
-		Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: c.t.name, RequestRef: c.ref,
-		Attempts: rec.Attempts, Next: envelope.Wait,
-		Error:   &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"},
-		Earlier: &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionRunning},
-		Note:    "The same action is already in progress. Wait, then call again with the same input to get its outcome; it will not run twice.",
 	}
 }
 
-// earlierOf says what became of the action of rec, for a refusal that met
-// it.
-func earlierOf(rec Record, now time.Time) *envelope.Earlier {
-	e := &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionUnknown}
-	switch {
-	case rec.State == Succeeded:
-		e.State = envelope.ActionSucceeded
-	case rec.State == Failed, rec.State == Unknown && rec.RetryApproved:
-		e.State = envelope.ActionFailed
-	case rec.State == Pending && now.Before(rec.LeaseExpiry):
-		e.State = envelope.ActionRunning
-	}
-	return e
+// answer sets what the call answers, and returns o.
+func (c *call) answer(o outcome, a answer) outcome {
+	c.ans = a
+	return o
 }
 
-// earlierPhrase says an earlier action's state in words for a note.
-func earlierPhrase(s envelope.ActionState) string {
-	switch s {
-	case envelope.ActionSucceeded:
-		return "was done"
-	case envelope.ActionFailed:
-		return "was not done"
-	case envelope.ActionRunning:
-		return "is still running"
-	}
-	return "may or may not have happened and is being verified"
-}
-
-func (c *call) storeUnavailable(err error) envelope.Envelope {
-	return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
-		Message: fmt.Sprintf("the idempotency store could not be used, so the tool was not run: %v", err)},
-		envelope.Wait, "Nothing was done. Try again later.")
+// storeFailed answers a call whose store could not be used: nothing ran.
+func (c *call) storeFailed(err error) outcome {
+	return c.answer(storeFailed, answer{reason: reasonStoreUnavailable, err: err})
 }
 
 // replayed tells the Replayed hook that the call answers with a recorded
@@ -691,11 +729,20 @@ func (c *call) replayed(s State) {
 	}
 }
 
-// replay returns a recorded outcome; the tool does not run. An outcome that
-// cannot be read does not change what the record's state says: a succeeded
-// action is answered as a success without its result.
-func (c *call) replay(rec Record) envelope.Envelope {
+// replay is the answer of a settled action: its recorded outcome; the tool
+// does not run. An outcome that cannot be read does not change what the
+// record's state says: a succeeded action is answered as a success without
+// its result. An action replaced by another is answered with what became of
+// that one.
+func (c *call) replay(rec Record) answer {
 	c.replayed(rec.State)
+	if rec.State == Failed && rec.ReplacedBy != "" {
+		by, err := c.t.cfg.Store.Get(c.ctx, rec.ReplacedBy)
+		if err != nil {
+			by = Record{Key: rec.ReplacedBy, State: Failed} // released: it never ran
+		}
+		return answer{reason: reasonReplaced, attempts: rec.Attempts, other: &by, result: c.t.storedResult(by), now: c.t.cfg.Now()}
+	}
 	raw, err := c.t.cfg.codec.Decode(c.ref, rec.Outcome)
 	var env envelope.Envelope
 	if err == nil {
@@ -708,22 +755,9 @@ func (c *call) replay(rec Record) envelope.Envelope {
 	}
 	if err != nil {
 		c.t.cfg.logger.Warn("retrysafe: stored outcome unreadable", "ref", c.ref, "state", rec.State, "err", err)
-		if rec.State == Succeeded {
-			return envelope.Envelope{
-				Version: envelope.Version, Status: envelope.Success, Tool: c.t.name, RequestRef: c.ref,
-				Attempts: max(rec.Attempts, 1), Replayed: true, Next: envelope.Continue,
-				Note: "Already done by an earlier call, which was recorded; its result cannot be read back. Nothing was repeated.",
-			}
-		}
-		return c.t.refused(c.ref, &envelope.Error{Code: envelope.CodeStoreUnavailable,
-			Message: fmt.Sprintf("an earlier call for this action was recorded as not applied, but its outcome cannot be read: %v", err)},
-			envelope.AskHuman, "This action was not done by the earlier call; its details cannot be read. Ask the user before trying again.")
+		return answer{reason: reasonReplayUnreadable, attempts: rec.Attempts, state: rec.State, err: err}
 	}
-	env.Replayed = true
-	if env.Note == "" && env.Status == envelope.Success {
-		env.Note = "Already done by an earlier call; this is its recorded result. Nothing was repeated."
-	}
-	return env
+	return answer{reason: reasonReplay, replay: env}
 }
 
 // statusOf is the envelope status of a final record state.
@@ -732,52 +766,6 @@ func statusOf(s State) envelope.Status {
 		return envelope.Success
 	}
 	return envelope.DefiniteFailure
-}
-
-// finish records a final outcome and returns env completed with the call's
-// identity. The outcome is recorded on a context that survives the caller's
-// cancellation: an effect that happened must not go unrecorded because the
-// caller stopped listening.
-func (c *call) finish(state State, env envelope.Envelope) envelope.Envelope {
-	cfg := c.t.cfg
-	env.Version, env.Tool, env.RequestRef = envelope.Version, c.t.name, c.ref
-	if h := cfg.Hooks.Unknown; h != nil && state == Unknown {
-		e := UnknownEvent{Tool: c.t.name, RequestRef: c.ref, Attempts: env.Attempts}
-		if env.Error != nil {
-			e.Reason = env.Error.Message
-		}
-		h(c.ctx, e)
-	}
-	if cfg.Class == ReadOnly {
-		return env
-	}
-	replaces := len(c.deferred) > 0
-	if state == Succeeded && (c.claimed.TakenOver || c.claimed.Attempts > 0 || replaces) {
-		// The action's outcome was unknown before this call (taken over,
-		// or a retry approved after it), or this call went on in place of
-		// such an action found not applied: the model may have sent a
-		// copy in other words, or the other one again, in the same turn.
-		c.t.announce(c.principal, c.session, notice{earlier: c.ref, result: env.Result, replaced: replaces && !c.claimed.TakenOver && c.claimed.Attempts == 0})
-	}
-	err := c.record(state, env)
-	if err == nil {
-		return env
-	}
-	cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", state, "err", err)
-	if errors.Is(err, storekit.ErrFenced) {
-		env.Note = "Another call took this action over while it ran; this outcome is what this call saw."
-	}
-	// The envelope stays true to what happened. The record stays pending, its
-	// lease expires, and the next call treats it as unknown: never as free.
-	return env
-}
-
-func (c *call) record(state State, env envelope.Envelope) error {
-	req := storekit.FinishRequest{Key: c.ref, Token: c.token, State: state, Attempts: env.Attempts}
-	if state == Unknown {
-		req.HeldUntil = later(c.heldUntil, c.lastSent)
-	}
-	return c.t.writeOutcome(c.ctx, req, &env)
 }
 
 // writeOutcome records the final state of the record req.Key held by
@@ -812,6 +800,15 @@ func (c *call) outcomeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(c.ctx), c.t.cfg.StoreTimeout)
 }
 
+// noticeUntil is when a notice put now ends: the scope's other new writes
+// are told of an action just found done until then (zero: no notice).
+func (c *config) noticeUntil() time.Time {
+	if c.NoticeHold < 0 || c.Fence == FenceOff {
+		return time.Time{}
+	}
+	return c.Now().Add(c.NoticeHold)
+}
+
 // inFlightUntil is, for a claim that took a record over, the latest time an
 // earlier attempt of the action may have been sent or still be in flight:
 // the end of a lapsed lease, or the last attempt's start, kept on the
@@ -826,13 +823,6 @@ func inFlightUntil(res storekit.ClaimResult) time.Time {
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
 		return b
 	}
 	return a

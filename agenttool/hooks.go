@@ -150,4 +150,8 @@ type OutcomeEvent struct {
 	Envelope envelope.Envelope
 	Class    Class
 	Duration time.Duration
+	// Path is the phases the call went through, for logs and failure
+	// messages: "claim → attempt → record → done" (see
+	// docs/life-of-a-call.md).
+	Path string
 }

@@ -134,7 +134,6 @@ reconcile pending by reconciler
 unknown attempts=1
 outcome unknown_outcome replayed=false (reconcilable)
 start send_email reconcilable
-claimed took-over=false attempts=0
 reconcile pending by fence
 fenced by send (unknown)
 outcome unknown_outcome replayed=false (reconcilable)`},

@@ -119,7 +119,7 @@ func holderOf(t *testing.T, store agenttool.Store, ref string, now time.Time, in
 	rec := recordOf(t, input)
 	res, err := store.Claim(context.Background(), storekit.ClaimRequest{
 		Key: ref, Tool: "send_email", Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: "dead-process", Now: now, Lease: time.Minute,
+		Owner: "dead-process", Now: now, Lease: time.Minute, FenceScope: rec.FenceScope,
 	})
 	if err != nil || !res.Claimed {
 		t.Fatalf("forging a claim: %+v, %v", res, err)

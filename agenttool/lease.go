@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"sync"
 	"time"
 
-	"github.com/retrysafe/retrysafe/reconcile"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // ErrLeaseLost is the cause of a holder's context when its lease could not
@@ -145,22 +144,4 @@ func (k *keeper) lose(cause error) {
 		k.deadline.Stop()
 	}
 	k.cancel(cause)
-}
-
-// trust applies the takeover rule to a destination's answer: after taking
-// over a key whose earlier holder's lease lapsed at heldUntil, a not-applied
-// answer proves nothing until that holder's attempt can no longer be in
-// flight — heldUntil plus AttemptTimeout plus ClockSkew. Before then it
-// counts as pending, unless the destination refuses stale requests
-// (reconcile.Answer.Fenced).
-func (t *Tool) trust(ans reconcile.Answer, heldUntil time.Time) reconcile.Answer {
-	if ans.Verdict != reconcile.NotApplied || ans.Fenced || heldUntil.IsZero() {
-		return ans
-	}
-	safe := heldUntil.Add(t.cfg.AttemptTimeout + t.cfg.ClockSkew)
-	if t.cfg.Now().Before(safe) {
-		return reconcile.Answer{Verdict: reconcile.Pending,
-			Err: fmt.Errorf("not found, but an earlier holder's attempt may be in flight until %s", safe.Format(time.RFC3339Nano))}
-	}
-	return ans
 }

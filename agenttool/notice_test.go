@@ -156,10 +156,10 @@ func TestNoticeAfterAnOperatorFindsTheActionApplied(t *testing.T) {
 }
 
 // A reworded call that the fence let go on because the earlier action was
-// found not applied holds the earlier action's own resend for NoticeHold,
-// saying what was done instead; after the hold the resend may run (the
-// earlier action stays approved for one more attempt).
-func TestNoticeAfterACallReplacesAnActionFoundNotApplied(t *testing.T) {
+// found not applied replaces that action for good: the earlier action's own
+// resend is told what was done instead, during the notice and after it;
+// the scope's other new writes are held for NoticeHold, then run.
+func TestNotice_AfterAReplacementTheResendIsToldForGood(t *testing.T) {
 	m := &mailServer{script: func(n int) (bool, error) {
 		if n == 1 {
 			return false, errLostReply // never delivered; the reply is lost
@@ -175,18 +175,28 @@ func TestNoticeAfterACallReplacesAnActionFoundNotApplied(t *testing.T) {
 	check.set(reconcile.NotAppliedFenced())
 	reworded := tool.Invoke(scoped(), lunchReworded)
 	mustStatus(t, reworded, envelope.Success)
-	resend := tool.Invoke(scoped(), lunch)
-	if resend.Status != envelope.DefiniteFailure || resend.Error.Code != envelope.CodeEarlierApplied ||
-		resend.Earlier.RequestRef != reworded.RequestRef || !strings.Contains(resend.Note, "was just done") {
-		t.Errorf("the earlier action's resend right after: %s; want earlier_action_applied naming %s", resend, reworded.RequestRef)
+	replaced := func(when string) {
+		t.Helper()
+		resend := tool.Invoke(scoped(), lunch)
+		if resend.Status != envelope.DefiniteFailure || resend.Error.Code != envelope.CodeReplaced || resend.Earlier == nil ||
+			resend.Earlier.RequestRef != reworded.RequestRef || resend.Earlier.State != envelope.ActionSucceeded {
+			t.Errorf("the earlier action's resend %s: %s; want replaced, naming %s, done", when, resend, reworded.RequestRef)
+		}
+	}
+	replaced("right after")
+	other := tool.Invoke(scoped(), bobReport)
+	if other.Status != envelope.DefiniteFailure || other.Error.Code != envelope.CodeEarlierApplied ||
+		other.Earlier.RequestRef != reworded.RequestRef || !strings.Contains(other.Note, "was just done") {
+		t.Errorf("another new write during the notice: %s; want earlier_action_applied naming %s", other, reworded.RequestRef)
 	}
 	if n := m.count(); n != 1 {
 		t.Fatalf("%d emails, want 1", n)
 	}
 	clk.Advance(11 * time.Second)
-	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+	replaced("after the notice")
+	mustStatus(t, tool.Invoke(scoped(), bobReport), envelope.Success)
 	if n := m.count(); n != 2 {
-		t.Errorf("%d emails after the hold, want 2 (the user asked again)", n)
+		t.Errorf("%d emails after the notice, want 2 (Ana's, once, and Bob's)", n)
 	}
 }
 

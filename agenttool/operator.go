@@ -308,35 +308,6 @@ func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
 	}
 }
 
-// reconcile asks the tool's reconciler about a held record and settles it
-// by the answer, which it returns.
-func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, error) {
-	r := h.t.cfg.Reconciler
-	if r == nil {
-		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
-	}
-	ans := h.ask(ctx, by)
-	switch ans.Verdict {
-	case reconcile.Applied:
-		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
-		return ans, err
-	case reconcile.NotApplied:
-		return ans, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
-	}
-	return ans, h.stillUnknown(ctx)
-}
-
-// ask asks the destination about the held record through the tool's
-// reconciler (which must be set), by the trust rule, and reports the
-// answer; it writes nothing.
-func (h *holding) ask(ctx context.Context, by string) reconcile.Answer {
-	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
-	req := reconcile.Request{Ref: h.rec.Key, Attempts: h.rec.Attempts, LastSent: h.heldUntil}
-	ans := h.t.trust(h.t.check(withCallInfo(h.work, info), h.t.cfg.Reconciler, req), h.heldUntil)
-	h.t.reported(ctx, ans, h.rec.Key, by)
-	return ans
-}
-
 // clock is the operator's idea of now: the first tool's clock, or time.Now.
 func (o *Operator) clock() time.Time {
 	for _, t := range o.tools {

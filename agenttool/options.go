@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"log/slog"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -300,11 +301,6 @@ type Options struct {
 // Codec transforms outcomes on their way into and out of the store: to
 // redact personal data or to encrypt. See storekit.Codec.
 type Codec = storekit.Codec
-
-type plainCodec struct{}
-
-func (plainCodec) Encode(_ string, b []byte) ([]byte, error) { return b, nil }
-func (plainCodec) Decode(_ string, b []byte) ([]byte, error) { return b, nil }
 
 // config is Options after defaults and validation.
 type config struct {

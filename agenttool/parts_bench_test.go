@@ -2,9 +2,10 @@ package agenttool
 
 import (
 	"context"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"testing"
 	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 
 	"github.com/retrysafe/retrysafe/envelope"
 )

@@ -4,40 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
-	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // errEarlierAttempt is the cause given when an unknown outcome comes from an
 // earlier call (or a process that died), not from this call's attempt.
 var errEarlierAttempt = errors.New("an earlier attempt of this action has an unknown outcome")
-
-// reconcile asks the destination what became of the call's key; the call's
-// flight keeps its lease while it asks. settled is false only for a not-applied verdict: the
-// caller may then attempt again with the same key.
-func (c *call) reconcile(attempts int, cause error) (env envelope.Envelope, settled bool) {
-	cfg := c.t.cfg
-	if err := c.fenceOwn(); err != nil {
-		return c.markUnknown(attempts, fmt.Errorf("%w; the record could not be marked for the unknown fence before asking the destination: %v", cause, err)), true
-	}
-	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
-	req := reconcile.Request{Ref: c.ref, Attempts: attempts, LastSent: c.lastSent}
-	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), c.heldUntil)
-	c.t.reported(c.ctx, ans, c.ref, "reconciler")
-	switch ans.Verdict {
-	case reconcile.Applied:
-		return c.finish(Succeeded, reconciledSuccess(attempts, ans)), true
-	case reconcile.NotApplied:
-		c.maybeRan = false
-		if ans.Fenced {
-			// Proven: nothing this call sent has landed or can land.
-			c.mayHaveActed = false
-		}
-		return envelope.Envelope{}, false
-	}
-	return c.markUnknown(attempts, fmt.Errorf("%w; the destination's answer: %s", cause, describe(ans))), true
-}
 
 // errCheckTimeout is the cause of a check's context that ran out of time.
 var errCheckTimeout = errors.New("the check's time (CheckTimeout) ran out")
@@ -76,13 +50,6 @@ func (t *Tool) check(ctx context.Context, r reconcile.Reconciler, req reconcile.
 	}
 }
 
-func reconciledSuccess(attempts int, ans reconcile.Answer) envelope.Envelope {
-	return envelope.Envelope{
-		Status: envelope.Success, Attempts: attempts, Reconciled: true, Result: ans.Result, Next: envelope.Continue,
-		Note: "The destination confirmed this was done; it was not repeated.",
-	}
-}
-
 func describe(ans reconcile.Answer) string {
 	if ans.Verdict == reconcile.CantSay && ans.Err != nil {
 		return fmt.Sprintf("%v (%v)", ans.Verdict, ans.Err)
@@ -94,4 +61,22 @@ func (t *Tool) reported(ctx context.Context, ans reconcile.Answer, ref, by strin
 	if h := t.cfg.Hooks.Reconcile; h != nil {
 		h(ctx, ReconcileEvent{Tool: t.name, RequestRef: ref, Verdict: ans.Verdict, Err: ans.Err, By: by})
 	}
+}
+
+// trust applies the takeover rule to a destination's answer: after taking
+// over a key whose earlier holder's lease lapsed at heldUntil, a not-applied
+// answer proves nothing until that holder's attempt can no longer be in
+// flight — heldUntil plus AttemptTimeout plus ClockSkew. Before then it
+// counts as pending, unless the destination refuses stale requests
+// (reconcile.Answer.Fenced).
+func (t *Tool) trust(ans reconcile.Answer, heldUntil time.Time) reconcile.Answer {
+	if ans.Verdict != reconcile.NotApplied || ans.Fenced || heldUntil.IsZero() {
+		return ans
+	}
+	safe := heldUntil.Add(t.cfg.AttemptTimeout + t.cfg.ClockSkew)
+	if t.cfg.Now().Before(safe) {
+		return reconcile.Answer{Verdict: reconcile.Pending,
+			Err: fmt.Errorf("not found, but an earlier holder's attempt may be in flight until %s", safe.Format(time.RFC3339Nano))}
+	}
+	return ans
 }

@@ -2,13 +2,13 @@ package agenttool
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
-	"strings"
 	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/reconcile"
 
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -52,13 +52,9 @@ func (t *Tool) hold(ctx context.Context, rec Record, res storekit.ClaimResult) *
 
 // takeOver claims a record that awaits reconciliation, so that its outcome can
 // be settled by one party at a time. The claim is made with the record's own
-// principal and fingerprint: it settles exactly that key and input.
+// principal, fingerprint and fence scope: it settles exactly that key and
+// input, and the record keeps the scope's slot while it is held.
 func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
-	return t.takeOverAs(ctx, key, newOwner())
-}
-
-// takeOverAs is takeOver with the lease owner the record is held under.
-func (t *Tool) takeOverAs(ctx context.Context, key, owner string) (*holding, error) {
 	cfg := t.cfg
 	rec, err := cfg.Store.Get(ctx, key)
 	if err != nil {
@@ -73,7 +69,7 @@ func (t *Tool) takeOverAs(ctx context.Context, key, owner string) (*holding, err
 	}
 	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
 		Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: owner, Now: now, Lease: cfg.Lease, TakeOver: true,
+		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true, FenceScope: rec.FenceScope,
 	})
 	switch {
 	case err != nil:
@@ -94,14 +90,11 @@ func (t *Tool) takeOverAs(ctx context.Context, key, owner string) (*holding, err
 	return nil, fmt.Errorf("agenttool: %s is %v: %w", key, res.Record.State, ErrNotUnknown)
 }
 
-// applied records the effect as done, with the destination's result.
+// applied records the effect as done, with the destination's result. The
+// record keeps the scope's slot for NoticeHold: its outcome was unknown,
+// and the scope's other new writes are told of it first.
 func (h *holding) applied(ctx context.Context, result json.RawMessage, res *Resolution) (envelope.Envelope, error) {
-	h.t.announce(h.rec.Principal, h.rec.Session, notice{earlier: h.rec.Key, result: result})
-	env := envelope.Envelope{
-		Version: envelope.Version, Status: envelope.Success, Tool: h.t.name, RequestRef: h.rec.Key,
-		Attempts: h.rec.Attempts, Reconciled: true, Result: result, Next: envelope.Continue,
-		Note: "Confirmed done after an unknown outcome; it was not repeated.",
-	}
+	env := h.t.answerFor(h.rec.Key, answer{reason: reasonSettledApplied, attempts: h.rec.Attempts, result: result})
 	return env, h.finish(ctx, Succeeded, &env, res, false)
 }
 
@@ -114,17 +107,6 @@ func (h *holding) notApplied(ctx context.Context, res *Resolution) error {
 // stillUnknown gives the record back as it was: unknown, unresolved.
 func (h *holding) stillUnknown(ctx context.Context) error {
 	return h.finish(ctx, Unknown, nil, nil, false)
-}
-
-// compensated records that the effect, if it happened, was undone.
-func (h *holding) compensated(ctx context.Context, res *Resolution) (envelope.Envelope, error) {
-	env := envelope.Envelope{
-		Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: h.t.name, RequestRef: h.rec.Key,
-		Attempts: h.rec.Attempts, Next: envelope.AskHuman,
-		Error: &envelope.Error{Code: envelope.CodeCompensated, Message: "the action's effect, if it happened, was undone by its compensating action"},
-		Note:  "This action was cancelled and undone. Ask the user whether to do it again.",
-	}
-	return env, h.finish(ctx, Failed, &env, res, false)
 }
 
 // end lets the record go without settling it, if nothing settled it: its
@@ -157,67 +139,40 @@ func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelop
 		Key: h.rec.Key, Token: h.token, State: state, Attempts: h.rec.Attempts, Outcome: h.rec.Outcome,
 		RetryApproved: approve, Resolution: res,
 	}
-	if state == Unknown && !approve {
+	switch {
+	case state == Unknown && !approve:
 		req.HeldUntil = h.heldUntil
+	case state == Succeeded:
+		req.NoticeUntil = h.t.cfg.noticeUntil()
 	}
 	return h.t.writeOutcome(ctx, req, env)
 }
 
-// sealPrefix starts a resolution's who or why as the tool's codec encoded
-// it, in base64.
-const sealPrefix = "sealed:"
-
-// seal returns s encoded by the tool's codec, in base64 after sealPrefix.
-// The default codec keeps s as it is, unless s itself starts with the
-// prefix.
-func (t *Tool) seal(key, s string) (string, error) {
-	if _, plain := t.cfg.codec.(plainCodec); s == "" || (plain && !strings.HasPrefix(s, sealPrefix)) {
-		return s, nil
+// reconcile asks the tool's reconciler about a held record and settles it
+// by the answer, which it returns.
+func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, error) {
+	r := h.t.cfg.Reconciler
+	if r == nil {
+		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
 	}
-	b, err := t.cfg.codec.Encode(key, []byte(s))
-	if err != nil {
-		return "", err
+	ans := h.ask(ctx, by)
+	switch ans.Verdict {
+	case reconcile.Applied:
+		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
+		return ans, err
+	case reconcile.NotApplied:
+		return ans, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
 	}
-	return sealPrefix + base64.StdEncoding.EncodeToString(b), nil
+	return ans, h.stillUnknown(ctx)
 }
 
-// unseal returns what seal encoded, decoded by the tool's codec; a string
-// it cannot decode comes back as it is.
-func (t *Tool) unseal(key, s string) string {
-	if !strings.HasPrefix(s, sealPrefix) {
-		return s
-	}
-	b, err := base64.StdEncoding.DecodeString(s[len(sealPrefix):])
-	if err == nil {
-		b, err = t.cfg.codec.Decode(key, b)
-	}
-	if err != nil {
-		return s
-	}
-	return string(b)
-}
-
-// sealResolution returns res with By and Why encoded by the tool's codec,
-// unless the codec is the default one, which keeps them as they are.
-func (t *Tool) sealResolution(key string, res *Resolution) (*Resolution, error) {
-	out := *res
-	for _, f := range []*string{&out.By, &out.Why} {
-		sealed, err := t.seal(key, *f)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the resolution: %w", err)
-		}
-		*f = sealed
-	}
-	return &out, nil
-}
-
-// openResolution returns res with By and Why decoded by the tool's codec,
-// as far as it can.
-func (t *Tool) openResolution(key string, res *Resolution) *Resolution {
-	if res == nil {
-		return nil
-	}
-	out := *res
-	out.By, out.Why = t.unseal(key, out.By), t.unseal(key, out.Why)
-	return &out
+// ask asks the destination about the held record through the tool's
+// reconciler (which must be set), by the trust rule, and reports the
+// answer; it writes nothing.
+func (h *holding) ask(ctx context.Context, by string) reconcile.Answer {
+	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
+	req := reconcile.Request{Ref: h.rec.Key, Attempts: h.rec.Attempts, LastSent: h.heldUntil}
+	ans := h.t.trust(h.t.check(withCallInfo(h.work, info), h.t.cfg.Reconciler, req), h.heldUntil)
+	h.t.reported(ctx, ans, h.rec.Key, by)
+	return ans
 }

@@ -3,10 +3,11 @@ package agenttool
 import (
 	"context"
 	"errors"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -232,7 +233,9 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer,
 	}
 	// Records settled as still unknown in this pass are not taken again:
 	// they changed after the pass began.
-	restedBefore = earliest(restedBefore, o.clock())
+	if now := o.clock(); now.Before(restedBefore) {
+		restedBefore = now
+	}
 	owner := newOwner()
 	for ctx.Err() == nil {
 		recs, err := uc.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{

@@ -30,7 +30,6 @@ type Tool struct {
 	typed       *typedInput // nil for wrapped tools
 	schema      json.RawMessage
 	flights     flights
-	notices     notices
 	scopeMemo   atomic.Pointer[scopeMemo]
 }
 
@@ -221,12 +220,4 @@ func (t *Tool) Schema() json.RawMessage { return t.schema }
 // an error, and the model must see every outcome, unknown ones above all.
 func (t *Tool) Call(ctx context.Context, input string) (string, error) {
 	return t.Invoke(ctx, input).String(), nil
-}
-
-// refused builds the envelope of a call refused before the tool ran.
-func (t *Tool) refused(ref string, e *envelope.Error, next envelope.Next, note string) envelope.Envelope {
-	return envelope.Envelope{
-		Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: t.name,
-		RequestRef: ref, Error: e, Next: next, Note: note,
-	}
 }

@@ -26,7 +26,9 @@ const (
 	// CodeUnavailable: every attempt failed with a transient error; the effect
 	// was not applied.
 	CodeUnavailable = "unavailable"
-	// CodeInProgress: another call for the same action is still running.
+	// CodeInProgress: another call for the same action is still running;
+	// or, with Earlier naming it, another action of the tool in the same
+	// scope is (one write at a time per tool and scope).
 	CodeInProgress = "in_progress"
 	// CodeOutcomeUnknown: the effect may have been applied; the record awaits
 	// reconciliation.
@@ -55,4 +57,9 @@ const (
 	// (status definite_failure), so that the user hears of the earlier
 	// action before anything else is sent.
 	CodeEarlierApplied = "earlier_action_applied"
+	// CodeReplaced: this action's outcome was unknown, it was found not
+	// applied, and another action of this tool in this scope went on in its
+	// place (Earlier names it): this one was not done and will not be
+	// (status definite_failure).
+	CodeReplaced = "replaced"
 )

@@ -97,7 +97,10 @@ func TestReplicaHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("READY")
-	scope := agenttool.WithScope(ctx, "tenant-1", "replicas")
+	// Each action is a step of its own (an orchestrator's step id as the
+	// session): distinct steps run at once, and each step's fence holds
+	// its own retries while the killed replica's attempt is settled.
+	scope := func(n int) context.Context { return agenttool.WithScope(ctx, "tenant-1", fmt.Sprintf("step-%d", n)) }
 	var wg sync.WaitGroup
 	failures := make(chan string, replicaGoroutines)
 	for g := range replicaGoroutines {
@@ -109,12 +112,12 @@ func TestReplicaHelper(t *testing.T) {
 			}
 			for _, n := range order {
 				in := fmt.Sprintf(`{"n":%d}`, n)
-				// Calls of one scope hold each other back while the killed
+				// Calls of one step hold each other back while the killed
 				// replica's actions are settled; on a loaded machine that
 				// takes a while. What is checked is the outcome, not the time.
 				var env envelope.Envelope
 				for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); {
-					env = tool.Invoke(scope, in)
+					env = tool.Invoke(scope(n), in)
 					if env.Status == envelope.Success {
 						break
 					}

@@ -96,12 +96,16 @@ func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() 
 		if created.IsZero() {
 			created = req.Now
 		}
+		scope := req.FenceScope
+		if scope == (Digest{}) && existing != nil && !existing.expired(req.Now) {
+			scope = existing.FenceScope // a takeover keeps the record in its slot
+		}
 		rec := Record{
 			Key: req.Key, Tool: req.Tool, State: Pending,
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver || retry,
-			Label: req.Label, FenceScope: req.FenceScope, Replaces: replaces,
+			Label: req.Label, FenceScope: scope, Replaces: replaces,
 		}
 		if existing != nil && !existing.expired(req.Now) {
 			// A takeover keeps the audit trail and the last outcome seen,

@@ -1,0 +1,254 @@
+package agenttool
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// Every answer a model can get from a guarded tool is built here, from a
+// reason and the facts it needs. The golden test (answers_test.go,
+// testdata/answers.golden) prints each one, so that a change of wording is
+// a reviewed diff.
+
+// reason is why a call answers as it does.
+type reason uint8
+
+const (
+	reasonMissingScope        reason = iota + 1 // the application set no scope
+	reasonInvalidInput                          // the input was refused (a.input)
+	reasonCancelled                             // the caller's context ended before anything ran
+	reasonStoreUnavailable                      // the store could not be used: nothing ran
+	reasonOtherPrincipal                        // the key is another principal's
+	reasonOtherTool                             // the key is another tool's
+	reasonOtherInput                            // the key was used with other input (a.other)
+	reasonReplay                                // a recorded outcome (a.replay), answered again
+	reasonReplayUnreadable                      // a recorded outcome that cannot be read (a.state)
+	reasonReplaced                              // this action was replaced by another (a.other)
+	reasonUnknownAwaits                         // the action's outcome is unknown and awaits reconciliation
+	reasonApprovalPending                       // the same, and the approver has not allowed anything (a.why)
+	reasonInProgress                            // another call runs this action
+	reasonEarlierRunning                        // another action of the tool in the scope runs (a.other)
+	reasonEarlierUnknown                        // another action of the scope is unknown (a.other, a.why)
+	reasonEarlierApplied                        // another action of the scope was just found done (a.other)
+	reasonEarlierDone                           // another action was just done in place of one found not applied (a.other)
+	reasonSucceeded                             // the tool ran and succeeded (a.result)
+	reasonDestinationReplayed                   // the destination replayed another caller's request (a.result)
+	reasonReconciled                            // the destination confirmed it was done (a.result)
+	reasonSettledApplied                        // a person or a sweeper found it done (a.result)
+	reasonRefused                               // the tool refused definitely (a.err, a.code)
+	reasonUnknown                               // the outcome is unknown (a.err)
+	reasonUnavailable                           // every attempt failed transiently: not applied (a.err)
+	reasonLeaseLost                             // the lease could not be kept: nothing ran (a.err)
+	reasonKeyForgotten                          // keyed, unknown, older than the destination keeps keys (a.created)
+	reasonCompensated                           // the compensating action undid it
+	reasonCompensationFailed                    // the compensating action failed (a.err says so)
+	reasonCount                                 // the number of reasons, plus one
+)
+
+// answer is a reason and what its envelope says.
+type answer struct {
+	reason   reason
+	attempts int
+	err      error           // the cause, where the reason has one
+	input    *envelope.Error // reasonInvalidInput: what is wrong with the input
+	code     string          // reasonRefused: the error code
+	why      string          // reasonEarlierUnknown, reasonApprovalPending: why it waits
+	other    *Record         // the other action the answer is about, as last read
+	result   json.RawMessage // the action's (or the other action's) result
+	replay   envelope.Envelope
+	state    State     // reasonReplayUnreadable: the record's state
+	created  time.Time // reasonKeyForgotten: when the action was first claimed
+	now      time.Time // when a.other was read; zero counts a pending other as running
+	replayed bool      // the answer is a recorded outcome, not this call's doing
+}
+
+// answerFor builds the envelope of a call of t for ref.
+func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
+	name, fence := t.name, t.cfg.Fence
+	env := envelope.Envelope{Version: envelope.Version, Tool: name, RequestRef: ref, Attempts: a.attempts, Replayed: a.replayed}
+	fail := func(code, msg string, next envelope.Next, note string) {
+		env.Status, env.Next, env.Note = envelope.DefiniteFailure, next, note
+		env.Error = &envelope.Error{Code: code, Message: msg}
+	}
+	unknown := func(code, msg string) {
+		env.Status = envelope.UnknownOutcome
+		env.Error = &envelope.Error{Code: code, Message: msg}
+		switch t.cfg.Class {
+		case Keyed:
+			env.Next = envelope.Wait
+			env.Note = fmt.Sprintf("This may already have happened. Calling %s again later with the same input is safe: reference %s makes the destination do it at most once.", name, ref)
+		case AtMostOnce:
+			env.Next = envelope.AskHuman
+			env.Note = fmt.Sprintf("This may already have happened and cannot be checked automatically. Do not call %s again for it; ask a person to confirm reference %s.", name, ref)
+		default:
+			env.Next = envelope.DoNotRetry
+			env.Note = fmt.Sprintf("This may already have happened. Do not call %s again for it; reference %s is being verified. Tell the user it is pending.", name, ref)
+		}
+	}
+	succeed := func(result json.RawMessage, note string) {
+		env.Status, env.Next, env.Result, env.Note = envelope.Success, envelope.Continue, result, note
+	}
+	other := ""
+	if a.other != nil {
+		other = a.other.Key
+	}
+	switch a.reason {
+	case reasonMissingScope:
+		fail(envelope.CodeMissingScope, "the application set no principal and session for this call (agenttool.WithScope); nothing was run",
+			envelope.DoNotRetry, "This tool is not available in this context; tell the user it could not be used.")
+	case reasonInvalidInput:
+		env.Status, env.Next, env.Error = envelope.DefiniteFailure, envelope.FixInput, a.input
+	case reasonCancelled:
+		fail(envelope.CodeCancelled, fmt.Sprintf("the call was cancelled before the tool ran: %v", a.err), envelope.Wait, "")
+	case reasonStoreUnavailable:
+		fail(envelope.CodeStoreUnavailable, fmt.Sprintf("the idempotency store could not be used, so the tool was not run: %v", a.err),
+			envelope.Wait, "Nothing was done. Try again later.")
+	case reasonOtherPrincipal:
+		fail(envelope.CodeScopeMismatch, "this request reference belongs to another principal; nothing was run", envelope.DoNotRetry, "")
+	case reasonOtherTool:
+		fail(envelope.CodeScopeMismatch, fmt.Sprintf("this request reference belongs to another tool than %s; nothing was run", name), envelope.DoNotRetry, "")
+	case reasonOtherInput:
+		env.Earlier = earlierOf(*a.other, a.now)
+		fail(envelope.CodeKeyReused, "this action was already requested with different input; nothing was run and the first request is unchanged",
+			envelope.AskHuman, fmt.Sprintf("The details differ from an earlier request for the same action, which %s; confirm with the user before changing it.",
+				earlierPhrase(env.Earlier.State)))
+	case reasonReplay:
+		env = a.replay
+		env.Replayed = true
+		if env.Note == "" && env.Status == envelope.Success {
+			env.Note = "Already done by an earlier call; this is its recorded result. Nothing was repeated."
+		}
+		return env
+	case reasonReplayUnreadable:
+		env.Replayed = true
+		if a.state == Succeeded {
+			env.Attempts = max(a.attempts, 1)
+			succeed(nil, "Already done by an earlier call, which was recorded; its result cannot be read back. Nothing was repeated.")
+			return env
+		}
+		env.Replayed = false
+		fail(envelope.CodeStoreUnavailable, fmt.Sprintf("an earlier call for this action was recorded as not applied, but its outcome cannot be read: %v", a.err),
+			envelope.AskHuman, "This action was not done by the earlier call; its details cannot be read. Ask the user before trying again.")
+	case reasonReplaced:
+		env.Earlier = earlierOf(*a.other, a.now)
+		if env.Earlier.State == envelope.ActionSucceeded {
+			env.Earlier.Result = validJSON(a.result)
+		}
+		fail(envelope.CodeReplaced, fmt.Sprintf("this action's outcome was unknown; it was found not done, and another %s (%s) went on in its place; this call was not run", name, other),
+			envelope.AskHuman, fmt.Sprintf("This was not done: another %s (reference %s) went on in its place, and %s. Nothing new was done. "+
+				"Tell the user, and ask before calling %s for it again.", name, other, earlierPhrase(env.Earlier.State), name))
+	case reasonUnknownAwaits:
+		unknown(envelope.CodeOutcomeUnknown, "an earlier attempt of this action has an unknown outcome and awaits reconciliation")
+	case reasonApprovalPending:
+		unknown(envelope.CodeOutcomeUnknown, a.why)
+	case reasonInProgress:
+		env.Status, env.Next = envelope.UnknownOutcome, envelope.Wait
+		env.Error = &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"}
+		env.Earlier = &envelope.Earlier{RequestRef: ref, State: envelope.ActionRunning}
+		env.Note = "The same action is already in progress. Wait, then call again with the same input to get its outcome; it will not run twice."
+	case reasonEarlierRunning:
+		env.Status, env.Next = envelope.UnknownOutcome, envelope.Wait
+		env.Error = &envelope.Error{Code: envelope.CodeInProgress, Message: fmt.Sprintf(
+			"another %s of this %s (%s) is still running, and this tool does one at a time; this call was not run", name, fence, other)}
+		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionRunning}
+		env.Note = fmt.Sprintf("Another %s in this conversation (reference %s) is still in progress; nothing new was done. "+
+			"Wait for it, then call again if this one is still needed.", name, other)
+	case reasonEarlierUnknown:
+		next := envelope.DoNotRetry
+		if t.cfg.Class == AtMostOnce {
+			next = envelope.AskHuman
+		}
+		env.Status, env.Next = envelope.UnknownOutcome, next
+		env.Error = &envelope.Error{Code: envelope.CodeEarlierUnknown,
+			Message: fmt.Sprintf("an earlier %s of this %s (%s) has an unknown outcome (%s); this call was not run", name, fence, other, a.why)}
+		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionUnknown}
+		env.Note = fmt.Sprintf("An earlier %s in this conversation may already have happened and is still being verified (reference %s); nothing new was done. "+
+			"Tell the user it is pending, and do not call %s again until it is settled.", name, other, name)
+	case reasonEarlierApplied:
+		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
+		fail(envelope.CodeEarlierApplied, fmt.Sprintf("an earlier %s of this %s (%s), whose outcome was unknown, was confirmed done; this call was not run", name, fence, other),
+			envelope.AskHuman, fmt.Sprintf("An earlier %s in this conversation was confirmed done (reference %s); nothing new was done. "+
+				"Tell the user, and ask before doing it again.", name, other))
+	case reasonEarlierDone:
+		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
+		fail(envelope.CodeEarlierApplied, fmt.Sprintf("another %s of this %s (%s) was just done, in place of an earlier one whose outcome was unknown; this call was not run",
+			name, fence, other), envelope.AskHuman, fmt.Sprintf("Another %s in this conversation was just done (reference %s); nothing new was done. "+
+			"Tell the user, and ask before doing it again.", name, other))
+	case reasonSucceeded:
+		succeed(a.result, "")
+	case reasonDestinationReplayed:
+		succeed(a.result, "The destination had already done this for an earlier request; this is its result. Nothing was repeated.")
+		env.Replayed = true
+	case reasonReconciled:
+		succeed(a.result, "The destination confirmed this was done; it was not repeated.")
+		env.Reconciled = true
+	case reasonSettledApplied:
+		succeed(a.result, "Confirmed done after an unknown outcome; it was not repeated.")
+		env.Reconciled = true
+	case reasonRefused:
+		env.Status, env.Next = envelope.DefiniteFailure, envelope.DoNotRetry
+		env.Error = &envelope.Error{Code: a.code, Message: a.err.Error()}
+	case reasonUnknown:
+		unknown(envelope.CodeOutcomeUnknown, fmt.Sprintf("the outcome is unknown: %v", a.err))
+	case reasonUnavailable:
+		fail(envelope.CodeUnavailable, fmt.Sprintf("not applied; the destination is unavailable: %v", a.err),
+			envelope.Wait, "Nothing was done. The same call can be tried again later.")
+	case reasonLeaseLost:
+		fail(envelope.CodeStoreUnavailable, fmt.Sprintf("the key's lease could not be kept, so the tool was not run: %v", a.err),
+			envelope.Wait, "Nothing was done. Try again later.")
+	case reasonKeyForgotten:
+		env.Status, env.Next = envelope.UnknownOutcome, envelope.AskHuman
+		env.Error = &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: fmt.Sprintf(
+			"%v (first sent %s, longer ago than the destination keeps keys, %v); it is not retried blindly", errKeyForgotten,
+			a.created.UTC().Format(time.RFC3339), t.cfg.DestinationKeyTTL)}
+		env.Note = fmt.Sprintf("This may already have happened, and it is too old to retry safely. Do not call %s again for it; ask a person to check reference %s.", name, ref)
+	case reasonCompensated:
+		fail(envelope.CodeCompensated, "the action's effect, if it happened, was undone by its compensating action",
+			envelope.AskHuman, "This action was cancelled and undone. Ask the user whether to do it again.")
+	case reasonCompensationFailed:
+		env.Status, env.Next = envelope.UnknownOutcome, envelope.AskHuman
+		env.Error = &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: a.err.Error()}
+		env.Note = "This may already have happened and could not be undone. Ask a person to check reference " + ref + "."
+	default:
+		panic(fmt.Sprintf("agenttool: no answer for reason %d", a.reason))
+	}
+	return env
+}
+
+// earlierOf says what became of the action of rec, for an answer about it;
+// a zero now counts a pending record as running.
+func earlierOf(rec Record, now time.Time) *envelope.Earlier {
+	e := &envelope.Earlier{RequestRef: rec.Key, State: envelope.ActionUnknown}
+	switch {
+	case rec.State == Succeeded:
+		e.State = envelope.ActionSucceeded
+	case rec.State == Failed, rec.State == Unknown && rec.RetryApproved:
+		e.State = envelope.ActionFailed
+	case rec.State == Pending && (now.IsZero() || now.Before(rec.LeaseExpiry)):
+		e.State = envelope.ActionRunning
+	}
+	return e
+}
+
+// earlierPhrase says an action's state in words for a note.
+func earlierPhrase(s envelope.ActionState) string {
+	switch s {
+	case envelope.ActionSucceeded:
+		return "was done"
+	case envelope.ActionFailed:
+		return "was not done"
+	case envelope.ActionRunning:
+		return "is still running"
+	}
+	return "may or may not have happened and is being verified"
+}
+
+func validJSON(b json.RawMessage) json.RawMessage {
+	if len(b) > 0 && !json.Valid(b) {
+		return nil
+	}
+	return b
+}

@@ -69,6 +69,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet, indent string) {
 var metavars = map[string]string{
 	"principal": "P", "tool": "T", "after": "REF", "limit": "N", "by": "WHO", "why": "TEXT",
 	"result": "JSON", "attempts": "N", "concurrency": "N", "batch": "N",
+	"from": "STORE", "to": "STORE", "from-schema": "SCHEMA", "to-schema": "SCHEMA", "pending": "HOW",
 }
 
 // flagName is a flag as usage shows it: -limit N.

@@ -35,6 +35,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return op.ForAnyTool(s.keyTTL), nil
 		},
+		OpenStore: openStore,
 	})
 	if store != nil {
 		if err := store.Close(); err != nil && code == opcmd.ExitOK {
@@ -99,6 +101,40 @@ type closingStore interface {
 	io.Closer
 }
 
+// openStore opens a store that copy names by its location: a PostgreSQL
+// URL (postgres:// or postgresql://), or else a bbolt file's path, opened
+// read-only unless the command writes to it.
+func openStore(ctx context.Context, spec opcmd.StoreSpec) (agenttool.Store, func() error, error) {
+	var (
+		st  closingStore
+		err error
+	)
+	if strings.HasPrefix(spec.Location, "postgres://") || strings.HasPrefix(spec.Location, "postgresql://") {
+		st, err = openPostgres(ctx, spec.Location, spec.Schema)
+	} else {
+		if spec.Schema != "" {
+			return nil, nil, fmt.Errorf("%w: %s is a bbolt file, which has no schema (a PostgreSQL URL starts with postgres://)", opcmd.ErrUsage, spec.Location)
+		}
+		st, err = boltstore.Open(spec.Location, &boltstore.Options{ReadOnly: !spec.Write, KeepSchema: true})
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
+}
+
+// openPostgres opens the pgstore at url, in schema ("" for the default),
+// waiting 30s at most for the server.
+func openPostgres(ctx context.Context, url, schema string) (closingStore, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("PostgreSQL did not answer within 30s: %w", err)
+	}
+	return st, err
+}
+
 // open opens the store the flags name: bbolt read-only unless the command
 // settles something.
 func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, error) {
@@ -112,13 +148,7 @@ func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, erro
 	case s.db != "":
 		return boltstore.Open(s.db, &boltstore.Options{ReadOnly: !settles, KeepSchema: true})
 	case url != "":
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		st, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: s.schema})
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("PostgreSQL did not answer within 30s: %w", err)
-		}
-		return st, err
+		return openPostgres(ctx, url, s.schema)
 	}
 	return nil, fmt.Errorf("%w: name the store: -db PATH (bbolt) or -database-url URL (PostgreSQL; or set DATABASE_URL)", opcmd.ErrUsage)
 }

@@ -170,6 +170,7 @@ func Copy(ctx context.Context, from, to Store, opts *CopyOptions) (CopyReport, e
 		}
 		now := o.Now()
 		batch := make([]Record, 0, len(recs))
+		var converted map[string]bool // pending records of the page made unknown
 		for _, r := range recs {
 			rep.Read++
 			switch {
@@ -181,7 +182,10 @@ func Copy(ctx context.Context, from, to Store, opts *CopyOptions) (CopyReport, e
 				continue
 			case r.State == Pending:
 				r = asUnknown(r)
-				rep.AsUnknown++
+				if converted == nil {
+					converted = map[string]bool{}
+				}
+				converted[r.Key] = true
 			}
 			if err := ValidateImport(&r); err != nil {
 				issue(r.Key, CopyUnreadable, err.Error())
@@ -189,7 +193,7 @@ func Copy(ctx context.Context, from, to Store, opts *CopyOptions) (CopyReport, e
 			}
 			batch = append(batch, r)
 		}
-		if err := copyPage(ctx, to, im, batch, &rep, issue); err != nil {
+		if err := copyPage(ctx, to, im, batch, converted, &rep, issue); err != nil {
 			return rep, err
 		}
 		if o.Progress != nil {
@@ -204,14 +208,23 @@ func Copy(ctx context.Context, from, to Store, opts *CopyOptions) (CopyReport, e
 
 // copyPage imports batch into to: at once, when the target holds none of
 // its keys (one write, the common case of a first run); else record by
-// record, leaving out the keys the target holds.
-func copyPage(ctx context.Context, to Store, im Importer, batch []Record, rep *CopyReport, issue func(string, CopyProblem, string)) error {
+// record, leaving out the keys the target holds. converted names the
+// records that were pending in the source.
+func copyPage(ctx context.Context, to Store, im Importer, batch []Record, converted map[string]bool, rep *CopyReport, issue func(string, CopyProblem, string)) error {
 	if len(batch) == 0 {
 		return nil
 	}
+	copied := func(recs []Record) {
+		rep.Copied += len(recs)
+		for _, r := range recs {
+			if converted[r.Key] {
+				rep.AsUnknown++
+			}
+		}
+	}
 	err := im.Import(ctx, batch)
 	if err == nil {
-		rep.Copied += len(batch)
+		copied(batch)
 		return nil
 	}
 	if !errors.Is(err, ErrInvalidRequest) {
@@ -243,7 +256,7 @@ func copyPage(ctx context.Context, to Store, im Importer, batch []Record, rep *C
 	if err := im.Import(ctx, missing); err != nil {
 		return fmt.Errorf("agenttool: copying: writing %d records to the target, from %s (is something else writing to it?): %w", len(missing), missing[0].Key, err)
 	}
-	rep.Copied += len(missing)
+	copied(missing)
 	return nil
 }
 

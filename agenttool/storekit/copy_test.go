@@ -172,6 +172,11 @@ func TestCopyPendingRecords(t *testing.T) {
 	if rep, err := storekit.Copy(bg, from, memstore.New(), opts); err != nil || rep.AsUnknown != 1 {
 		t.Fatal(rep, err)
 	}
+	fresh := memstore.New()
+	storekit.Copy(bg, from, fresh, opts)
+	if rep, err := storekit.Copy(bg, from, fresh, opts); err != nil || rep.AsUnknown != 0 || rep.Identical != 4 {
+		t.Errorf("a second copy with pending records as unknown: %+v, %v; want the record made unknown found identical, not copied again", rep, err)
+	}
 }
 
 func TestCopyLeavesExpiredRecordsOut(t *testing.T) {

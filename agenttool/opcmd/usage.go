@@ -10,7 +10,7 @@ import (
 // usage prints every command with its flags.
 func (r *runner) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: %s [global flags] COMMAND [ARGS] [flags]\n\n", r.opts.Name)
-	fmt.Fprintf(w, "Lists and settles the actions of retrysafe's guarded tools whose outcome is unknown.\n\n")
+	fmt.Fprintf(w, "Lists and settles the actions of retrysafe's guarded tools whose outcome is unknown, and copies one store into another.\n\n")
 	fmt.Fprintf(w, "Global flags (before the command; -json also after it):\n")
 	printFlags(w, r.global, "  ")
 	fmt.Fprintf(w, "\nCommands:\n")

@@ -1,19 +1,24 @@
 // Command retrysafe lists and settles the actions of retrysafe's guarded
 // tools whose outcome is unknown, in a store the application left, with no
 // application code: list, show, stats, and resolve (and approve
-// -retry-once) when the application's tools use the default Codec.
+// -retry-once) when the application's tools use the default Codec; and it
+// copies one store into another (copy), to move an application from bbolt
+// to PostgreSQL.
 //
 //	go install github.com/retrysafe/retrysafe/cmd/retrysafe@latest
 //	retrysafe -db app.db list
 //	retrysafe -db app.db show send_email/qlsafj55ze4dcwngvv4shjzqiytdkbwo
 //	retrysafe -database-url postgres://ops@db.internal/app -json stats
 //	retrysafe -db app.db resolve not-applied send_email/qlsafj… -attempts 1 -by maria -why "not in the mail log"
+//	retrysafe copy -from app.db -to postgres://ops@db.internal/app
 //
 // The store: -db PATH, a bbolt file, opened read-only unless the command
 // settles something; or -database-url URL (default $DATABASE_URL), a
 // PostgreSQL database, with -schema (default "retrysafe"). A bbolt file
 // belongs to one process: while the application holds it, this program
-// cannot open it, and says so.
+// cannot open it, and says so. copy names its two stores itself: -from and
+// -to, each a bbolt file's path or a postgres:// URL (with -from-schema and
+// -to-schema); the source is opened read-only.
 //
 // The commands that need the application's tools — reconcile (their
 // reconcilers), approve -compensate (their compensating actions) and sweep

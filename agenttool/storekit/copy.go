@@ -178,7 +178,7 @@ func Copy(ctx context.Context, from, to Store, opts *CopyOptions) (CopyReport, e
 				rep.Expired++
 				continue
 			case r.State == Pending && o.Pending != PendingAsUnknown:
-				issue(r.Key, CopyPending, fmt.Sprintf("held by a call (lease until %s): it may still be running", r.LeaseExpiry.UTC().Format(time.RFC3339)))
+				issue(r.Key, CopyPending, pendingDetail(&r, now))
 				continue
 			case r.State == Pending:
 				r = asUnknown(r)
@@ -258,6 +258,15 @@ func copyPage(ctx context.Context, to Store, im Importer, batch []Record, conver
 	}
 	copied(missing)
 	return nil
+}
+
+// pendingDetail says of a pending record what an operator needs to decide.
+func pendingDetail(r *Record, now time.Time) string {
+	until := r.LeaseExpiry.UTC().Format(time.RFC3339)
+	if now.Before(r.LeaseExpiry) {
+		return "held by a call whose lease runs until " + until + ": it may still be running"
+	}
+	return "its holder's lease lapsed at " + until + ": the call died mid-way (or its process is paused), and whether its effect happened is unknown"
 }
 
 // asUnknown is the pending record r as a claim that finds its holder gone,

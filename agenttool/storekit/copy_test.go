@@ -145,8 +145,9 @@ func TestCopyPendingRecords(t *testing.T) {
 	if err != nil || rep.Copied != 3 || rep.Pending != 1 || rep.Complete() {
 		t.Fatalf("copy refusing pending records: %+v, %v", rep, err)
 	}
-	if len(issues) != 1 || issues[0].Key != "copy/held" || issues[0].Problem != storekit.CopyPending {
-		t.Errorf("issues %+v; want copy/held reported as pending", issues)
+	if len(issues) != 1 || issues[0].Key != "copy/held" || issues[0].Problem != storekit.CopyPending ||
+		issues[0].Detail != "its holder's lease lapsed at 2026-11-29T12:01:00Z: the call died mid-way (or its process is paused), and whether its effect happened is unknown" {
+		t.Errorf("issues %+v; want copy/held reported as pending, its lease lapsed", issues)
 	}
 	if _, err := to.Get(bg, "copy/held"); !errors.Is(err, storekit.ErrNotFound) {
 		t.Errorf("a refused pending record is in the target: %v", err)

@@ -186,7 +186,10 @@
 //     ClockSkew, or a destination that applies a request later than that.
 //     A reconciler that knows no request in flight can land (the
 //     destination fences stale ones, as boltstore.Store.Effect does)
-//     answers reconcile.NotAppliedFenced, which is trusted at once.
+//     answers reconcile.NotAppliedFenced, which is trusted at once. A
+//     destination that checks the claim's fencing token (CallInfo.Token)
+//     refuses the stalled holder's late request itself; where it cannot,
+//     a pause longer than all of the above lets that request land.
 //   - The unknown fence sees actions while they are unknown. Once one is
 //     found applied — by the fence, by a resend of the action, by the
 //     sweeper or an operator — the tool's other new writes in the scope

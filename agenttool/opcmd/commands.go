@@ -34,6 +34,7 @@ var commands = []*command{
 	{name: "resolve not-applied", args: "REF", summary: "Settle as not applied: the next call runs the tool once more, with the same key.", settles: true, define: (*runner).defineResolveNotApplied},
 	{name: "approve", args: "REF", summary: "Decide on an at-most-once action: one more attempt (-retry-once) or undo it (-compensate).", settles: true, define: (*runner).defineApprove},
 	{name: "sweep", summary: "Reconcile every record awaiting reconciliation with the tools' reconcilers, and delete expired ones.", settles: true, needsApp: true, define: (*runner).defineSweep},
+	{name: "copy", summary: "Copy every record of one store into another (bbolt to PostgreSQL, say): what is missing, never twice; run it with the application stopped.", define: (*runner).defineCopy},
 }
 
 func lookup(name string) *command {

@@ -40,6 +40,18 @@
 //	    per batch on stderr; -once makes one pass and prints its report,
 //	    without it passes run every -interval until the context ends
 //	    (Ctrl-C), which exits 0
+//	copy -from STORE -to STORE [-from-schema S] [-to-schema S] [-pending refuse|unknown] [-batch N]
+//	    copy every record of one store into another (a bbolt file into
+//	    PostgreSQL, when an application grows to several replicas), a page
+//	    of -batch records at a time, with storekit.Copy: records the target
+//	    holds already are left as they are (counted when the same, reported
+//	    when not), so a second run copies nothing and a run that stopped
+//	    part-way is finished by the same command; pending records are
+//	    reported and left out (stop the application first), or copied as
+//	    unknown outcomes with -pending unknown; it exits 1 unless every
+//	    record is in the target. It opens its stores with
+//	    Options.OpenStore (cmd/retrysafe has one; an application's mount
+//	    usually has not)
 //	help, -h, COMMAND -h
 //	    every command with its flags, or one
 //
@@ -57,7 +69,8 @@
 // tool and state for stats, one result line for reconcile, resolve and
 // approve ({"ref", "verdict", "by", "why", "attempts", "settled"}), the
 // report for sweep (its progress lines go to stderr with "progress":
-// true). Errors always go to stderr as text that says what to do.
+// true), and for copy a line per record left out ({"ref", "problem",
+// "detail"}) then its report. Errors always go to stderr as text that says what to do.
 //
 // # Exit codes
 //

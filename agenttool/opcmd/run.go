@@ -47,6 +47,10 @@ type Options struct {
 	// opened read-only when it does not. Its error is printed as it is, and
 	// exits with ExitUsage if it wraps ErrUsage, else with ExitFailed.
 	Open func(ctx context.Context, settles bool) (*agenttool.Operator, error)
+	// OpenStore, if set, opens a store that a command names by its
+	// location (copy -from and -to), and returns it with the function that
+	// closes it. Without it, copy refuses: cmd/retrysafe has it.
+	OpenStore func(ctx context.Context, spec StoreSpec) (store agenttool.Store, close func() error, err error)
 }
 
 // ErrUsage marks an error of Options.Open that is the command line's

@@ -10,7 +10,7 @@ import (
 // usage prints every command with its flags.
 func (r *runner) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: %s [global flags] COMMAND [ARGS] [flags]\n\n", r.opts.Name)
-	fmt.Fprintf(w, "Lists and settles the actions of retrysafe's guarded tools whose outcome is unknown.\n\n")
+	fmt.Fprintf(w, "Lists and settles the actions of retrysafe's guarded tools whose outcome is unknown, and copies one store into another.\n\n")
 	fmt.Fprintf(w, "Global flags (before the command; -json also after it):\n")
 	printFlags(w, r.global, "  ")
 	fmt.Fprintf(w, "\nCommands:\n")
@@ -69,6 +69,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet, indent string) {
 var metavars = map[string]string{
 	"principal": "P", "tool": "T", "after": "REF", "limit": "N", "by": "WHO", "why": "TEXT",
 	"result": "JSON", "attempts": "N", "concurrency": "N", "batch": "N",
+	"from": "STORE", "to": "STORE", "from-schema": "SCHEMA", "to-schema": "SCHEMA", "pending": "HOW",
 }
 
 // flagName is a flag as usage shows it: -limit N.

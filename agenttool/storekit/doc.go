@@ -26,5 +26,8 @@
 // It indexes the records of a tool and principal that hold the unknown
 // fence ([Record.Fences]), so that a claim answers the fence and a scoped
 // [ListRequest] is answered without reading every record, and it reports
-// records it cannot read ([CorruptRecordError]) instead of stopping.
+// records it cannot read ([CorruptRecordError]) instead of stopping. So
+// that an application can move from one store to another ([Copy], the
+// operator command retrysafe copy), it lists its records page by page
+// ([Exporter]) and takes them in bulk ([Importer]).
 package storekit

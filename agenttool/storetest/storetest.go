@@ -106,6 +106,7 @@ func Run(t *testing.T, h Harness) {
 		{"CountsByToolAndState", testCount},
 		{"SweepInSteps", testSweepSteps},
 		{"ImportSettledRecords", testImport},
+		{"ExportEveryRecordInPages", testExport},
 		{"CancelledContext", testCancelled},
 		{"InvalidRequests", testInvalid},
 	}

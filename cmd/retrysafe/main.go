@@ -1,19 +1,24 @@
 // Command retrysafe lists and settles the actions of retrysafe's guarded
 // tools whose outcome is unknown, in a store the application left, with no
 // application code: list, show, stats, and resolve (and approve
-// -retry-once) when the application's tools use the default Codec.
+// -retry-once) when the application's tools use the default Codec; and it
+// copies one store into another (copy), to move an application from bbolt
+// to PostgreSQL.
 //
 //	go install github.com/retrysafe/retrysafe/cmd/retrysafe@latest
 //	retrysafe -db app.db list
 //	retrysafe -db app.db show send_email/qlsafj55ze4dcwngvv4shjzqiytdkbwo
 //	retrysafe -database-url postgres://ops@db.internal/app -json stats
 //	retrysafe -db app.db resolve not-applied send_email/qlsafj… -attempts 1 -by maria -why "not in the mail log"
+//	retrysafe copy -from app.db -to postgres://ops@db.internal/app
 //
 // The store: -db PATH, a bbolt file, opened read-only unless the command
 // settles something; or -database-url URL (default $DATABASE_URL), a
 // PostgreSQL database, with -schema (default "retrysafe"). A bbolt file
 // belongs to one process: while the application holds it, this program
-// cannot open it, and says so.
+// cannot open it, and says so. copy names its two stores itself: -from and
+// -to, each a bbolt file's path or a postgres:// URL (with -from-schema and
+// -to-schema); the source is opened read-only.
 //
 // The commands that need the application's tools — reconcile (their
 // reconcilers), approve -compensate (their compensating actions) and sweep
@@ -35,6 +40,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return op.ForAnyTool(s.keyTTL), nil
 		},
+		OpenStore: openStore,
 	})
 	if store != nil {
 		if err := store.Close(); err != nil && code == opcmd.ExitOK {
@@ -99,6 +106,40 @@ type closingStore interface {
 	io.Closer
 }
 
+// openStore opens a store that copy names by its location: a PostgreSQL
+// URL (postgres:// or postgresql://), or else a bbolt file's path, opened
+// read-only unless the command writes to it.
+func openStore(ctx context.Context, spec opcmd.StoreSpec) (agenttool.Store, func() error, error) {
+	var (
+		st  closingStore
+		err error
+	)
+	if strings.HasPrefix(spec.Location, "postgres://") || strings.HasPrefix(spec.Location, "postgresql://") {
+		st, err = openPostgres(ctx, spec.Location, spec.Schema)
+	} else {
+		if spec.Schema != "" {
+			return nil, nil, fmt.Errorf("%w: %s is a bbolt file, which has no schema (a PostgreSQL URL starts with postgres://)", opcmd.ErrUsage, spec.Location)
+		}
+		st, err = boltstore.Open(spec.Location, &boltstore.Options{ReadOnly: !spec.Write, KeepSchema: true})
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
+}
+
+// openPostgres opens the pgstore at url, in schema ("" for the default),
+// waiting 30s at most for the server.
+func openPostgres(ctx context.Context, url, schema string) (closingStore, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("PostgreSQL did not answer within 30s: %w", err)
+	}
+	return st, err
+}
+
 // open opens the store the flags name: bbolt read-only unless the command
 // settles something.
 func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, error) {
@@ -112,13 +153,7 @@ func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, erro
 	case s.db != "":
 		return boltstore.Open(s.db, &boltstore.Options{ReadOnly: !settles, KeepSchema: true})
 	case url != "":
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		st, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: s.schema})
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("PostgreSQL did not answer within 30s: %w", err)
-		}
-		return st, err
+		return openPostgres(ctx, url, s.schema)
 	}
 	return nil, fmt.Errorf("%w: name the store: -db PATH (bbolt) or -database-url URL (PostgreSQL; or set DATABASE_URL)", opcmd.ErrUsage)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,12 +28,25 @@ type keyEntry struct {
 	response    []byte
 }
 
+// fencingHeader carries the fencing token of the client's claim on the
+// key (agenttool.CallInfo.Token): it grows with every claim of the key, so
+// a request that carries a lower token than one the service has seen for
+// the key comes from a holder whose claim was taken over since.
+const fencingHeader = "Fencing-Token"
+
 // bookingService is an HTTP booking API on loopback that honours
 // Idempotency-Key as the IETF idempotency-key draft describes: the first
 // request with a key is processed; a repeat with the same parameters gets
 // the first response replayed; a repeat while the first is in progress gets
 // 409; a repeat with other parameters gets 422. GET /bookings/by-key/KEY
 // answers the status of a key.
+//
+// It also makes every request with a Fencing-Token header a conditional
+// write: it keeps the highest token seen for each key, from writes and
+// status checks alike, and refuses a request with a lower one — 412
+// Precondition Failed, before anything else is looked at — so that a
+// holder whose claim was taken over (a process paused past its lease) can
+// no longer act once the new holder has been heard from.
 type bookingService struct {
 	fault      string
 	slowCommit time.Duration // the "slow" fault commits this late
@@ -40,15 +54,17 @@ type bookingService struct {
 
 	mu       sync.Mutex
 	keys     map[string]*keyEntry
+	fences   map[string]uint64 // the highest fencing token seen for a key
 	bookings []booking
 	posts    int
+	stale    int // requests refused for a stale fencing token
 
 	srv *http.Server
 	url string
 }
 
 func startBookingService(fault string, slowCommit time.Duration, log func(string, ...any)) (*bookingService, error) {
-	s := &bookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}}
+	s := &bookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}, fences: map[string]uint64{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /bookings", s.book)
 	mux.HandleFunc("GET /bookings/by-key/{key...}", s.status)
@@ -89,10 +105,21 @@ func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fp := sha256.Sum256(body)
+	token, fenced, err := fencingToken(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
 
 	s.mu.Lock()
 	s.posts++
 	post := s.posts
+	if fenced && !s.fence(key, token) {
+		s.mu.Unlock()
+		s.log("booking service: 412, key %s is held under a newer fencing token than %d", short(key), token)
+		writeJSON(w, http.StatusPreconditionFailed, map[string]string{"error": staleMessage})
+		return
+	}
 	if s.fault == "unavailable" && post <= 2 {
 		s.mu.Unlock()
 		s.log("booking service: 503, try later (request %d)", post)
@@ -151,9 +178,24 @@ func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
 
 func (s *bookingService) status(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	token, fenced, err := fencingToken(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
 	s.mu.Lock()
+	if fenced && !s.fence(key, token) {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusPreconditionFailed, map[string]string{"error": staleMessage})
+		return
+	}
 	e, seen := s.keys[key]
 	s.mu.Unlock()
+	if fenced {
+		// Every request with a lower token is refused from now on: a
+		// "not found" is final.
+		w.Header().Set(fencingHeader, strconv.FormatUint(token, 10))
+	}
 	switch {
 	case !seen:
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no request with this key"})
@@ -163,6 +205,41 @@ func (s *bookingService) status(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(e.response)
 	}
+}
+
+// staleMessage is the error of a request refused for its fencing token.
+const staleMessage = "a newer holder of this Idempotency-Key has been heard from (a higher Fencing-Token): this request is stale and was not processed"
+
+// fencingToken reads a request's Fencing-Token, if it has one.
+func fencingToken(r *http.Request) (token uint64, ok bool, err error) {
+	v := r.Header.Get(fencingHeader)
+	if v == "" {
+		return 0, false, nil
+	}
+	token, err = strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s must be a decimal number, not %q", fencingHeader, v)
+	}
+	return token, true, nil
+}
+
+// fence records token for key and reports whether it is at least the
+// highest the service has seen for it: false means the request is stale.
+// s.mu is held.
+func (s *bookingService) fence(key string, token uint64) bool {
+	if token < s.fences[key] {
+		s.stale++
+		return false
+	}
+	s.fences[key] = token
+	return true
+}
+
+// staleCount returns how many requests were refused as stale.
+func (s *bookingService) staleCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stale
 }
 
 func short(key string) string {

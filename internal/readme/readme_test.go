@@ -16,10 +16,12 @@ import (
 // imports are the packages README snippets may use, each with a name used
 // once so that an unused one is no error.
 var imports = map[string]string{
+	"bytes":                             "bytes.NewReader",
 	"context":                           "context.Background",
 	"encoding/json":                     "json.Marshal",
 	"net/http":                          "http.NewRequest",
 	"os":                                "os.Exit",
+	"strconv":                           "strconv.Itoa",
 	"testing":                           "testing.Short",
 	"time":                              "time.Now",
 	"github.com/tmc/langchaingo/agents": "agents.NewExecutor",

@@ -53,7 +53,7 @@ func TestAPanickingCheckDoesNotHoldTheRecordForever(t *testing.T) {
 		time.Sleep(10 * lease) // long after any lease of the dead check would have lapsed
 
 		op, _ := agenttool.NewOperator(store, tool)
-		err := op.ResolveApplied(context.Background(), a.RequestRef, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
+		err := op.ResolveApplied(context.Background(), a.RequestRef, a.Attempts, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
 		rec, _ := store.Get(context.Background(), a.RequestRef)
 		t.Logf("operator: %v; record %v taken over %v, lease ends in %v", err, rec.State, rec.TakenOver, time.Until(rec.LeaseExpiry))
 		if errors.Is(err, agenttool.ErrBusy) {

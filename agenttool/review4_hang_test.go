@@ -55,7 +55,7 @@ func hangingCheck(t *testing.T, store agenttool.Store) {
 	go func() { passes <- op.RunSweeper(ctx, agenttool.SweeperOptions{Interval: 10 * time.Millisecond}) }()
 	time.Sleep(20 * lease)
 
-	err = op.ResolveApplied(context.Background(), a.RequestRef, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
+	err = op.ResolveApplied(context.Background(), a.RequestRef, a.Attempts, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
 	rec, _ := store.Get(context.Background(), a.RequestRef)
 	if errors.Is(err, agenttool.ErrBusy) {
 		t.Errorf("20 leases into a check that never answers, the operator cannot settle the record: %v (record %v, taken over %v, checks %d)",

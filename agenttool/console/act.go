@@ -113,8 +113,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusConflict, fmt.Sprintf("Nothing was changed: this action is no longer awaiting a decision (it is %s).", page.Row.State))
 		return
 	}
-	// The decision is about the outcome the page showed. ResolveNotApplied
-	// checks that itself, in the store; the others are checked here too.
+	// The decision is about the outcome the page showed: the operator
+	// checks it again while it holds the record; this answers early.
 	if d.attempts != rec.Attempts {
 		refuse(http.StatusConflict, stale(d.attempts, rec.Attempts))
 		return
@@ -164,13 +164,13 @@ func (d decision) make(ctx context.Context, op *agenttool.Operator) (string, err
 		if d.result != "" {
 			result = json.RawMessage(d.result)
 		}
-		return d.do, op.ResolveApplied(ctx, d.ref, result, d.by, d.reason)
+		return d.do, op.ResolveApplied(ctx, d.ref, d.attempts, result, d.by, d.reason)
 	case doNotApplied:
 		return d.do, op.ResolveNotApplied(ctx, d.ref, d.attempts, d.by, d.reason)
 	case doRetry:
 		return d.do, op.ResolveNotApplied(ctx, d.ref, d.attempts, d.by, "one retry approved: "+d.reason)
 	case doCompensate:
-		return d.do, op.Compensate(ctx, d.ref, d.by, d.reason)
+		return d.do, op.Compensate(ctx, d.ref, d.attempts, d.by, d.reason)
 	}
 	return "", fmt.Errorf("no decision %q: %w", d.do, agenttool.ErrInvalidRequest)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/console"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -61,7 +62,7 @@ type emailInput struct {
 type world struct {
 	t         *testing.T
 	clock     *clock
-	store     *memstore.Store
+	store     *raceStore
 	approvals *console.Approvals
 	// charge_card is at-most-once: the card processor can neither dedupe
 	// nor be asked. It has an approver (the console's) and a refund.
@@ -92,7 +93,7 @@ var viewers = map[string]console.Viewer{
 
 func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 	t.Helper()
-	w := &world{t: t, clock: &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}, store: memstore.New(), approvals: &console.Approvals{}}
+	w := &world{t: t, clock: &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}, store: &raceStore{Store: memstore.New()}, approvals: &console.Approvals{}}
 	w.verdict.Store(reconcile.StillPending())
 	fast := agenttool.RetryPolicy{MaxAttempts: 1}
 	var err error
@@ -161,6 +162,24 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 	w.srv = httptest.NewServer(h)
 	t.Cleanup(w.srv.Close)
 	return w
+}
+
+// raceStore is the world's store. Its between function, once set, runs
+// just before the next claim that takes a record over (an operator's hold):
+// what another party does after the console read the record and before the
+// decision holds it.
+type raceStore struct {
+	*memstore.Store
+	between atomic.Pointer[func()]
+}
+
+func (s *raceStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if r.TakeOver {
+		if f := s.between.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return s.Store.Claim(ctx, r)
 }
 
 // ctx is the trusted context of a call by principal, labelled label.

@@ -27,12 +27,12 @@
 //	reconcile REF -by WHO
 //	    ask the destination through the tool's reconciler and settle the
 //	    record by its answer, which it prints
-//	resolve applied REF [-result JSON] -by WHO -why TEXT
+//	resolve applied REF -attempts N [-result JSON] -by WHO -why TEXT
 //	    settle as applied: calls replay a success with that result
 //	resolve not-applied REF -attempts N -by WHO -why TEXT
 //	    settle as not applied: the next call runs the tool once more
 //	approve REF -retry-once -attempts N -by WHO -why TEXT
-//	approve REF -compensate [-attempts N] -by WHO -why TEXT
+//	approve REF -compensate -attempts N -by WHO -why TEXT
 //	    decide on an at-most-once action: one more attempt, or run the
 //	    tool's compensating action
 //	sweep -once | sweep [-interval D]
@@ -44,9 +44,9 @@
 //	    every command with its flags, or one
 //
 // Flags go before or after a command's reference. -attempts is the
-// record's attempts as list or show printed them: a finding is about one
-// attempt, and a record that had another attempt since is not settled
-// (exit 5). Settling needs -by (who) and, for resolve and approve, -why:
+// record's attempts as list or show printed them: every finding and
+// decision is about one attempt, and a record that had another attempt
+// since is not settled (exit 5). Settling needs -by (who) and, for resolve and approve, -why:
 // both are recorded with the record.
 //
 // # Output

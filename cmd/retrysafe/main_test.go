@@ -182,7 +182,7 @@ func TestCommandOnABoltFile(t *testing.T) {
 	for _, args := range [][]string{
 		{"reconcile", ana.RequestRef, "-by", "maria"},
 		{"sweep", "-once"},
-		{"approve", ana.RequestRef, "-compensate", "-by", "maria", "-why", "cancelled"},
+		{"approve", ana.RequestRef, "-compensate", "-attempts", "1", "-by", "maria", "-why", "cancelled"},
 	} {
 		inProcess(t, nil, append([]string{"-db", path}, args...)...).exits(t, opcmd.ExitUsage, "run it from the application's mount of package agenttool/opcmd")
 	}
@@ -190,8 +190,8 @@ func TestCommandOnABoltFile(t *testing.T) {
 	inProcess(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "2", "-by", "maria", "-why", "not in the log").
 		exits(t, opcmd.ExitStale, "Nothing was settled")
 	command(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
-	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
-	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
+	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-attempts", "1", "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
+	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-attempts", "1", "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
 
 	store, err := boltstore.Open(path, nil)
 	if err != nil {

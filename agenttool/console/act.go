@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/internal/printable"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -71,7 +72,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	}
 	form := r.PostForm // never the URL's query: a link cannot carry a decision
 	if !h.validToken(a.viewer, form.Get("csrf")) {
-		h.opts.Logger.Warn("retrysafe console: decision with a missing or wrong form token refused", "viewer", a.viewer.Name, "ref", form.Get("ref"))
+		h.opts.Logger.Warn("retrysafe console: decision with a missing or wrong form token refused", "viewer", a.viewer.Name, "ref", printable.Line(form.Get("ref")))
 		plain(w, http.StatusForbidden, "the form's token is missing or wrong, so nothing was changed. Open the console again and decide from its page")
 		return
 	}
@@ -121,7 +122,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	}
 	done, err := d.make(r.Context(), v.op)
 	h.opts.Logger.Info("retrysafe console: decision", "viewer", d.by, "decision", do, "ref", ref,
-		"attempts", d.attempts, "why", d.reason, "done", done, "err", err)
+		"attempts", d.attempts, "why", printable.Line(d.reason), "done", done, "err", errText(err))
 	if err != nil {
 		// Show the action as it is now.
 		if now, _, ferr := a.find(r.Context(), ref); ferr == nil {

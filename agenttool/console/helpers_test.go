@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -73,10 +74,12 @@ type world struct {
 	console *console.Handler
 	srv     *httptest.Server
 
-	charges   atomic.Int32 // charges that reached the card processor
-	emails    atomic.Int32 // emails that reached the mail server
-	loseReply atomic.Bool  // the next effect happens, and its reply is lost
-	verdict   atomic.Value // the mail server's answer to the reconciler (reconcile.Answer)
+	charges   atomic.Int32           // charges that reached the card processor
+	emails    atomic.Int32           // emails that reached the mail server
+	loseReply atomic.Bool            // the next effect happens, and its reply is lost
+	lostWith  atomic.Pointer[string] // the error text of a lost charge's reply, if set
+	log       syncBuffer             // the console's audit log, as JSON lines
+	verdict   atomic.Value           // the mail server's answer to the reconciler (reconcile.Answer)
 	mu        sync.Mutex
 	refunded  []string // compensations, by reference
 }
@@ -100,7 +103,11 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 	w.charge, err = agenttool.New("charge_card", "Charge a card.", func(ctx context.Context, in chargeInput) (map[string]string, error) {
 		w.charges.Add(1)
 		if w.loseReply.Swap(false) {
-			return nil, envelope.MarkUnknown(errors.New("read tcp 127.0.0.1:4242: connection reset by peer"))
+			text := "read tcp 127.0.0.1:4242: connection reset by peer"
+			if s := w.lostWith.Load(); s != nil {
+				text = *s
+			}
+			return nil, envelope.MarkUnknown(errors.New(text))
 		}
 		return map[string]string{"charge_id": "ch_" + strconv.Itoa(int(w.charges.Load()))}, nil
 	}, agenttool.Options{
@@ -150,7 +157,8 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 			}
 			return name
 		},
-		Now: w.clock.Now,
+		Now:    w.clock.Now,
+		Logger: slog.New(slog.NewJSONHandler(&w.log, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +188,24 @@ func (s *raceStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storeki
 		}
 	}
 	return s.Store.Claim(ctx, r)
+}
+
+// syncBuffer is a buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // ctx is the trusted context of a call by principal, labelled label.

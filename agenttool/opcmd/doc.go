@@ -57,7 +57,11 @@
 // tool and state for stats, one result line for reconcile, resolve and
 // approve ({"ref", "verdict", "by", "why", "attempts", "settled"}), the
 // report for sweep (its progress lines go to stderr with "progress":
-// true). Errors always go to stderr as text that says what to do.
+// true). Errors always go to stderr as text that says what to do. Text
+// that came from a destination, a model or a person (error texts, labels,
+// names, notes) is shown, never obeyed by the terminal: its control
+// characters (C0 and C1) and bidi overrides are printed as \u escapes —
+// in -json lines, the JSON escapes of the same characters.
 //
 // # Exit codes
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/internal/printable"
 )
 
 // The exit codes of [Run].
@@ -199,7 +200,7 @@ func (r *runner) fail(err error) int {
 		prefix += " " + r.cmd.name
 	}
 	code, hint := classify(err)
-	fmt.Fprintf(r.stderr, "%s: %v\n", prefix, err)
+	fmt.Fprintf(r.stderr, "%s: %s\n", prefix, printable.Text(err.Error()))
 	if hint != "" {
 		fmt.Fprintf(r.stderr, "%s\n", hint)
 	}

@@ -64,6 +64,10 @@
 //     (or a retrysafe:"exact" tag) opts a field out.
 //   - Empty identifying values (null, "", [], {}) are missing: invalid_input,
 //     nothing run, nothing stored.
+//   - Input is bounded: larger than [Options].MaxInput (1 MiB by default),
+//     or an identifying value larger than MaxIdentifyingValue (64 KiB), is
+//     invalid_input, nothing run, nothing stored. The loose form of each
+//     value and member name is computed once per call.
 //
 // Input that carries its own key-like field (idempotency_key, request_id, …,
 // see [DefaultKeyLikeFields]), at any depth and under any disguise of case,

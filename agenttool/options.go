@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/retrysafe/retrysafe/internal/canonjson"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -206,6 +207,20 @@ type Options struct {
 	ModelKeys ModelKeyPolicy
 	// KeyLikeFields replaces DefaultKeyLikeFields (and KeyLikeStems).
 	KeyLikeFields []string
+	// MaxInput bounds a call's input, in bytes: a larger one is refused
+	// (invalid_input) before it is read, and nothing is stored. 0 means
+	// DefaultMaxInput (1 MiB); at most 256 MiB.
+	MaxInput int
+	// MaxIdentifyingValue bounds each identifying value (each member, when
+	// all fields identify the action), in bytes of its strings, member
+	// names and numbers at every depth; for a TextInput tool, the text; and
+	// the member names of the input with characters beyond ASCII, in all.
+	// A larger one is refused (invalid_input), and nothing is stored. The
+	// loose form values and names are compared in costs, for some
+	// characters, a hundred times more per byte than for ASCII: this bound
+	// keeps what one call may cost small. 0 means
+	// DefaultMaxIdentifyingValue (64 KiB); at most MaxInput.
+	MaxIdentifyingValue int
 	// DefaultScope, if set, is used when the context carries no scope. Leave
 	// it nil unless the tool really acts for one fixed principal.
 	DefaultScope *Scope
@@ -296,6 +311,12 @@ type Options struct {
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
+
+// The input bounds a tool has unless its Options say otherwise.
+const (
+	DefaultMaxInput            = 1 << 20  // Options.MaxInput
+	DefaultMaxIdentifyingValue = 64 << 10 // Options.MaxIdentifyingValue
+)
 
 // Codec transforms outcomes on their way into and out of the store: to
 // redact personal data or to encrypt. See storekit.Codec.
@@ -420,6 +441,18 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.MaxInput == 0 {
+		o.MaxInput = DefaultMaxInput
+	}
+	if o.MaxInput < 0 || o.MaxInput > canonjson.MaxInput {
+		return nil, bad("MaxInput %d is not between 1 and %d bytes", o.MaxInput, canonjson.MaxInput)
+	}
+	if o.MaxIdentifyingValue == 0 {
+		o.MaxIdentifyingValue = min(DefaultMaxIdentifyingValue, o.MaxInput)
+	}
+	if o.MaxIdentifyingValue < 0 || o.MaxIdentifyingValue > o.MaxInput {
+		return nil, bad("MaxIdentifyingValue %d is not between 1 and MaxInput (%d) bytes", o.MaxIdentifyingValue, o.MaxInput)
 	}
 	if o.DigestKey != nil && len(o.DigestKey) < 32 {
 		return nil, bad("DigestKey has %d bytes; use 32 random bytes or more", len(o.DigestKey))

@@ -68,7 +68,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) envelope.Envelope {
 	}
 	c := &call{t: t, ctx: ctx, work: ctx, args: in.args, scope: scope}
 	c.principal, c.session = t.scopeDigests(scope)
-	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, t.name, scope, actionIDFrom(ctx), in.identifying)
+	c.ref, c.owner = t.cfg.refAndOwner(t.name, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
 		return t.refused(c.ref, &envelope.Error{Code: envelope.CodeCancelled,
 			Message: fmt.Sprintf("the call was cancelled before the tool ran: %v", err)}, envelope.Wait, "")

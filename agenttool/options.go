@@ -295,13 +295,18 @@ type Options struct {
 	// it to redact or encrypt them. Default: as they are (readable in a copy
 	// of the store).
 	Codec Codec
-	// DigestKey, if set (32 bytes or more), keys the digests records keep of
-	// principals, sessions and inputs (HMAC-SHA-256 instead of SHA-256), so
-	// that a copy of the store cannot be searched for a guessed principal or
-	// input. Every tool sharing a store must use the same key. Rotating it
-	// makes records made under the old key belong to no principal: calls
-	// that meet them are refused (scope_mismatch), never run twice, until
-	// they expire; settle their unknown ones first.
+	// DigestKey, if set (32 random bytes or more, kept secret), keys the
+	// request reference (key version 3) and the digests records keep of
+	// principals, sessions and inputs: HMAC-SHA-256 instead of SHA-256, so
+	// that neither a copy of the store nor a reference in a log or at a
+	// destination can be checked against a guessed principal or input.
+	// Without it, they can. Set one in production. Every tool sharing a
+	// store must use the same key. Changing it (or setting it on tools that
+	// ran without) gives every action a new reference: records made before
+	// are still listed, settled and swept by their reference, but a call
+	// never meets them, so a repeat of an action done before is a new
+	// action. Change it when no call is in flight and nothing is unknown;
+	// see docs/promises.md.
 	DigestKey []byte
 	// Logger receives warnings (an outcome that could not be recorded). nil
 	// means discard.

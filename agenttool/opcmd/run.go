@@ -48,6 +48,23 @@ type Options struct {
 	// opened read-only when it does not. Its error is printed as it is, and
 	// exits with ExitUsage if it wraps ErrUsage, else with ExitFailed.
 	Open func(ctx context.Context, settles bool) (*agenttool.Operator, error)
+	// Commands are commands of the program's own, run and listed in usage
+	// after Run's (which win a clash of names): cmd/retrysafe adds migrate.
+	Commands []Command
+}
+
+// Command is a command a program adds to Run's ([Options].Commands). It
+// gets no operator: it works with what the program's global flags name.
+type Command struct {
+	Name    string // one word, as typed
+	Args    string // its positional arguments, for usage: "REF"; "" for none
+	Summary string // one sentence, for usage
+	// Define defines the command's flags on fs (their usage text says
+	// "(required" for a required one) and returns what it does, given its
+	// positional arguments: it writes its results to stdout, as one JSON
+	// object per line when asJSON. Its error is printed as Run prints
+	// errors; one that wraps ErrUsage exits with ExitUsage.
+	Define func(fs *flag.FlagSet) func(ctx context.Context, args []string, stdout io.Writer, asJSON bool) error
 }
 
 // ErrUsage marks an error of Options.Open that is the command line's
@@ -111,7 +128,7 @@ func (r *runner) run(ctx context.Context, args []string) int {
 		}
 		name, args = "resolve "+args[0], args[1:]
 	}
-	c := lookup(name)
+	c := r.lookup(name)
 	if c == nil {
 		return r.fail(usagef("there is no command %q", name))
 	}

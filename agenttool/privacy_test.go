@@ -275,11 +275,11 @@ func observedCalls(t *testing.T, store agenttool.Store, key []byte) (refs []stri
 	for _, s := range recorder.Ended() {
 		spans = append(spans, s.Name()...)
 		for _, a := range s.Attributes() {
-			spans = append(append(spans, 0), a.Value.Emit()...)
+			spans = append(append(spans, 0), a.Value.String()...)
 		}
 		for _, e := range s.Events() {
 			for _, a := range e.Attributes {
-				spans = append(append(spans, 0), a.Value.Emit()...)
+				spans = append(append(spans, 0), a.Value.String()...)
 			}
 		}
 	}

@@ -1,14 +1,20 @@
 package agenttool_test
 
 import (
+	"context"
+	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/benchtool"
 )
 
@@ -99,4 +105,110 @@ func BenchmarkCall(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkWorstInputAtTheBounds measures what one call costs, in time and
+// in bytes allocated, for the costliest inputs the default bounds let
+// through (Options.MaxInput, 1 MiB; Options.MaxIdentifyingValue, 64 KiB):
+// U+FDFA, whose loose form is 18 characters (33 bytes) for its 3 bytes,
+// in every identifying value of a typed tool of three fields; in the 16
+// identifying fields of a wrapped tool, which fill the input; and in
+// member names up to their bound (every name is screened for keys in
+// disguise, and compared loosely with its neighbours), with ASCII ones
+// filling the input; then the same in ASCII.
+// ms/call and MB/call are per call, KiB/input the input's size.
+//
+//	go test -run '^$' -bench BenchmarkWorstInputAtTheBounds ./agenttool/
+func BenchmarkWorstInputAtTheBounds(b *testing.B) {
+	value := func(r string, size int) string { return strings.Repeat(r, size/len(r)) }
+	object := func(members func(i int) (string, string)) string {
+		var in strings.Builder
+		in.WriteString("{")
+		for i := 0; ; i++ {
+			name, v := members(i)
+			if name == "" {
+				break
+			}
+			m := strconv.Quote(name) + ":" + strconv.Quote(v)
+			if in.Len()+len(m)+2 > agenttool.DefaultMaxInput {
+				break
+			}
+			if i > 0 {
+				in.WriteString(",")
+			}
+			in.WriteString(m)
+		}
+		in.WriteString("}")
+		return in.String()
+	}
+	typed := func() *agenttool.Tool {
+		tool, err := agenttool.New("send_email", "Send an email.", func(context.Context, emailInput) (string, error) { return "ok", nil },
+			agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tool
+	}
+	var fields []string
+	for i := range 16 {
+		fields = append(fields, "v"+strconv.Itoa(i))
+	}
+	wrapped := func() *agenttool.Tool {
+		tool, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, IdentifyingFields: fields})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tool
+	}
+	for _, r := range []string{"\ufdfa", "a"} {
+		chars := "U+FDFA"
+		if r == "a" {
+			chars = "ASCII"
+		}
+		email, _ := json.Marshal(emailInput{To: value(r, agenttool.DefaultMaxIdentifyingValue), Subject: value(r, agenttool.DefaultMaxIdentifyingValue),
+			Body: value(r, agenttool.DefaultMaxIdentifyingValue)})
+		cases := []struct {
+			name  string
+			tool  *agenttool.Tool
+			input string
+		}{
+			{"typed, 3 identifying values at the bound", typed(), string(email)},
+			{"wrapped, 16 identifying values filling the input", wrapped(), object(func(i int) (string, string) {
+				if i == len(fields) {
+					return "", ""
+				}
+				return fields[i], value(r, agenttool.DefaultMaxIdentifyingValue-64)
+			})},
+			{"wrapped, member names at their bound, and ASCII ones filling the input", wrapped(), object(func(i int) (string, string) {
+				if i < len(fields) {
+					return fields[i], "x"
+				}
+				if name := strconv.Itoa(i) + value(r, 1000); r == "a" || (i-len(fields)+1)*len(name) <= agenttool.DefaultMaxIdentifyingValue {
+					return name, "x"
+				}
+				return strconv.Itoa(i) + value("a", 1000), "x"
+			})},
+		}
+		for _, c := range cases {
+			b.Run(chars+": "+c.name, func(b *testing.B) {
+				if len(c.input) > agenttool.DefaultMaxInput {
+					b.Fatalf("the input is %d bytes, past the bound", len(c.input))
+				}
+				if env := c.tool.Invoke(scoped(), c.input); env.Status != envelope.Success {
+					b.Fatalf("the input at the bound was refused: %s", env.Error.Message)
+				}
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				start := time.Now()
+				for b.Loop() {
+					c.tool.Invoke(scoped(), c.input)
+				}
+				elapsed := time.Since(start)
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(b.N), "ms/call")
+				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/(1<<20), "MB/call")
+				b.ReportMetric(float64(len(c.input))/1024, "KiB/input")
+			})
+		}
+	}
 }

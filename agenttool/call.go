@@ -79,7 +79,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) (envelope.Envelope, *call
 	}
 	c := &call{t: t, ctx: ctx, work: ctx, args: in.args, scope: scope}
 	c.principal, c.session = t.scopeDigests(scope)
-	c.ref, c.owner = refAndOwner(t.cfg.KeyPrefix, t.name, scope, actionIDFrom(ctx), in.identifying)
+	c.ref, c.owner = t.cfg.refAndOwner(t.name, scope, actionIDFrom(ctx), in.identifying)
 	if err := ctx.Err(); err != nil {
 		return t.answerFor(c.ref, answer{reason: reasonCancelled, err: err}), c
 	}

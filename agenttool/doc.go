@@ -39,7 +39,9 @@
 // The key of an action is a digest of the key version, the tool's key
 // prefix and name, the principal, the session and the loose form of the
 // tool's identifying values (all fields by default), or of an explicit
-// action id ([WithActionID]) from an orchestrator. The fingerprint is a
+// action id ([WithActionID]) from an orchestrator: SHA-256 (key version
+// 2), or HMAC-SHA-256 under [Options].DigestKey (version 3), without which
+// a reference can be checked against a guess of who did what. The fingerprint is a
 // digest of the exact canonical form of what the tool receives, and is
 // compared every time a key is met again: other input under the same key is
 // refused with key_reused_with_different_input and the first record is left
@@ -64,6 +66,10 @@
 //     (or a retrysafe:"exact" tag) opts a field out.
 //   - Empty identifying values (null, "", [], {}) are missing: invalid_input,
 //     nothing run, nothing stored.
+//   - Input is bounded: larger than [Options].MaxInput (1 MiB by default),
+//     or an identifying value larger than MaxIdentifyingValue (64 KiB), is
+//     invalid_input, nothing run, nothing stored. The loose form of each
+//     value and member name is computed once per call.
 //
 // Input that carries its own key-like field (idempotency_key, request_id, …,
 // see [DefaultKeyLikeFields]), at any depth and under any disguise of case,

@@ -118,7 +118,7 @@ func ExampleOperator() {
 	op, _ := agenttool.NewOperator(store, send)
 	recs, _ := op.ForPrincipal("tenant-42/user-7").Unknown(ctx, "", 10)
 	fmt.Println("awaiting reconciliation:", len(recs))
-	err := op.ResolveApplied(ctx, recs[0].Key, []byte(`{"message_id":"<m1@mail.example>"}`), "maria", "found in Sent")
+	err := op.ResolveApplied(ctx, recs[0].Key, recs[0].Attempts, []byte(`{"message_id":"<m1@mail.example>"}`), "maria", "found in Sent")
 	fmt.Println("resolved:", err == nil)
 
 	env := send.Invoke(ctx, input)

@@ -37,6 +37,7 @@ type typedInput struct {
 // parse parses and checks model input and derives its fingerprint and the
 // digest of its identifying values, once. The life of an input:
 //
+//	refuse an input larger than MaxInput
 //	refuse a byte-order mark; trim white space
 //	plain-text tools: the text is the input
 //	otherwise one JSON object, strict (no duplicate names, valid UTF-8)
@@ -46,9 +47,18 @@ type typedInput struct {
 //	  cannot hold it, required fields present and not empty), decode, and
 //	  continue with the canonical form of the decoded value
 //	fingerprint: the exact canonical form; identifying: the loose form of
-//	  the identifying values, none of them empty
+//	  the identifying values, none of them empty nor larger than
+//	  MaxIdentifyingValue
+//
+// The loose form of each identifying value and of each member name is
+// computed once: for some characters it costs a hundred times what ASCII
+// does (U+FDFA normalises to 18 characters), so that the bounds, not the
+// number of passes, decide what a call may cost.
 func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	c := t.cfg
+	if len(raw) > c.MaxInput {
+		return input{}, invalid(fmt.Sprintf("the input is %d bytes, and this tool takes at most %d; send a shorter input", len(raw), c.MaxInput))
+	}
 	if strings.HasPrefix(strings.TrimLeft(raw, " \t\r\n"), "\ufeff") {
 		return input{}, invalid("the input starts with a byte-order mark (U+FEFF); send the JSON text alone")
 	}
@@ -68,7 +78,8 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 		return input{}, invalid(fmt.Sprintf("the input is not acceptable JSON (%v); send one JSON object", err))
 	}
 	var keyLike []string
-	if e := c.screen("", tree, &keyLike); e != nil {
+	names := looseNames{budget: c.MaxIdentifyingValue}
+	if e := c.screen("", tree, &keyLike, &names); e != nil {
 		return input{}, e
 	}
 	if len(keyLike) > 0 {
@@ -113,7 +124,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	}
 	in.fingerprint = c.digest(fingerprintTag, canon)
 	var e *envelope.Error
-	if in.identifying, e = c.identifyingDigest(tree.(map[string]any), t.typed); e != nil {
+	if in.identifying, e = c.identifyingDigest(tree.(map[string]any), t.typed, &names); e != nil {
 		return input{}, e
 	}
 	return in, nil
@@ -121,8 +132,11 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 
 // parseText parses the input of a tool declared to take plain text.
 func (c *config) parseText(text string) (input, *envelope.Error) {
-	if looseString(text) == "" {
+	if isEmpty(text) {
 		return input{}, invalid("the input is empty; say what the tool should do")
+	}
+	if len(text) > c.MaxIdentifyingValue {
+		return input{}, invalid(fmt.Sprintf("the input is %d bytes, and this tool takes at most %d; send a shorter input", len(text), c.MaxIdentifyingValue))
 	}
 	if c.isRef(text) {
 		return input{}, refSupplied("the input")
@@ -130,15 +144,18 @@ func (c *config) parseText(text string) (input, *envelope.Error) {
 	var in input
 	in.forward = text
 	in.fingerprint = c.digest(fingerprintTag, appendPart([]byte("text"), text))
-	in.identifying = digest(identifyingTag, appendLoose(nil, text, false))
+	in.identifying = digest(identifyingTag, appendLoose(nil, text, false, nil))
 	return in, nil
 }
 
 // screen walks the whole input: it collects the paths of key-like members,
 // and refuses two names of one object that differ only in case or spacing
-// (a tool may read either) and any value equal to a request reference of
-// this tool (a key in disguise).
-func (c *config) screen(path string, v any, keyLike *[]string) *envelope.Error {
+// (a tool may read either), any value equal to a request reference of
+// this tool (a key in disguise), and member names beyond ASCII of more
+// than MaxIdentifyingValue bytes in all (each is folded to its skeleton and
+// its loose form, which cost for some characters a hundred times what
+// ASCII does).
+func (c *config) screen(path string, v any, keyLike *[]string, names *looseNames) *envelope.Error {
 	switch v := v.(type) {
 	case map[string]any:
 		var seen map[string]string
@@ -146,25 +163,28 @@ func (c *config) screen(path string, v any, keyLike *[]string) *envelope.Error {
 			seen = make(map[string]string, len(v))
 		}
 		for _, name := range sortedNames(v) {
+			if !names.charge(name) {
+				return invalid(fmt.Sprintf("the input's member names with characters beyond ASCII come to more than %d bytes in all; use fewer or shorter names", c.MaxIdentifyingValue))
+			}
 			p := join(path, name)
 			if c.isKeyLike(name) {
 				*keyLike = append(*keyLike, p)
 				continue
 			}
 			if seen != nil {
-				l := looseString(name)
+				l := names.of(name)
 				if other, dup := seen[l]; dup {
 					return invalid(fmt.Sprintf("the fields %q and %q differ only in case or spacing; send one of them", join(path, other), p))
 				}
 				seen[l] = name
 			}
-			if e := c.screen(p, v[name], keyLike); e != nil {
+			if e := c.screen(p, v[name], keyLike, names); e != nil {
 				return e
 			}
 		}
 	case []any:
 		for i, item := range v {
-			if e := c.screen(fmt.Sprintf("%s[%d]", path, i), item, keyLike); e != nil {
+			if e := c.screen(fmt.Sprintf("%s[%d]", path, i), item, keyLike, names); e != nil {
 				return e
 			}
 		}
@@ -195,34 +215,43 @@ func (c *config) strip(v any) {
 }
 
 // identifyingDigest digests the loose form of the identifying values of an
-// input: the identifying fields, or every member. None may be empty.
-func (c *config) identifyingDigest(obj map[string]any, typed *typedInput) (Digest, *envelope.Error) {
+// input: the identifying fields, or every member. None may be empty, nor
+// larger than MaxIdentifyingValue. names keeps the loose member names of
+// the input (screen filled it).
+func (c *config) identifyingDigest(obj map[string]any, typed *typedInput, names *looseNames) (Digest, *envelope.Error) {
 	b := make([]byte, 0, 256)
 	if c.identify == nil {
-		if !slices.ContainsFunc(sortedNames(obj), func(n string) bool { return !isEmpty(obj[n]) }) &&
+		members := sortedNames(obj)
+		if !slices.ContainsFunc(members, func(n string) bool { return !isEmpty(obj[n]) }) &&
 			(typed == nil || len(typed.shape.names) > 0) {
 			return Digest{}, invalid("the input is empty; give the tool's parameters")
 		}
-		names := make([][2]string, 0, len(obj)) // loose name, name
-		for name := range obj {
-			names = append(names, [2]string{looseString(name), name})
+		for _, name := range members {
+			if e := c.bound(name, obj[name]); e != nil {
+				return Digest{}, e
+			}
 		}
-		slices.SortFunc(names, func(x, y [2]string) int { return strings.Compare(x[0], y[0]) })
-		b = binaryLen(append(b, 'o'), len(names))
-		for _, n := range names {
+		sorted := make([][2]string, 0, len(obj)) // loose name, name
+		for name := range obj {
+			sorted = append(sorted, [2]string{names.of(name), name})
+		}
+		slices.SortFunc(sorted, func(x, y [2]string) int { return strings.Compare(x[0], y[0]) })
+		b = binaryLen(append(b, 'o'), len(sorted))
+		for _, n := range sorted {
 			b = appendPart(b, n[0])
-			b = appendLoose(b, obj[n[1]], c.exact[n[1]])
+			b = appendLoose(b, obj[n[1]], c.exact[n[1]], names)
 		}
 		return digest(identifyingTag, b), nil
 	}
 	var missing []string
-	b = binaryLen(append(b, 'f'), len(c.IdentifyingFields))
-	for _, f := range c.identifyOrder {
+	vals := make([]any, len(c.identifyOrder))
+	for i, f := range c.identifyOrder {
 		val, ok := obj[f]
 		if !ok && typed == nil {
 			// A wrapped tool may read member names loosely: so does its key.
+			lf := looseString(f)
 			for name, v := range obj {
-				if looseString(name) == looseString(f) {
+				if names.of(name) == lf {
 					val, ok = v, true
 				}
 			}
@@ -231,13 +260,98 @@ func (c *config) identifyingDigest(obj map[string]any, typed *typedInput) (Diges
 			missing = append(missing, f)
 			continue
 		}
-		b = appendPart(b, looseString(f))
-		b = appendLoose(b, val, c.exact[f])
+		if e := c.bound(f, val); e != nil {
+			return Digest{}, e
+		}
+		vals[i] = val
 	}
 	if len(missing) > 0 {
 		return Digest{}, invalid(fmt.Sprintf("missing field %s, needed to identify the action; give its value", strings.Join(quoteAll(missing), ", ")))
 	}
+	b = binaryLen(append(b, 'f'), len(c.IdentifyingFields))
+	for i, f := range c.identifyOrder {
+		b = appendPart(b, looseString(f))
+		b = appendLoose(b, vals[i], c.exact[f], names)
+	}
 	return digest(identifyingTag, b), nil
+}
+
+// bound refuses an identifying value larger than MaxIdentifyingValue,
+// before its loose form is computed.
+func (c *config) bound(field string, v any) *envelope.Error {
+	if _, ok := sizeWithin(v, c.MaxIdentifyingValue); !ok {
+		return invalid(fmt.Sprintf("the value of %q is longer than this tool takes (at most %d bytes, to tell one action from another); send a shorter one",
+			field, c.MaxIdentifyingValue))
+	}
+	return nil
+}
+
+// sizeWithin measures v — the bytes of its strings, member names and
+// numbers, at every depth — and reports whether it is at most limit, and
+// the size counted. It stops counting once past the limit.
+func sizeWithin(v any, limit int) (int, bool) {
+	n := 0
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case string:
+			n += len(v)
+		case json.Number:
+			n += len(v)
+		case []any:
+			for _, item := range v {
+				if !walk(item) {
+					return false
+				}
+			}
+		case map[string]any:
+			for name, item := range v {
+				n += len(name)
+				if n > limit || !walk(item) {
+					return false
+				}
+			}
+		}
+		return n <= limit
+	}
+	ok := walk(v)
+	return n, ok
+}
+
+// looseNames keeps the loose forms of one input's member names, so that
+// each is computed once per call however many times the name is compared,
+// and what is left of the bytes of names beyond ASCII the call may fold.
+// A nil *looseNames computes every time.
+type looseNames struct {
+	m      map[string]string
+	budget int
+}
+
+// charge counts a member name met by the screen against the budget, and
+// reports whether the budget holds: ASCII names cost one pass and are
+// free.
+func (l *looseNames) charge(name string) bool {
+	if isASCII(name) {
+		return true
+	}
+	l.budget -= len(name)
+	return l.budget >= 0
+}
+
+// of returns the loose form of name.
+func (l *looseNames) of(name string) string {
+	if l == nil || isASCII(name) {
+		return looseString(name) // ASCII costs one pass: not worth a map
+	}
+	if s, ok := l.m[name]; ok {
+		return s
+	}
+	if l.m == nil {
+		l.m = make(map[string]string)
+	}
+	s := looseString(name)
+	l.m[name] = s
+	return s
 }
 
 // isKeyLike reports whether a member name, folded to its skeleton, is one of

@@ -68,6 +68,12 @@ func FuzzLooseString(f *testing.F) {
 		if again := looseString(l); again != l {
 			t.Fatalf("loose(%q) = %q, but loose of that is %q", s, l, again)
 		}
+		if ref := referenceLoose(s); l != ref {
+			t.Fatalf("loose(%q) = %q; the reference gives %q", s, l, ref)
+		}
+		if isEmpty(s) != (l == "") {
+			t.Fatalf("isEmpty(%q) = %v, but its loose form is %q", s, isEmpty(s), l)
+		}
 		if isPlainLower(s) {
 			if slow := slowLoose(s); slow != s {
 				t.Fatalf("fast path keeps %q; full normalisation gives %q", s, slow)

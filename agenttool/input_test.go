@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -351,6 +352,14 @@ func TestConstructionRefusesTraps(t *testing.T) {
 			_, err := agenttool.Wrap(recordingTool{}, agenttool.Options{Store: store, Class: agenttool.Keyed})
 			return err
 		}, "a wrapped tool needs IdentifyingFields"},
+		{"an input bound below zero", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, MaxInput: -1})
+			return err
+		}, "MaxInput -1 is not between 1 and"},
+		{"an identifying value larger than the input", func() error {
+			_, err := agenttool.New("book_flight", "", d.book, agenttool.Options{Store: store, Class: agenttool.Keyed, MaxInput: 1000, MaxIdentifyingValue: 2000})
+			return err
+		}, "MaxIdentifyingValue 2000 is not between 1 and MaxInput (1000)"},
 		{"a type that decodes itself but does not encode itself", func() error {
 			type in struct {
 				To decodeOnly `json:"to"`
@@ -629,4 +638,71 @@ func TestInput_KeyTellsBigIntsApart(t *testing.T) {
 	if large.Status == envelope.Success && len(paid) == 1 {
 		t.Fatalf("success for 1000000 but only %v was paid; refs %s / %s", paid, small.RequestRef, large.RequestRef)
 	}
+}
+
+// An input larger than the tool's bound, or an identifying value larger
+// than its own, is refused with a message the model can act on
+// (invalid_input); the tool does not run and nothing is stored. The
+// defaults are 1 MiB and 64 KiB; both are set per tool. A value that does
+// not identify the action is bounded by the input alone.
+func TestInputBeyondTheBoundsIsRefusedAndNothingStored(t *testing.T) {
+	store := memstore.New()
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	fewer := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"to"}})
+	small := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, MaxInput: 4096, MaxIdentifyingValue: 100})
+	var seen []string
+	text, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped, err := agenttool.Wrap(recordingTool{seen: &seen}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"to"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	email := func(to, body string) string {
+		b, _ := json.Marshal(emailInput{To: to, Subject: "Lunch", Body: body})
+		return string(b)
+	}
+	huge := strings.Repeat("\ufdfa", agenttool.DefaultMaxInput/3+1)
+	names := func(size int) string { // members named in U+FDFA, of size bytes in all
+		var b strings.Builder
+		for i := 0; size > 0; i++ {
+			name := strconv.Itoa(i) + strings.Repeat("\ufdfa", 100)
+			size -= len(name)
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString(strconv.Quote(name) + `:"x"`)
+		}
+		return b.String()
+	}
+	for _, tt := range []struct {
+		name  string
+		tool  *agenttool.Tool
+		input string
+		says  string
+	}{
+		{"an input past 1 MiB", tool, email("ana@example.com", huge), "and this tool takes at most 1048576; send a shorter input"},
+		{"an input past 1 MiB, not even JSON", tool, huge, "and this tool takes at most 1048576"},
+		{"an identifying value past 64 KiB", tool, email("ana@example.com", strings.Repeat("x", 64<<10+1)), `the value of "body" is longer than this tool takes (at most 65536 bytes`},
+		{"an identifying value past 64 KiB in U+FDFA", tool, email(strings.Repeat("\ufdfa", 64<<10/3+1), "hi"), `the value of "to" is longer`},
+		{"an identifying field's value past 64 KiB", fewer, email(strings.Repeat("a", 64<<10)+"@example.com", "hi"), `the value of "to" is longer`},
+		{"a smaller input bound", small, email("ana@example.com", strings.Repeat("x", 4096)), "at most 4096"},
+		{"a smaller identifying bound", small, email(strings.Repeat("a", 101), "hi"), "at most 100 bytes"},
+		{"a text past 64 KiB", text, strings.Repeat("send it ", 64<<10/8+1), "and this tool takes at most 65536"},
+		{"member names beyond ASCII past 64 KiB in all", wrapped, `{"to":"ana@example.com","meta":{` + names(64<<10) + `}}`,
+			"member names with characters beyond ASCII come to more than 65536 bytes in all"},
+	} {
+		wantCode(t, tt.tool.Invoke(scoped(), tt.input), envelope.CodeInvalidInput, tt.says)
+	}
+	if m.runs.Load() != 0 || len(seen) != 0 || store.Len() != 0 {
+		t.Fatalf("input beyond the bounds ran the tool %d times and left %d records", m.runs.Load()+int64(len(seen)), store.Len())
+	}
+	// Up to the bounds, calls run: a body that does not identify the
+	// action may be as large as the input allows.
+	mustStatus(t, fewer.Invoke(scoped(), email("ana@example.com", strings.Repeat("x", 900<<10))), envelope.Success)
+	mustStatus(t, tool.Invoke(scoped(), email("bo@example.com", strings.Repeat("x", 64<<10))), envelope.Success)
+	mustStatus(t, small.Invoke(scoped(), email(strings.Repeat("c", 100), "hi")), envelope.Success)
+	mustStatus(t, wrapped.Invoke(scoped(), `{"to":"cy@example.com","meta":{`+names(64<<10-400)+`}}`), envelope.Success)
 }

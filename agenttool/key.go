@@ -14,8 +14,12 @@ import (
 // Version 2 of the key adds the tool's name (tools that share a prefix
 // never share a key) and digests the loose form of the identifying values;
 // the fingerprint digests the canonical form of what the tool receives.
+// Version 3 is version 2 keyed: HMAC-SHA-256 under Options.DigestKey, used
+// whenever a tool has one, so that a reference cannot be checked against a
+// guess of who did what. Without a DigestKey, references stay version 2.
 const (
 	keyTag         = "retrysafe/key/v2"
+	keyedKeyTag    = "retrysafe/key/v3"
 	fingerprintTag = "retrysafe/fingerprint/v2\x00"
 	identifyingTag = "retrysafe/identifying/v2\x00"
 	principalTag   = "retrysafe/principal/v1\x00"
@@ -32,11 +36,11 @@ const refBytes = 20
 // refLen is the length of a reference after its prefix and '/'.
 var refLen = refEncoding.EncodedLen(refBytes)
 
-// refAndOwner returns the request reference of a logical action and a new
-// lease owner for claiming it, in one allocation.
-func refAndOwner(prefix, tool string, s Scope, actionID string, identifying Digest) (ref, owner string) {
+// refAndOwner returns the request reference of a logical action of the
+// tool named tool and a new lease owner for claiming it, in one allocation.
+func (c *config) refAndOwner(tool string, s Scope, actionID string, identifying Digest) (ref, owner string) {
 	var out [160]byte
-	b := appendRef(out[:0], prefix, tool, s, actionID, identifying)
+	b := appendRef(out[:0], c.digestKey, c.KeyPrefix, tool, s, actionID, identifying)
 	n := len(b)
 	both := string(appendOwner(b))
 	return both[:n], both[n:]
@@ -44,12 +48,17 @@ func refAndOwner(prefix, tool string, s Scope, actionID string, identifying Dige
 
 // appendRef appends the request reference of a logical action: prefix "/"
 // and the digest of the key tag, prefix, tool name, principal, session and
-// either the action id or the digest of the identifying values. Each part is
-// length prefixed, so no two different tuples share an encoding.
-func appendRef(ref []byte, prefix, tool string, s Scope, actionID string, identifying Digest) []byte {
+// either the action id or the digest of the identifying values — SHA-256
+// (key version 2) or, with a digest key, HMAC-SHA-256 under it (version
+// 3). Each part is length prefixed, so no two different tuples share an
+// encoding.
+func appendRef(ref []byte, key []byte, prefix, tool string, s Scope, actionID string, identifying Digest) []byte {
 	var stack [256]byte
-	b := append(stack[:0], keyTag...)
-	b = appendPart(b, prefix)
+	tag := keyTag
+	if key != nil {
+		tag = keyedKeyTag
+	}
+	b := appendPart(append(stack[:0], tag...), prefix)
 	b = appendPart(b, tool)
 	b = appendPart(b, s.Principal)
 	b = appendPart(b, s.Session)
@@ -60,7 +69,14 @@ func appendRef(ref []byte, prefix, tool string, s Scope, actionID string, identi
 		b = appendPart(b, "fields")
 		b = append(b, identifying[:]...)
 	}
-	sum := sha256.Sum256(b)
+	var sum [sha256.Size]byte
+	if key == nil {
+		sum = sha256.Sum256(b)
+	} else {
+		m := hmac.New(sha256.New, key)
+		m.Write(b)
+		m.Sum(sum[:0])
+	}
 	ref = append(append(ref, prefix...), '/')
 	n := len(ref)
 	ref = append(ref, make([]byte, refEncoding.EncodedLen(refBytes))...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -44,11 +45,14 @@ func looseString(s string) string {
 	// Folding and normalising can each undo what the other did (some
 	// letters fold to a form that normalises back): repeat to a fixed point.
 	for range 4 {
-		next := norm.NFKC.String(folder.String(norm.NFKC.String(s)))
+		next, fixed := foldNFKC(s)
 		if next == s {
 			break
 		}
 		s = next
+		if fixed {
+			break
+		}
 	}
 	var b strings.Builder
 	b.Grow(len(s))
@@ -67,6 +71,22 @@ func looseString(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// foldNFKC returns NFKC(fold(NFKC(s))), and whether that is a fixed point
+// (another round would give it back unchanged): it is when folding changed
+// nothing, or changes nothing of the result. It skips what cannot change
+// anything (normalising again what folding left as it was), and checks
+// with scans that do not copy (a string that folding or normalisation
+// leaves unchanged is returned as it is).
+func foldNFKC(s string) (string, bool) {
+	n := norm.NFKC.String(s)
+	f := folder.String(n)
+	if f == n {
+		return n, true
+	}
+	next := norm.NFKC.String(f)
+	return next, folder.String(next) == next
 }
 
 // asciiLoose is looseString for ASCII text, in one pass: NFKC leaves ASCII
@@ -135,10 +155,39 @@ func isASCII(s string) bool {
 // spaces and joiners, byte-order marks, bidi marks, soft hyphens), a
 // variation selector, another default-ignorable code point (the combining
 // grapheme joiner, Hangul fillers), or a control character that is not
-// white space.
+// white space. Code points of the Basic Multilingual Plane are looked up in
+// a table built on first use: the loose form asks this of every character.
 func ignorable(r rune) bool {
+	if r < utf8.RuneSelf {
+		return (r < 0x20 || r == 0x7f) && !unicode.IsSpace(r)
+	}
+	if r <= 0xffff {
+		ignorableOnce.Do(buildIgnorableBMP)
+		return ignorableBMP[r>>6]&(1<<(r&63)) != 0
+	}
+	return ignorableRune(r)
+}
+
+func ignorableRune(r rune) bool {
 	return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) ||
 		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || (unicode.IsControl(r) && !unicode.IsSpace(r))
+}
+
+var (
+	ignorableOnce sync.Once
+	ignorableBMP  [0x10000 / 64]uint64 // bit r: ignorableRune(r)
+)
+
+func buildIgnorableBMP() {
+	for _, table := range []*unicode.RangeTable{unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point, unicode.Cc} {
+		for _, rg := range table.R16 {
+			for r := rune(rg.Lo); r <= rune(rg.Hi); r += rune(rg.Stride) {
+				if ignorableRune(r) {
+					ignorableBMP[r>>6] |= 1 << (r & 63)
+				}
+			}
+		}
+	}
 }
 
 // isPlainLower reports whether s is printable ASCII without upper-case
@@ -160,8 +209,9 @@ func isPlainLower(s string) bool {
 // decoded by encoding/json with UseNumber, to b. Every part is tagged and
 // length-prefixed, so two different loose values never share an encoding.
 // exact keeps strings as they are (a field whose case or spacing matters).
-// Object members are ordered by their loose names.
-func appendLoose(b []byte, v any, exact bool) []byte {
+// Object members are ordered by their loose names, which names keeps (nil:
+// computed here).
+func appendLoose(b []byte, v any, exact bool, names *looseNames) []byte {
 	str := func(s string) string {
 		if exact {
 			return s
@@ -186,19 +236,19 @@ func appendLoose(b []byte, v any, exact bool) []byte {
 	case []any:
 		b = binaryLen(append(b, 'a'), len(v))
 		for _, item := range v {
-			b = appendLoose(b, item, exact)
+			b = appendLoose(b, item, exact, names)
 		}
 		return b
 	case map[string]any:
-		names := make([][2]string, 0, len(v)) // loose name, name
+		sorted := make([][2]string, 0, len(v)) // loose name, name
 		for name := range v {
-			names = append(names, [2]string{looseString(name), name})
+			sorted = append(sorted, [2]string{names.of(name), name})
 		}
-		slices.SortFunc(names, func(x, y [2]string) int { return strings.Compare(x[0], y[0]) })
+		slices.SortFunc(sorted, func(x, y [2]string) int { return strings.Compare(x[0], y[0]) })
 		b = binaryLen(append(b, 'o'), len(v))
-		for _, n := range names {
+		for _, n := range sorted {
 			b = appendPart(b, n[0])
-			b = appendLoose(b, v[n[1]], exact)
+			b = appendLoose(b, v[n[1]], exact, names)
 		}
 		return b
 	}
@@ -206,21 +256,31 @@ func appendLoose(b []byte, v any, exact bool) []byte {
 }
 
 // isEmpty reports whether v says nothing: null, a string of white space
-// (after the loose form), an empty array or an empty object.
+// (after the loose form), an empty array or an empty object. It does not
+// compute a string's loose form: the loose form of a string is empty
+// exactly when that of each of its characters is (normalising and folding
+// never turn a visible character into nothing, nor compose white space and
+// invisible characters into a visible one), and most characters are
+// visible at a glance.
 func isEmpty(v any) bool {
 	switch v := v.(type) {
 	case nil:
 		return true
 	case string:
-		if isASCII(v) {
-			for i := 0; i < len(v); i++ {
-				if c := v[i]; c > ' ' && c != 0x7f {
+		var last rune = -1 // the last character whose loose form was computed
+		for _, r := range v {
+			switch {
+			case unicode.IsSpace(r) || ignorable(r) || r == last:
+			case r < utf8.RuneSelf:
+				return false
+			default:
+				if looseString(string(r)) != "" {
 					return false
 				}
+				last = r
 			}
-			return true
 		}
-		return looseString(v) == ""
+		return true
 	case []any:
 		return len(v) == 0
 	case map[string]any:
@@ -239,9 +299,14 @@ func skeleton(name string) string {
 	if isASCII(name) {
 		return string(appendASCIISkeleton(make([]byte, 0, len(name)), name))
 	}
-	s := folder.String(norm.NFKD.String(name))
+	d := norm.NFKD.String(name)
+	s := folder.String(d)
+	if s != d {
+		s = norm.NFKD.String(s) // folding changed it: decompose what it made
+	}
 	var b strings.Builder
-	for _, r := range norm.NFKD.String(s) {
+	b.Grow(len(s))
+	for _, r := range s {
 		if ignorable(r) {
 			continue
 		}

@@ -206,8 +206,11 @@ func (o *Operator) Show(ctx context.Context, ref string) (Record, error) {
 
 // ResolveApplied settles an unknown outcome as applied, with the
 // destination's result (JSON, or nil): later calls replay it as a success.
-// by says who resolves; why is recorded with it.
-func (o *Operator) ResolveApplied(ctx context.Context, ref string, result json.RawMessage, by, why string) error {
+// attempts is the Record.Attempts of the outcome the person found applied,
+// as Show or Unknown returned it: if another attempt has run since, the
+// finding is about an outcome that is no longer the record's, and nothing is
+// settled (ErrStale). by says who resolves; why is recorded with it.
+func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int, result json.RawMessage, by, why string) error {
 	if len(result) > 0 && !json.Valid(result) {
 		return fmt.Errorf("agenttool: resolving %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
 	}
@@ -216,6 +219,9 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, result json.R
 		return err
 	}
 	defer h.end()
+	if err := h.about(ctx, "resolving", attempts); err != nil {
+		return err
+	}
 	_, err = h.applied(ctx, result, &Resolution{Verdict: "applied", By: "operator:" + by, Why: why})
 	return err
 }
@@ -233,11 +239,8 @@ func (o *Operator) ResolveNotApplied(ctx context.Context, ref string, attempts i
 		return err
 	}
 	defer h.end()
-	if h.rec.Attempts != attempts {
-		if err := h.stillUnknown(ctx); err != nil {
-			return err
-		}
-		return fmt.Errorf("agenttool: resolving %s: the finding is about attempt %d, and the record is at attempt %d: %w", ref, attempts, h.rec.Attempts, ErrStale)
+	if err := h.about(ctx, "resolving", attempts); err != nil {
+		return err
 	}
 	return h.notApplied(ctx, &Resolution{Verdict: "not applied", By: "operator:" + by, Why: why})
 }
@@ -246,14 +249,19 @@ func (o *Operator) ResolveNotApplied(ctx context.Context, ref string, attempts i
 // Compensate function (which must be safe when the effect did not happen)
 // and, if that succeeds, records the action as compensated (a definite
 // failure, replayed to later calls). If it fails, the record stays unknown
-// with the failure noted, and the error is returned. by says who decides;
-// why is recorded with it.
-func (o *Operator) Compensate(ctx context.Context, ref, by, why string) error {
+// with the failure noted, and the error is returned. attempts is the
+// Record.Attempts of the outcome the decision is about, as Show or Unknown
+// returned it: if another attempt has run since, nothing is compensated
+// (ErrStale). by says who decides; why is recorded with it.
+func (o *Operator) Compensate(ctx context.Context, ref string, attempts int, by, why string) error {
 	h, err := o.hold(ctx, ref, by)
 	if err != nil {
 		return err
 	}
 	defer h.end()
+	if err := h.about(ctx, "compensating", attempts); err != nil {
+		return err
+	}
 	if h.t.cfg.Compensate == nil {
 		if serr := h.stillUnknown(ctx); serr != nil {
 			return serr
@@ -277,6 +285,19 @@ func (o *Operator) Reconcile(ctx context.Context, ref, by string) (reconcile.Ver
 	defer h.end()
 	ans, err := h.reconcile(ctx, "operator:"+by)
 	return ans.Verdict, err
+}
+
+// about checks, while the record is held, that a person's decision is about
+// the record's current outcome: the attempts they saw are the record's. If
+// not, the record is given back as it was and the answer is ErrStale.
+func (h *holding) about(ctx context.Context, doing string, attempts int) error {
+	if h.rec.Attempts == attempts {
+		return nil
+	}
+	if err := h.stillUnknown(ctx); err != nil {
+		return err
+	}
+	return fmt.Errorf("agenttool: %s %s: the decision is about attempt %d, and the record is at attempt %d: %w", doing, h.rec.Key, attempts, h.rec.Attempts, ErrStale)
 }
 
 // hold checks the caller's right to the record and takes it over. A record

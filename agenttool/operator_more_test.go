@@ -48,7 +48,7 @@ func TestOperatorForTool(t *testing.T) {
 	if _, err := sms.Show(context.Background(), e.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("ForTool(send_sms).Show of an email: %v, want ErrNotFound", err)
 	}
-	if err := sms.ResolveApplied(context.Background(), e.RequestRef, nil, "maria", "seen"); !errors.Is(err, agenttool.ErrNotFound) {
+	if err := sms.ResolveApplied(context.Background(), e.RequestRef, e.Attempts, nil, "maria", "seen"); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("ForTool(send_sms) settled an email: %v", err)
 	}
 	if err := sms.ResolveNotApplied(context.Background(), s.RequestRef, s.Attempts, "maria", "bounced"); err != nil {
@@ -76,7 +76,7 @@ func TestOperatorCompensates(t *testing.T) {
 
 	first := lostEmail(t, tool, "tenant-1")
 	fail = true
-	err := op.Compensate(context.Background(), first.RequestRef, "maria", "customer asked to cancel")
+	err := op.Compensate(context.Background(), first.RequestRef, first.Attempts, "maria", "customer asked to cancel")
 	if err == nil || len(undone) != 0 {
 		t.Fatalf("a failed compensation: %v, undone %v", err, undone)
 	}
@@ -86,7 +86,7 @@ func TestOperatorCompensates(t *testing.T) {
 	}
 
 	fail = false
-	if err := op.Compensate(context.Background(), first.RequestRef, "maria", "customer asked to cancel"); err != nil {
+	if err := op.Compensate(context.Background(), first.RequestRef, first.Attempts, "maria", "customer asked to cancel"); err != nil {
 		t.Fatal(err)
 	}
 	if len(undone) != 1 || undone[0] != first.RequestRef {
@@ -96,7 +96,7 @@ func TestOperatorCompensates(t *testing.T) {
 	if again.Status != envelope.DefiniteFailure || again.Error.Code != envelope.CodeCompensated || m.count() != 1 {
 		t.Errorf("a call after compensation: %s; %d emails", again, m.count())
 	}
-	if err := op.Compensate(context.Background(), first.RequestRef, "maria", "twice"); !errors.Is(err, agenttool.ErrNotUnknown) || len(undone) != 1 {
+	if err := op.Compensate(context.Background(), first.RequestRef, first.Attempts, "maria", "twice"); !errors.Is(err, agenttool.ErrNotUnknown) || len(undone) != 1 {
 		t.Errorf("compensating a settled action: %v, undone %v", err, undone)
 	}
 
@@ -104,7 +104,7 @@ func TestOperatorCompensates(t *testing.T) {
 	plain := newEmailTool(t, m, agenttool.Options{Store: otherStore, Class: agenttool.AtMostOnce})
 	op2, _ := agenttool.NewOperator(otherStore, plain)
 	lost := lostEmail(t, plain, "tenant-1")
-	if err := op2.Compensate(context.Background(), lost.RequestRef, "maria", "undo"); !errors.Is(err, agenttool.ErrInvalidRequest) {
+	if err := op2.Compensate(context.Background(), lost.RequestRef, lost.Attempts, "maria", "undo"); !errors.Is(err, agenttool.ErrInvalidRequest) {
 		t.Errorf("compensating with a tool without Compensate: %v, want ErrInvalidRequest", err)
 	}
 	if rec, _ := op2.Show(context.Background(), lost.RequestRef); rec.State != agenttool.Unknown {

@@ -171,15 +171,15 @@ func TestOperatorListsShowsAndResolves(t *testing.T) {
 		if _, err := ana.Show(ctx, refs[1]); !errors.Is(err, agenttool.ErrNotFound) {
 			t.Errorf("ana sees bo's record: %v", err)
 		}
-		if err := ana.ResolveApplied(ctx, refs[1], nil, "ana", "mine now"); !errors.Is(err, agenttool.ErrNotFound) {
+		if err := ana.ResolveApplied(ctx, refs[1], 1, nil, "ana", "mine now"); !errors.Is(err, agenttool.ErrNotFound) {
 			t.Errorf("ana resolved bo's record: %v", err)
 		}
-		if err := op.ResolveApplied(ctx, refs[0], []byte(`{"message_id":"<x@mail.test>"}`), "", ""); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		if err := op.ResolveApplied(ctx, refs[0], 1, []byte(`{"message_id":"<x@mail.test>"}`), "", ""); !errors.Is(err, agenttool.ErrInvalidRequest) {
 			t.Errorf("anonymous resolution accepted: %v", err)
 		}
 
 		// Applied: the next call replays a reconciled success.
-		if err := ana.ResolveApplied(ctx, refs[0], []byte(`{"message_id":"<x@mail.test>"}`), "ana", "found it in Sent"); err != nil {
+		if err := ana.ResolveApplied(ctx, refs[0], 1, []byte(`{"message_id":"<x@mail.test>"}`), "ana", "found it in Sent"); err != nil {
 			t.Fatal(err)
 		}
 		env := tool.Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "s0"), `{"to":"u0@example.com","subject":"s"}`)
@@ -519,4 +519,82 @@ func (b *busyWatch) Get(ctx context.Context, key string) (agenttool.Record, erro
 		b.once.Do(func() { close(b.busy) })
 	}
 	return rec, err
+}
+
+// betweenStore runs a function once, just before the next claim that takes
+// a record over (an operator's hold): what another party does between the
+// moment a person read the record and the moment the decision holds it.
+type betweenStore struct {
+	agenttool.Store
+	between atomic.Pointer[func()]
+}
+
+func (b *betweenStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if r.TakeOver {
+		if f := b.between.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return b.Store.Claim(ctx, r)
+}
+
+// Every operator decision is about the attempt the person saw, and is
+// checked against the record while the operator holds it: a decision about
+// attempt 1 never settles attempt 2, even when a second approver and the
+// agent's call ran attempt 2 after the person read the record (ErrStale;
+// the record stays as attempt 2 left it, nothing is compensated).
+func TestOperatorDecisionsAreBoundToTheAttemptSeen(t *testing.T) {
+	decisions := map[string]func(op *agenttool.Operator, ref string, attempts int) error{
+		"resolve applied": func(op *agenttool.Operator, ref string, attempts int) error {
+			return op.ResolveApplied(context.Background(), ref, attempts, []byte(`{"message_id":"<m@mail.test>"}`), "maria", "found in Sent")
+		},
+		"resolve not applied": func(op *agenttool.Operator, ref string, attempts int) error {
+			return op.ResolveNotApplied(context.Background(), ref, attempts, "maria", "not in the log")
+		},
+		"compensate": func(op *agenttool.Operator, ref string, attempts int) error {
+			return op.Compensate(context.Background(), ref, attempts, "maria", "the customer cancelled")
+		},
+	}
+	for name, decide := range decisions {
+		t.Run(name, func(t *testing.T) {
+			store := &betweenStore{Store: memstore.New()}
+			var compensated atomic.Int64
+			m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce,
+				Compensate: func(context.Context, agenttool.CallInfo) error { compensated.Add(1); return nil }})
+			op, err := agenttool.NewOperator(store, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := tool.Invoke(scoped(), emailToAna)
+			mustStatus(t, first, envelope.UnknownOutcome)
+			seen, err := op.Show(context.Background(), first.RequestRef)
+			if err != nil || seen.Attempts != 1 {
+				t.Fatalf("the record maria reads: %+v, %v", seen, err)
+			}
+			between := func() {
+				// A second approver allows one more attempt, and the
+				// agent's call runs it: unknown again, at attempt 2.
+				if err := op.ResolveNotApplied(context.Background(), first.RequestRef, seen.Attempts, "sam", "not in the log"); err != nil {
+					t.Errorf("the second approver: %v", err)
+				}
+				mustStatus(t, tool.Invoke(scoped(), emailToAna), envelope.UnknownOutcome)
+			}
+			store.between.Store(&between)
+
+			err = decide(op, first.RequestRef, seen.Attempts)
+			if !errors.Is(err, agenttool.ErrStale) || !strings.Contains(err.Error(), "about attempt 1, and the record is at attempt 2") {
+				t.Errorf("a decision about attempt 1 made when the record is at attempt 2: %v, want ErrStale", err)
+			}
+			rec, _ := op.Show(context.Background(), first.RequestRef)
+			if rec.State != agenttool.Unknown || rec.Attempts != 2 || rec.RetryApproved || compensated.Load() != 0 || m.runs.Load() != 2 {
+				t.Errorf("after the stale decision: %v at attempt %d, retry approved %v, compensated %d times, %d runs; want attempt 2 unknown and untouched",
+					rec.State, rec.Attempts, rec.RetryApproved, compensated.Load(), m.runs.Load())
+			}
+			// The same decision about the attempt now shown is made.
+			if err := decide(op, first.RequestRef, rec.Attempts); err != nil {
+				t.Errorf("the decision about attempt %d: %v", rec.Attempts, err)
+			}
+		})
+	}
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
-
+	"github.com/retrysafe/retrysafe/internal/canonjson"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -207,6 +207,20 @@ type Options struct {
 	ModelKeys ModelKeyPolicy
 	// KeyLikeFields replaces DefaultKeyLikeFields (and KeyLikeStems).
 	KeyLikeFields []string
+	// MaxInput bounds a call's input, in bytes: a larger one is refused
+	// (invalid_input) before it is read, and nothing is stored. 0 means
+	// DefaultMaxInput (1 MiB); at most 256 MiB.
+	MaxInput int
+	// MaxIdentifyingValue bounds each identifying value (each member, when
+	// all fields identify the action), in bytes of its strings, member
+	// names and numbers at every depth; for a TextInput tool, the text; and
+	// the member names of the input with characters beyond ASCII, in all.
+	// A larger one is refused (invalid_input), and nothing is stored. The
+	// loose form values and names are compared in costs, for some
+	// characters, a hundred times more per byte than for ASCII: this bound
+	// keeps what one call may cost small. 0 means
+	// DefaultMaxIdentifyingValue (64 KiB); at most MaxInput.
+	MaxIdentifyingValue int
 	// DefaultScope, if set, is used when the context carries no scope. Leave
 	// it nil unless the tool really acts for one fixed principal.
 	DefaultScope *Scope
@@ -281,13 +295,18 @@ type Options struct {
 	// it to redact or encrypt them. Default: as they are (readable in a copy
 	// of the store).
 	Codec Codec
-	// DigestKey, if set (32 bytes or more), keys the digests records keep of
-	// principals, sessions and inputs (HMAC-SHA-256 instead of SHA-256), so
-	// that a copy of the store cannot be searched for a guessed principal or
-	// input. Every tool sharing a store must use the same key. Rotating it
-	// makes records made under the old key belong to no principal: calls
-	// that meet them are refused (scope_mismatch), never run twice, until
-	// they expire; settle their unknown ones first.
+	// DigestKey, if set (32 random bytes or more, kept secret), keys the
+	// request reference (key version 3) and the digests records keep of
+	// principals, sessions and inputs: HMAC-SHA-256 instead of SHA-256, so
+	// that neither a copy of the store nor a reference in a log or at a
+	// destination can be checked against a guessed principal or input.
+	// Without it, they can. Set one in production. Every tool sharing a
+	// store must use the same key. Changing it (or setting it on tools that
+	// ran without) gives every action a new reference: records made before
+	// are still listed, settled and swept by their reference, but a call
+	// never meets them, so a repeat of an action done before is a new
+	// action. Change it when no call is in flight and nothing is unknown;
+	// see docs/promises.md.
 	DigestKey []byte
 	// Logger receives warnings (an outcome that could not be recorded). nil
 	// means discard.
@@ -297,6 +316,12 @@ type Options struct {
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
+
+// The input bounds a tool has unless its Options say otherwise.
+const (
+	DefaultMaxInput            = 1 << 20  // Options.MaxInput
+	DefaultMaxIdentifyingValue = 64 << 10 // Options.MaxIdentifyingValue
+)
 
 // Codec transforms outcomes on their way into and out of the store: to
 // redact personal data or to encrypt. See storekit.Codec.
@@ -416,6 +441,18 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.MaxInput == 0 {
+		o.MaxInput = DefaultMaxInput
+	}
+	if o.MaxInput < 0 || o.MaxInput > canonjson.MaxInput {
+		return nil, bad("MaxInput %d is not between 1 and %d bytes", o.MaxInput, canonjson.MaxInput)
+	}
+	if o.MaxIdentifyingValue == 0 {
+		o.MaxIdentifyingValue = min(DefaultMaxIdentifyingValue, o.MaxInput)
+	}
+	if o.MaxIdentifyingValue < 0 || o.MaxIdentifyingValue > o.MaxInput {
+		return nil, bad("MaxIdentifyingValue %d is not between 1 and MaxInput (%d) bytes", o.MaxIdentifyingValue, o.MaxInput)
 	}
 	if o.DigestKey != nil && len(o.DigestKey) < 32 {
 		return nil, bad("DigestKey has %d bytes; use 32 random bytes or more", len(o.DigestKey))

@@ -43,7 +43,7 @@ func BenchmarkParts(b *testing.B) {
 		return parsed
 	}
 	key := func(parsed input) (string, string, Digest) {
-		ref, owner := refAndOwner(cfg.KeyPrefix, tool.Name(), scope, "", parsed.identifying)
+		ref, owner := cfg.refAndOwner(tool.Name(), scope, "", parsed.identifying)
 		principal, _ := tool.scopeDigests(scope)
 		return ref, owner, principal
 	}

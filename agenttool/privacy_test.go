@@ -6,16 +6,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/observe"
+	"github.com/retrysafe/retrysafe/agenttool/otelhooks"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -185,18 +190,41 @@ func TestI8_WhatTheDefaultCodecLeavesReadable(t *testing.T) {
 	})
 }
 
-// Rotating the DigestKey never runs an action twice: a record made under the
-// old key belongs to no principal under the new one, and a call that meets
-// it is refused until the record expires.
-func TestDigestKeyRotationRefusesNeverReruns(t *testing.T) {
+// Rotating the DigestKey starts a new key space: references and digests
+// are keyed, so a call under the new key never meets a record made under
+// the old one — a repeat of an action done before the rotation is a new
+// action, with a new reference, as docs/promises.md says. What was recorded
+// before stays with operators: an unknown action made under the old key is
+// listed and settled by its reference.
+func TestDigestKeyRotationStartsNewReferences(t *testing.T) {
 	store := memstore.New()
-	m := &mailServer{}
-	before := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, DigestKey: bytes.Repeat([]byte{1}, 32)})
-	after := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, DigestKey: bytes.Repeat([]byte{2}, 32)})
-	mustStatus(t, before.Invoke(scoped(), emailToAna), envelope.Success)
-	env := after.Invoke(scoped(), emailToAna)
-	if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeScopeMismatch || m.runs.Load() != 1 {
-		t.Errorf("after a rotation: %s, runs %d; want refused, not run again", env, m.runs.Load())
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 2 {
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	before := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, DigestKey: bytes.Repeat([]byte{1}, 32), Fence: agenttool.FenceOff,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	after := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, DigestKey: bytes.Repeat([]byte{2}, 32), Fence: agenttool.FenceOff})
+	done := before.Invoke(scoped(), emailToAna)
+	mustStatus(t, done, envelope.Success)
+	lost := before.Invoke(scoped(), `{"to":"bo@example.com","subject":"Lunch"}`)
+	mustStatus(t, lost, envelope.UnknownOutcome)
+	again := after.Invoke(scoped(), emailToAna)
+	if again.RequestRef == done.RequestRef || again.Replayed || m.runs.Load() != 3 {
+		t.Errorf("the same action after a rotation: %s, runs %d; want a new reference, run as a new action", again, m.runs.Load())
+	}
+	op, err := agenttool.NewOperator(store, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := op.Unknown(context.Background(), "", 10)
+	if err != nil || len(recs) != 1 || recs[0].Key != lost.RequestRef {
+		t.Fatalf("the operator lists %v, %v; want the unknown action made before the rotation", recs, err)
+	}
+	if err := op.ResolveNotApplied(context.Background(), lost.RequestRef, recs[0].Attempts, "maria", "bounced"); err != nil {
+		t.Errorf("settling an action made before the rotation: %v", err)
 	}
 	if _, err := agenttool.NewOperator(store, before, after); !errors.Is(err, agenttool.ErrInvalidOptions) {
 		t.Errorf("an operator over tools with different digest keys: %v", err)
@@ -204,4 +232,116 @@ func TestDigestKeyRotationRefusesNeverReruns(t *testing.T) {
 	if _, err := agenttool.New("send_email", "", m.send, agenttool.Options{Store: store, Class: agenttool.Keyed, DigestKey: []byte("short")}); !errors.Is(err, agenttool.ErrInvalidOptions) {
 		t.Errorf("a 5-byte digest key: %v", err)
 	}
+}
+
+// observedCalls runs a success, a definite failure and an unknown outcome
+// settled by an operator — for a guessable principal, session and input —
+// through a send_email tool on store with digest key key (nil: none), and
+// returns the request references of the calls and what its logs
+// (observe.Log) and spans (otelhooks, with the SDK's span recorder) hold.
+func observedCalls(t *testing.T, store agenttool.Store, key []byte) (refs []string, logs, spans []byte) {
+	t.Helper()
+	var logBuf bytes.Buffer
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	otel, err := otelhooks.New(otelhooks.Options{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mailServer{script: func(n int) (bool, error) {
+		switch n {
+		case 2:
+			return false, envelope.MarkDefinite(errors.New("550 no such user"), "smtp_550")
+		case 3:
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, DigestKey: key, Fence: agenttool.FenceOff,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+		Hooks: observe.Join(otel, observe.Log(slog.New(slog.NewJSONHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))))})
+	ctx := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
+	for _, in := range []string{emailToAna, `{"to":"bo@example.com","subject":"Lunch"}`, `{"to":"cy@example.com","subject":"Lunch"}`} {
+		refs = append(refs, tool.Invoke(ctx, in).RequestRef)
+	}
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ResolveApplied(context.Background(), refs[2], 1, nil, "maria", "in the mail log"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range recorder.Ended() {
+		spans = append(spans, s.Name()...)
+		for _, a := range s.Attributes() {
+			spans = append(append(spans, 0), a.Value.String()...)
+		}
+		for _, e := range s.Events() {
+			for _, a := range e.Attributes {
+				spans = append(append(spans, 0), a.Value.String()...)
+			}
+		}
+	}
+	return refs, logBuf.Bytes(), spans
+}
+
+// I8, references: with a DigestKey, a request reference cannot be checked
+// against a guess. What anyone can compute from a guessed principal,
+// session and input — the unkeyed reference, and the unkeyed digests of the
+// principal, the session and the input — is nowhere in a copy of the store
+// (the bbolt file's bytes, the PostgreSQL rows), in the logs or in the
+// spans. Without a DigestKey the same scan finds them, as the docs say.
+func TestI8_ReferencesRevealNothingWithADigestKey(t *testing.T) {
+	key := bytes.Repeat([]byte{0x5a}, 32)
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		if _, mem := store.(interface{ Len() int }); mem {
+			t.Skip("memstore has no bytes at rest")
+		}
+		// What a guess yields: the calls made without a key.
+		plain := openBolt(t, t.TempDir()+"/plain.db")
+		guessed, plainLogs, plainSpans := observedCalls(t, plain, nil)
+		var needles [][]byte
+		for _, ref := range guessed {
+			needles = append(needles, []byte(ref), []byte(ref[strings.IndexByte(ref, '/')+1:]))
+			rec, err := plain.Get(context.Background(), ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []agenttool.Digest{rec.Principal, rec.Session, rec.Fingerprint} {
+				needles = append(needles, d[:], []byte(d.String()))
+			}
+		}
+		plainRaw := rawStore(t, plain)
+		for _, ref := range guessed {
+			for where, raw := range map[string][]byte{"store": plainRaw, "logs": plainLogs, "spans": plainSpans} {
+				if !bytes.Contains(raw, []byte(ref)) {
+					t.Fatalf("without a DigestKey, the %s do not hold %s: the scan would find nothing", where, ref)
+				}
+			}
+		}
+
+		refs, logs, spans := observedCalls(t, store, key)
+		for i, ref := range refs {
+			if ref == guessed[i] {
+				t.Errorf("with a DigestKey the reference is the guessable %s", ref)
+			}
+		}
+		for where, raw := range map[string][]byte{"store": rawStore(t, store), "logs": logs, "spans": spans} {
+			if !bytes.Contains(raw, []byte(refs[0])) {
+				t.Errorf("the %s hold none of the calls' references: the scan looks at nothing", where)
+			}
+			for _, n := range needles {
+				if bytes.Contains(raw, n) {
+					t.Errorf("with a DigestKey, the %s hold %q, which anyone can compute from a guess", where, n)
+				}
+			}
+			for _, plain := range []string{"tenant-42/user-7", "conversation-9", "ana@example.com"} {
+				if bytes.Contains(raw, []byte(plain)) {
+					t.Errorf("the %s hold %q", where, plain)
+				}
+			}
+		}
+	})
 }

@@ -316,7 +316,7 @@ func TestReconcile_PanickingCheckDoesNotHoldTheRecord(t *testing.T) {
 		time.Sleep(10 * lease)
 
 		op, _ := agenttool.NewOperator(store, tool)
-		err := op.ResolveApplied(context.Background(), a.RequestRef, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
+		err := op.ResolveApplied(context.Background(), a.RequestRef, a.Attempts, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
 		rec, _ := store.Get(context.Background(), a.RequestRef)
 		t.Logf("operator: %v; record %v taken over %v, lease ends in %v", err, rec.State, rec.TakenOver, time.Until(rec.LeaseExpiry))
 		if errors.Is(err, agenttool.ErrBusy) {
@@ -379,7 +379,7 @@ func hangingCheck(t *testing.T, store agenttool.Store) {
 	go func() { passes <- op.RunSweeper(ctx, agenttool.SweeperOptions{Interval: 10 * time.Millisecond}) }()
 	<-hanging // the sweeper's check of A never answers
 
-	err = op.ResolveApplied(context.Background(), a.RequestRef, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
+	err = op.ResolveApplied(context.Background(), a.RequestRef, a.Attempts, []byte(`{"message_id":"<a@mail.test>"}`), "maria", "found in the provider's log")
 	rec, _ := store.Get(context.Background(), a.RequestRef)
 	if errors.Is(err, agenttool.ErrBusy) {
 		t.Errorf("while a check that never answers runs, the operator cannot settle the record: %v (record %v, taken over %v, checks %d)",

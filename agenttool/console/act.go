@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/internal/printable"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -71,7 +72,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	}
 	form := r.PostForm // never the URL's query: a link cannot carry a decision
 	if !h.validToken(a.viewer, form.Get("csrf")) {
-		h.opts.Logger.Warn("retrysafe console: decision with a missing or wrong form token refused", "viewer", a.viewer.Name, "ref", form.Get("ref"))
+		h.opts.Logger.Warn("retrysafe console: decision with a missing or wrong form token refused", "viewer", a.viewer.Name, "ref", printable.Line(form.Get("ref")))
 		plain(w, http.StatusForbidden, "the form's token is missing or wrong, so nothing was changed. Open the console again and decide from its page")
 		return
 	}
@@ -113,15 +114,15 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusConflict, fmt.Sprintf("Nothing was changed: this action is no longer awaiting a decision (it is %s).", page.Row.State))
 		return
 	}
-	// The decision is about the outcome the page showed. ResolveNotApplied
-	// checks that itself, in the store; the others are checked here too.
+	// The decision is about the outcome the page showed: the operator
+	// checks it again while it holds the record; this answers early.
 	if d.attempts != rec.Attempts {
 		refuse(http.StatusConflict, stale(d.attempts, rec.Attempts))
 		return
 	}
 	done, err := d.make(r.Context(), v.op)
 	h.opts.Logger.Info("retrysafe console: decision", "viewer", d.by, "decision", do, "ref", ref,
-		"attempts", d.attempts, "why", d.reason, "done", done, "err", err)
+		"attempts", d.attempts, "why", printable.Line(d.reason), "done", done, "err", errText(err))
 	if err != nil {
 		// Show the action as it is now.
 		if now, _, ferr := a.find(r.Context(), ref); ferr == nil {
@@ -164,13 +165,13 @@ func (d decision) make(ctx context.Context, op *agenttool.Operator) (string, err
 		if d.result != "" {
 			result = json.RawMessage(d.result)
 		}
-		return d.do, op.ResolveApplied(ctx, d.ref, result, d.by, d.reason)
+		return d.do, op.ResolveApplied(ctx, d.ref, d.attempts, result, d.by, d.reason)
 	case doNotApplied:
 		return d.do, op.ResolveNotApplied(ctx, d.ref, d.attempts, d.by, d.reason)
 	case doRetry:
 		return d.do, op.ResolveNotApplied(ctx, d.ref, d.attempts, d.by, "one retry approved: "+d.reason)
 	case doCompensate:
-		return d.do, op.Compensate(ctx, d.ref, d.by, d.reason)
+		return d.do, op.Compensate(ctx, d.ref, d.attempts, d.by, d.reason)
 	}
 	return "", fmt.Errorf("no decision %q: %w", d.do, agenttool.ErrInvalidRequest)
 }

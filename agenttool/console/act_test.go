@@ -209,12 +209,47 @@ func TestStaleDecisionChangesNothing(t *testing.T) {
 	}
 }
 
+// A decision is checked against the action while the operator holds it,
+// not only when the form arrives: attempt 2 ran after the console read the
+// action for maria's decision about attempt 1 (a colleague on another
+// replica approved a retry, and the agent's call ran it). Nothing is
+// settled, and the page says so.
+func TestDecisionRacingAnotherAttemptChangesNothing(t *testing.T) {
+	for _, do := range []string{"retry", "not-applied", "applied", "compensate"} {
+		t.Run(do, func(t *testing.T) {
+			w := newWorld(t, nil)
+			charge := w.lostCharge(ana, "Ana Lima", chargeAna)
+			token := w.token("maria", charge.RequestRef) // maria's page shows attempt 1
+			between := func() {
+				if err := w.op.ResolveNotApplied(t.Context(), charge.RequestRef, 1, "li", "no charge found"); err != nil {
+					t.Errorf("the colleague's approval: %v", err)
+				}
+				w.loseReply.Store(true)
+				w.charge.Invoke(ctx(ana, ""), chargeAna)
+			}
+			w.store.between.Store(&between)
+
+			p := w.do("maria", http.MethodPost, "/action", url.Values{"csrf": {token}, "ref": {charge.RequestRef}, "do": {do},
+				"attempts": {"1"}, "reason": {"decided on what the page showed"}})
+			got := text(p.body)
+			if p.status != http.StatusConflict || !strings.Contains(got, "Nothing was changed: this decision was about attempt 1, and the action is now at attempt 2") {
+				t.Errorf("%s racing attempt 2: %d\n%s", do, p.status, got)
+			}
+			rec := w.record(charge.RequestRef)
+			if rec.State != agenttool.Unknown || rec.RetryApproved || rec.Attempts != 2 || len(w.refunded) != 0 || w.charges.Load() != 2 {
+				t.Errorf("%s racing attempt 2 changed the action: %v, approved %v, attempt %d, refunds %v, charges %d",
+					do, rec.State, rec.RetryApproved, rec.Attempts, w.refunded, w.charges.Load())
+			}
+		})
+	}
+}
+
 // A decision about an action settled meanwhile is refused.
 func TestDecisionAfterSettlement(t *testing.T) {
 	w := newWorld(t, nil)
 	charge := w.lostCharge(ana, "Ana Lima", chargeAna)
 	token := w.token("maria", charge.RequestRef)
-	if err := w.op.ResolveApplied(t.Context(), charge.RequestRef, nil, "li", "seen at the processor"); err != nil {
+	if err := w.op.ResolveApplied(t.Context(), charge.RequestRef, charge.Attempts, nil, "li", "seen at the processor"); err != nil {
 		t.Fatal(err)
 	}
 	p := w.do("maria", http.MethodPost, "/action", url.Values{"csrf": {token}, "ref": {charge.RequestRef}, "do": {"retry"},

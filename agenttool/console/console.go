@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/internal/printable"
 )
 
 // Viewer is the person using the console, as the application's Who
@@ -130,5 +131,14 @@ func showScope(s agenttool.Scope) string {
 func plain(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	fmt.Fprintf(w, "%d %s: %s\n", status, http.StatusText(status), msg)
+	fmt.Fprintf(w, "%d %s: %s\n", status, http.StatusText(status), printable.Line(msg))
+}
+
+// errText is an error's text for a log record, through the same filter as
+// pages ("" for nil): an error may quote a destination.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return printable.Line(err.Error())
 }

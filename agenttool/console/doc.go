@@ -85,9 +85,9 @@
 // A decision is about the outcome the page showed: the form carries the
 // attempts it showed, and a decision about attempt 1 of an action that
 // has since run attempt 2 is refused (409), nothing changed, with a
-// message that says so. For "resolve not applied" and "approve one retry"
-// the store itself checks it, in the transaction that settles
-// (agenttool.ErrStale); the console checks the others just before.
+// message that says so. The operator checks it while it holds the record,
+// for every decision (agenttool.ErrStale), so that an attempt that runs
+// between the page's read and the decision is never settled by it.
 //
 // # The Approver
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/console"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -61,7 +63,7 @@ type emailInput struct {
 type world struct {
 	t         *testing.T
 	clock     *clock
-	store     *memstore.Store
+	store     *raceStore
 	approvals *console.Approvals
 	// charge_card is at-most-once: the card processor can neither dedupe
 	// nor be asked. It has an approver (the console's) and a refund.
@@ -72,10 +74,12 @@ type world struct {
 	console *console.Handler
 	srv     *httptest.Server
 
-	charges   atomic.Int32 // charges that reached the card processor
-	emails    atomic.Int32 // emails that reached the mail server
-	loseReply atomic.Bool  // the next effect happens, and its reply is lost
-	verdict   atomic.Value // the mail server's answer to the reconciler (reconcile.Answer)
+	charges   atomic.Int32           // charges that reached the card processor
+	emails    atomic.Int32           // emails that reached the mail server
+	loseReply atomic.Bool            // the next effect happens, and its reply is lost
+	lostWith  atomic.Pointer[string] // the error text of a lost charge's reply, if set
+	log       syncBuffer             // the console's audit log, as JSON lines
+	verdict   atomic.Value           // the mail server's answer to the reconciler (reconcile.Answer)
 	mu        sync.Mutex
 	refunded  []string // compensations, by reference
 }
@@ -92,14 +96,18 @@ var viewers = map[string]console.Viewer{
 
 func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 	t.Helper()
-	w := &world{t: t, clock: &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}, store: memstore.New(), approvals: &console.Approvals{}}
+	w := &world{t: t, clock: &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}, store: &raceStore{Store: memstore.New()}, approvals: &console.Approvals{}}
 	w.verdict.Store(reconcile.StillPending())
 	fast := agenttool.RetryPolicy{MaxAttempts: 1}
 	var err error
 	w.charge, err = agenttool.New("charge_card", "Charge a card.", func(ctx context.Context, in chargeInput) (map[string]string, error) {
 		w.charges.Add(1)
 		if w.loseReply.Swap(false) {
-			return nil, envelope.MarkUnknown(errors.New("read tcp 127.0.0.1:4242: connection reset by peer"))
+			text := "read tcp 127.0.0.1:4242: connection reset by peer"
+			if s := w.lostWith.Load(); s != nil {
+				text = *s
+			}
+			return nil, envelope.MarkUnknown(errors.New(text))
 		}
 		return map[string]string{"charge_id": "ch_" + strconv.Itoa(int(w.charges.Load()))}, nil
 	}, agenttool.Options{
@@ -149,7 +157,8 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 			}
 			return name
 		},
-		Now: w.clock.Now,
+		Now:    w.clock.Now,
+		Logger: slog.New(slog.NewJSONHandler(&w.log, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +170,42 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 	w.srv = httptest.NewServer(h)
 	t.Cleanup(w.srv.Close)
 	return w
+}
+
+// raceStore is the world's store. Its between function, once set, runs
+// just before the next claim that takes a record over (an operator's hold):
+// what another party does after the console read the record and before the
+// decision holds it.
+type raceStore struct {
+	*memstore.Store
+	between atomic.Pointer[func()]
+}
+
+func (s *raceStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if r.TakeOver {
+		if f := s.between.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return s.Store.Claim(ctx, r)
+}
+
+// syncBuffer is a buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // ctx is the trusted context of a call by principal, labelled label.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -141,4 +142,65 @@ func TestDetail_DoneParameterNeverClaimsASettlement(t *testing.T) {
 	if body := text(p.body); strings.Contains(body, "Resolved as applied") {
 		t.Errorf("the page of an unknown, unsettled charge says %q", "Resolved as applied: later calls for this action replay it as a success; nothing runs again.")
 	}
+}
+
+// What a destination, a model or a person wrote is shown by the console,
+// never obeyed: control characters (C0 and C1) and bidi overrides in an
+// error text, a label, a resolver's name or a reason reach neither the
+// pages, nor a plain answer, nor the audit log as they are; the pages show
+// them as escapes.
+func TestPagesShowControlCharactersInsteadOfObeyingThem(t *testing.T) {
+	w := newWorld(t, nil)
+	evil := "declined\u009b31m\u009d0;owned\u009c\x1b[2J\u202egnp.exe"
+	w.lostWith.Store(&evil)
+	charge := w.lostCharge(ana, "Ana \u202eLima", chargeAna)
+	if err := w.op.ResolveNotApplied(t.Context(), charge.RequestRef, 1, "li\u009b2J", "no charge\u2066 found"); err != nil {
+		t.Fatal(err)
+	}
+	w.loseReply.Store(true)
+	w.charge.Invoke(ctx(ana, ""), chargeAna) // attempt 2: lost again, with the same text
+
+	pages := map[string]page{
+		"list":     w.get("maria", "/"),
+		"detail":   w.get("maria", detailPath(charge.RequestRef)),
+		"decision": w.decide("maria", charge.RequestRef, "compensate", 2, "customer \u009b2Jcancelled\u202e"),
+		"plain":    w.get("maria", detailPath("charge_card/\u009b2Jnone")),
+	}
+	for name, p := range pages {
+		if i, r := hiddenRune(p.body); i >= 0 {
+			t.Errorf("the %s page carries %U at byte %d:\n%q", name, r, i, p.body)
+		}
+	}
+	detail := text(pages["detail"].body)
+	for _, want := range []string{`declined\u009b31m\u009d0;owned\u009c\u001b[2J\u202egnp.exe`, `Ana \u202eLima`, `li\u009b2J`, `no charge\u2066 found`} {
+		if !strings.Contains(detail, want) {
+			t.Errorf("the detail page does not show %q visibly:\n%s", want, detail)
+		}
+	}
+	if !strings.Contains(text(pages["list"].body), `declined\u009b31m`) {
+		t.Errorf("the list does not show the error visibly:\n%s", text(pages["list"].body))
+	}
+	log := w.log.String()
+	if !strings.Contains(log, `customer \\u009b2Jcancelled\\u202e`) {
+		t.Errorf("the audit log does not record the reason visibly:\n%s", log)
+	}
+	if i, r := hiddenRune(log); i >= 0 {
+		t.Errorf("the audit log carries %U at byte %d:\n%q", r, i, log)
+	}
+}
+
+// hiddenRune returns the first character of s that a terminal or a browser
+// obeys rather than shows (C0 but tab and newline, DEL,
+// C1, bidi formatting, line and paragraph separators, bytes that are not
+// UTF-8), and its index; -1 if there is none.
+func hiddenRune(s string) (int, rune) {
+	for i, r := range s {
+		switch {
+		case r == '\t' || r == '\n':
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == utf8.RuneError,
+			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x2028, r == 0x2029:
+			return i, r
+		}
+	}
+	return -1, 0
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/internal/printable"
 )
 
 // row is one action, as the list and the detail page show it.
@@ -229,7 +231,7 @@ func (h *Handler) notVisible(w http.ResponseWriter, a *access, ref string, err e
 		plain(w, http.StatusNotFound, errHidden.Error())
 		return
 	}
-	h.opts.Logger.Error("retrysafe console: reading an action failed", "viewer", a.viewer.Name, "ref", ref, "err", err)
+	h.opts.Logger.Error("retrysafe console: reading an action failed", "viewer", a.viewer.Name, "ref", printable.Line(ref), "err", errText(err))
 	plain(w, http.StatusInternalServerError, "the store could not be read; try again")
 }
 
@@ -269,5 +271,8 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, data an
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	w.Write(b.Bytes())
+	// What a destination, a model or a person wrote is shown, never
+	// obeyed: control characters and bidi overrides become visible escapes
+	// (package printable), wherever on the page they are.
+	io.WriteString(w, printable.Text(b.String()))
 }

@@ -62,4 +62,10 @@ func TokenPrincipal(_ context.Context, c Caller) (string, error) {
 // into two; it can turn two identical actions of one principal into one,
 // which the second call is told (it is replayed). Give a Session function
 // that names the conversation when that matters.
+//
+// "mcp" is public, and so is any session that stays the same when a client
+// reconnects and nothing secret goes into it: what keeps a guess of
+// principal and arguments from being checked against a request reference
+// is the tools' agenttool.Options.DigestKey (the reference is then keyed),
+// not the session. Give every tool an MCP server serves a DigestKey.
 func OneSession(context.Context, Caller) (string, error) { return "mcp", nil }

@@ -108,3 +108,30 @@ func TestJoin(t *testing.T) {
 		t.Errorf("order %s", got)
 	}
 }
+
+// An error code a destination chose reaches the log shown, not obeyed:
+// control characters (C0 and C1) and bidi overrides in it are written as
+// escapes, whatever the handler (slog's JSON handler escapes only C0).
+func TestLogShowsControlCharactersInsteadOfObeyingThem(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	tool, err := agenttool.New("send_note", "", func(ctx context.Context, n note) (string, error) {
+		return "", envelope.MarkDefinite(errors.New("declined"), "declined\u009b31m\u009d0;owned\u009c\u202egnp")
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Hooks: observe.Log(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1", "c-1"), `{"to":"ana","body":"a"}`)
+	if env.Status != envelope.DefiniteFailure {
+		t.Fatalf("the call: %s", env)
+	}
+	log := buf.String()
+	for i, r := range log {
+		if r < 0x20 && r != '\n' || r >= 0x7f && r <= 0x9f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 {
+			t.Fatalf("the log carries %U at byte %d:\n%q", r, i, log)
+		}
+	}
+	if !strings.Contains(log, `"error.type":"declined\\u009b31m\\u009d0;owned\\u009c\\u202egnp"`) {
+		t.Errorf("the log does not show the error code visibly:\n%s", log)
+	}
+}

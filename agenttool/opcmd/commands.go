@@ -37,13 +37,28 @@ var commands = []*command{
 	{name: "copy", summary: "Copy every record of one store into another (bbolt to PostgreSQL, say): what is missing, never twice; run it with the application stopped.", define: (*runner).defineCopy},
 }
 
-func lookup(name string) *command {
-	for _, c := range commands {
+// lookup finds a command by name: one of Run's, or one of the program's.
+func (r *runner) lookup(name string) *command {
+	for _, c := range r.all() {
 		if c.name == name {
 			return c
 		}
 	}
 	return nil
+}
+
+// all returns Run's commands, then the program's.
+func (r *runner) all() []*command {
+	all := commands
+	for _, extra := range r.opts.Commands {
+		define := extra.Define
+		all = append(all[:len(all):len(all)], &command{name: extra.Name, args: extra.Args, summary: extra.Summary,
+			define: func(r *runner, fs *flag.FlagSet) action {
+				run := define(fs)
+				return func(ctx context.Context, args []string) error { return run(ctx, args, r.stdout, r.json) }
+			}})
+	}
+	return all
 }
 
 func (r *runner) defineList(fs *flag.FlagSet) action {

@@ -27,12 +27,12 @@
 //	reconcile REF -by WHO
 //	    ask the destination through the tool's reconciler and settle the
 //	    record by its answer, which it prints
-//	resolve applied REF [-result JSON] -by WHO -why TEXT
+//	resolve applied REF -attempts N [-result JSON] -by WHO -why TEXT
 //	    settle as applied: calls replay a success with that result
 //	resolve not-applied REF -attempts N -by WHO -why TEXT
 //	    settle as not applied: the next call runs the tool once more
 //	approve REF -retry-once -attempts N -by WHO -why TEXT
-//	approve REF -compensate [-attempts N] -by WHO -why TEXT
+//	approve REF -compensate -attempts N -by WHO -why TEXT
 //	    decide on an at-most-once action: one more attempt, or run the
 //	    tool's compensating action
 //	sweep -once | sweep [-interval D]
@@ -56,9 +56,9 @@
 //	    every command with its flags, or one
 //
 // Flags go before or after a command's reference. -attempts is the
-// record's attempts as list or show printed them: a finding is about one
-// attempt, and a record that had another attempt since is not settled
-// (exit 5). Settling needs -by (who) and, for resolve and approve, -why:
+// record's attempts as list or show printed them: every finding and
+// decision is about one attempt, and a record that had another attempt
+// since is not settled (exit 5). Settling needs -by (who) and, for resolve and approve, -why:
 // both are recorded with the record.
 //
 // # Output
@@ -70,7 +70,12 @@
 // approve ({"ref", "verdict", "by", "why", "attempts", "settled"}), the
 // report for sweep (its progress lines go to stderr with "progress":
 // true), and for copy a line per record left out ({"ref", "problem",
-// "detail"}) then its report. Errors always go to stderr as text that says what to do.
+// "detail"}) then its report. Errors always go to stderr as text that says
+// what to do. Text that came from a destination, a model or a person
+// (error texts, labels, names, notes) is shown, never obeyed by the
+// terminal: its control characters (C0 and C1) and bidi overrides are
+// printed as \u escapes — in -json lines, the JSON escapes of the same
+// characters.
 //
 // # Exit codes
 //

@@ -30,6 +30,7 @@ type destination struct {
 	undone    []string
 	runs      int
 	lose      string                      // "after" applies and loses the reply; "before" loses the request
+	lostWith  error                       // the error of a lost reply; errReset if nil
 	verdicts  map[string]reconcile.Answer // the reconciler's answer by reference; pending if none
 	blockRuns chan struct{}               // if set, a run waits for it to close
 	running   chan string                 // if set, a run sends its reference here first
@@ -43,8 +44,11 @@ func (d *destination) do(ctx context.Context) error {
 	ref := agenttool.RequestRef(ctx)
 	d.mu.Lock()
 	d.runs++
-	lose, block, running := d.lose, d.blockRuns, d.running
+	lose, block, running, lostWith := d.lose, d.blockRuns, d.running, d.lostWith
 	d.mu.Unlock()
+	if lostWith == nil {
+		lostWith = errReset
+	}
 	if running != nil {
 		running <- ref
 	}
@@ -52,13 +56,13 @@ func (d *destination) do(ctx context.Context) error {
 		<-block
 	}
 	if lose == "before" {
-		return errReset
+		return lostWith
 	}
 	d.mu.Lock()
 	d.applied[ref]++
 	d.mu.Unlock()
 	if lose == "after" {
-		return errReset
+		return lostWith
 	}
 	return nil
 }

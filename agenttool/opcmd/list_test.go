@@ -1,10 +1,13 @@
 package opcmd_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retrysafe/retrysafe/agenttool/opcmd"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -186,4 +189,68 @@ func TestStats(t *testing.T) {
 	if out := f.run("stats", "-principal", "nobody").ok(t).stdout; out != "No records.\n" {
 		t.Errorf("stats of nobody: %q", out)
 	}
+}
+
+// What a destination, a model or a person wrote is shown by the commands,
+// never obeyed by the operator's terminal: control characters (C0 and C1:
+// ESC, CSI, OSC, a carriage return) and bidi overrides in an error text, a
+// label or a resolver's name are printed as escapes — in list and show, in
+// tables and as JSON (whose escapes decode to the same text), and in error
+// messages.
+func TestOutputShowsControlCharactersInsteadOfObeyingThem(t *testing.T) {
+	f := boltFixture(t)
+	evil := "\x1b[2J\u009b31m\u009d0;owned\u009c\r\u202egnp.exe\u2066"
+	f.mail.set(func(d *destination) { d.lostWith = errors.New("mailbox says: " + evil) })
+	ana := f.lostEmail("tenant-1/ana", "Ana \u202eLima", "ana@example.com", "after")
+	if err := f.op.ResolveNotApplied(context.Background(), ana.RequestRef, 1, "sam\u009b2J", "not in the log\u009d0;t\u009c"); err != nil {
+		t.Fatal(err)
+	}
+	f.mail.set(func(d *destination) { d.lose = "after" })
+	if env := f.sendEmail("tenant-1/ana", "", "ana@example.com"); env.Status != envelope.UnknownOutcome {
+		t.Fatalf("the approved retry: %s", env)
+	}
+
+	outputs := map[string]result{
+		"list":       f.run("list").ok(t),
+		"show":       f.run("show", ana.RequestRef).ok(t),
+		"list -json": f.run("-json", "list").ok(t),
+		"show -json": f.run("-json", "show", ana.RequestRef).ok(t),
+		"an error":   f.run("show", "send_email/\u009b2Jnothing").exits(t, opcmd.ExitNotFound),
+	}
+	for name, out := range outputs {
+		for _, s := range []string{out.stdout, out.stderr} {
+			if i, r := hiddenRune(s); i >= 0 {
+				t.Errorf("%s prints %U at byte %d:\n%q", name, r, i, s)
+			}
+		}
+	}
+	show := outputs["show"].stdout
+	for _, want := range []string{`\u001b[2J\u009b31m\u009d0;owned\u009c\r\u202egnp.exe`, `by operator:sam\u009b2J`, `Ana \u202eLima`, `not in the log\u009d0;t\u009c`} {
+		if !strings.Contains(show, want) {
+			t.Errorf("show does not print %q visibly:\n%s", want, show)
+		}
+	}
+	if row := outputs["list"].row(t, ana.RequestRef); !strings.Contains(row[len(row)-1], `\u009b31m`) {
+		t.Errorf("list's last error: %q", row)
+	}
+	o := outputs["show -json"].lines(t)[0]
+	if !strings.Contains(fmt.Sprint(o["error"]), "mailbox says: "+evil) || o["label"] != "Ana \u202eLima" {
+		t.Errorf("show -json does not decode to the recorded text: error %q, label %q", o["error"], o["label"])
+	}
+}
+
+// hiddenRune returns the first character of s that a terminal obeys rather
+// than shows (C0 but tab and newline, DEL, C1, bidi formatting, line and
+// paragraph separators, bytes that are not UTF-8), and its index; -1 if
+// there is none.
+func hiddenRune(s string) (int, rune) {
+	for i, r := range s {
+		switch {
+		case r == '\t' || r == '\n':
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == utf8.RuneError,
+			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x2028, r == 0x2029:
+			return i, r
+		}
+	}
+	return -1, 0
 }

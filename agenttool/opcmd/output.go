@@ -7,11 +7,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/printable"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -124,7 +124,11 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 	}
 	now := r.opts.Now()
 	tw := tabwriter.NewWriter(r.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	// Every value passes through cell: what came from a destination, a
+	// model or a person is shown, never obeyed, by the terminal.
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", k, cell(fmt.Sprintf(format, args...), 0))
+	}
 	row("reference", "%s", v.Ref)
 	row("tool", "%s", v.Tool)
 	row("state", "%s", v.state())
@@ -160,7 +164,7 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 	if err := enc.Encode(v.Outcome); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(r.stdout, "outcome:\n  %s", out.String())
+	_, err := fmt.Fprintf(r.stdout, "outcome:\n  %s", printable.Text(out.String()))
 	return err
 }
 
@@ -268,22 +272,26 @@ func (r *runner) printReport(w io.Writer, rep agenttool.SweepReport, progress bo
 
 func (r *runner) emit(v any) error { return emit(r.stdout, v) }
 
-// emit writes v as one line of JSON.
+// emit writes v as one line of JSON. Characters a terminal would obey
+// (C1 controls, bidi overrides: the encoder escapes only C0) are written
+// as JSON escapes of themselves.
 func emit(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, printable.Line(strings.TrimSuffix(b.String(), "\n"))+"\n")
+	return err
 }
 
-// cell makes s fit a table cell: no control characters (a tab or a newline
-// would break the table), and at most limit runes if limit > 0.
+// cell makes s fit a table cell: on one line (a tab or a newline would
+// break the table), with every character a terminal would obey rather
+// than show made visible (package printable), and at most limit runes if
+// limit > 0.
 func cell(s string, limit int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
+	s = printable.Line(s)
 	if limit > 0 {
 		if rs := []rune(s); len(rs) > limit {
 			s = string(rs[:limit-1]) + "…"

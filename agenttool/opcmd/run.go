@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/internal/printable"
 )
 
 // The exit codes of [Run].
@@ -51,6 +52,23 @@ type Options struct {
 	// location (copy -from and -to), and returns it with the function that
 	// closes it. Without it, copy refuses: cmd/retrysafe has it.
 	OpenStore func(ctx context.Context, spec StoreSpec) (store agenttool.Store, close func() error, err error)
+	// Commands are commands of the program's own, run and listed in usage
+	// after Run's (which win a clash of names): cmd/retrysafe adds migrate.
+	Commands []Command
+}
+
+// Command is a command a program adds to Run's ([Options].Commands). It
+// gets no operator: it works with what the program's global flags name.
+type Command struct {
+	Name    string // one word, as typed
+	Args    string // its positional arguments, for usage: "REF"; "" for none
+	Summary string // one sentence, for usage
+	// Define defines the command's flags on fs (their usage text says
+	// "(required" for a required one) and returns what it does, given its
+	// positional arguments: it writes its results to stdout, as one JSON
+	// object per line when asJSON. Its error is printed as Run prints
+	// errors; one that wraps ErrUsage exits with ExitUsage.
+	Define func(fs *flag.FlagSet) func(ctx context.Context, args []string, stdout io.Writer, asJSON bool) error
 }
 
 // ErrUsage marks an error of Options.Open that is the command line's
@@ -114,7 +132,7 @@ func (r *runner) run(ctx context.Context, args []string) int {
 		}
 		name, args = "resolve "+args[0], args[1:]
 	}
-	c := lookup(name)
+	c := r.lookup(name)
 	if c == nil {
 		return r.fail(usagef("there is no command %q", name))
 	}
@@ -203,7 +221,7 @@ func (r *runner) fail(err error) int {
 		prefix += " " + r.cmd.name
 	}
 	code, hint := classify(err)
-	fmt.Fprintf(r.stderr, "%s: %v\n", prefix, err)
+	fmt.Fprintf(r.stderr, "%s: %s\n", prefix, printable.Text(err.Error()))
 	if hint != "" {
 		fmt.Fprintf(r.stderr, "%s\n", hint)
 	}

@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
-
-	"github.com/retrysafe/retrysafe/agenttool"
 )
 
 // The commands by which a person settles a record: resolve applied,
@@ -15,10 +13,15 @@ import (
 
 func (r *runner) defineResolveApplied(fs *flag.FlagSet) action {
 	result := fs.String("result", "", "the destination's result, as JSON (what calls will replay); none if not given")
+	var attempts optionalInt
+	fs.Var(&attempts, "attempts", "the record's attempts as list or show printed them (required): a record that had another attempt since is not settled")
 	by, why := settlerFlags(fs)
 	return func(ctx context.Context, args []string) error {
 		ref, err := wantRef(args)
 		if err != nil {
+			return err
+		}
+		if err := attempts.required(); err != nil {
 			return err
 		}
 		if err := settler(*by, *why); err != nil {
@@ -35,10 +38,10 @@ func (r *runner) defineResolveApplied(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		if err := op.ResolveApplied(ctx, ref, raw, *by, *why); err != nil {
+		if err := op.ResolveApplied(ctx, ref, attempts.n, raw, *by, *why); err != nil {
 			return err
 		}
-		return r.printSettled(ref, "applied", *by, *why, -1,
+		return r.printSettled(ref, "applied", *by, *why, attempts.n,
 			"calls of this action now replay it as a success; nothing runs again")
 	}
 }
@@ -74,7 +77,7 @@ func (r *runner) defineApprove(fs *flag.FlagSet) action {
 	retryOnce := fs.Bool("retry-once", false, "allow exactly one more attempt, with the same key (the effect did not happen)")
 	compensate := fs.Bool("compensate", false, "run the tool's compensating action and close the action as cancelled")
 	var attempts optionalInt
-	fs.Var(&attempts, "attempts", "the record's attempts as list or show printed them: required with -retry-once; with -compensate, checked before compensating")
+	fs.Var(&attempts, "attempts", "the record's attempts as list or show printed them (required): a record that had another attempt since is not settled")
 	by, why := settlerFlags(fs)
 	return func(ctx context.Context, args []string) error {
 		ref, err := wantRef(args)
@@ -87,10 +90,8 @@ func (r *runner) defineApprove(fs *flag.FlagSet) action {
 		if *compensate && r.opts.Standalone {
 			return needsApp("approve -compensate")
 		}
-		if *retryOnce {
-			if err := attempts.required(); err != nil {
-				return err
-			}
+		if err := attempts.required(); err != nil {
+			return err
 		}
 		if err := settler(*by, *why); err != nil {
 			return err
@@ -106,19 +107,10 @@ func (r *runner) defineApprove(fs *flag.FlagSet) action {
 			return r.printSettled(ref, "not applied", *by, *why, attempts.n,
 				"one more attempt is approved: the next call of this action runs the tool once more, with the same key")
 		}
-		if attempts.set {
-			rec, err := op.Show(ctx, ref)
-			if err != nil {
-				return err
-			}
-			if rec.Attempts != attempts.n {
-				return fmt.Errorf("compensating %s: the decision is about attempt %d, and the record is at attempt %d: %w", ref, attempts.n, rec.Attempts, agenttool.ErrStale)
-			}
-		}
-		if err := op.Compensate(ctx, ref, *by, *why); err != nil {
+		if err := op.Compensate(ctx, ref, attempts.n, *by, *why); err != nil {
 			return err
 		}
-		return r.printSettled(ref, "compensated", *by, *why, attempts.orMinus(),
+		return r.printSettled(ref, "compensated", *by, *why, attempts.n,
 			"the compensating action ran; calls of this action now answer that it was cancelled")
 	}
 }
@@ -165,11 +157,4 @@ func (o *optionalInt) required() error {
 		return usagef("-attempts is required: the record's attempts as list or show printed them, so that a record that had another attempt since is not settled by a finding about an earlier one")
 	}
 	return nil
-}
-
-func (o *optionalInt) orMinus() int {
-	if !o.set {
-		return -1
-	}
-	return o.n
 }

@@ -71,9 +71,12 @@ func TestResolveApplied(t *testing.T) {
 	f := boltFixture(t)
 	ana := f.lostEmail("tenant-1/ana", "", "ana@example.com", "after")
 
-	f.run("resolve", "applied", ana.RequestRef, "-result", `{"message_id":`, "-by", "maria", "-why", "in the log").
+	f.run("resolve", "applied", ana.RequestRef, "-attempts", "1", "-result", `{"message_id":`, "-by", "maria", "-why", "in the log").
 		exits(t, opcmd.ExitUsage, "-result is not valid JSON")
-	f.run("resolve", "applied", ana.RequestRef, "-why", "in the log").exits(t, opcmd.ExitUsage, "-by is required")
+	f.run("resolve", "applied", ana.RequestRef, "-attempts", "1", "-why", "in the log").exits(t, opcmd.ExitUsage, "-by is required")
+	f.run("resolve", "applied", ana.RequestRef, "-by", "maria", "-why", "in the log").exits(t, opcmd.ExitUsage, "-attempts is required")
+	f.run("resolve", "applied", ana.RequestRef, "-attempts", "2", "-by", "maria", "-why", "in the log").
+		exits(t, opcmd.ExitStale, "about attempt 2, and the record is at attempt 1")
 	f.run("resolve", "applied").exits(t, opcmd.ExitUsage, "name the record")
 	f.run("resolve").exits(t, opcmd.ExitUsage, "resolve applied REF")
 	f.run("resolve", "maybe", ana.RequestRef).exits(t, opcmd.ExitUsage, `no command "resolve maybe"`)
@@ -81,16 +84,16 @@ func TestResolveApplied(t *testing.T) {
 		t.Fatalf("refused command lines changed the record: %+v", rec)
 	}
 
-	o := f.run("resolve", "applied", ana.RequestRef, "-json", "-result", `{"message_id":"<m-1@mail.test>"}`, "-by", "maria", "-why", "in the log").
+	o := f.run("resolve", "applied", ana.RequestRef, "-json", "-attempts", "1", "-result", `{"message_id":"<m-1@mail.test>"}`, "-by", "maria", "-why", "in the log").
 		ok(t).lines(t)[0]
-	if o["ref"] != ana.RequestRef || o["verdict"] != "applied" || o["by"] != "maria" || o["settled"] != true {
+	if o["ref"] != ana.RequestRef || o["verdict"] != "applied" || o["by"] != "maria" || o["attempts"] != 1.0 || o["settled"] != true {
 		t.Errorf("resolve applied -json: %v", o)
 	}
 	env := f.sendEmail("tenant-1/ana", "", "ana@example.com")
 	if env.Status != envelope.Success || !env.Replayed || string(env.Result) != `{"message_id":"<m-1@mail.test>"}` || f.mail.runCount() != 1 {
 		t.Errorf("a call after resolve applied: %s; %d runs, want the result replayed and no new run", env, f.mail.runCount())
 	}
-	f.run("resolve", "applied", ana.RequestRef, "-by", "maria", "-why", "again").exits(t, opcmd.ExitNotUnknown, "nothing to settle")
+	f.run("resolve", "applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "again").exits(t, opcmd.ExitNotUnknown, "nothing to settle")
 }
 
 // approve decides on an at-most-once refund: -compensate runs the
@@ -106,6 +109,7 @@ func TestApprove(t *testing.T) {
 	f.run("approve", a.RequestRef, "-retry-once", "-by", "maria", "-why", "w").exits(t, opcmd.ExitUsage, "-attempts is required")
 	f.run("approve", a.RequestRef, "-compensate", "-attempts", "3", "-by", "maria", "-why", "customer cancelled").
 		exits(t, opcmd.ExitStale, "at attempt 1")
+	f.run("approve", a.RequestRef, "-compensate", "-by", "maria", "-why", "customer cancelled").exits(t, opcmd.ExitUsage, "-attempts is required")
 	if len(f.pay.undoneRefs()) != 0 {
 		t.Fatalf("a stale decision compensated: %v", f.pay.undoneRefs())
 	}
@@ -117,7 +121,7 @@ func TestApprove(t *testing.T) {
 	if env := f.refundOrder("tenant-1", "", "A-1"); env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeCompensated || f.pay.runCount() != 2 {
 		t.Errorf("a call after compensation: %s; %d runs", env, f.pay.runCount())
 	}
-	f.run("approve", a.RequestRef, "-compensate", "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
+	f.run("approve", a.RequestRef, "-compensate", "-attempts", "1", "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
 
 	o := f.run("approve", b.RequestRef, "-retry-once", "-attempts", "1", "-by", "maria", "-why", "the bank has no such refund", "-json").ok(t).lines(t)[0]
 	if o["verdict"] != "not applied" || o["attempts"] != 1.0 {
@@ -179,7 +183,7 @@ func TestSettlingWhatALiveCallHoldsIsBusy(t *testing.T) {
 	go func() { done <- f.sendEmail("tenant-1", "", "ana@example.com") }()
 	ref := <-running
 
-	f.run("resolve", "applied", ref, "-by", "maria", "-why", "seen").exits(t, opcmd.ExitBusy, "held by a live call", "Try again")
+	f.run("resolve", "applied", ref, "-attempts", "0", "-by", "maria", "-why", "seen").exits(t, opcmd.ExitBusy, "held by a live call", "Try again")
 	f.run("-json", "resolve", "not-applied", ref, "-attempts", "1", "-by", "maria", "-why", "w").exits(t, opcmd.ExitBusy)
 	close(release)
 	if env := <-done; env.Status != envelope.Success || f.mail.count(ref) != 1 {

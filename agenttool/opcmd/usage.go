@@ -14,7 +14,7 @@ func (r *runner) usage(w io.Writer) {
 	fmt.Fprintf(w, "Global flags (before the command; -json also after it):\n")
 	printFlags(w, r.global, "  ")
 	fmt.Fprintf(w, "\nCommands:\n")
-	for _, c := range commands {
+	for _, c := range r.all() {
 		r.describe(w, c)
 	}
 	fmt.Fprintf(w, "  help\n      This text (also -h; COMMAND -h for one command).\n")

@@ -22,9 +22,9 @@ func TestUsage(t *testing.T) {
 		"Usage: myapp retrysafe [global flags] COMMAND",
 		"-json", "list [-after REF] [-limit N] [-principal P] [-tool T]",
 		"show REF", "stats [-principal P] [-tool T]", "reconcile REF -by WHO",
-		"resolve applied REF -by WHO -why TEXT [-result JSON]",
+		"resolve applied REF -attempts N -by WHO -why TEXT [-result JSON]",
 		"resolve not-applied REF -attempts N -by WHO -why TEXT",
-		"approve REF -by WHO -why TEXT [-attempts N] [-compensate] [-retry-once]",
+		"approve REF -attempts N -by WHO -why TEXT [-compensate] [-retry-once]",
 		"sweep [-batch N] [-concurrency N] [-interval DURATION] [-once] [-rest DURATION]",
 		"help", "Exit codes: 0 ok, 1 the operation failed, 2 usage, 3 no such record, 4 held by a live call",
 		"5 stale", "6 not awaiting reconciliation",
@@ -98,7 +98,7 @@ func TestOpen(t *testing.T) {
 	run := func(args ...string) result { return f.runWith(context.Background(), opts, args...) }
 	run("-store", "app", "list").ok(t)
 	run("-store", "app", "-json", "resolve", "not-applied", a.RequestRef, "-attempts", "1", "-by", "maria", "-why", "none").ok(t)
-	run("-store", "app", "resolve", "applied", a.RequestRef, "-by", "maria").exits(t, opcmd.ExitUsage, "-why is required")
+	run("-store", "app", "resolve", "applied", a.RequestRef, "-attempts", "1", "-by", "maria").exits(t, opcmd.ExitUsage, "-why is required")
 	run("list").exits(t, opcmd.ExitUsage, "name a store with -store")
 	run("-store", "down", "show", a.RequestRef).exits(t, opcmd.ExitFailed, "retrysafe show: the store is down")
 	if got := fmt.Sprint(asked); got != "[app false app true  false down false]" {

@@ -9,9 +9,15 @@
 //	defer store.Close()
 //
 // With a nil *Options or an empty URL, the DATABASE_URL environment variable
-// names the database. Open creates and migrates its schema ("retrysafe" by
-// default): versioned, idempotent, and safe when several replicas open at
-// once (the migration holds a transaction-scoped advisory lock).
+// names the database. Open creates or migrates its schema ("retrysafe" by
+// default) when it needs it: versioned, idempotent, and safe when several
+// replicas open at once (the migration holds a transaction-scoped advisory
+// lock); a current schema is only read. [Migrate] is the migration alone,
+// for a role that may change the schema, so that the application can run
+// under one with rights on the tables alone; Options.NoMigrate makes Open
+// refuse, and leave as it is, a schema that is missing, older or newer;
+// Options.ReadOnly opens a store that refuses writes. docs/stores.md lists
+// the grants each role needs.
 //
 // A new claim is one INSERT … ON CONFLICT DO NOTHING, which in the same
 // statement answers the unknown fence (is another record of the tool and

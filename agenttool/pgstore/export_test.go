@@ -1,69 +1,18 @@
-package pgstore_test
+package pgstore
 
-import (
-	"context"
-	"fmt"
-	"slices"
-	"testing"
-	"time"
+import "context"
 
-	"github.com/jackc/pgx/v5"
+// Versions is the number of migrations this package knows: the version of
+// a schema it migrated.
+var Versions = len(migrations)
 
-	"github.com/retrysafe/retrysafe/agenttool/pgstore"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
-	"github.com/retrysafe/retrysafe/internal/pgtest"
-)
-
-// TestExportPagesAcrossReplicasPastUnreadableRows pages through one
-// schema from two stores in turn (two replicas), with two rows that cannot
-// be read — one at the end of a page, one in the middle: every readable
-// record is listed once, in order, and the unreadable ones are named and
-// skipped.
-func TestExportPagesAcrossReplicasPastUnreadableRows(t *testing.T) {
-	ctx := context.Background()
-	a := pgtest.Open(t)
-	b, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.URL(t), Schema: a.Schema()})
+// MigrateTo migrates the schema opts names up to version target only, and
+// leaves it as a version of this package with target migrations would.
+func MigrateTo(ctx context.Context, opts *Options, target int) (from, to int, err error) {
+	s, err := connect(ctx, opts)
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
-	defer b.Close()
-	var recs []storekit.Record
-	var want []string
-	for i := range 12 {
-		k := fmt.Sprintf("send_email/%02d", i)
-		recs = append(recs, storekit.Record{Key: k, Tool: "send_email", State: storekit.Unknown, Token: uint64(i + 1),
-			Attempts: 1, Created: time.Unix(100, 0), Updated: time.Unix(101, 0)})
-		if i != 3 && i != 7 {
-			want = append(want, k)
-		}
-	}
-	if err := a.Import(ctx, recs); err != nil {
-		t.Fatal(err)
-	}
-	corrupt := []string{"send_email/03", "send_email/07"} // the 4th row ends the first page of 4
-	for _, k := range corrupt {
-		if _, err := a.Pool().Exec(ctx, `UPDATE `+pgx.Identifier{a.Schema(), "records"}.Sanitize()+` SET principal = '\x01'::bytea WHERE key = $1`, k); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var got, unreadable []string
-	after := ""
-	for page := 0; ; page++ {
-		replica := []*pgstore.Store{a, b}[page%2]
-		recs, next, err := replica.Export(ctx, after, 4)
-		unreadable = append(unreadable, storekit.CorruptKeys(err)...)
-		if err != nil && len(storekit.CorruptKeys(err)) == 0 {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			got = append(got, r.Key)
-		}
-		if next == "" {
-			break
-		}
-		after = next
-	}
-	if !slices.Equal(got, want) || !slices.Equal(unreadable, corrupt) {
-		t.Errorf("exported %q, unreadable %q\nwant %q, unreadable %q", got, unreadable, want, corrupt)
-	}
+	defer s.Close()
+	return s.migrateTo(ctx, target)
 }

@@ -28,15 +28,45 @@ type Options struct {
 	// Schema holds retrysafe's tables. "" means "retrysafe". Letters, digits
 	// and underscores only.
 	Schema string
+	// NoMigrate makes Open check the schema instead of creating or
+	// migrating it: a schema that is missing, or at another version than
+	// this package's, is refused (ErrNoSchema, ErrSchemaOlder,
+	// ErrSchemaNewer) and left as it is. For an application whose role may
+	// only read and write the tables, once the migration ran ([Migrate]);
+	// without it, Open creates or migrates only a schema that needs it, and
+	// needs no more rights than NoMigrate on one that does not.
+	NoMigrate bool
+	// ReadOnly opens the store to look, not to change: as NoMigrate, and
+	// every connection Open makes refuses writes
+	// (default_transaction_read_only). For programs that only read, such as
+	// the operator command's list, show and stats, under a role that may
+	// only read. A Pool given in Options is used as it is.
+	ReadOnly bool
 }
+
+// Errors of a schema Open will not work with as it is.
+var (
+	// ErrNoSchema: the schema, or retrysafe's tables in it, do not exist.
+	ErrNoSchema = errors.New("no retrysafe schema")
+	// ErrSchemaOlder: the schema is at an older version than this
+	// package's: the migration has not run yet.
+	ErrSchemaOlder = errors.New("the schema is older than this version of retrysafe")
+	// ErrSchemaNewer: the schema was migrated by a later version of
+	// retrysafe.
+	ErrSchemaNewer = errors.New("the schema is newer than this version of retrysafe")
+)
+
+// insufficientPrivilege is PostgreSQL's SQLSTATE for "permission denied".
+const insufficientPrivilege = "42501"
 
 // Store is a PostgreSQL-backed store. It is safe for concurrent use, by many
 // goroutines and many processes.
 type Store struct {
-	pool     *pgxpool.Pool
-	ownsPool bool
-	schema   string
-	q        queries
+	pool      *pgxpool.Pool
+	ownsPool  bool
+	schema    string
+	q         queries
+	noMigrate bool // Open checks the schema, never changes it
 }
 
 var (
@@ -48,8 +78,54 @@ var (
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// Open connects, creates or migrates the schema, and returns the store.
+// Open connects and returns the store. Unless Options.NoMigrate or
+// ReadOnly is set, it creates or migrates the schema if it needs it; a
+// schema already at this package's version is only read, so that a role
+// with rights on the tables alone can open it.
 func Open(ctx context.Context, opts *Options) (*Store, error) {
+	s, err := connect(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.state(ctx, s.pool, quickExists)
+	switch {
+	case err != nil:
+		err = s.wrap("reading the schema's version", "", err)
+	case s.noMigrate || (st.tables && st.version >= len(migrations)):
+		err = s.check(st)
+	default:
+		_, _, err = s.migrate(ctx)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Migrate creates the schema or migrates it to this package's version, as
+// Open does without NoMigrate, and reports the version it found (0: none)
+// and the one it left. It is the administrator's step when the application
+// runs under a role that may not change the schema: run it, as a role
+// that may, before the application's new version opens the store. NoMigrate
+// and ReadOnly are ignored.
+func Migrate(ctx context.Context, opts *Options) (from, to int, err error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.NoMigrate, o.ReadOnly = false, false
+	s, err := connect(ctx, &o)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.Close()
+	return s.migrate(ctx)
+}
+
+// connect checks the options and makes the store's pool, if it was given
+// none.
+func connect(ctx context.Context, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -60,25 +136,29 @@ func Open(ctx context.Context, opts *Options) (*Store, error) {
 	if !schemaName.MatchString(o.Schema) {
 		return nil, fmt.Errorf("pgstore: schema name %q: use lower-case letters, digits and underscores", o.Schema)
 	}
-	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema)}
-	if s.pool == nil {
-		url := o.URL
-		if url == "" {
-			url = os.Getenv("DATABASE_URL")
-		}
-		if url == "" {
-			return nil, errors.New("pgstore: no database: set Options.URL or the DATABASE_URL environment variable")
-		}
-		pool, err := pgxpool.New(ctx, url)
-		if err != nil {
-			return nil, fmt.Errorf("pgstore: %w", err)
-		}
-		s.pool, s.ownsPool = pool, true
+	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly}
+	if s.pool != nil {
+		return s, nil
 	}
-	if err := s.migrate(ctx); err != nil {
-		s.Close()
-		return nil, err
+	url := o.URL
+	if url == "" {
+		url = os.Getenv("DATABASE_URL")
 	}
+	if url == "" {
+		return nil, errors.New("pgstore: no database: set Options.URL or the DATABASE_URL environment variable")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if o.ReadOnly {
+		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	s.pool, s.ownsPool = pool, true
 	return s, nil
 }
 
@@ -528,6 +608,12 @@ func (s *Store) wrap(op, key string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fmt.Errorf("pgstore: %s %s: the schema %q is missing its tables (was it dropped?): %w", op, key, s.schema, err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege {
+		return fmt.Errorf("pgstore: %s %s: %w: the database role lacks a right this needs; docs/stores.md lists the grants each role needs", op, strings.TrimSpace(key), err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "25006" { // read_only_sql_transaction
+		return fmt.Errorf("pgstore: %s %s: %w: the store was opened read-only", op, strings.TrimSpace(key), err)
 	}
 	return fmt.Errorf("pgstore: %s %s: %w", op, strings.TrimSpace(key), err)
 }

@@ -2,10 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // migrations are applied in order, each once, under an advisory lock. Never
@@ -150,29 +152,94 @@ func prefixed(p, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// migrate creates the schema and applies missing migrations. Replicas that
-// open at once serialise on a transaction-scoped advisory lock.
-func (s *Store) migrate(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+// schemaState is what the database holds of a schema: whether the schema
+// and retrysafe's migrations table exist, and the version it is at.
+type schemaState struct {
+	schema, tables bool
+	version        int
+}
+
+// Whether a schema and its migrations table exist: quickly, by name
+// lookups, which may lag behind a schema another session has just created
+// (and need USAGE on the schema, if it exists); or exactly, from the
+// catalogs as of the statement, for the migration, which holds the lock.
+// The schema's name needs no quoting (schemaName).
+const (
+	quickExists = `SELECT to_regnamespace($1) IS NOT NULL, to_regclass($1 || '.migrations') IS NOT NULL`
+	exactExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1),
+		EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = 'migrations')`
+)
+
+// state reads the schema's state: whether it and its migrations table
+// exist (by the query exists), and the version in that table (which needs
+// SELECT on it).
+func (s *Store) state(ctx context.Context, q querier, exists string) (schemaState, error) {
+	var st schemaState
+	err := q.QueryRow(ctx, exists, s.schema).Scan(&st.schema, &st.tables)
+	if err != nil || !st.tables {
+		return st, err
+	}
+	mig := pgx.Identifier{s.schema, "migrations"}.Sanitize()
+	err = q.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+mig).Scan(&st.version)
+	return st, err
+}
+
+// check refuses a schema this package cannot work with as it is: missing,
+// older or newer than its migrations.
+func (s *Store) check(st schemaState) error {
+	const migrate = "run the migration first (pgstore.Migrate, or retrysafe migrate), as a role that may create and change the schema (docs/stores.md)"
+	switch {
+	case !st.schema:
+		return fmt.Errorf("pgstore: schema %q does not exist in this database (%w): check its name, or %s", s.schema, ErrNoSchema, migrate)
+	case !st.tables:
+		return fmt.Errorf("pgstore: schema %q has no retrysafe tables (%w): check its name, or %s", s.schema, ErrNoSchema, migrate)
+	case st.version < len(migrations):
+		return fmt.Errorf("pgstore: schema %q is at version %d, and this version of retrysafe works with version %d (%w): %s",
+			s.schema, st.version, len(migrations), ErrSchemaOlder, migrate)
+	case st.version > len(migrations):
+		return fmt.Errorf("pgstore: schema %q is at version %d, and this version of retrysafe knows versions up to %d (%w): use the version of retrysafe that migrated it, or a later one",
+			s.schema, st.version, len(migrations), ErrSchemaNewer)
+	}
+	return nil
+}
+
+// migrate creates the schema and applies missing migrations, and returns
+// the version it found and the one it left. Replicas that open at once
+// serialise on a transaction-scoped advisory lock. It creates only what is
+// missing, so a role that owns an existing schema needs no right on the
+// database.
+func (s *Store) migrate(ctx context.Context) (from, to int, err error) {
+	return s.migrateTo(ctx, len(migrations))
+}
+
+// migrateTo is migrate, up to the given version of migrations.
+func (s *Store) migrateTo(ctx context.Context, target int) (from, to int, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('retrysafe migrate ' || $1))`, s.schema); err != nil {
 			return err
 		}
+		st, err := s.state(ctx, tx, exactExists)
+		if err != nil {
+			return err
+		}
+		from = st.version
 		sch := pgx.Identifier{s.schema}.Sanitize()
 		mig := pgx.Identifier{s.schema, "migrations"}.Sanitize()
-		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+sch); err != nil {
-			return err
+		if !st.schema {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA `+sch); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mig+` (version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return err
+		if !st.tables {
+			if _, err := tx.Exec(ctx, `CREATE TABLE `+mig+` (version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())`); err != nil {
+				return err
+			}
 		}
-		var have int
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+mig).Scan(&have); err != nil {
-			return err
+		if st.version > len(migrations) {
+			return s.check(st)
 		}
-		if have > len(migrations) {
-			return fmt.Errorf("the schema %q is at version %d; this version of retrysafe knows %d: upgrade retrysafe", s.schema, have, len(migrations))
-		}
-		for v := have + 1; v <= len(migrations); v++ {
+		for v := st.version + 1; v <= target; v++ {
 			if _, err := tx.Exec(ctx, strings.ReplaceAll(migrations[v-1], "{s}", sch)); err != nil {
 				return fmt.Errorf("migration %d: %w", v, err)
 			}
@@ -180,10 +247,17 @@ func (s *Store) migrate(ctx context.Context) error {
 				return err
 			}
 		}
+		to = max(target, st.version)
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("pgstore: preparing schema %q: %w", s.schema, err)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, ErrSchemaNewer):
+		return from, from, err
+	case errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege:
+		return from, from, fmt.Errorf("pgstore: preparing schema %q: %w: this role may not create or change the schema; run the migration as one that may (pgstore.Migrate, or retrysafe migrate), then open the store with this one (docs/stores.md)", s.schema, err)
+	case err != nil:
+		return from, from, fmt.Errorf("pgstore: preparing schema %q: %w", s.schema, err)
 	}
-	return nil
+	return from, to, nil
 }

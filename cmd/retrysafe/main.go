@@ -1,9 +1,9 @@
 // Command retrysafe lists and settles the actions of retrysafe's guarded
 // tools whose outcome is unknown, in a store the application left, with no
 // application code: list, show, stats, and resolve (and approve
-// -retry-once) when the application's tools use the default Codec; and it
+// -retry-once) when the application's tools use the default Codec; it
 // copies one store into another (copy), to move an application from bbolt
-// to PostgreSQL.
+// to PostgreSQL; and it migrates a PostgreSQL store's schema (migrate).
 //
 //	go install github.com/retrysafe/retrysafe/cmd/retrysafe@latest
 //	retrysafe -db app.db list
@@ -11,6 +11,7 @@
 //	retrysafe -database-url postgres://ops@db.internal/app -json stats
 //	retrysafe -db app.db resolve not-applied send_email/qlsafj… -attempts 1 -by maria -why "not in the mail log"
 //	retrysafe copy -from app.db -to postgres://ops@db.internal/app
+//	retrysafe -database-url postgres://admin@db.internal/app migrate
 //
 // The store: -db PATH, a bbolt file, opened read-only unless the command
 // settles something; or -database-url URL (default $DATABASE_URL), a
@@ -19,6 +20,16 @@
 // cannot open it, and says so. copy names its two stores itself: -from and
 // -to, each a bbolt file's path or a postgres:// URL (with -from-schema and
 // -to-schema); the source is opened read-only.
+//
+// No command but migrate creates or upgrades a store: a schema or file that
+// is missing, or of another version than this program's, is refused and
+// left as it is (run the retrysafe command of the application's version).
+// On PostgreSQL, list, show and stats open the store read-only and need a
+// role that may read: USAGE on the schema and SELECT on its records and
+// migrations tables. resolve and approve also need INSERT and UPDATE on
+// records and USAGE on the tokens sequence. migrate needs a role that may
+// create the schema (CREATE on the database) or owns it. docs/stores.md
+// has the grants.
 //
 // The commands that need the application's tools — reconcile (their
 // reconcilers), approve -compensate (their compensating actions) and sweep
@@ -34,6 +45,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := opcmd.Run(ctx, nil, args, stdout, stderr, &opcmd.Options{
 		Standalone: true,
 		Flags:      s.define,
+		Commands:   []opcmd.Command{{Name: "migrate", Summary: s.migrateSummary(), Define: s.defineMigrate}},
 		Open: func(ctx context.Context, settles bool) (*agenttool.Operator, error) {
 			st, err := s.open(ctx, settles)
 			if err != nil {
@@ -115,7 +128,9 @@ func openStore(ctx context.Context, spec opcmd.StoreSpec) (agenttool.Store, func
 		err error
 	)
 	if strings.HasPrefix(spec.Location, "postgres://") || strings.HasPrefix(spec.Location, "postgresql://") {
-		st, err = openPostgres(ctx, spec.Location, spec.Schema)
+		// The source is only read; the target gets the schema it lacks
+		// (copy is how a PostgreSQL store is first filled).
+		st, err = openPostgres(ctx, pgstore.Options{URL: spec.Location, Schema: spec.Schema, NoMigrate: !spec.Write, ReadOnly: !spec.Write})
 	} else {
 		if spec.Schema != "" {
 			return nil, nil, fmt.Errorf("%w: %s is a bbolt file, which has no schema (a PostgreSQL URL starts with postgres://)", opcmd.ErrUsage, spec.Location)
@@ -130,12 +145,15 @@ func openStore(ctx context.Context, spec opcmd.StoreSpec) (agenttool.Store, func
 
 // openPostgres opens the pgstore at url, in schema ("" for the default),
 // waiting 30s at most for the server.
-func openPostgres(ctx context.Context, url, schema string) (closingStore, error) {
+func openPostgres(ctx context.Context, opts pgstore.Options) (closingStore, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
-	if errors.Is(err, context.DeadlineExceeded) {
+	st, err := pgstore.Open(ctx, &opts)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("PostgreSQL did not answer within 30s: %w", err)
+	case errors.Is(err, pgstore.ErrSchemaOlder):
+		return nil, fmt.Errorf("%w\nThis command does not upgrade the schema, which the application's version still uses: run the retrysafe command of that version, or migrate when you upgrade the application", err)
 	}
 	return st, err
 }
@@ -153,7 +171,52 @@ func (s *storeFlags) open(ctx context.Context, settles bool) (closingStore, erro
 	case s.db != "":
 		return boltstore.Open(s.db, &boltstore.Options{ReadOnly: !settles, KeepSchema: true})
 	case url != "":
-		return openPostgres(ctx, url, s.schema)
+		// Never a migration: a command that only looks opens the store
+		// read-only; one that settles, without changing the schema.
+		return openPostgres(ctx, pgstore.Options{URL: url, Schema: s.schema, NoMigrate: true, ReadOnly: !settles})
 	}
 	return nil, fmt.Errorf("%w: name the store: -db PATH (bbolt) or -database-url URL (PostgreSQL; or set DATABASE_URL)", opcmd.ErrUsage)
+}
+
+func (s *storeFlags) migrateSummary() string {
+	return "Create the PostgreSQL store's schema, or migrate it to this version of retrysafe: as a role that may change the schema (docs/stores.md)."
+}
+
+// defineMigrate is the migrate command: pgstore.Migrate on the database
+// the global flags name.
+func (s *storeFlags) defineMigrate(fs *flag.FlagSet) func(ctx context.Context, args []string, stdout io.Writer, asJSON bool) error {
+	return func(ctx context.Context, args []string, stdout io.Writer, asJSON bool) error {
+		if len(args) > 0 {
+			return fmt.Errorf("%w: unexpected argument %q: migrate takes none", opcmd.ErrUsage, args[0])
+		}
+		url := s.url
+		if url == "" {
+			url = os.Getenv("DATABASE_URL")
+		}
+		switch {
+		case s.db != "":
+			return fmt.Errorf("%w: migrate is for PostgreSQL (-database-url): a bbolt file is upgraded by the application that owns it, when it opens the file", opcmd.ErrUsage)
+		case url == "":
+			return fmt.Errorf("%w: name the database: -database-url URL (or set DATABASE_URL)", opcmd.ErrUsage)
+		}
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		from, to, err := pgstore.Migrate(ctx, &pgstore.Options{URL: url, Schema: s.schema})
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return json.NewEncoder(stdout).Encode(struct {
+				Schema string `json:"schema"`
+				From   int    `json:"from"`
+				To     int    `json:"to"`
+			}{s.schema, from, to})
+		}
+		if from == to {
+			_, err = fmt.Fprintf(stdout, "Schema %s is at version %d already: nothing to do.\n", s.schema, to)
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "Schema %s migrated from version %d to %d.\n", s.schema, from, to)
+		return err
+	}
 }

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
@@ -182,7 +185,7 @@ func TestCommandOnABoltFile(t *testing.T) {
 	for _, args := range [][]string{
 		{"reconcile", ana.RequestRef, "-by", "maria"},
 		{"sweep", "-once"},
-		{"approve", ana.RequestRef, "-compensate", "-by", "maria", "-why", "cancelled"},
+		{"approve", ana.RequestRef, "-compensate", "-attempts", "1", "-by", "maria", "-why", "cancelled"},
 	} {
 		inProcess(t, nil, append([]string{"-db", path}, args...)...).exits(t, opcmd.ExitUsage, "run it from the application's mount of package agenttool/opcmd")
 	}
@@ -190,8 +193,8 @@ func TestCommandOnABoltFile(t *testing.T) {
 	inProcess(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "2", "-by", "maria", "-why", "not in the log").
 		exits(t, opcmd.ExitStale, "Nothing was settled")
 	command(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
-	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
-	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
+	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-attempts", "1", "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
+	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-attempts", "1", "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
 
 	store, err := boltstore.Open(path, nil)
 	if err != nil {
@@ -326,7 +329,7 @@ func TestCommandNamesItsStore(t *testing.T) {
 	inProcess(t, nil, "-db", filepath.Join(t.TempDir(), "missing.db"), "list").exits(t, opcmd.ExitFailed, "no store to open read-only")
 	help := inProcess(t, nil, "help").ok(t).stdout
 	for _, want := range []string{"Usage: retrysafe", "-db PATH", "-database-url URL", "-schema SCHEMA", "-key-ttl DURATION", "(default 24h0m0s)",
-		"resolve not-applied REF -attempts N", "Not here: it needs the application's tools"} {
+		"resolve not-applied REF -attempts N", "Not here: it needs the application's tools", "migrate\n      Create the PostgreSQL store's schema"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help does not say %q:\n%s", want, help)
 		}
@@ -359,4 +362,121 @@ func TestCommandOnPostgreSQL(t *testing.T) {
 	if env := a.send("tenant-1/ana", "", "ana@example.com"); env.Status != envelope.Success || a.sent[ana.RequestRef] != 1 {
 		t.Errorf("the next call: %s; sent %d times", env, a.sent[ana.RequestRef])
 	}
+}
+
+// schemaVersion reads whether schema exists and its latest migration (-1
+// without a migrations table), as the test's administrator.
+func schemaVersion(t *testing.T, url, schema string) (exists bool, version int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	version = -1
+	var table bool
+	conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".migrations").Scan(&table)
+	if table {
+		conn.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM "+pgx.Identifier{schema, "migrations"}.Sanitize()).Scan(&version)
+	}
+	return exists, version
+}
+
+// On PostgreSQL, the read-only commands run under a role that may only
+// read (USAGE on the schema, SELECT on its records and migrations: the
+// grants of docs/stores.md), on a store opened read-only. A settling
+// command under that role is refused, says that the role lacks a right and
+// where the grants are, and changes nothing; under a role with the grants
+// docs/stores.md lists for settling, it settles.
+func TestReadOnlyCommandsRunUnderARoleThatMayOnlyRead(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url)
+	store, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	a := newApp(t, store)
+	a.lose = true
+	ana := a.send("tenant-1/ana", "Ana Lima", "ana@example.com")
+	a.lose = false
+	q := pgx.Identifier{schema}.Sanitize()
+	reader := pgtest.Role(t, url, "GRANT USAGE ON SCHEMA "+q+" TO {role}", "GRANT SELECT ON "+q+".records, "+q+".migrations TO {role}")
+	settler := pgtest.Role(t, url, "GRANT USAGE ON SCHEMA "+q+" TO {role}", "GRANT SELECT, INSERT, UPDATE ON "+q+".records TO {role}",
+		"GRANT SELECT ON "+q+".migrations TO {role}", "GRANT USAGE ON SEQUENCE "+q+".tokens TO {role}")
+
+	as := func(role string, args ...string) result {
+		return inProcess(t, nil, append([]string{"-database-url", role, "-schema", schema}, args...)...)
+	}
+	if out := as(reader, "list").ok(t).stdout; !strings.Contains(out, ana.RequestRef+"  send_email  unknown  1 ") {
+		t.Errorf("list under the reading role:\n%s", out)
+	}
+	if out := as(reader, "show", ana.RequestRef).ok(t).stdout; !strings.Contains(out, "state       unknown") {
+		t.Errorf("show under the reading role:\n%s", out)
+	}
+	if out := as(reader, "-json", "stats").ok(t).stdout; out != `{"tool":"send_email","state":"unknown","records":1}`+"\n" {
+		t.Errorf("stats under the reading role: %q", out)
+	}
+	as(reader, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").
+		exits(t, opcmd.ExitFailed, "permission denied", "the database role lacks a right this needs; docs/stores.md lists the grants")
+	if rec, err := store.Get(context.Background(), ana.RequestRef); err != nil || rec.State != agenttool.Unknown || rec.RetryApproved || rec.Resolution != nil {
+		t.Fatalf("a refused settlement changed the record: %+v, %v", rec, err)
+	}
+	as(settler, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
+	if env := a.send("tenant-1/ana", "", "ana@example.com"); env.Status != envelope.Success || a.sent[ana.RequestRef] != 1 {
+		t.Errorf("the next call after the settlement: %s; sent %d times", env, a.sent[ana.RequestRef])
+	}
+}
+
+// No command but migrate creates or changes a schema: a mistyped -schema is
+// refused (it used to be created, and listed as empty), and so is a schema
+// an older application left (it used to be upgraded under it); both are
+// left as they were. migrate creates a schema, and says when there is
+// nothing to do (pgstore's tests migrate older schemas).
+func TestOnlyMigrateChangesASchema(t *testing.T) {
+	url := pgtest.URL(t)
+	env := []string{"DATABASE_URL=" + url}
+	mistyped := pgtest.Schema(t, url)
+	for _, args := range [][]string{{"list"}, {"stats"}, {"show", "send_email/x"}, {"resolve", "applied", "send_email/x", "-attempts", "1", "-by", "maria", "-why", "w"}} {
+		inProcess(t, env, append([]string{"-schema", mistyped}, args...)...).exits(t, opcmd.ExitFailed, "does not exist in this database", "check its name")
+	}
+	if exists, _ := schemaVersion(t, url, mistyped); exists {
+		t.Fatalf("a command created the schema %s", mistyped)
+	}
+
+	out := inProcess(t, env, "-schema", mistyped, "migrate").ok(t).stdout
+	_, current := schemaVersion(t, url, mistyped)
+	if want := "Schema " + mistyped + " migrated from version 0 to "; !strings.HasPrefix(out, want) || current < 1 {
+		t.Errorf("migrate of a new schema: %q, version %d", out, current)
+	}
+	if out := inProcess(t, env, "-schema", mistyped, "migrate").ok(t).stdout; !strings.Contains(out, "already: nothing to do") {
+		t.Errorf("migrate again: %q", out)
+	}
+	// The schema of an older application: one migration behind.
+	older := pgtest.Schema(t, url)
+	inProcess(t, env, "-schema", older, "migrate").ok(t)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	mig := pgx.Identifier{older, "migrations"}.Sanitize()
+	if _, err := conn.Exec(context.Background(), "DELETE FROM "+mig+" WHERE version = (SELECT max(version) FROM "+mig+")"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"list"}, {"resolve", "applied", "send_email/x", "-attempts", "1", "-by", "maria", "-why", "w"}} {
+		inProcess(t, env, append([]string{"-schema", older}, args...)...).exits(t, opcmd.ExitFailed, "is at version", "This command does not upgrade the schema")
+	}
+	if _, v := schemaVersion(t, url, older); v != current-1 {
+		t.Errorf("a command changed the older schema to version %d", v)
+	}
+	fresh := pgtest.Schema(t, url)
+	if o := inProcess(t, env, "-schema", fresh, "-json", "migrate").ok(t).stdout; o != fmt.Sprintf(`{"schema":%q,"from":0,"to":%d}`+"\n", fresh, current) {
+		t.Errorf("migrate -json of a new schema: %q", o)
+	}
+	inProcess(t, nil, "-db", filepath.Join(t.TempDir(), "app.db"), "migrate").exits(t, opcmd.ExitUsage, "migrate is for PostgreSQL")
 }

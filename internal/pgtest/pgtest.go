@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -52,6 +53,53 @@ func Schema(t testing.TB, url string) string {
 		conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
 	})
 	return name
+}
+
+// Role creates a login role with a random name and password, runs grants as
+// the administrator of url (each statement with {role} replaced by the
+// role's quoted name), and returns url with the role as its user. The role
+// and its rights are dropped when the test ends, after what the test
+// cleans up later than this call. Roles belong to the whole server: each
+// test makes its own.
+func Role(t testing.TB, url string, grants ...string) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "r_" + hex.EncodeToString(b)
+	password := hex.EncodeToString(b) + "-pw"
+	quoted := pgx.Identifier{name}.Sanitize()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+quoted+" LOGIN PASSWORD '"+password+"'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return // the server may be down on purpose
+		}
+		defer conn.Close(ctx)
+		conn.Exec(ctx, "DROP OWNED BY "+quoted)
+		conn.Exec(ctx, "DROP ROLE "+quoted)
+	})
+	for _, g := range grants {
+		if _, err := conn.Exec(ctx, strings.ReplaceAll(g, "{role}", quoted)); err != nil {
+			t.Fatalf("%s: %v", g, err)
+		}
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.UserPassword(name, password)
+	return u.String()
 }
 
 // Open opens a pgstore on DATABASE_URL in a fresh schema, closed and dropped

@@ -1,0 +1,137 @@
+package agenttool
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"unicode"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// referenceLoose is the loose form as its definition reads, without any of
+// looseString's shortcuts (the ASCII paths, the table of invisible
+// characters, the cheaper fixed-point check): a key derived from either
+// must be the same.
+func referenceLoose(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if ignorableRune(r) {
+			return -1
+		}
+		return r
+	}, s)
+	for range 4 {
+		next := norm.NFKC.String(cases.Fold().String(norm.NFKC.String(s)))
+		if next == s {
+			break
+		}
+		s = next
+	}
+	var b strings.Builder
+	space := false
+	for _, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			space = b.Len() > 0
+		case ignorableRune(r):
+		default:
+			if space {
+				b.WriteByte(' ')
+			}
+			space = false
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// referenceSkeleton is skeleton as its definition reads, without its
+// shortcuts.
+func referenceSkeleton(name string) string {
+	var b strings.Builder
+	for _, r := range norm.NFKD.String(cases.Fold().String(norm.NFKD.String(name))) {
+		if ignorableRune(r) {
+			continue
+		}
+		if m, ok := lookalikes[r]; ok {
+			r = m
+		}
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	return b.String()
+}
+
+// Every character, alone and between letters, has the loose form and the
+// skeleton the definitions give it, is invisible exactly when the table
+// says so, and is empty exactly when its loose form is.
+func TestLooseFormOfEveryCharacter(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if r >= 0x30000 && r < 0xe0000 || r >= 0xd800 && r < 0xe000 || r >= 0xf0000 {
+			continue // unassigned planes, surrogates and private use
+		}
+		if ignorable(r) != ignorableRune(r) {
+			t.Fatalf("ignorable(%U) = %v, want %v", r, ignorable(r), ignorableRune(r))
+		}
+		for _, s := range []string{string(r), "a" + string(r) + "b"} {
+			l := looseString(s)
+			if ref := referenceLoose(s); l != ref {
+				t.Fatalf("loose(%q) = %q; the reference gives %q", s, l, ref)
+			}
+			if isEmpty(s) != (l == "") {
+				t.Fatalf("isEmpty(%q) = %v, but its loose form is %q", s, isEmpty(s), l)
+			}
+			if sk, ref := skeleton(s), referenceSkeleton(s); sk != ref {
+				t.Fatalf("skeleton(%q) = %q; the reference gives %q", s, sk, ref)
+			}
+		}
+	}
+}
+
+// The loose form of each identifying value and each member name is
+// computed once per call: what a call allocates for a value whose loose
+// form is costly (U+FDFA: 18 characters for one) is about what computing
+// that loose form once allocates — for a member name, its loose form and
+// its skeleton (keys in disguise are looked for by it) — not twice or
+// three times that.
+func TestLooseFormIsComputedOncePerCall(t *testing.T) {
+	type email struct {
+		To   string            `json:"to"`
+		Meta map[string]string `json:"meta"`
+	}
+	tool, err := New("send_email", "", func(_ context.Context, e email) (string, error) { return "", nil },
+		Options{Store: &mapStore{m: map[string]Record{}}, Class: Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	costly := strings.Repeat("\ufdfa", 10000)
+	allocated := func(f func()) uint64 {
+		f() // warm up: tables built on first use
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	value := allocated(func() { looseString(costly) })
+	name := allocated(func() { looseString(costly); skeleton(costly) })
+	for _, tt := range []struct {
+		what, input string
+		once        uint64
+	}{
+		{"a value", `{"to":"` + costly + `","meta":{"k":"v"}}`, value},
+		{"a value with trailing spaces", `{"to":"` + costly + `  ","meta":{"k":"v"}}`, value},
+		{"a member name", `{"to":"ana","meta":{"` + costly + `":"v","k":"w"}}`, name},
+	} {
+		if _, bad := tool.parse(tt.input); bad != nil {
+			t.Fatalf("%s: %v", tt.what, bad)
+		}
+		got := allocated(func() { tool.parse(tt.input) })
+		if got > tt.once*3/2 {
+			t.Errorf("%s: a call allocates %d bytes; its loose form alone, once, %d", tt.what, got, tt.once)
+		}
+	}
+}

@@ -1,0 +1,293 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
+)
+
+// The grants of docs/stores.md, for the schema {schema} and the role {role}.
+var (
+	// applicationGrants are what an application needs once the schema is
+	// migrated: rights on the tables and the sequence, nothing else.
+	applicationGrants = []string{
+		"GRANT USAGE ON SCHEMA {schema} TO {role}",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.records TO {role}",
+		"GRANT SELECT ON {schema}.migrations TO {role}",
+		"GRANT USAGE ON SEQUENCE {schema}.tokens TO {role}",
+	}
+	// readerGrants are what the operator command's list, show and stats
+	// need.
+	readerGrants = []string{
+		"GRANT USAGE ON SCHEMA {schema} TO {role}",
+		"GRANT SELECT ON {schema}.records, {schema}.migrations TO {role}",
+	}
+)
+
+func grants(schema string, gs []string) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = strings.ReplaceAll(g, "{schema}", pgx.Identifier{schema}.Sanitize())
+	}
+	return out
+}
+
+// admin runs statements as the test's administrator.
+func admin(t *testing.T, url string, sql ...string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range sql {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// schemaState reads whether schema exists and its latest migration (-1
+// without a migrations table).
+func schemaState(t *testing.T, url, schema string) (exists bool, version int) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	ctx := context.Background()
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	version = -1
+	var table bool
+	conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".migrations").Scan(&table)
+	if table {
+		if err := conn.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM "+pgx.Identifier{schema, "migrations"}.Sanitize()).Scan(&version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return exists, version
+}
+
+// migrated returns a fresh schema migrated by Migrate, and its version.
+func migrated(t *testing.T, url string) (string, int) {
+	t.Helper()
+	schema := pgtest.Schema(t, url)
+	from, to, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+	if err != nil || from != 0 || to < 1 {
+		t.Fatalf("Migrate of a new schema: from %d to %d, %v", from, to, err)
+	}
+	if from, again, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: url, Schema: schema}); err != nil || from != to || again != to {
+		t.Fatalf("Migrate again: from %d to %d, %v; want %d to %d", from, again, err, to, to)
+	}
+	return schema, to
+}
+
+// olderSchema returns a fresh schema as the version of this package before
+// the latest migration left it.
+func olderSchema(t *testing.T, url string) string {
+	t.Helper()
+	schema := pgtest.Schema(t, url)
+	if _, _, err := pgstore.MigrateTo(context.Background(), &pgstore.Options{URL: url, Schema: schema}, pgstore.Versions-1); err != nil {
+		t.Fatal(err)
+	}
+	return schema
+}
+
+// Migrate brings a schema an older version left to this package's version,
+// keeping its records; a store opened without migrating then works.
+func TestMigrateUpgradesAnOlderSchema(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	older := olderSchema(t, url)
+	if _, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: older, NoMigrate: true}); !errors.Is(err, pgstore.ErrSchemaOlder) {
+		t.Fatalf("Open of the older schema without migrating: %v", err)
+	}
+	from, to, err := pgstore.Migrate(ctx, &pgstore.Options{URL: url, Schema: older})
+	if err != nil || from != pgstore.Versions-1 || to != pgstore.Versions {
+		t.Fatalf("Migrate of the older schema: from %d to %d, %v; want %d to %d", from, to, err, pgstore.Versions-1, pgstore.Versions)
+	}
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: older, NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	exercise(t, s)
+}
+
+// Open with NoMigrate or ReadOnly never creates or changes a schema: a
+// missing one (a name mistyped), one older than this package (left by an
+// older application) and one newer are refused with an error that says
+// which and what to do, and left as they were.
+func TestOpenWithoutMigratingChangesNoSchema(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	current, version := migrated(t, url)
+	older := olderSchema(t, url)
+	newer, _ := migrated(t, url)
+	admin(t, url, "INSERT INTO "+pgx.Identifier{newer, "migrations"}.Sanitize()+" (version) SELECT max(version) + 1 FROM "+pgx.Identifier{newer, "migrations"}.Sanitize())
+	missing := pgtest.Schema(t, url)
+	empty := pgtest.Schema(t, url)
+	admin(t, url, "CREATE SCHEMA "+pgx.Identifier{empty}.Sanitize())
+
+	for _, mode := range []pgstore.Options{{NoMigrate: true}, {ReadOnly: true}} {
+		for _, tt := range []struct {
+			schema string
+			want   error
+			says   string
+		}{
+			{missing, pgstore.ErrNoSchema, "does not exist in this database"},
+			{empty, pgstore.ErrNoSchema, "has no retrysafe tables"},
+			{older, pgstore.ErrSchemaOlder, "run the migration first (pgstore.Migrate, or retrysafe migrate)"},
+			{newer, pgstore.ErrSchemaNewer, "use the version of retrysafe that migrated it"},
+		} {
+			existed, before := schemaState(t, url, tt.schema)
+			o := mode
+			o.URL, o.Schema = url, tt.schema
+			s, err := pgstore.Open(ctx, &o)
+			if err == nil {
+				s.Close()
+			}
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.says) || !strings.Contains(err.Error(), tt.schema) {
+				t.Errorf("NoMigrate %v, ReadOnly %v, schema %s: %v; want %v saying %q", mode.NoMigrate, mode.ReadOnly, tt.schema, err, tt.want, tt.says)
+			}
+			if exists, after := schemaState(t, url, tt.schema); exists != existed || after != before {
+				t.Errorf("a refused Open changed schema %s: exists %v → %v, version %d → %d", tt.schema, existed, exists, before, after)
+			}
+		}
+		o := mode
+		o.URL, o.Schema = url, current
+		s, err := pgstore.Open(ctx, &o)
+		if err != nil {
+			t.Fatalf("NoMigrate %v, ReadOnly %v: Open of a schema at version %d: %v", mode.NoMigrate, mode.ReadOnly, version, err)
+		}
+		s.Close()
+	}
+	// Without NoMigrate, a newer schema is refused too.
+	if _, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: newer}); !errors.Is(err, pgstore.ErrSchemaNewer) {
+		t.Errorf("Open of a newer schema: %v", err)
+	}
+}
+
+// A guarded tool on s: a success, an unknown outcome, a sweep and an
+// operator's settlement.
+func exercise(t *testing.T, s *pgstore.Store) {
+	t.Helper()
+	lose := true
+	tool, err := agenttool.New("send_email", "", func(context.Context, struct {
+		To string `json:"to"`
+	}) (string, error) {
+		if lose {
+			lose = false
+			return "", errors.New("read: connection reset by peer")
+		}
+		return "sent", nil
+	}, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := agenttool.WithScope(context.Background(), "tenant-1/ana", "conversation-1")
+	lost := tool.Invoke(ctx, `{"to":"ana@example.com"}`)
+	if lost.Status != envelope.UnknownOutcome {
+		t.Fatalf("the lost call: %s", lost)
+	}
+	op, err := agenttool.NewOperator(s, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ResolveNotApplied(context.Background(), lost.RequestRef, lost.Attempts, "maria", "not in the log"); err != nil {
+		t.Fatalf("settling: %v", err)
+	}
+	if env := tool.Invoke(ctx, `{"to":"ana@example.com"}`); env.Status != envelope.Success {
+		t.Fatalf("the approved retry: %s", env)
+	}
+	if _, err := s.Sweep(context.Background(), storekit.SweepRequest{Now: time.Now().Add(48 * time.Hour)}); err != nil {
+		t.Fatalf("sweeping: %v", err)
+	}
+}
+
+// Once an administrator has migrated the schema (Migrate), the application
+// runs under a role with rights on its tables and sequence alone, as
+// docs/stores.md lists them: Open (migrating or not) reads the schema's
+// version and changes nothing, calls claim, record, settle and sweep. When
+// the schema needs a migration, Open under that role says that it may not
+// run it, and leaves the schema as it was.
+func TestApplicationRunsUnderARoleWithRightsOnTheTablesOnly(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	schema, _ := migrated(t, url)
+	app := pgtest.Role(t, url, grants(schema, applicationGrants)...)
+	for _, noMigrate := range []bool{false, true} {
+		s, err := pgstore.Open(ctx, &pgstore.Options{URL: app, Schema: schema, NoMigrate: noMigrate})
+		if err != nil {
+			t.Fatalf("Open under the application's role (NoMigrate %v): %v", noMigrate, err)
+		}
+		exercise(t, s)
+		s.Close()
+	}
+
+	older := olderSchema(t, url)
+	_, before := schemaState(t, url, older)
+	app = pgtest.Role(t, url, grants(older, applicationGrants)...)
+	if _, err := pgstore.Open(ctx, &pgstore.Options{URL: app, Schema: older}); err == nil || !strings.Contains(err.Error(), "this role may not create or change the schema") {
+		t.Errorf("Open of an older schema under the application's role: %v", err)
+	}
+	if _, after := schemaState(t, url, older); after != before {
+		t.Errorf("the refused migration left version %d, was %d", after, before)
+	}
+}
+
+// ReadOnly opens a store under a role that may only read (docs/stores.md):
+// what operators read works, and a write is refused by the database itself
+// and changes nothing.
+func TestReadOnlyOpenReadsUnderARoleThatMayOnlyRead(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	schema, _ := migrated(t, url)
+	writer, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	exercise(t, writer)
+	if _, err := writer.Claim(ctx, storekit.ClaimRequest{Key: "send_email/y", Tool: "send_email", Owner: "o", Now: time.Now(), Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	reader := pgtest.Role(t, url, grants(schema, readerGrants)...)
+	for _, as := range []string{url, reader} {
+		s, err := pgstore.Open(ctx, &pgstore.Options{URL: as, Schema: schema, ReadOnly: true})
+		if err != nil {
+			t.Fatalf("a read-only Open: %v", err)
+		}
+		op, err := agenttool.NewOperator(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts, err := op.Stats(ctx); err != nil || len(counts) == 0 {
+			t.Errorf("Stats of a read-only store: %v, %v", counts, err)
+		}
+		if _, err := op.Unknown(ctx, "", 10); err != nil {
+			t.Errorf("Unknown of a read-only store: %v", err)
+		}
+		_, err = s.Claim(ctx, storekit.ClaimRequest{Key: "send_email/x", Tool: "send_email", Owner: "o", Now: time.Now(), Lease: time.Minute})
+		if err == nil || !(strings.Contains(err.Error(), "read-only") || strings.Contains(err.Error(), "lacks a right")) {
+			t.Errorf("a claim on a read-only store: %v; want it refused", err)
+		}
+		s.Close()
+	}
+	if _, err := writer.Get(ctx, "send_email/x"); !errors.Is(err, storekit.ErrNotFound) {
+		t.Errorf("the refused claim left a record: %v", err)
+	}
+}

@@ -572,13 +572,16 @@ func TestFence_HoldsWhileACallChecksItsOwnUnknownAttempt(t *testing.T) {
 	})
 }
 
-// The fence's scope index always agrees with the full listing of the
-// records, on every store.
+// The scope index and the slot always agree with the records, on every
+// store.
 //
-// A random walk of claims (with fences), renewals (also with clocks that
-// disagree), finishes, releases, takeovers, sweeps and boltstore restarts.
-// After every step, the index answers (ListUnknown with Tool+Principal
-// [+Session], ClaimResult.Fenced) must equal the full listing filtered.
+// A random walk of claims (with fence scopes of sessions or principals),
+// renewals (also with clocks that disagree), finishes (with notices),
+// releases, takeovers, sweeps and boltstore restarts. After every step, the
+// index answers (ListUnknown with Tool+Principal[+Session]) equal the full
+// listing filtered; at most one record holds each slot; and a claim is
+// granted only if no other record held its slot (or that record's notice
+// had ended), and refused only for one that did.
 func TestFence_ScopeIndexAgreesWithTheFullListing(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		seeds := uint64(12)
@@ -657,27 +660,18 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 					if !slices.Equal(want, have) {
 						t.Fatalf("seed %d step %d (%s): scope listing %s/%x/%v: %v, full listing says %v", seed, step, what, tool, p[:1], sess != nil, have, want)
 					}
-					// What the fence waits for: the same, and the records
-					// held after a takeover.
-					req.Held = true
-					got, err = s.ListUnknown(ctx, req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want, have = nil, nil
-					for _, r := range records {
-						if req.Lists(&r) {
-							want = append(want, r.Key)
-						}
-					}
-					slices.Sort(want)
-					for _, r := range got {
-						have = append(have, r.Key)
-					}
-					if !slices.Equal(want, have) {
-						t.Fatalf("seed %d step %d (%s): held listing %s/%x/%v: %v, the records say %v", seed, step, what, tool, p[:1], sess != nil, have, want)
-					}
 				}
+			}
+		}
+		holders := map[storekit.Slot][]string{}
+		for _, r := range records {
+			if r.HoldsSlot() {
+				holders[r.Slot()] = append(holders[r.Slot()], r.Key)
+			}
+		}
+		for sl, keys := range holders {
+			if len(keys) > 1 {
+				t.Fatalf("seed %d step %d (%s): %d records hold the slot of %s/%x: %v", seed, step, what, len(keys), sl.Tool, sl.Scope[:1], keys)
 			}
 		}
 	}
@@ -689,20 +683,38 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 		var what string
 		switch op := rng.IntN(10); {
 		case op < 3 || len(holds) == 0:
+			// A key's fence scope is its session's or its principal's (as
+			// tools fenced per session or per principal have it).
+			scope := sess
+			if k%3 == 0 {
+				scope = p
+			}
 			req := storekit.ClaimRequest{Key: keys[k], Tool: tool, Principal: p, Session: sess, Fingerprint: agenttool.Digest{1},
-				Owner: fmt.Sprintf("o%d", step), Now: at, Lease: time.Minute, TakeOver: rng.IntN(2) == 0,
-				Fence: &storekit.Fence{Session: rng.IntN(2) == 0}}
+				Owner: fmt.Sprintf("o%d", step), Now: at, Lease: time.Minute, TakeOver: rng.IntN(2) == 0, FenceScope: scope}
 			before := every()
 			res, err := s.Claim(ctx, req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			what = fmt.Sprintf("claim %s takeover=%v: claimed=%v fenced=%v", req.Key, req.TakeOver, res.Claimed, res.Fenced)
-			if res.Claimed {
+			what = fmt.Sprintf("claim %s takeover=%v: claimed=%v blocked=%v", req.Key, req.TakeOver, res.Claimed, res.Blocked != nil)
+			// The records of the slot another key held before the claim.
+			var others []agenttool.Record
+			for _, r := range before {
+				if r.Key != req.Key && r.HoldsSlot() && r.Slot() == req.Slot() {
+					others = append(others, r)
+				}
+			}
+			switch {
+			case res.Blocked != nil:
+				if !slices.ContainsFunc(others, func(r agenttool.Record) bool { return r.Key == res.Blocked.Key }) {
+					t.Fatalf("seed %d step %d: %s by %s, which did not hold the slot (holders %v)", seed, step, what, res.Blocked.Key, others)
+				}
+			case res.Claimed:
 				holds = append(holds, held{req.Key, res.Record.Token})
-				want := slices.ContainsFunc(before, func(r agenttool.Record) bool { return req.Fences(&r) })
-				if res.Fenced != want {
-					t.Fatalf("seed %d step %d: %s; the full listing says fenced=%v", seed, step, what, want)
+				for _, r := range others {
+					if !(r.State == agenttool.Succeeded && !at.Before(r.NoticeUntil)) {
+						t.Fatalf("seed %d step %d: %s while %s (%v) held the slot", seed, step, what, r.Key, r.State)
+					}
 				}
 			}
 		case op < 6:
@@ -716,6 +728,9 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 			st := states[rng.IntN(3)]
 			req := storekit.FinishRequest{Key: h.key, Token: h.token, State: st, Attempts: 1, Now: at, TTL: time.Hour,
 				RetryApproved: st == agenttool.Unknown && rng.IntN(3) == 0, HeldUntil: at.Add(-time.Duration(rng.IntN(3)) * time.Minute)}
+			if st == agenttool.Succeeded && rng.IntN(2) == 0 {
+				req.NoticeUntil = at.Add(time.Duration(rng.IntN(3)) * 20 * time.Second)
+			}
 			err := s.Finish(ctx, req)
 			what = fmt.Sprintf("finish %s %v: %v", h.key, st, err)
 			holds = slices.Delete(holds, i, i+1)

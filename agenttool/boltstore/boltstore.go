@@ -303,9 +303,6 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 				return err
 			}
 		}
-		if res.Claimed && req.Fence != nil {
-			res.Fenced = fenced(b, &req)
-		}
 		return save(b, &res.Record, existing)
 	})
 	return res, err

@@ -128,16 +128,6 @@ func awaitingInScope(b *bolt.Bucket, tool string, principal storekit.Digest, now
 	}
 }
 
-// fenced reports whether a record other than req's holds its fence.
-func fenced(b *bolt.Bucket, req *storekit.ClaimRequest) bool {
-	found := false
-	awaitingInScope(b, req.Tool, req.Principal, req.Now, func(key string, session []byte) bool {
-		found = key != req.Key && (!req.Fence.Session || bytes.Equal(session, req.Session[:]))
-		return !found
-	})
-	return found
-}
-
 // listScope answers ListUnknown for one tool and principal (and session)
 // from the scope index: it reads only the records that await
 // reconciliation.

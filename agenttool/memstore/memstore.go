@@ -274,25 +274,11 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if d.Write {
 		s.put(slot, res.Record)
 	}
-	if res.Claimed && req.Fence != nil {
-		res.Fenced = s.fenced(&req)
-	}
 	res.Record.Outcome = slices.Clone(res.Record.Outcome)
 	if res.Blocked != nil {
 		res.Blocked.Outcome = slices.Clone(res.Blocked.Outcome)
 	}
 	return res, nil
-}
-
-// fenced reports whether another open record of req's fence awaits
-// reconciliation. s.mu is held.
-func (s *Store) fenced(req *storekit.ClaimRequest) bool {
-	for k := range s.open[scope{req.Tool, req.Principal}] {
-		if r := s.entries[s.index[k]].record(); req.Fences(&r) {
-			return true
-		}
-	}
-	return false
 }
 
 // Finish implements storekit.Store.

@@ -184,15 +184,12 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if _, err := storekit.DecideClaim(nil, nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
 		return storekit.ClaimResult{}, err // an invalid request
 	}
-	fenceSession := fenceSession(&req)
 	for range 10 {
 		if req.Replace == nil {
 			var token *int64
-			var fenced bool
 			err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-				leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], fenceSession, req.Fence != nil, req.Label,
-				nullDigest(req.FenceScope)).Scan(&token, &fenced)
-			if err != nil {
+				leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label).Scan(&token)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
 			}
 			if token != nil {
@@ -201,7 +198,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 					Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
 					Label: req.Label, FenceScope: req.FenceScope,
 				}
-				return storekit.ClaimResult{Claimed: true, Record: rec, Fenced: fenced}, nil
+				return storekit.ClaimResult{Claimed: true, Record: rec}, nil
 			}
 			// The key exists, or another record holds the slot. Most often
 			// nothing needs to change (a replay, a live lease): answer from
@@ -234,14 +231,6 @@ var errNeedsWrite = errors.New("claim needs a write")
 // errAgain rolls back a locked claim whose insert met a record that
 // appeared meanwhile: the claim starts over.
 var errAgain = errors.New("claim again")
-
-// fenceSession is the session the claim's fence is limited to, or nil.
-func fenceSession(req *storekit.ClaimRequest) []byte {
-	if req.Fence == nil || !req.Fence.Session {
-		return nil
-	}
-	return req.Session[:]
-}
 
 // claimLocked decides a claim on the rows of its key and of its slot's
 // occupant, locked FOR UPDATE. again reports rows that vanished or
@@ -278,12 +267,6 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		}
 		if !d.Write {
 			return nil
-		}
-		if res.Claimed && req.Fence != nil {
-			err := tx.QueryRow(ctx, s.q.fenced, req.Key, req.Tool, req.Principal[:], req.Now, fenceSession(&req)).Scan(&res.Fenced)
-			if err != nil {
-				return err
-			}
 		}
 		if existing != nil {
 			return s.put(ctx, tx, &res.Record)
@@ -341,7 +324,7 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 
 // Renew implements storekit.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
-	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now, req.MaybeApplied)
+	tag, err := s.pool.Exec(ctx, s.q.renew, req.Key, int64(req.Token), leaseEnd(req.Until), req.Now)
 	if err != nil {
 		return s.wrap("renew", req.Key, err)
 	}
@@ -461,14 +444,11 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]st
 		session = req.Session[:]
 	}
 	if req.Tool != "" && req.Principal != nil {
-		rows, err := s.pool.Query(ctx, s.q.listScope, req.Now, req.After, principal, limit, req.Tool, session, req.Held)
+		rows, err := s.pool.Query(ctx, s.q.listScope, req.Now, req.After, principal, limit, req.Tool, session)
 		if err != nil {
 			return nil, s.wrap("list", "", err)
 		}
 		return s.collect(rows)
-	}
-	if req.Held {
-		return nil, fmt.Errorf("pgstore: listing held records needs a tool and a principal: %w", storekit.ErrInvalidRequest)
 	}
 	rows, err := s.pool.Query(ctx, s.q.listUnknown, req.Now, req.After, principal, limit, req.Tool, session)
 	if err != nil {

@@ -69,37 +69,19 @@ const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
-// fenced is the unknown fence's question, in SQL: is there a record of a
-// tool and principal (and session, unless that parameter is NULL), other
-// than a key, that holds the fence at now (storekit.Record.Fences)? Range
-// scans of records_scope: unknown records, pending ones taken over from an
-// unknown outcome, and other pending ones whose lease has ended; live
-// leases are not read. The arguments name the statement's parameters.
-func fenced(t, key, tool, principal, now, session string) string {
-	scope := `tool = ` + tool + ` AND principal = ` + principal + ` AND key <> ` + key +
-		` AND (` + session + `::bytea IS NULL OR session = ` + session + `)`
-	return `(EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 4 AND NOT retry_approved)
-		OR EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 1 AND taken_over)
-		OR EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + scope + ` AND state = 1 AND NOT taken_over AND lease_expiry <= ` + now + `))`
-}
-
 type queries struct {
-	insert, insertRecord, fenced, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
+	insert, insertRecord, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }
 
 func newQueries(schema string) queries {
 	t := pgx.Identifier{schema, "records"}.Sanitize()
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
 	return queries{
-		// insert claims a new key and, in the same statement, answers the
-		// fence's question when $10 asks it. It inserts nothing if the key
-		// exists, or if another record holds the slot of $2 and $12
-		// (records_slot).
-		insert: `WITH ins AS (INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
-			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $11, $12)
-			ON CONFLICT DO NOTHING RETURNING token)
-			SELECT (SELECT token FROM ins), $10 AND ` + fenced(t, "$1", "$2", "$3", "$7", "$9"),
-		fenced:            `SELECT ` + fenced(t, "$1", "$2", "$3", "$4", "$5"),
+		// insert claims a new key: it inserts nothing if the key exists,
+		// or if another record holds the slot of $2 and $9 (records_slot).
+		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
+			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9)
+			ON CONFLICT DO NOTHING RETURNING token`,
 		get:               `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
@@ -114,7 +96,7 @@ func newQueries(schema string) queries {
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
-		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4, taken_over = taken_over OR $5
+		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4
 			WHERE key = $1 AND token = $2 AND state = 1`,
 		// sweep deletes one step, found by the records_expires index, oldest
 		// first; rows another sweeper is deleting are skipped.
@@ -132,7 +114,7 @@ func newQueries(schema string) queries {
 		// countUnknown reads the records_open index's records only.
 		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE (state = 1 OR (state = 4 AND NOT retry_approved)) AND state = 4`,
 		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
-			AND ($6::bytea IS NULL OR session = $6) AND (` + awaiting + ` OR ($7 AND state = 1 AND taken_over))
+			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + `
 			AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1, taken_over = true,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END

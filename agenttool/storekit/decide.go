@@ -246,7 +246,6 @@ func DecideRenew(existing *Record, req RenewRequest) (Record, error) {
 	}
 	rec := *existing
 	rec.LeaseExpiry, rec.Updated = req.Until, req.Now
-	rec.TakenOver = rec.TakenOver || req.MaybeApplied
 	return rec, nil
 }
 
@@ -272,28 +271,9 @@ func (r *Record) Open() bool {
 	return r.State == Pending || (r.State == Unknown && !r.RetryApproved)
 }
 
-// Fences reports whether r holds the unknown fence at now: it awaits
-// reconciliation, or it is held by a call or a check that took it over
-// from an unknown outcome (its action may have applied while it is
-// checked).
-func (r *Record) Fences(now time.Time) bool {
-	return r.AwaitsReconciliation(now) || (r.State == Pending && r.TakenOver)
-}
-
-// Fences reports whether r, another record than req's, holds req's fence at
-// req.Now ([Record.Fences]), and belongs to req's tool, principal and (if
-// the fence is per session) session.
-func (req *ClaimRequest) Fences(r *Record) bool {
-	return req.Fence != nil && r.Key != req.Key && r.Tool == req.Tool && r.Principal == req.Principal &&
-		(!req.Fence.Session || r.Session == req.Session) && r.Fences(req.Now)
-}
-
 // Lists reports whether r is listed by req at req.Now: it matches req's
-// filters, and awaits reconciliation (or, with req.Held, holds the fence).
+// filters, and awaits reconciliation.
 func (req *ListRequest) Lists(r *Record) bool {
-	if req.Held {
-		return req.Matches(r) && r.Fences(req.Now)
-	}
 	return req.Matches(r) && r.AwaitsReconciliation(req.Now)
 }
 

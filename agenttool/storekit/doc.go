@@ -13,21 +13,33 @@
 // # Writing a store
 //
 // A store keeps one record per key and applies the Decide functions to the
-// record it holds, in one transaction per call:
+// records it holds, in one transaction per call:
 //
 //	func (s *MyStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-//		// begin; read the record of req.Key (nil if none)
-//		res, write, err := storekit.DecideClaim(existing, req, s.nextToken)
-//		// if write: save res.Record; if res.Claimed && req.Fence != nil:
-//		//   res.Fenced = whether another record of the scope holds the fence
+//		// begin; read the record of req.Key (nil if none), and the record
+//		// that holds the slot of req.Slot() if req.FenceScope is set (nil if none)
+//		d, err := storekit.DecideClaim(existing, occupant, req, s.nextToken)
+//		// if d.Occupant != nil: save it; if d.Write: save d.Result.Record;
+//		// keep the slot index: a record that HoldsSlot is its slot's one holder
 //		// commit
 //	}
 //
-// It indexes the records of a tool and principal that hold the unknown
-// fence ([Record.Fences]), so that a claim answers the fence and a scoped
+// The slot is the unknown fence, decided in the store: at most one record
+// of a tool and fence scope holds it ([Record.HoldsSlot]), so that one
+// write of a tool runs at a time in a scope and none while an earlier one
+// is unknown — on every replica alike, and across a restart. A store that
+// many processes share must make two concurrent claims of one slot unable
+// to both succeed (pgstore does it with a unique partial index; a
+// transaction that reads the slot and writes it is enough where
+// transactions are serial, as in bbolt).
+//
+// It indexes the open records of a tool and principal, so that a scoped
 // [ListRequest] is answered without reading every record, and it reports
 // records it cannot read ([CorruptRecordError]) instead of stopping. So
 // that an application can move from one store to another ([Copy], the
 // operator command retrysafe copy), it lists its records page by page
 // ([Exporter]) and takes them in bulk ([Importer]).
+//
+// A record's Owner is an opaque string unique to the claim that holds it,
+// for logs and operators; nothing is read from it.
 package storekit

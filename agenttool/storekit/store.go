@@ -73,10 +73,6 @@ type ListRequest struct {
 	// Session, if not nil, keeps only the records of that session (see
 	// [Record.Session]).
 	Session *Digest
-	// Held also lists pending records taken over from an unknown outcome
-	// and held by a live call or check ([Record.Fences]): what the unknown
-	// fence waits for. Requires Tool and Principal.
-	Held bool
 	// After, if not empty, starts the list after this key (for paging).
 	After string
 	// Limit bounds the number of records; 0 means 100.
@@ -322,10 +318,8 @@ type Record struct {
 	// record as its audit trail; nil if there was none.
 	Resolution *Resolution
 	// TakenOver is set on a pending record whose claim took over an unknown
-	// outcome or a lapsed lease, or used up a retry approved after one, or whose holder's own attempt came back
-	// unknown ([RenewRequest.MaybeApplied]): its action may already have applied, and
-	// is being checked or retried. The unknown fence counts it as unknown
-	// while it is held ([Record.Fences]).
+	// outcome or a lapsed lease, or used up a retry approved after one: its
+	// action may already have applied, and is being checked or retried.
 	TakenOver bool
 	// Label says, for operators, whose action this is: what trusted code set
 	// with agenttool.WithLabel (a display name, a ticket), encoded by the
@@ -368,12 +362,6 @@ type ClaimRequest struct {
 	// whose lease has expired. It is set only for tools whose destination
 	// honours the key (keyed) or that have no effect (read-only).
 	TakeOver bool
-	// Fence, if not nil, asks the store to report in ClaimResult.Fenced
-	// whether another record of Tool and Principal (and Session, if
-	// Fence.Session) awaits reconciliation at Now: checked in the claim's
-	// own transaction, from an index, when the claim is granted. It lets a
-	// call learn that the unknown fence holds without a second round trip.
-	Fence *Fence
 	// Label is written to the record the claim makes or takes over; a
 	// claim without one keeps the label of the record it takes over.
 	Label string
@@ -402,12 +390,6 @@ type Replacement struct {
 	Outcome    []byte
 	Resolution *Resolution
 	TTL        time.Duration
-}
-
-// Fence selects the records a claim's fence check looks at: those of the
-// claim's tool and principal, and of its session if Session is set.
-type Fence struct {
-	Session bool
 }
 
 // Conflict says why a claim was refused for a record made by another call.
@@ -449,9 +431,6 @@ type ClaimResult struct {
 	// Conflict is set when the existing record belongs to another principal
 	// or input. Record is then the existing one, unchanged.
 	Conflict Conflict
-	// Fenced, for a granted claim with ClaimRequest.Fence, reports that
-	// another record of the fence's scope awaits reconciliation.
-	Fenced bool
 	// Blocked, when the claim was not granted because another action of
 	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
 	// record (Record is then zero).
@@ -468,11 +447,6 @@ type RenewRequest struct {
 	Token uint64
 	Until time.Time
 	Now   time.Time
-	// MaybeApplied sets the record's TakenOver: the holder's own attempt
-	// came back unknown, and it is checking or retrying the action, so the
-	// unknown fence must count the record from now on. It stays set until
-	// the record's outcome is written.
-	MaybeApplied bool
 }
 
 // FinishRequest moves a pending record to a final state.

@@ -120,7 +120,6 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
 	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
 	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })
-	t.Run("FenceAnsweredWithTheClaim", func(t *testing.T) { testFenceWithClaim(t, h.Open(t)) })
 	t.Run("DatabaseGone", func(t *testing.T) {
 		if h.Kill == nil {
 			t.Skip("the harness cannot kill this store")
@@ -329,9 +328,9 @@ func testRetryApproval(t *testing.T, s agenttool.Store) {
 	if !first.Claimed || first.TookOver {
 		t.Fatalf("claim of an approved record: %+v", first)
 	}
-	// The approved retry fences its scope from its claim on (I9).
-	if rec, _ := s.Get(bg, key); !rec.TakenOver || !rec.Fences(t0.Add(time.Second)) {
-		t.Errorf("the claim of an approved record does not fence: %+v", rec)
+	// The approved retry is marked as an action that may have applied.
+	if rec, _ := s.Get(bg, key); !rec.TakenOver {
+		t.Errorf("the claim of an approved record is not marked taken over: %+v", rec)
 	}
 	if second := mustClaim(t, s, claimReq(key, t0.Add(2*time.Second))); second.Claimed {
 		t.Fatalf("an approval was used twice: %+v", second)
@@ -427,28 +426,11 @@ func testRenew(t *testing.T, s agenttool.Store) {
 	if rec.TakenOver {
 		t.Errorf("a plain renewal set TakenOver")
 	}
-	// A holder whose attempt came back unknown says so with its renewal: the
-	// fence counts the record from then on, through later plain renewals,
-	// until its outcome is written.
-	for i, maybe := range []bool{true, false} {
-		now := t0.Add(minute + time.Duration(i)*time.Second)
-		if err := s.Renew(bg, storekit.RenewRequest{Key: key, Token: res.Record.Token, Until: now.Add(10 * minute), Now: now, MaybeApplied: maybe}); err != nil {
-			t.Fatal(err)
-		}
-		if rec, _ := s.Get(bg, key); !rec.TakenOver {
-			t.Errorf("renewal %d (MaybeApplied %v): TakenOver not set", i+1, maybe)
-		}
-	}
-	other := claimReq(newKey(), t0.Add(2*minute))
-	other.Fence = &storekit.Fence{}
-	if r := mustClaim(t, s, other); !r.Claimed || !r.Fenced {
-		t.Errorf("claim in the scope of a record whose holder may have applied it: %+v; want it fenced", r)
-	}
 	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0.Add(2*minute))); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := s.Get(bg, key); rec.TakenOver {
-		t.Errorf("TakenOver outlived the record's outcome")
+	if rec, _ := s.Get(bg, key); rec.TakenOver || rec.State != agenttool.Succeeded {
+		t.Errorf("after the outcome: %+v", rec)
 	}
 }
 
@@ -990,53 +972,3 @@ func testToolIsolation(t *testing.T, s agenttool.Store) {
 	}
 }
 
-// testFenceWithClaim: a granted claim that asks (ClaimRequest.Fence) learns
-// whether another record of its tool and principal (and session) awaits
-// reconciliation, in the claim's own transaction.
-func testFenceWithClaim(t *testing.T, s agenttool.Store) {
-	tool := fmt.Sprintf("fenced-%d", keyCount.Add(1))
-	s1, s2 := agenttool.Digest{0x61}, agenttool.Digest{0x62}
-	claim := func(session agenttool.Digest, now time.Time, fence *storekit.Fence) storekit.ClaimResult {
-		t.Helper()
-		req := claimReq(newKey(), now)
-		req.Tool, req.Session, req.Fence = tool, session, fence
-		res := mustClaim(t, s, req)
-		if !res.Claimed {
-			t.Fatalf("claim %s not granted: %+v", req.Key, res)
-		}
-		return res
-	}
-	perSession, perPrincipal := &storekit.Fence{Session: true}, &storekit.Fence{}
-	if res := claim(s1, t0, perSession); res.Fenced {
-		t.Errorf("a claim in an empty scope is fenced")
-	}
-	// That claim's live lease holds nothing; once it lapses, it does.
-	if res := claim(s1, t0.Add(minute/2), perSession); res.Fenced {
-		t.Errorf("a live lease fences the scope")
-	}
-	if res := claim(s1, t0.Add(2*minute), perSession); !res.Fenced {
-		t.Errorf("a lapsed lease in the session does not fence it")
-	}
-	// An unknown record fences its session, and its principal's other
-	// sessions under a principal-wide fence.
-	u := claim(s2, t0, nil)
-	if err := s.Finish(bg, finish(u.Record.Key, u.Record.Token, agenttool.Unknown, t0)); err != nil {
-		t.Fatal(err)
-	}
-	other := agenttool.Digest{0x63}
-	if res := claim(other, t0, perSession); res.Fenced {
-		t.Errorf("an unknown record of another session fences this one")
-	}
-	if res := claim(other, t0, perPrincipal); !res.Fenced {
-		t.Errorf("an unknown record does not fence its principal")
-	}
-	if res := claim(s2, t0, nil); res.Fenced {
-		t.Errorf("a claim that did not ask was told it is fenced")
-	}
-	// Another principal, another tool: not fenced.
-	req := claimReq(newKey(), t0)
-	req.Tool, req.Session, req.Principal, req.Fence = tool, s2, bob, perSession
-	if res := mustClaim(t, s, req); res.Fenced {
-		t.Errorf("another principal's claim is fenced")
-	}
-}

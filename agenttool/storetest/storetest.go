@@ -971,4 +971,3 @@ func testToolIsolation(t *testing.T, s agenttool.Store) {
 		t.Errorf("the record changed: %+v", after)
 	}
 }
-

@@ -148,21 +148,31 @@
 //
 // While an action of a tool in a scope (the session, by default: see
 // [FenceScope]) is unknown — or being checked or retried after an unknown
-// outcome — no new write of that tool in that scope runs.
-// A call under a new key first asks the destination about each earlier
-// unknown action through the Reconciler: not applied settles it and the
-// call runs; applied settles it as a success and answers
+// outcome, or approved for one more attempt that has not run yet — no new
+// write of that tool in that scope runs. The store decides it in the claim:
+// at most one record of a tool and scope holds the scope's slot (running,
+// unknown, approved, or just found done), so the rule is the same on one
+// process, across replicas and across a restart. A call under a new key
+// whose slot holds an unknown action first asks the destination about it
+// through the Reconciler: applied settles it as a success and answers
 // earlier_action_applied (the call does not run, so the user hears of the
-// earlier action first); anything else, or no reconciler, answers
-// earlier_action_unknown. Stores find a scope's open records by an index.
+// earlier action first; so are the scope's other new writes for
+// Options.NoticeHold); not applied lets the call go on in its place — the
+// earlier action is closed as replaced in the claim's transaction, and its
+// own resend is told what was done instead; anything else, or no
+// reconciler, answers earlier_action_unknown. A retry approved by a person
+// or a check is taken by the action's resend or, in its place, by the
+// scope's next new write. docs/life-of-a-call.md draws every phase and move.
 //
 // # Concurrency
 //
 // Concurrent calls for one key run the tool once: the others wait up to
 // Options.WaitTimeout and get the same outcome marked replayed, or
-// unknown_outcome with code in_progress and next wait. A succeeded or failed
-// key replays its stored envelope without running the tool, also after a
-// restart with a durable store. [Tool] is safe for concurrent use.
+// unknown_outcome with code in_progress and next wait. Distinct writes of
+// one tool in one scope run one after another: a second waits for the
+// first, up to WaitTimeout, then answers in_progress naming it. A succeeded
+// or failed key replays its stored envelope without running the tool, also
+// after a restart with a durable store. [Tool] is safe for concurrent use.
 //
 // # Caveats
 //
@@ -199,19 +209,22 @@
 //   - The unknown fence sees actions while they are unknown. Once one is
 //     found applied — by the fence, by a resend of the action, by the
 //     sweeper or an operator — the tool's other new writes in the scope
-//     get earlier_action_applied for Options.NoticeHold, in the process
-//     that found it; that covers the calls the model made in the same
-//     turn. A reworded request after that, or in another process, is a
-//     new action: by then the model has been told, or the sweeper settled
-//     the action before the model came back. Sweep less often than a
+//     get earlier_action_applied for Options.NoticeHold (a notice kept
+//     with the record, seen by every replica); that covers the calls the
+//     model made in the same turn. A reworded request after that is a new
+//     action: by then the model has been told, or the sweeper settled the
+//     action before the model came back. Sweep less often than a
 //     conversation's turns, or tell the user what the sweeper found.
-//   - A retry approved by an operator, an approver or the sweeper ("not
-//     applied") does not hold back the scope's other writes until it is
-//     used: a reworded copy that the model sends before the identical
-//     resend, in the turn after the approval, is a new action, and the
-//     resend then uses the approval — two emails. Within a turn that finds
-//     the action not applied itself (the fence), the reworded call goes on
-//     in its place and the resend is held (NoticeHold).
+//   - A scope is one conversation: its writes may be copies of each other
+//     in other words. A new write that goes on in place of an action found
+//     not applied (or approved for a retry) closes that action for good,
+//     whatever it was: distinct concurrent actions (an orchestrator's
+//     parallel steps) belong in sessions of their own, or in a tool with
+//     FenceOff.
+//   - A holder that dies keeps its scope's slot until its lease lapses
+//     (Options.Lease): meanwhile the scope's new writes wait and answer
+//     in_progress. boltstore ends a dead process's leases when the file is
+//     opened again.
 //   - The key lifetime (KeyTTL) must cover the retry window plus the lease;
 //     construction fails otherwise (I7).
 //   - The fingerprint is exact: a cosmetic variant of an earlier action is

@@ -188,19 +188,21 @@ type Options struct {
 	// Fence scopes the unknown fence: while an earlier action of this tool
 	// in the scope has an unknown outcome, a call under another key first
 	// settles it through the Reconciler, and does not run while it stays
-	// unknown. Default: FenceSession.
+	// unknown; and one write of the tool runs at a time in the scope.
+	// Default: FenceSession.
 	Fence FenceScope
 	// NoticeHold is how long, after an action of this tool whose outcome
 	// was unknown is found applied — by the unknown fence (which answers
 	// earlier_action_applied), by a call of the action itself (a resend, an
 	// approved retry), or by a sweeper or operator built on this Tool — the
 	// tool's other new writes in the fence's scope get earlier_action_applied
-	// instead of running. The same holds after a call the fence let go on
-	// because such an action was found not applied: the action's own resend
-	// waits too. The model reads an answer only after all the tool calls of
-	// its turn have run: a reworded copy it sent in the same turn, or right
-	// after, must not send a second email. The hold is kept in this process
-	// and starts when the outcome is found. Default: 10s; negative: no hold.
+	// instead of running. The same holds after a call that went on in place
+	// of such an action found not applied. The model reads an answer only
+	// after all the tool calls of its turn have run: a reworded copy it sent
+	// in the same turn, or right after, must not send a second email. The
+	// hold is a notice kept with the record in the store (it holds the
+	// scope's slot), seen by every replica; it starts when the outcome is
+	// written. Default: 10s; negative: no hold.
 	NoticeHold time.Duration
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.

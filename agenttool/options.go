@@ -211,7 +211,7 @@ type Options struct {
 	KeyLikeFields []string
 	// MaxInput bounds a call's input, in bytes: a larger one is refused
 	// (invalid_input) before it is read, and nothing is stored. 0 means
-	// DefaultMaxInput (1 MiB); at most 256 MiB.
+	// 1 MiB; at most 256 MiB.
 	MaxInput int
 	// MaxIdentifyingValue bounds each identifying value (each member, when
 	// all fields identify the action), in bytes of its strings, member
@@ -221,7 +221,7 @@ type Options struct {
 	// loose form values and names are compared in costs, for some
 	// characters, a hundred times more per byte than for ASCII: this bound
 	// keeps what one call may cost small. 0 means
-	// DefaultMaxIdentifyingValue (64 KiB); at most MaxInput.
+	// 64 KiB; at most MaxInput.
 	MaxIdentifyingValue int
 	// DefaultScope, if set, is used when the context carries no scope. Leave
 	// it nil unless the tool really acts for one fixed principal.
@@ -321,8 +321,8 @@ type Options struct {
 
 // The input bounds a tool has unless its Options say otherwise.
 const (
-	DefaultMaxInput            = 1 << 20  // Options.MaxInput
-	DefaultMaxIdentifyingValue = 64 << 10 // Options.MaxIdentifyingValue
+	defaultMaxInput            = 1 << 20  // Options.MaxInput
+	defaultMaxIdentifyingValue = 64 << 10 // Options.MaxIdentifyingValue
 )
 
 // Codec transforms outcomes on their way into and out of the store: to
@@ -445,13 +445,13 @@ func newConfig(name string, o Options) (*config, error) {
 		o.Now = time.Now
 	}
 	if o.MaxInput == 0 {
-		o.MaxInput = DefaultMaxInput
+		o.MaxInput = defaultMaxInput
 	}
 	if o.MaxInput < 0 || o.MaxInput > canonjson.MaxInput {
 		return nil, bad("MaxInput %d is not between 1 and %d bytes", o.MaxInput, canonjson.MaxInput)
 	}
 	if o.MaxIdentifyingValue == 0 {
-		o.MaxIdentifyingValue = min(DefaultMaxIdentifyingValue, o.MaxInput)
+		o.MaxIdentifyingValue = min(defaultMaxIdentifyingValue, o.MaxInput)
 	}
 	if o.MaxIdentifyingValue < 0 || o.MaxIdentifyingValue > o.MaxInput {
 		return nil, bad("MaxIdentifyingValue %d is not between 1 and MaxInput (%d) bytes", o.MaxIdentifyingValue, o.MaxInput)

@@ -944,3 +944,55 @@ func TestReplace_ResendAfterTheReplacementIsHeld(t *testing.T) {
 		})
 	}
 }
+
+// getFailsFor fails Get for one key while armed, as a store whose read of
+// that row times out (a lock, a dropped connection) does; every other
+// operation goes through.
+type getFailsFor struct {
+	agenttool.Store
+	mu  sync.Mutex
+	key string
+}
+
+func (g *getFailsFor) arm(key string) { g.mu.Lock(); g.key = key; g.mu.Unlock() }
+
+func (g *getFailsFor) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	g.mu.Lock()
+	k := g.key
+	g.mu.Unlock()
+	if k != "" && key == k {
+		return agenttool.Record{}, errStoreDown
+	}
+	return g.Store.Get(ctx, key)
+}
+
+// A replaced action's resend never says the replacement was not done when
+// the store could not say what became of it.
+//
+// The reworded email goes on in place of the unknown one and is sent. The
+// identical resend replays "replaced"; reading the replacement's record
+// fails (a store error, not "not found"), and the answer says the
+// replacement "was not done" (earlier.state failed): the user hears that
+// neither email went out, although one did.
+func TestReplace_ResendIsNotToldTheReplacementFailedWhenTheStoreCannotSay(t *testing.T) {
+	m := firstLost()
+	store := &getFailsFor{Store: memstore.New()}
+	ans := &answers{answer: reconcile.StillPending()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: ans,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	ans.set(reconcile.NotAppliedFenced())
+	reworded := tool.Invoke(scoped(), lunchRephrased)
+	mustStatus(t, reworded, envelope.Success)
+	if m.count() != 1 {
+		t.Fatalf("the reworded email: %d emails, want 1", m.count())
+	}
+	store.arm(reworded.RequestRef) // the replacement's row cannot be read for a moment
+	resend := tool.Invoke(scoped(), lunch)
+	t.Logf("resend: %s", resend)
+	if resend.Earlier != nil && resend.Earlier.State == envelope.ActionFailed {
+		t.Errorf("the resend says the replacement %s was not done (earlier.state %s, note %q), but its email was sent (%d emails)",
+			reworded.RequestRef, resend.Earlier.State, resend.Note, m.count())
+	}
+}

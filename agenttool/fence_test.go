@@ -22,6 +22,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
+	bolt "go.etcd.io/bbolt"
 )
 
 // answers is a reconciler whose answer the test sets, counting checks.
@@ -1043,5 +1044,62 @@ func TestFence_ApprovedRetryHoldsRewordAndResend(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// I9 across an upgrade: a store written before the fence had slots keeps
+// every open action of a scope fenced, not only its newest.
+//
+// The earlier version wrote records without a fence scope (as a tool with
+// the fence off does today) and let two writes of a session run at once:
+// two emails of one conversation ended unknown, the lunch email (which was
+// in fact delivered) and, later, another one (never delivered). The file
+// is opened by this version (schema 5 → current): the newest open record
+// of the session takes the slot, the older one none. A reworded lunch
+// email meets the newest, whose destination says not applied, goes on in
+// its place, and is sent while the lunch email is still unknown: a second
+// lunch email.
+func TestI9_UpgradedStoreFencesEveryOpenAction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	store := openBolt(t, path)
+	m := &mailServer{script: func(n int) (bool, error) {
+		switch n {
+		case 1:
+			return true, errLostReply // delivered, its reply lost
+		case 2:
+			return false, errLostReply // not delivered, its reply lost
+		}
+		return true, nil
+	}}
+	old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Fence: agenttool.FenceOff})
+	lunchEnv := old.Invoke(scoped(), lunch)
+	mustStatus(t, lunchEnv, envelope.UnknownOutcome)
+	other := old.Invoke(scoped(), `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`)
+	mustStatus(t, other, envelope.UnknownOutcome)
+	// As the earlier version left the file: schema 5, no slots.
+	if err := store.DB().Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket([]byte("retrysafe/slots")); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			return err
+		}
+		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("5"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+
+	store = openBolt(t, path)
+	// The other email: proven never delivered; the lunch email: the mail
+	// log cannot say yet (pending).
+	check := &byRef{ans: map[string]reconcile.Answer{other.RequestRef: reconcile.NotAppliedFenced()}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check})
+	env := tool.Invoke(scoped(), lunchRephrased)
+	t.Logf("reworded lunch email after the upgrade: %s", env)
+	for _, ref := range []string{lunchEnv.RequestRef, other.RequestRef} {
+		rec, err := store.Get(context.Background(), ref)
+		t.Logf("%s: %v (replaced by %q), %v", ref, rec.State, rec.ReplacedBy, err)
+	}
+	if runs := m.runs.Load(); runs != 2 {
+		t.Errorf("the reworded lunch email ran while the first lunch email (%s) is unknown: %d runs, %d emails delivered, answered %s",
+			lunchEnv.RequestRef, runs, m.count(), env.Status)
 	}
 }

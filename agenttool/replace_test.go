@@ -996,3 +996,44 @@ func TestReplace_ResendIsNotToldTheReplacementFailedWhenTheStoreCannotSay(t *tes
 			reworded.RequestRef, resend.Earlier.State, resend.Note, m.count())
 	}
 }
+
+// An action closed as replaced can be done after the user asks for it, as
+// its answer says ("ask before calling send_email for it again"): calling
+// again is not answered "replaced" for as long as the key lives.
+//
+// The minutes to Bob end unknown (never delivered). Next turn the model
+// sends a different email, lunch with Ana; its fence finds the minutes not
+// applied and the lunch email goes on in their place: the minutes are
+// closed as replaced. The model resends the minutes, is told they were not
+// done and to ask the user first; the user says yes; the model calls again
+// with the same input and is told the same thing, for KeyTTL (24 hours):
+// the minutes can never be sent in this conversation, and the answer loops
+// the model between the user and the tool.
+func TestReplace_ReplacedActionCanBeSentAgainAfterTheUserAsks(t *testing.T) {
+	const minutes = `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`
+	m := firstLost()
+	ans := &answers{answer: reconcile.StillPending()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: ans,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	first := tool.Invoke(scoped(), minutes)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	ans.set(reconcile.NotAppliedFenced()) // the minutes never reached the server
+	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+	told := tool.Invoke(scoped(), minutes)
+	t.Logf("the minutes again: %s", told)
+	if told.Error == nil || told.Error.Code != envelope.CodeReplaced {
+		t.Fatalf("the minutes after the lunch email: %s; want replaced", told)
+	}
+	// The user confirms: send the minutes. The model does as it was told.
+	var again envelope.Envelope
+	for range 3 {
+		if again = tool.Invoke(scoped(), minutes); again.Status == envelope.Success {
+			break
+		}
+	}
+	t.Logf("after the user asked: %s", again)
+	if again.Status != envelope.Success {
+		t.Errorf("the user asked for the minutes, and every call with them answers %s (%s): they cannot be sent; %d emails (%v)",
+			again.Status, again.Error.Code, m.count(), m.effects)
+	}
+}

@@ -1103,3 +1103,35 @@ func TestI9_UpgradedStoreFencesEveryOpenAction(t *testing.T) {
 			lunchEnv.RequestRef, runs, m.count(), env.Status)
 	}
 }
+
+// A principal-wide fence tells the truth about where the earlier action
+// is: an answer about another conversation's action does not say it is
+// "in this conversation".
+//
+// FencePrincipal: the lunch email of conversation 9 is unknown. In
+// conversation 10 the user asks for an unrelated email; it is held back,
+// and the note says "An earlier send_email in this conversation may
+// already have happened ... Tell the user it is pending": the model tells
+// its user that an email of theirs in this chat is pending, which this
+// conversation never sent. For an at-most-once tool the same note says the
+// earlier email "is still being verified", while nothing can verify it.
+func TestFence_PrincipalScopeDoesNotSayTheEarlierIsInThisConversation(t *testing.T) {
+	m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, Fence: agenttool.FencePrincipal})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	other := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"),
+		`{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`)
+	t.Logf("conversation 10: %s", other)
+	if other.Error == nil || other.Error.Code != envelope.CodeEarlierUnknown {
+		t.Fatalf("conversation 10 while conversation 9's email is unknown: %s; want earlier_action_unknown", other)
+	}
+	if strings.Contains(other.Note, "in this conversation") {
+		t.Errorf("the answer to conversation 10 says conversation 9's email is in this conversation: %q", other.Note)
+	}
+	// The same note says the earlier email "is still being verified";
+	// nothing verifies it (no reconciler: it waits for a person).
+	if strings.Contains(other.Note, "being verified") {
+		t.Errorf("the note says the earlier email is being verified, and its message says no reconciler can ask: %q", other.Note)
+	}
+}

@@ -95,6 +95,10 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 	if a.other != nil {
 		other = a.other.Key
 	}
+	where := "in this conversation"
+	if fence == FencePrincipal {
+		where = "for this user"
+	}
 	switch a.reason {
 	case reasonMissingScope:
 		fail(envelope.CodeMissingScope, "the application set no principal and session for this call (agenttool.WithScope); nothing was run",
@@ -137,9 +141,14 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		if env.Earlier.State == envelope.ActionSucceeded {
 			env.Earlier.Result = validJSON(a.result)
 		}
+		note := fmt.Sprintf("This was not sent itself: another %s (reference %s) went on in its place %s, and %s. Nothing new was done. "+
+			"Tell the user it is pending, and ask before calling %s for it again.", name, other, where, earlierPhrase(env.Earlier.State), name)
+		if env.Earlier.State == envelope.ActionSucceeded {
+			note = fmt.Sprintf("This was done once already, by another %s that went on in its place %s (reference %s); nothing new was done. "+
+				"Tell the user. The same input will not send it again %s: if the user wants another one, that is a new request.", name, where, other, where)
+		}
 		fail(envelope.CodeReplaced, fmt.Sprintf("this action's outcome was unknown; it was found not done, and another %s (%s) went on in its place; this call was not run", name, other),
-			envelope.AskHuman, fmt.Sprintf("This was not done: another %s (reference %s) went on in its place, and %s. Nothing new was done. "+
-				"Tell the user, and ask before calling %s for it again.", name, other, earlierPhrase(env.Earlier.State), name))
+			envelope.AskHuman, note)
 	case reasonUnknownAwaits:
 		unknown(envelope.CodeOutcomeUnknown, "an earlier attempt of this action has an unknown outcome and awaits reconciliation")
 	case reasonApprovalPending:
@@ -154,8 +163,8 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Error = &envelope.Error{Code: envelope.CodeInProgress, Message: fmt.Sprintf(
 			"another %s of this %s (%s) is still running, and this tool does one at a time; this call was not run", name, fence, other)}
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionRunning}
-		env.Note = fmt.Sprintf("Another %s in this conversation (reference %s) is still in progress; nothing new was done. "+
-			"Wait for it, then call again if this one is still needed.", name, other)
+		env.Note = fmt.Sprintf("Another %s %s (reference %s) is still in progress; nothing new was done. "+
+			"Wait for it, then call again if this one is still needed.", name, where, other)
 	case reasonEarlierUnknown:
 		next := envelope.DoNotRetry
 		if t.cfg.Class == AtMostOnce {
@@ -165,18 +174,22 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Error = &envelope.Error{Code: envelope.CodeEarlierUnknown,
 			Message: fmt.Sprintf("an earlier %s of this %s (%s) has an unknown outcome (%s); this call was not run", name, fence, other, a.why)}
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionUnknown}
-		env.Note = fmt.Sprintf("An earlier %s in this conversation may already have happened and is still being verified (reference %s); nothing new was done. "+
-			"Tell the user it is pending, and do not call %s again until it is settled.", name, other, name)
+		env.Note = fmt.Sprintf("An earlier %s %s may already have happened and is still being verified (reference %s); nothing new was done. "+
+			"Tell the user it is pending, and do not call %s again until it is settled.", name, where, other, name)
+		if t.cfg.Reconciler == nil {
+			env.Note = fmt.Sprintf("An earlier %s %s may already have happened and cannot be checked automatically (reference %s); nothing new was done. "+
+				"Tell the user it is pending: a person must settle it before %s can run again.", name, where, other, name)
+		}
 	case reasonEarlierApplied:
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
 		fail(envelope.CodeEarlierApplied, fmt.Sprintf("an earlier %s of this %s (%s), whose outcome was unknown, was confirmed done; this call was not run", name, fence, other),
-			envelope.AskHuman, fmt.Sprintf("An earlier %s in this conversation was confirmed done (reference %s); nothing new was done. "+
-				"Tell the user, and ask before doing it again.", name, other))
+			envelope.AskHuman, fmt.Sprintf("An earlier %s %s was confirmed done (reference %s); nothing new was done. "+
+				"Tell the user, and ask before doing it again.", name, where, other))
 	case reasonEarlierDone:
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
 		fail(envelope.CodeEarlierApplied, fmt.Sprintf("another %s of this %s (%s) was just done, in place of an earlier one whose outcome was unknown; this call was not run",
-			name, fence, other), envelope.AskHuman, fmt.Sprintf("Another %s in this conversation was just done (reference %s); nothing new was done. "+
-			"Tell the user, and ask before doing it again.", name, other))
+			name, fence, other), envelope.AskHuman, fmt.Sprintf("Another %s %s was just done (reference %s); nothing new was done. "+
+			"Tell the user, and ask before doing it again.", name, where, other))
 	case reasonSucceeded:
 		succeed(a.result, "")
 	case reasonDestinationReplayed:

@@ -261,6 +261,7 @@ func (c *call) claim() outcome {
 	res, err := cfg.Store.Claim(c.ctx, req)
 	c.letGo(res, err)
 	if err != nil {
+		c.unclaim()
 		return c.storeFailed(err)
 	}
 	if o := res.Blocked; o != nil {
@@ -290,6 +291,9 @@ func (c *call) claim() outcome {
 	c.other = res.Record
 	switch rec := res.Record; rec.State {
 	case Succeeded, Failed:
+		if rec.State == Failed && rec.ReplacedBy != "" {
+			return c.replaced(rec, req.Replace == nil)
+		}
 		return c.answer(claimSettled, c.replay(rec))
 	case Unknown:
 		if cfg.Class != AtMostOnce || cfg.Approver == nil {
@@ -367,6 +371,70 @@ func (c *call) letGo(res storekit.ClaimResult, err error) {
 	}
 	if ferr := h.notApplied(c.ctx, &Resolution{Verdict: "not applied", By: "fence"}); ferr != nil && !errors.Is(ferr, storekit.ErrFenced) {
 		c.t.cfg.logger.Warn("retrysafe: an earlier action found not applied could not be recorded so", "ref", h.rec.Key, "err", ferr)
+	}
+}
+
+// replaced answers a call whose action was closed as replaced by another
+// (and that one perhaps by another still: the chain is followed to its
+// end). What went on in its place was done, or runs, or is unknown: the
+// call is told so — done means done once, for good, in this scope.
+// Otherwise, when that one was not applied (approved for one more attempt,
+// refused, or given back), the action may be done now, as any new write of
+// the scope might, in its place. takeBack is false when the claim that met
+// the record already tried that.
+func (c *call) replaced(rec Record, takeBack bool) outcome {
+	cfg := c.t.cfg
+	c.replayed(rec.State)
+	last := Record{Key: rec.ReplacedBy, State: Failed} // given back, or swept: it did nothing
+	for range 8 {
+		r, err := cfg.Store.Get(c.ctx, last.Key)
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return c.storeFailed(fmt.Errorf("reading %s, which went on in place of this action: %w", last.Key, err))
+		}
+		last = r
+		if r.State != Failed || r.ReplacedBy == "" {
+			break
+		}
+		last = Record{Key: r.ReplacedBy, State: Failed}
+	}
+	now := cfg.Now()
+	a := answer{reason: reasonReplaced, attempts: rec.Attempts, other: &last, result: c.t.storedResult(last), now: now}
+	open := last.State == Pending || (last.State == Unknown && !last.RetryApproved)
+	if !takeBack || last.State == Succeeded || open {
+		return c.answer(claimSettled, a)
+	}
+	rep, err := c.replacing(last, 0, nil)
+	if err != nil {
+		return c.storeFailed(err)
+	}
+	c.ans, c.replace = a, rep
+	return slotApproved
+}
+
+// unclaim gives back a claim whose answer was lost (the store's error came
+// after it committed): nothing ran, so the key must not stay held until its
+// lease lapses and then count as an unknown attempt. The record is the
+// call's own if its owner is this claim's. If it cannot be read, the lease
+// lapses: unknown, never free.
+func (c *call) unclaim() {
+	ctx, cancel := c.outcomeCtx()
+	defer cancel()
+	rec, err := c.t.cfg.Store.Get(ctx, c.ref)
+	if err != nil || rec.State != Pending || rec.Owner != c.owner {
+		return
+	}
+	c.token, c.claimed = rec.Token, rec
+	if rec.Replaces != "" || rec.Attempts > 0 {
+		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: rec.Token, State: Unknown, Attempts: rec.Attempts,
+			Outcome: rec.Outcome, RetryApproved: true}, nil)
+	} else {
+		err = c.t.cfg.Store.Release(ctx, c.ref, rec.Token)
+	}
+	if err != nil {
+		c.t.cfg.logger.Warn("retrysafe: a claim whose answer was lost could not be given back; its lease will lapse", "ref", c.ref, "err", err)
 	}
 }
 
@@ -578,7 +646,9 @@ func (c *call) check() outcome {
 	cfg := c.t.cfg
 	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
 	req := reconcile.Request{Ref: c.ref, Attempts: c.attempt, LastSent: c.lastSent}
-	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), c.heldUntil)
+	// The takeover rule holds for the call's own attempts too: a request
+	// sent until lastSent may still land (AttemptTimeout, ClockSkew).
+	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), later(c.heldUntil, c.lastSent))
 	c.t.reported(c.ctx, ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:
@@ -655,9 +725,12 @@ func (c *call) record() outcome {
 // giveBack returns the call's key when nothing was applied. A new action's
 // key is released, so that a later call tries afresh. A record that
 // existed before the call (a retry approved by a person or found not
-// applied) is written back unknown and approved for a retry, with the
-// attempts counted: released, its count would start again at 1, and an
-// approval bound to an older outcome would match anew. A record whose
+// applied), or one that went on in place of such an action, is written
+// back unknown and approved for a retry, with the attempts counted:
+// released, its count would start again at 1, an approval bound to an older
+// outcome would match anew, and the attempt a replacement took would be
+// lost to the scope (its next new write would run as if nothing were
+// owed, and the one after it beside it). A record whose
 // action may have been applied (a keyed key the destination may have
 // forgotten) is written back as it was: unknown. If the write fails the
 // lease expires and the record is then treated as unknown: safe, if
@@ -671,7 +744,7 @@ func (c *call) giveBack() outcome {
 	case c.effect.mayApply():
 		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: c.token, State: Unknown, Attempts: c.claimed.Attempts,
 			Outcome: c.claimed.Outcome, HeldUntil: held}, nil)
-	case c.claimed.Attempts == 0:
+	case c.claimed.Attempts == 0 && c.claimed.Replaces == "":
 		ctx, cancel := c.outcomeCtx()
 		err = c.t.cfg.Store.Release(ctx, c.ref, c.token)
 		cancel()
@@ -736,13 +809,6 @@ func (c *call) replayed(s State) {
 // that one.
 func (c *call) replay(rec Record) answer {
 	c.replayed(rec.State)
-	if rec.State == Failed && rec.ReplacedBy != "" {
-		by, err := c.t.cfg.Store.Get(c.ctx, rec.ReplacedBy)
-		if err != nil {
-			by = Record{Key: rec.ReplacedBy, State: Failed} // released: it never ran
-		}
-		return answer{reason: reasonReplaced, attempts: rec.Attempts, other: &by, result: c.t.storedResult(by), now: c.t.cfg.Now()}
-	}
 	raw, err := c.t.cfg.codec.Decode(c.ref, rec.Outcome)
 	var env envelope.Envelope
 	if err == nil {

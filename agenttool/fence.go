@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -59,6 +61,18 @@ func (c *call) fence() outcome {
 		}
 		return c.answer(earlierApplied, answer{reason: reasonEarlierApplied, other: &o, result: ans.Result})
 	case reconcile.NotApplied:
+		// An action an older version left open in the scope holds no slot
+		// (a store upgraded to slots gives each scope's newest one the
+		// slot): this call does not go on while one is unknown.
+		if l, err := c.unslotted(o); err != nil || l != nil {
+			if nerr := h.notApplied(c.ctx, &Resolution{Verdict: "not applied", By: "fence"}); nerr != nil {
+				return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, nerr))
+			}
+			if err != nil {
+				return c.storeFailed(err)
+			}
+			return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: l, why: "an older version left it unknown"})
+		}
 		// This call goes on in its place: the claim closes it, or gives it
 		// back as found (letGo).
 		rep, err := c.replacing(h.rec, h.token, &Resolution{Verdict: "not applied", By: "fence", At: cfg.Now()})
@@ -88,3 +102,33 @@ func (t *Tool) storedResult(rec Record) json.RawMessage {
 	}
 	return env.Result
 }
+
+// unslotted returns an action of the call's scope, other than o, that
+// awaits reconciliation without holding the scope's slot: one an older
+// version of retrysafe left open (its records had no fence scope). Asked
+// only before a call goes on in place of o, from the stores' index of
+// open records.
+func (c *call) unslotted(o Record) (*Record, error) {
+	req := storekit.ListRequest{Tool: c.t.name, Principal: &c.principal, Now: c.t.cfg.Now(), Limit: fencePage}
+	if c.t.cfg.Fence == FenceSession {
+		req.Session = &c.session
+	}
+	for {
+		recs, err := c.t.cfg.Store.ListUnknown(c.ctx, req)
+		if err != nil && len(CorruptKeys(err)) == 0 {
+			return nil, fmt.Errorf("looking for other unknown actions of the scope: %w", err)
+		}
+		for i := range recs {
+			if r := recs[i]; r.Key != o.Key && r.Key != c.ref && !r.HoldsSlot() {
+				return &r, nil
+			}
+		}
+		if len(recs) < fencePage {
+			return nil, nil
+		}
+		req.After = recs[len(recs)-1].Key
+	}
+}
+
+// fencePage bounds the records read per listing.
+const fencePage = 16

@@ -22,6 +22,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
+	bolt "go.etcd.io/bbolt"
 )
 
 // answers is a reconciler whose answer the test sets, counting checks.
@@ -1043,5 +1044,94 @@ func TestFence_ApprovedRetryHoldsRewordAndResend(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// I9 across an upgrade: a store written before the fence had slots keeps
+// every open action of a scope fenced, not only its newest.
+//
+// The earlier version wrote records without a fence scope (as a tool with
+// the fence off does today) and let two writes of a session run at once:
+// two emails of one conversation ended unknown, the lunch email (which was
+// in fact delivered) and, later, another one (never delivered). The file
+// is opened by this version (schema 5 → current): the newest open record
+// of the session takes the slot, the older one none. A reworded lunch
+// email meets the newest, whose destination says not applied, goes on in
+// its place, and is sent while the lunch email is still unknown: a second
+// lunch email.
+func TestI9_UpgradedStoreFencesEveryOpenAction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	store := openBolt(t, path)
+	m := &mailServer{script: func(n int) (bool, error) {
+		switch n {
+		case 1:
+			return true, errLostReply // delivered, its reply lost
+		case 2:
+			return false, errLostReply // not delivered, its reply lost
+		}
+		return true, nil
+	}}
+	old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Fence: agenttool.FenceOff})
+	lunchEnv := old.Invoke(scoped(), lunch)
+	mustStatus(t, lunchEnv, envelope.UnknownOutcome)
+	other := old.Invoke(scoped(), `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`)
+	mustStatus(t, other, envelope.UnknownOutcome)
+	// As the earlier version left the file: schema 5, no slots.
+	if err := store.DB().Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket([]byte("retrysafe/slots")); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			return err
+		}
+		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("5"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+
+	store = openBolt(t, path)
+	// The other email: proven never delivered; the lunch email: the mail
+	// log cannot say yet (pending).
+	check := &byRef{ans: map[string]reconcile.Answer{other.RequestRef: reconcile.NotAppliedFenced()}}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check})
+	env := tool.Invoke(scoped(), lunchRephrased)
+	t.Logf("reworded lunch email after the upgrade: %s", env)
+	for _, ref := range []string{lunchEnv.RequestRef, other.RequestRef} {
+		rec, err := store.Get(context.Background(), ref)
+		t.Logf("%s: %v (replaced by %q), %v", ref, rec.State, rec.ReplacedBy, err)
+	}
+	if runs := m.runs.Load(); runs != 2 {
+		t.Errorf("the reworded lunch email ran while the first lunch email (%s) is unknown: %d runs, %d emails delivered, answered %s",
+			lunchEnv.RequestRef, runs, m.count(), env.Status)
+	}
+}
+
+// A principal-wide fence tells the truth about where the earlier action
+// is: an answer about another conversation's action does not say it is
+// "in this conversation".
+//
+// FencePrincipal: the lunch email of conversation 9 is unknown. In
+// conversation 10 the user asks for an unrelated email; it is held back,
+// and the note says "An earlier send_email in this conversation may
+// already have happened ... Tell the user it is pending": the model tells
+// its user that an email of theirs in this chat is pending, which this
+// conversation never sent. For an at-most-once tool the same note says the
+// earlier email "is still being verified", while nothing can verify it.
+func TestFence_PrincipalScopeDoesNotSayTheEarlierIsInThisConversation(t *testing.T) {
+	m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, Fence: agenttool.FencePrincipal})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	other := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"),
+		`{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`)
+	t.Logf("conversation 10: %s", other)
+	if other.Error == nil || other.Error.Code != envelope.CodeEarlierUnknown {
+		t.Fatalf("conversation 10 while conversation 9's email is unknown: %s; want earlier_action_unknown", other)
+	}
+	if strings.Contains(other.Note, "in this conversation") {
+		t.Errorf("the answer to conversation 10 says conversation 9's email is in this conversation: %q", other.Note)
+	}
+	// The same note says the earlier email "is still being verified";
+	// nothing verifies it (no reconciler: it waits for a person).
+	if strings.Contains(other.Note, "being verified") {
+		t.Errorf("the note says the earlier email is being verified, and its message says no reconciler can ask: %q", other.Note)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -661,5 +662,52 @@ func TestI1_SweeperRacingCallsNeverApplyTwice(t *testing.T) {
 			t.Logf("seed %d: %d emails for lunch/reworded: %v", seed, total, d.effects)
 		}
 		d.mu.Unlock()
+	}
+}
+
+// claimAckLost applies the next claim and loses its acknowledgement once
+// armed: the store committed the pending record, and the caller hears an
+// error (a connection that dropped after COMMIT).
+type claimAckLost struct {
+	agenttool.Store
+	armed atomic.Bool
+}
+
+func (s *claimAckLost) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, r)
+	if err == nil && res.Claimed && s.armed.CompareAndSwap(true, false) {
+		return storekit.ClaimResult{}, errStoreDown
+	}
+	return res, err
+}
+
+// I4 without stranding: a call whose claim was applied but whose
+// acknowledgement was lost ran nothing, said so ("Nothing was done. Try
+// again later."), and the action can be done by trying again later, as
+// told, without a person.
+//
+// An at-most-once tool: the claim commits, its reply is lost, the call
+// answers store_unavailable. The model tries again: for the lease (a
+// minute) the action is "in progress" (nothing runs), and the whole
+// conversation's emails wait behind it; after the lease, the pending
+// record is taken for a dead holder's: its outcome is unknown, counted as
+// one attempt, "may already have happened" — and the action waits for a
+// person who is asked to confirm an email that was never attempted.
+func TestI4_LostClaimAcknowledgementDoesNotStrandTheAction(t *testing.T) {
+	clk := newClock()
+	store := &claimAckLost{Store: memstore.New()}
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, WaitTimeout: -1})
+	store.armed.Store(true)
+	first := tool.Invoke(scoped(), emailToAna)
+	t.Logf("first:        %s", first)
+	if first.Status != envelope.DefiniteFailure || first.Error.Code != envelope.CodeStoreUnavailable {
+		t.Fatalf("the call whose claim's acknowledgement was lost: %s; want store_unavailable", first)
+	}
+	clk.Advance(2 * time.Minute) // "try again later"
+	later := tool.Invoke(scoped(), emailToAna)
+	t.Logf("tried later:  %s", later)
+	if later.Status != envelope.Success || m.count() != 1 {
+		t.Errorf("after trying again later, as told: %s, %d runs; want the email sent once (nothing was ever attempted)", later.Status, m.runs.Load())
 	}
 }

@@ -336,3 +336,44 @@ func noticeRace(t *testing.T, open func() agenttool.Store) {
 		t.Errorf("%d of %d rounds sent a second email to Ana in one turn of parallel reworded calls", dup, rounds)
 	}
 }
+
+// A turn of reworded copies after an unknown outcome sends one email even
+// when the first copy, which went on in place of the unknown action, sent
+// nothing: the copy that finally sends it holds the others, as the
+// replacement itself would have.
+//
+// The lunch email ends unknown (never delivered). The model, told it may
+// have been sent, sends three reworded copies in its next turn (run one
+// after another, as the scope's slot runs them). The first copy's fence
+// finds the lunch email not applied and goes on in its place; its own
+// attempt is lost too and found not applied: it gives its key back
+// (definite_failure, nothing was done), and the lunch email stays closed
+// as replaced by it. The second copy then meets a free slot, runs as a
+// new action and is sent, with no notice (it replaces nothing); the third
+// copy runs after it: two emails to Ana about one lunch.
+func TestNotice_ReplacementThatSendsNothingKeepsTheTurnToOneEmail(t *testing.T) {
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n <= 2 {
+			return false, errLostReply // the lunch email, then the first copy: never delivered, replies lost
+		}
+		return true, nil
+	}}
+	ans := &answers{answer: reconcile.StillPending()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: ans,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	ans.set(reconcile.NotAppliedFenced()) // the mail server proves what it never got
+	var envs []envelope.Envelope
+	for _, in := range []string{lunchRephrased, lunchRephrased2, lunchReworded} {
+		env := tool.Invoke(scoped(), in)
+		t.Logf("%s", env)
+		envs = append(envs, env)
+	}
+	if envs[0].Status != envelope.DefiniteFailure {
+		t.Fatalf("the first copy, whose attempt was found not applied: %s; want definite_failure", envs[0])
+	}
+	if n := m.count(); n != 1 {
+		t.Errorf("one logical action (email Ana about lunch), one turn of three reworded copies: %d emails (%v)", n, m.effects)
+	}
+}

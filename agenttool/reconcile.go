@@ -63,9 +63,10 @@ func (t *Tool) reported(ctx context.Context, ans reconcile.Answer, ref, by strin
 	}
 }
 
-// trust applies the takeover rule to a destination's answer: after taking
-// over a key whose earlier holder's lease lapsed at heldUntil, a not-applied
-// answer proves nothing until that holder's attempt can no longer be in
+// trust applies the in-flight rule to a destination's answer: when an
+// attempt of the action may have been sent until heldUntil (the end of a
+// lapsed lease taken over, or the end of an attempt of the call's own), a
+// not-applied answer proves nothing until that attempt can no longer be in
 // flight — heldUntil plus AttemptTimeout plus ClockSkew. Before then it
 // counts as pending, unless the destination refuses stale requests
 // (reconcile.Answer.Fenced).

@@ -3,6 +3,7 @@ package agenttool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -61,7 +62,10 @@ func TestReconcileAfterUnknownAttempt(t *testing.T) {
 			return true, nil
 		}}
 		var checks atomic.Int64
-		tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: mailboxReconciler(m, &checks)})
+		// One process, one clock, no attempt timeout: "not found" right
+		// after the attempt returned proves it (nothing can still land).
+		tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: mailboxReconciler(m, &checks),
+			ClockSkew: -1})
 		env := tool.Invoke(scoped(), emailToAna)
 		mustStatus(t, env, envelope.Success)
 		if env.Attempts != 2 || env.Reconciled || m.count() != 1 || checks.Load() != 1 {
@@ -593,5 +597,64 @@ func storedLastSent(t *testing.T, store agenttool.Store) {
 	env := tool.Invoke(scoped(), emailToAna)
 	if box.count() != 1 {
 		t.Fatalf("one logical action, %d emails delivered; envelope %s", box.count(), env)
+	}
+}
+
+// A call does not send again, nor answer "not applied", while its own
+// ambiguous attempt may still be in flight: a not-applied answer that is
+// not fenced counts as pending until that attempt can no longer land
+// (reconcile.Answer.Fenced), for the holder's own check as for a takeover.
+//
+// The mail server accepts attempt 1, the connection drops before its reply
+// (unknown), and the message is delivered a moment later, well within
+// AttemptTimeout. The call's check right after the attempt searches the
+// mailbox, does not find the message yet (not applied, not fenced), and
+// trusts it at once: with retries left the call sends attempt 2 (two
+// emails, answered success); with none it gives the key back and answers
+// definite_failure "Nothing was done", and the resend sends a second
+// email. A resend that took the same record over at that moment would
+// have counted the answer as pending until the attempt's end plus
+// AttemptTimeout plus ClockSkew
+// (TestTakeoverTrustsNotAppliedOnlyAfterTheHolderCannotBeInFlight).
+func TestReconcile_OwnAttemptInFlightIsNotSentAgain(t *testing.T) {
+	for _, attempts := range []int{3, 1} {
+		t.Run(fmt.Sprintf("max %d attempts", attempts), func(t *testing.T) {
+			m := &mailServer{}
+			land, landed := make(chan struct{}), make(chan struct{})
+			var runs atomic.Int64
+			retry := fastRetry
+			retry.MaxAttempts = attempts
+			opts := agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, AttemptTimeout: time.Second,
+				Retry: retry, Reconciler: mailboxReconciler(m, nil)}
+			tool, err := agenttool.New("send_email", "", func(ctx context.Context, in emailInput) (sent, error) {
+				if runs.Add(1) == 1 {
+					ref := agenttool.RequestRef(ctx)
+					go func() { // accepted: delivered once the server's queue gets to it
+						defer close(landed)
+						<-land
+						m.mu.Lock()
+						m.effects = append(m.effects, ref)
+						m.mu.Unlock()
+					}()
+					return sent{}, errLostReply
+				}
+				return m.send(ctx, in)
+			}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := tool.Invoke(scoped(), emailToAna)
+			close(land) // attempt 1 lands, well within AttemptTimeout of its start
+			<-landed
+			t.Logf("call:   %s", env)
+			if env.Status == envelope.DefiniteFailure {
+				t.Errorf("the call answered definite_failure (%s), and its first attempt was delivered", env.Error.Code)
+			}
+			resend := tool.Invoke(scoped(), emailToAna)
+			t.Logf("resend: %s", resend)
+			if n := m.count(); n != 1 {
+				t.Errorf("one action, %d emails (%d attempts sent); the call answered %s, its resend %s", n, runs.Load(), env.Status, resend.Status)
+			}
+		})
 	}
 }

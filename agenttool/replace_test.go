@@ -256,8 +256,8 @@ func TestReplace_HeldEarlierSurvivesALongReplacementAndTheSweeper(t *testing.T) 
 		const lease = 150 * time.Millisecond
 		g := newGatedMail(2)
 		store := open()
-		ans := &answers{answer: reconcile.StillPending()}
-		tool := newEmailTool(t, g.mailServer, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: ans,
+		check := &byRef{ans: map[string]reconcile.Answer{}} // pending, but for the first email below
+		tool := newEmailTool(t, g.mailServer, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
 			Lease: lease, Retry: agenttool.RetryPolicy{MaxAttempts: 1}, WaitTimeout: 30 * time.Millisecond})
 		op, err := agenttool.NewOperator(store, tool)
 		if err != nil {
@@ -265,7 +265,9 @@ func TestReplace_HeldEarlierSurvivesALongReplacementAndTheSweeper(t *testing.T) 
 		}
 		first := tool.Invoke(scoped(), lunch)
 		mustStatus(t, first, envelope.UnknownOutcome)
-		ans.set(reconcile.NotAppliedFenced())
+		check.mu.Lock()
+		check.ans[first.RequestRef] = reconcile.NotAppliedFenced() // the first email never arrived, provably
+		check.mu.Unlock()
 		var reworded envelope.Envelope
 		done := make(chan struct{})
 		go func() { defer close(done); reworded = tool.Invoke(scoped(), lunchRephrased) }()
@@ -942,5 +944,97 @@ func TestReplace_ResendAfterTheReplacementIsHeld(t *testing.T) {
 				t.Errorf("one logical action (email Ana about lunch) left %d emails after one turn of [%s]", n, order)
 			}
 		})
+	}
+}
+
+// getFailsFor fails Get for one key while armed, as a store whose read of
+// that row times out (a lock, a dropped connection) does; every other
+// operation goes through.
+type getFailsFor struct {
+	agenttool.Store
+	mu  sync.Mutex
+	key string
+}
+
+func (g *getFailsFor) arm(key string) { g.mu.Lock(); g.key = key; g.mu.Unlock() }
+
+func (g *getFailsFor) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	g.mu.Lock()
+	k := g.key
+	g.mu.Unlock()
+	if k != "" && key == k {
+		return agenttool.Record{}, errStoreDown
+	}
+	return g.Store.Get(ctx, key)
+}
+
+// A replaced action's resend never says the replacement was not done when
+// the store could not say what became of it.
+//
+// The reworded email goes on in place of the unknown one and is sent. The
+// identical resend replays "replaced"; reading the replacement's record
+// fails (a store error, not "not found"), and the answer says the
+// replacement "was not done" (earlier.state failed): the user hears that
+// neither email went out, although one did.
+func TestReplace_ResendIsNotToldTheReplacementFailedWhenTheStoreCannotSay(t *testing.T) {
+	m := firstLost()
+	store := &getFailsFor{Store: memstore.New()}
+	ans := &answers{answer: reconcile.StillPending()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: ans,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	ans.set(reconcile.NotAppliedFenced())
+	reworded := tool.Invoke(scoped(), lunchRephrased)
+	mustStatus(t, reworded, envelope.Success)
+	if m.count() != 1 {
+		t.Fatalf("the reworded email: %d emails, want 1", m.count())
+	}
+	store.arm(reworded.RequestRef) // the replacement's row cannot be read for a moment
+	resend := tool.Invoke(scoped(), lunch)
+	t.Logf("resend: %s", resend)
+	if resend.Earlier != nil && resend.Earlier.State == envelope.ActionFailed {
+		t.Errorf("the resend says the replacement %s was not done (earlier.state %s, note %q), but its email was sent (%d emails)",
+			reworded.RequestRef, resend.Earlier.State, resend.Note, m.count())
+	}
+}
+
+// An action closed as replaced never loops the model: its answer says
+// what was done in its place and that the same input will not send it
+// again, and the user's new request runs.
+//
+// The minutes to Bob end unknown (never delivered). Next turn the model
+// sends a different email, lunch with Ana; its fence finds the minutes not
+// applied and the lunch email goes on in their place: the minutes are
+// closed as replaced, done once by the lunch email (in one conversation,
+// writes of a tool may be copies of each other in other words). The
+// minutes' resend is told so, and not to call again with the same input;
+// calling again anyway gets the same answer (it must never run a second
+// copy). The user asks again for the minutes: a new request, in other
+// words, runs.
+func TestReplace_ReplacedActionAnswerDoesNotLoop(t *testing.T) {
+	const minutes = `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`
+	const minutesAgain = `{"to":"bob@example.com","subject":"Minutes of Monday","body":"Attached, as asked."}`
+	m := firstLost()
+	ans := &answers{answer: reconcile.StillPending()}
+	clk := newClock()
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: ans,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}, Now: clk.Now})
+	first := tool.Invoke(scoped(), minutes)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	ans.set(reconcile.NotAppliedFenced()) // the minutes never reached the server
+	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+	told := tool.Invoke(scoped(), minutes)
+	t.Logf("the minutes again: %s", told)
+	if told.Error == nil || told.Error.Code != envelope.CodeReplaced || told.Next != envelope.AskHuman ||
+		!strings.Contains(told.Note, "will not send it again") || strings.Contains(told.Note, "ask before calling") {
+		t.Fatalf("the minutes after the lunch email: %s; want replaced, ask_human, saying the same input will not send it again", told)
+	}
+	clk.Advance(time.Minute) // the user is asked
+	if again := tool.Invoke(scoped(), minutes); again.Status == envelope.Success {
+		t.Errorf("the same input again: %s; want the same answer, never a second copy", again)
+	}
+	if asked := tool.Invoke(scoped(), minutesAgain); asked.Status != envelope.Success || m.count() != 2 {
+		t.Errorf("the user's new request for the minutes: %s, %d emails (%v); want it sent", asked, m.count(), m.effects)
 	}
 }

@@ -37,7 +37,10 @@ type ClaimDecision struct {
 //     unknown record (fencing out the old holder);
 //   - unknown and resolved as not applied (RetryApproved): claimed afresh,
 //     which consumes the approval; the new record is marked TakenOver;
-//   - unknown: taken over if req.TakeOver, else returned.
+//   - unknown: taken over if req.TakeOver, else returned;
+//   - failed, replaced by another action (Record.ReplacedBy), with
+//     req.Replace: claimed afresh in place of req.Replace as a new write of
+//     the scope (the slot decides), marked TakenOver.
 //
 // The slot (the unknown fence, invariant I9): a claim that would make a
 // pending record of a key that does not hold the slot yet is granted only
@@ -134,6 +137,12 @@ func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() 
 	}
 	if existing.Fingerprint != req.Fingerprint {
 		return found(ClaimResult{Conflict: OtherInput, Record: *existing})
+	}
+	if existing.State == Failed && existing.ReplacedBy != "" && req.Replace != nil {
+		// A replaced action asked for again goes on in place of its
+		// replacement, as any new write of the scope would: the slot
+		// decides.
+		return claim(false, true, existing.Attempts, existing.Created)
 	}
 	switch existing.State {
 	case Pending:

@@ -214,4 +214,3 @@ func (s *Server) messagesReply(req map[string]any, r Reply) any {
 		"usage": map[string]any{"input_tokens": 1, "output_tokens": 1},
 	}
 }
-

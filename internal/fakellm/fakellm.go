@@ -101,7 +101,7 @@ func (s *Server) Start(ctx context.Context) (url string, stop func(), err error)
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path, auth := "/v1/chat/completions", r.Header.Get("Authorization") == "Bearer "+Key
 	if s.format == messages {
-		path, auth = "/v1/messages", r.Header.Get("X-Api-Key") == Key
+		path, auth = "/v1/messages", auth || r.Header.Get("X-Api-Key") == Key
 	}
 	if r.Method != http.MethodPost || r.URL.Path != path || !auth {
 		w.Header().Set("Content-Type", "application/json")

@@ -79,7 +79,8 @@ func (m *Mail) Outcomes() []Outcome {
 	return append([]Outcome(nil), m.outcomes...)
 }
 
-func (m *Mail) send(ctx context.Context, in Email) (Sent, error) {
+// Send writes one email, under the request reference on ctx.
+func (m *Mail) Send(ctx context.Context, in Email) (Sent, error) {
 	ref := agenttool.RequestRef(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -105,12 +106,11 @@ func (m *Mail) status(_ context.Context, ref string) reconcile.Answer {
 	return reconcile.NotAppliedFenced()
 }
 
-// Tool returns send_email over m: reconcilable (the service is asked by
-// request reference after an unknown outcome), in a memory store, with
-// every outcome recorded for [Mail.Check].
-func (m *Mail) Tool(tb testing.TB) *agenttool.Tool {
-	tb.Helper()
-	t, err := agenttool.New("send_email", "Send one email.", m.send, agenttool.Options{
+// Options are send_email's options over m: reconcilable (the service is
+// asked by request reference after an unknown outcome), in a memory
+// store, with every outcome recorded for [Mail.Check].
+func (m *Mail) Options() agenttool.Options {
+	return agenttool.Options{
 		Store:      memstore.New(),
 		Class:      agenttool.Reconcilable,
 		Reconciler: reconcile.Func(m.status),
@@ -121,7 +121,14 @@ func (m *Mail) Tool(tb testing.TB) *agenttool.Tool {
 			defer m.mu.Unlock()
 			m.outcomes = append(m.outcomes, Outcome{Env: e.Envelope, Writes: m.total})
 		}},
-	})
+	}
+}
+
+// Tool returns send_email over m, built with agenttool.New and
+// [Mail.Options].
+func (m *Mail) Tool(tb testing.TB) *agenttool.Tool {
+	tb.Helper()
+	t, err := agenttool.New("send_email", "Send one email.", m.Send, m.Options())
 	if err != nil {
 		tb.Fatal(err)
 	}

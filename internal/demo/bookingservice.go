@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"crypto/sha256"
@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// booking is one seat booked.
-type booking struct {
+// Booking is one seat booked.
+type Booking struct {
 	Confirmation string `json:"confirmation"`
 	Flight       string `json:"flight"`
 	Date         string `json:"date"`
@@ -27,28 +27,30 @@ type keyEntry struct {
 	response    []byte
 }
 
-// bookingService is an HTTP booking API on loopback that honours
+// BookingService is an HTTP booking API on loopback that honours
 // Idempotency-Key as the IETF idempotency-key draft describes: the first
 // request with a key is processed; a repeat with the same parameters gets
 // the first response replayed; a repeat while the first is in progress gets
 // 409; a repeat with other parameters gets 422. GET /bookings/by-key/KEY
 // answers the status of a key.
-type bookingService struct {
+type BookingService struct {
 	fault      string
 	slowCommit time.Duration // the "slow" fault commits this late
 	log        func(format string, args ...any)
 
 	mu       sync.Mutex
 	keys     map[string]*keyEntry
-	bookings []booking
+	bookings []Booking
 	posts    int
 
 	srv *http.Server
-	url string
+	URL string // the service's base URL
 }
 
-func startBookingService(fault string, slowCommit time.Duration, log func(string, ...any)) (*bookingService, error) {
-	s := &bookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}}
+// StartBookingService serves the booking API on a free port of 127.0.0.1
+// with the fault (lost-response, none, unavailable, slow).
+func StartBookingService(fault string, slowCommit time.Duration, log func(string, ...any)) (*BookingService, error) {
+	s := &BookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /bookings", s.book)
 	mux.HandleFunc("GET /bookings/by-key/{key...}", s.status)
@@ -56,15 +58,17 @@ func startBookingService(fault string, slowCommit time.Duration, log func(string
 	if err != nil {
 		return nil, err
 	}
-	s.url = "http://" + l.Addr().String()
+	s.URL = "http://" + l.Addr().String()
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(l)
 	return s, nil
 }
 
-func (s *bookingService) close() { s.srv.Close() }
+// Close stops the service.
+func (s *BookingService) Close() { s.srv.Close() }
 
-func (s *bookingService) count() int {
+// Count returns the seats booked.
+func (s *BookingService) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.bookings)
@@ -76,14 +80,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
+func (s *BookingService) book(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil || key == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "an Idempotency-Key header and a JSON body are required"})
 		return
 	}
-	var b booking
+	var b Booking
 	if err := json.Unmarshal(body, &b); err != nil || b.Flight == "" || b.Passenger == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "flight and passenger are required"})
 		return
@@ -149,7 +153,7 @@ func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
 	w.Write(e.response)
 }
 
-func (s *bookingService) status(w http.ResponseWriter, r *http.Request) {
+func (s *BookingService) status(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	s.mu.Lock()
 	e, seen := s.keys[key]

@@ -218,3 +218,28 @@ func TestNewRefusesAmbiguousSets(t *testing.T) {
 		}
 	}
 }
+
+// An adversarial model — every restatement of the action as tool_use
+// blocks of one message, an unknown tool name, then a reworded copy and a
+// resend — gets at most one email per action out of send_email, in order or
+// concurrently, whether the lost reply is settled or stays unknown; every
+// answer is true.
+func TestAdversarialModel(t *testing.T) {
+	for _, silent := range []bool{false, true} {
+		for _, concurrent := range []bool{false, true} {
+			mail := adaptertest.NewMail(1, silent)
+			results, _ := play(t, toolbox(t, mail.Tool(t)), concurrent, adaptertest.AdversaryTurns()...)
+			if want := len(adaptertest.AdversaryTurns()[0].Calls) + len(adaptertest.AdversaryTurns()[1].Calls); len(results) != want {
+				t.Fatalf("the model read %d answers, want %d", len(results), want)
+			}
+			want := 1 // the reworded copy after an unknown outcome is held
+			if !silent {
+				want = 2 // the model read a success, then asked for a second, other email
+			}
+			mail.Check(t, want)
+			if t.Failed() {
+				t.Fatalf("silent %v, concurrent %v: the model read %v", silent, concurrent, adaptertest.Codes(adaptertest.Read(t, results)))
+			}
+		}
+	}
+}

@@ -204,3 +204,30 @@ func TestToolsRefusesAmbiguousSets(t *testing.T) {
 		}
 	}
 }
+
+// An adversarial model — every restatement of the action as parallel calls
+// of one message, an unknown tool name, then a reworded copy and a resend
+// — gets at most one email per action out of send_email, in order or with Eino's
+// concurrent execution, whether the lost reply is settled or stays
+// unknown; every answer is true.
+func TestAdversarialModel(t *testing.T) {
+	for _, silent := range []bool{false, true} {
+		for _, concurrent := range []bool{false, true} {
+			mail := adaptertest.NewMail(1, silent)
+			cfg := config(t, mail.Tool(t))
+			cfg.ExecuteSequentially = !concurrent
+			results, _ := play(t, cfg, adaptertest.AdversaryTurns()...)
+			if want := len(adaptertest.AdversaryTurns()[0].Calls) + len(adaptertest.AdversaryTurns()[1].Calls); len(results) != want {
+				t.Fatalf("the model read %d answers, want %d", len(results), want)
+			}
+			want := 1 // the reworded copy after an unknown outcome is held
+			if !silent {
+				want = 2 // the model read a success, then asked for a second, other email
+			}
+			mail.Check(t, want)
+			if t.Failed() {
+				t.Fatalf("silent %v, concurrent %v: the model read %v", silent, concurrent, adaptertest.Codes(adaptertest.Read(t, results)))
+			}
+		}
+	}
+}

@@ -277,3 +277,38 @@ func TestOptionsRefuseWhatCannotWork(t *testing.T) {
 		t.Error("NewGuard took a tool without identifying fields")
 	}
 }
+
+// An adversarial client — every restatement of the action sent at once,
+// then a reworded copy and a resend after the unknown outcome — gets one
+// email out of send_email, registered or guarded; every answer is true.
+func TestAdversarialClient(t *testing.T) {
+	each(t, 1, true, func(t *testing.T, mail *adaptertest.Mail, c *client.Client) {
+		turns := adaptertest.AdversaryTurns()
+		var wg sync.WaitGroup
+		for _, call := range turns[0].Calls {
+			if call.Name != "send_email" || !json.Valid([]byte(call.Arguments)) {
+				continue // not a tools/call a client can send: unknown names and non-JSON are refused by mcp-go
+			}
+			wg.Go(func() {
+				req := mcp.CallToolRequest{}
+				req.Params.Name = call.Name
+				req.Params.RawArguments = json.RawMessage(call.Arguments)
+				res, err := c.CallTool(t.Context(), req)
+				if err != nil {
+					return // refused by mcp-go (a null or non-object "arguments")
+				}
+				text, _ := mcp.AsTextContent(res.Content[0])
+				if _, err := envelope.Parse([]byte(text.Text)); err != nil {
+					t.Errorf("%s: the result is not an envelope: %v", call.Arguments, err)
+				}
+			})
+		}
+		wg.Wait()
+		for _, next := range turns[1].Calls {
+			if env := call(t, c, next.Name, next.Arguments); env.Status == envelope.Success {
+				t.Errorf("after an unknown outcome, %s read %s", next.Arguments, env)
+			}
+		}
+		mail.Check(t, 1)
+	})
+}

@@ -1,6 +1,7 @@
 // Package demo runs the example agents: flags, the model (scripted offline,
-// or OpenAI-compatible), a real langchaingo executor, the transcript and the
-// -json summary. Each example supplies its tools, its destination and the
+// or OpenAI-compatible), a real langchaingo executor or the example's own
+// loop over openai-go (Example.Loop), the transcript and the -json
+// summary. Each example supplies its tools, its destination and the
 // script its offline model plays.
 package demo
 

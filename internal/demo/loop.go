@@ -57,12 +57,17 @@ func runLoop(ctx context.Context, ex Example, llm, fault string, getenv func(str
 		sum.EffectsAfter = append(sum.EffectsAfter, sc.Effects())
 		fmt.Fprintf(out, "tool  ← %s\n", env.String())
 	}
-	var checkErr error
+	var (
+		checkMu  sync.Mutex
+		checkErr error // a failed Check of the script, from the server's goroutine
+	)
 	switch llm {
 	case "scripted":
 		script := ex.Script(fault)
 		srv := fakellm.ChatCompletions(func(results []string) fakellm.Reply {
 			t := script(results)
+			checkMu.Lock()
+			defer checkMu.Unlock()
 			if t.Check != nil && checkErr == nil {
 				var last string
 				if len(results) > 0 {
@@ -101,6 +106,8 @@ func runLoop(ctx context.Context, ex Example, llm, fault string, getenv func(str
 		return "", fmt.Errorf("unknown -llm %q; choose scripted or openai", llm)
 	}
 	answer, err := ex.Loop(ctx, run)
+	checkMu.Lock()
+	defer checkMu.Unlock()
 	if err == nil {
 		err = checkErr
 	}

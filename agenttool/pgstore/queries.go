@@ -97,9 +97,9 @@ func newQueries(schema string) queries {
 			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $11, $12)
 			ON CONFLICT DO NOTHING RETURNING token)
 			SELECT (SELECT token FROM ins), $10 AND ` + fenced(t, "$1", "$2", "$3", "$7", "$9"),
-		fenced:       `SELECT ` + fenced(t, "$1", "$2", "$3", "$4", "$5"),
-		get:          `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
-		getForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
+		fenced:            `SELECT ` + fenced(t, "$1", "$2", "$3", "$4", "$5"),
+		get:               `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
+		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
 		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 			ON CONFLICT DO NOTHING`,

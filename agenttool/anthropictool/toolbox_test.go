@@ -152,6 +152,20 @@ func TestConcurrentCopiesAreOneEffect(t *testing.T) {
 	mail.Check(t, 1)
 }
 
+// Run concurrently, two different actions of one tool in one message still
+// run one after the other: when the first one's reply is lost and the
+// destination cannot say, the other waits for it and is then held by the
+// unknown fence; when the destination confirms it, the other runs after
+// it. One write per action, and every answer true.
+func TestConcurrentDistinctActionsRunOneAtATime(t *testing.T) {
+	for _, silent := range []bool{true, false} {
+		mail := adaptertest.NewMail(1, silent)
+		results, _ := play(t, toolbox(t, mail.Tool(t)), true,
+			fakellm.Calls(send(adaptertest.Distinct[0]), send(adaptertest.Distinct[1])))
+		adaptertest.CheckOneAtATime(t, mail, adaptertest.Read(t, results), silent)
+	}
+}
+
 // An unknown tool name, input that is not an object and a model's own key
 // are answered as tool results; nothing runs and the loop goes on.
 func TestRefusalsAreToolMessages(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,7 @@ type Mail struct {
 	loseReplies int  // the next writes whose reply is lost
 	silent      bool // status checks cannot say
 	outcomes    []Outcome
+	steps       []string // "claim REF" and "write REF", in the order they happened
 }
 
 // Outcome is one envelope a guarded call returned, with the writes the
@@ -86,6 +88,7 @@ func (m *Mail) Send(ctx context.Context, in Email) (Sent, error) {
 	defer m.mu.Unlock()
 	m.writes[ref]++
 	m.total++
+	m.steps = append(m.steps, "write "+ref)
 	id := fmt.Sprintf("<%d@mail.example>", m.total)
 	if m.loseReplies > 0 {
 		m.loseReplies--
@@ -116,11 +119,18 @@ func (m *Mail) Options() agenttool.Options {
 		Reconciler: reconcile.Func(m.status),
 		Retry:      agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
 		ClockSkew:  -1,
-		Hooks: agenttool.Hooks{Outcome: func(_ context.Context, e agenttool.OutcomeEvent) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.outcomes = append(m.outcomes, Outcome{Env: e.Envelope, Writes: m.total})
-		}},
+		Hooks: agenttool.Hooks{
+			Claimed: func(_ context.Context, e agenttool.ClaimedEvent) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.steps = append(m.steps, "claim "+e.RequestRef)
+			},
+			Outcome: func(_ context.Context, e agenttool.OutcomeEvent) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.outcomes = append(m.outcomes, Outcome{Env: e.Envelope, Writes: m.total})
+			},
+		},
 	}
 }
 
@@ -170,6 +180,49 @@ func (m *Mail) Check(tb testing.TB, want int) {
 	}
 	if len(bad) > 0 {
 		tb.Error(strings.Join(bad, "\n"))
+	}
+}
+
+// Distinct are two different actions of send_email, for one message:
+// Base and Reworded.
+var Distinct = []string{Base, Reworded}
+
+// CheckOneAtATime fails tb unless the two [Distinct] actions, run
+// concurrently from one message with the first write's reply lost, ran one
+// after the other, as distinct writes of one tool in one session do: the
+// other claimed its key only after the first had claimed and written.
+// silent (the destination
+// cannot say): one write, one outcome_unknown, and the other action held
+// by the unknown fence (earlier_action_unknown); else two writes, the
+// first confirmed by the destination, both successes. envs are what the
+// model read.
+func CheckOneAtATime(tb testing.TB, m *Mail, envs []envelope.Envelope, silent bool) {
+	tb.Helper()
+	got := Codes(envs)
+	slices.Sort(got)
+	want, writes := []string{"success", "success+reconciled"}, 2
+	if silent {
+		want, writes = []string{"unknown_outcome/earlier_action_unknown", "unknown_outcome/outcome_unknown"}, 1
+	}
+	if !slices.Equal(got, want) {
+		tb.Errorf("silent %v: the model read %v, want %v in some order", silent, Codes(envs), want)
+	}
+	m.Check(tb, writes)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var first, other string // in the order they claimed
+	if len(envs) == 2 {
+		first, other = envs[0].RequestRef, envs[1].RequestRef
+		if len(m.steps) > 0 && m.steps[0] == "claim "+other {
+			first, other = other, first
+		}
+	}
+	wantSteps := []string{"claim " + first, "write " + first}
+	if !silent {
+		wantSteps = append(wantSteps, "claim "+other, "write "+other)
+	}
+	if first == other || !slices.Equal(m.steps, wantSteps) {
+		tb.Errorf("silent %v: claims and writes %v, want one action claimed and written, then the other", silent, m.steps)
 	}
 }
 

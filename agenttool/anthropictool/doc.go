@@ -47,8 +47,10 @@
 // (earlier_action_unknown), and copies of one action are replayed.
 // [Toolbox.RunConcurrently] starts them all at once, as the SDK's beta tool
 // runner does: copies of one action (one key) still run once, the others
-// wait and replay its outcome; but two different actions of one tool in
-// the same message both run, even if the first ends unknown, because the
-// fence holds back only calls that claim after an earlier action became
-// unknown.
+// wait and replay its outcome; and different actions of one tool in one
+// session still run one after the other, in no set order: a second waits
+// for the first (at most the tool's WaitTimeout, then in_progress) and is
+// held by the unknown fence if the first ends unknown. It gains time
+// across tools and for reads; use [Toolbox.Run] where the order of a
+// message's calls matters.
 package anthropictool

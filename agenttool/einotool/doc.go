@@ -37,9 +37,10 @@
 // whose outcome is unknown meets the unknown fence (earlier_action_unknown)
 // and copies of one action are replayed. Run concurrently, copies of one
 // action (one key) still run once, the others wait and replay its outcome;
-// but two different actions of one tool in the same message both run,
-// even if the first ends unknown, because the fence holds back only calls
-// that claim after an earlier action became unknown. Set
-// ExecuteSequentially to false only for tools whose calls in a turn are
-// independent.
+// and different actions of one tool in one session still run one after
+// the other, in no set order: a second waits for the first (at most the
+// tool's WaitTimeout, then in_progress) and is held by the unknown fence
+// if the first ends unknown. Setting ExecuteSequentially to false gains
+// time only across tools and for reads; keep it true where the order of a
+// message's calls matters.
 package einotool

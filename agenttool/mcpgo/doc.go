@@ -49,7 +49,10 @@
 // A tools/call that arrives again with the same arguments from the same
 // principal in the same session meets the key of the first: it is
 // replayed (or waits while the first still runs), and the effect happens
-// at most once.
+// at most once. Calls of different actions of one tool in one session,
+// however many arrive at once, run one after the other: a second waits
+// for the first and is held by the unknown fence if the first ends
+// unknown.
 //
 // # Caveats
 //

@@ -75,7 +75,8 @@ func (s *Set) Invoke(ctx context.Context, c Call) envelope.Envelope {
 // Run runs the calls of one turn and returns their envelopes in the calls'
 // order. In order (concurrent false) each call starts after the one before
 // it ended, so a call made after one that ended unknown meets the unknown
-// fence; concurrently, every call starts at once. withID, if not nil, puts
+// fence; concurrently, every call starts at once (and agenttool still runs
+// distinct writes of one tool in one session one at a time). withID, if not nil, puts
 // a call's id on its context.
 func (s *Set) Run(ctx context.Context, calls []Call, concurrent bool, withID func(context.Context, string) context.Context) []envelope.Envelope {
 	out := make([]envelope.Envelope, len(calls))

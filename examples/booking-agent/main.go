@@ -4,7 +4,11 @@
 //
 // The book_flight tool is keyed: it sends the request reference as the
 // Idempotency-Key, so a retry after a lost or late response is answered with
-// the booking already made, never a second one.
+// the booking already made, never a second one. It also sends the claim's
+// fencing token, and the service refuses a request with a lower one than
+// it has seen for the key: a replica paused past its lease cannot book
+// after another took the booking over. The service and the tool live in
+// internal/demo, shared with the openai and Eino agents.
 //
 //	go run ./examples/booking-agent                      # offline, fault lost-response
 //	go run ./examples/booking-agent -fault slow

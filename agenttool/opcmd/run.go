@@ -39,8 +39,10 @@ type Options struct {
 	// compensations (reconcile, approve -compensate, sweep) refuse, and say
 	// to run them from the application's own mount.
 	Standalone bool
-	// Flags, if set, adds global flags, given before the command: a program
-	// that opens its store itself (cmd/retrysafe) names the store with them.
+	// Flags, if set, adds global flags, given before or after the command: a
+	// program that opens its store itself (cmd/retrysafe) names the store
+	// with them. A command's own flag of the same name wins after the
+	// command.
 	Flags func(*flag.FlagSet)
 	// Open, if set, gives the operator instead of Run's op argument, once
 	// the command line has been read and found valid: settles says whether
@@ -142,6 +144,14 @@ func (r *runner) run(ctx context.Context, args []string) int {
 	}
 	fs := r.flagSet(r.opts.Name + " " + c.name)
 	act := c.define(r, fs)
+	// Global flags may also follow the command (retrysafe stats -db FILE),
+	// as kubectl's and docker's do; a command's own flag of the same name
+	// wins there.
+	r.global.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) == nil {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	pos, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		r.commandUsage(r.stdout, c)

@@ -11,7 +11,7 @@ import (
 func (r *runner) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: %s [global flags] COMMAND [ARGS] [flags]\n\n", r.opts.Name)
 	fmt.Fprintf(w, "Lists and settles the actions of retrysafe's guarded tools whose outcome is unknown, and copies one store into another.\n\n")
-	fmt.Fprintf(w, "Global flags (before the command; -json also after it):\n")
+	fmt.Fprintf(w, "Global flags (before or after the command):\n")
 	printFlags(w, r.global, "  ")
 	fmt.Fprintf(w, "\nCommands:\n")
 	for _, c := range r.all() {

@@ -322,6 +322,27 @@ func TestCommandAfterTheApplicationDied(t *testing.T) {
 	}
 }
 
+// The store's flags may follow the command, where kubectl and docker
+// users type them: retrysafe stats -db FILE.
+func TestGlobalFlagsAfterTheCommand(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	ana, _ := lostEmails(t, path)
+	want := `{"tool":"send_email","state":"unknown","records":2}` + "\n"
+	for _, args := range [][]string{
+		{"stats", "-db", path, "-json"},
+		{"-json", "stats", "-db", path},
+		{"stats", "-json", "-db=" + path},
+	} {
+		if got := inProcess(t, nil, args...).ok(t).stdout; got != want {
+			t.Errorf("%q: %q, want %q", args, got, want)
+		}
+	}
+	if show := inProcess(t, nil, "show", ana.RequestRef, "-db", path).ok(t).stdout; !strings.Contains(show, ana.RequestRef) {
+		t.Errorf("show REF -db PATH:\n%s", show)
+	}
+	inProcess(t, nil, "list", "-principal", "tenant-1/ana", "-db").exits(t, opcmd.ExitUsage, "flag needs an argument: -db")
+}
+
 // Without a store, or with two, the command says how to name one.
 func TestCommandNamesItsStore(t *testing.T) {
 	inProcess(t, nil, "list").exits(t, opcmd.ExitUsage, "name the store: -db PATH (bbolt) or -database-url URL")

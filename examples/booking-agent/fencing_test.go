@@ -12,6 +12,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/demo"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -63,7 +64,7 @@ func (p *pausedSend) RoundTrip(req *http.Request) (*http.Response, error) {
 // replicas are two replicas of the booking agent on one store and one
 // clock, in front of one booking service: the first one's request pauses.
 type replicas struct {
-	svc    *bookingService
+	svc    *demo.BookingService
 	store  *boltstore.Store
 	clock  *clock
 	send   *pausedSend
@@ -73,11 +74,11 @@ type replicas struct {
 
 func newReplicas(t *testing.T) *replicas {
 	t.Helper()
-	svc, err := startBookingService("none", 0, t.Logf)
+	svc, err := demo.StartBookingService("none", 0, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.close)
+	t.Cleanup(svc.Close)
 	store, err := boltstore.Open(filepath.Join(t.TempDir(), "agents.db"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -85,10 +86,10 @@ func newReplicas(t *testing.T) *replicas {
 	t.Cleanup(func() { store.Close() })
 	r := &replicas{svc: svc, store: store, clock: &clock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, send: newPausedSend()}
 	opts := agenttool.Options{Store: store, Now: r.clock.Now, Lease: time.Minute, ClockSkew: time.Second}
-	if r.paused, err = newBookTool(svc.url, &http.Client{Transport: r.send}, t.Logf, opts); err != nil {
+	if r.paused, err = demo.NewBookTool(svc.URL, &http.Client{Transport: r.send}, t.Logf, opts); err != nil {
 		t.Fatal(err)
 	}
-	if r.other, err = newBookTool(svc.url, &http.Client{}, t.Logf, opts); err != nil {
+	if r.other, err = demo.NewBookTool(svc.URL, &http.Client{}, t.Logf, opts); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -118,8 +119,8 @@ func TestPausedHoldersLateWriteIsRefused(t *testing.T) {
 	r.clock.advance(10 * time.Minute) // the first holder's lease lapsed long ago
 
 	resent := r.other.Invoke(conversation, anaToLisbon)
-	if resent.Status != envelope.Success || resent.Replayed || r.svc.count() != 1 {
-		t.Fatalf("the resend on the other replica: %s; %d bookings; want it to take the action over and book once", resent, r.svc.count())
+	if resent.Status != envelope.Success || resent.Replayed || r.svc.Count() != 1 {
+		t.Fatalf("the resend on the other replica: %s; %d bookings; want it to take the action over and book once", resent, r.svc.Count())
 	}
 	close(r.send.resume)
 	stale := <-first
@@ -127,8 +128,8 @@ func TestPausedHoldersLateWriteIsRefused(t *testing.T) {
 		!strings.Contains(stale.Error.Message, "this request booked nothing") {
 		t.Errorf("the paused holder's envelope: %s; want a definite refusal of its stale attempt", stale)
 	}
-	if r.svc.count() != 1 || r.svc.staleCount() != 1 {
-		t.Errorf("%d bookings, %d stale requests refused; want 1 and 1", r.svc.count(), r.svc.staleCount())
+	if r.svc.Count() != 1 || r.svc.StaleCount() != 1 {
+		t.Errorf("%d bookings, %d stale requests refused; want 1 and 1", r.svc.Count(), r.svc.StaleCount())
 	}
 	again := r.paused.Invoke(conversation, anaToLisbon)
 	if again.Status != envelope.Success || !again.Replayed || string(again.Result) != string(resent.Result) {
@@ -159,11 +160,11 @@ func TestCheckFencesOutThePausedHolder(t *testing.T) {
 	if stale := <-first; stale.Status != envelope.DefiniteFailure || stale.Error.Code != "stale_holder" {
 		t.Errorf("the paused holder's envelope: %s; want a definite refusal", stale)
 	}
-	if r.svc.count() != 0 {
-		t.Fatalf("%d bookings after the check said not applied and the stale request came; want none", r.svc.count())
+	if r.svc.Count() != 0 {
+		t.Fatalf("%d bookings after the check said not applied and the stale request came; want none", r.svc.Count())
 	}
 	resent := r.other.Invoke(conversation, anaToLisbon)
-	if resent.Status != envelope.Success || r.svc.count() != 1 {
-		t.Errorf("the model's resend: %s; %d bookings; want one", resent, r.svc.count())
+	if resent.Status != envelope.Success || r.svc.Count() != 1 {
+		t.Errorf("the model's resend: %s; %d bookings; want one", resent, r.svc.Count())
 	}
 }

@@ -1,6 +1,7 @@
 // Package demo runs the example agents: flags, the model (scripted offline,
-// or OpenAI-compatible), a real langchaingo executor, the transcript and the
-// -json summary. Each example supplies its tools, its destination and the
+// or OpenAI-compatible), a real langchaingo executor or the example's own
+// loop over openai-go (Example.Loop), the transcript and the -json
+// summary. Each example supplies its tools, its destination and the
 // script its offline model plays.
 package demo
 
@@ -64,6 +65,11 @@ type Example struct {
 	Script func(fault string) Script
 	// MaxIterations bounds the agent's turns; 0 means 8.
 	MaxIterations int
+	// Loop, if set, is the example's own agent loop over openai-go, which
+	// replaces langchaingo's executor (see [Loop]). Offline, its client
+	// talks to Script played over the Chat Completions wire format on
+	// loopback.
+	Loop Loop
 }
 
 // Env is what Setup gets.
@@ -172,34 +178,22 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 	}
 	defer sc.Close()
 
-	var model llms.Model
-	switch *llm {
-	case "scripted":
-		model = ex.Script(*fault).Model()
-	case "openai":
-		if model, err = openAIModel(getenv, sc.Tools); err != nil {
-			return Summary{}, err
-		}
-	default:
-		return Summary{}, fmt.Errorf("unknown -llm %q; choose scripted or openai", *llm)
-	}
-
 	sum := Summary{Example: ex.Name, Fault: *fault, Envelopes: []envelope.Envelope{}}
-	var agentTools []tools.Tool
-	for _, t := range sc.Tools {
-		agentTools = append(agentTools, &transcript{Tool: t, out: out, sum: &sum, effects: sc.Effects})
-	}
 	turns := ex.MaxIterations
 	if turns == 0 {
 		turns = 8
 	}
-	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, agentTools), agents.WithMaxIterations(turns))
 	fmt.Fprintf(out, "user  : %s\n", ex.Prompt)
 	ctx = agenttool.WithScope(ctx, ex.Principal, ex.Session)
 	if ex.Context != nil {
 		ctx = ex.Context(ctx)
 	}
-	answer, err := chains.Run(ctx, executor, ex.Prompt)
+	var answer string
+	if ex.Loop != nil {
+		answer, err = runLoop(ctx, ex, *llm, *fault, getenv, sc, out, &sum, turns)
+	} else {
+		answer, err = runExecutor(ctx, ex, *llm, *fault, getenv, sc, out, &sum, turns)
+	}
 	if err != nil {
 		return Summary{}, fmt.Errorf("agent: %w", err)
 	}
@@ -221,6 +215,28 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 		}
 	}
 	return sum, nil
+}
+
+// runExecutor runs the example with langchaingo's executor.
+func runExecutor(ctx context.Context, ex Example, llm, fault string, getenv func(string) string, sc *Scenario, out io.Writer, sum *Summary, turns int) (string, error) {
+	var model llms.Model
+	switch llm {
+	case "scripted":
+		model = ex.Script(fault).Model()
+	case "openai":
+		var err error
+		if model, err = openAIModel(getenv, sc.Tools); err != nil {
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("unknown -llm %q; choose scripted or openai", llm)
+	}
+	var agentTools []tools.Tool
+	for _, t := range sc.Tools {
+		agentTools = append(agentTools, &transcript{Tool: t, out: out, sum: sum, effects: sc.Effects})
+	}
+	executor := agents.NewExecutor(agents.NewOpenAIFunctionsAgent(model, agentTools), agents.WithMaxIterations(turns))
+	return chains.Run(ctx, executor, ex.Prompt)
 }
 
 // transcript prints each call the model makes and each envelope it reads,

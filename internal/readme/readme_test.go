@@ -42,7 +42,17 @@ var imports = map[string]string{
 	"github.com/retrysafe/retrysafe/agenttool/observe":                 "observe.Join",
 	"github.com/retrysafe/retrysafe/agenttool/otelhooks":               "otelhooks.New",
 	"log/slog": "slog.Default",
-	"github.com/retrysafe/retrysafe/reconcile": "reconcile.Poll",
+	"github.com/cloudwego/eino/components/model":             "model.ToolCallingChatModel(nil)",
+	"github.com/cloudwego/eino/flow/agent/react":             "react.NewAgent",
+	"github.com/cloudwego/eino/schema":                       "schema.UserMessage",
+	"github.com/openai/openai-go/v3":                         "openai.NewClient",
+	"github.com/anthropics/anthropic-sdk-go/v2":              "anthropic.NewClient",
+	"github.com/mark3labs/mcp-go/server":                     "server.NewMCPServer",
+	"github.com/retrysafe/retrysafe/agenttool/einotool":      "einotool.ToolsConfig",
+	"github.com/retrysafe/retrysafe/agenttool/openaitool":    "openaitool.New",
+	"github.com/retrysafe/retrysafe/agenttool/anthropictool": "anthropictool.New",
+	"github.com/retrysafe/retrysafe/agenttool/mcpgo":         "mcpgo.Register",
+	"github.com/retrysafe/retrysafe/reconcile":               "reconcile.Poll",
 }
 
 var (

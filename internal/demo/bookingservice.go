@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"crypto/sha256"
@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// booking is one seat booked.
-type booking struct {
+// Booking is one seat booked.
+type Booking struct {
 	Confirmation string `json:"confirmation"`
 	Flight       string `json:"flight"`
 	Date         string `json:"date"`
@@ -34,7 +34,7 @@ type keyEntry struct {
 // the key comes from a holder whose claim was taken over since.
 const fencingHeader = "Fencing-Token"
 
-// bookingService is an HTTP booking API on loopback that honours
+// BookingService is an HTTP booking API on loopback that honours
 // Idempotency-Key as the IETF idempotency-key draft describes: the first
 // request with a key is processed; a repeat with the same parameters gets
 // the first response replayed; a repeat while the first is in progress gets
@@ -47,7 +47,7 @@ const fencingHeader = "Fencing-Token"
 // Precondition Failed, before anything else is looked at — so that a
 // holder whose claim was taken over (a process paused past its lease) can
 // no longer act once the new holder has been heard from.
-type bookingService struct {
+type BookingService struct {
 	fault      string
 	slowCommit time.Duration // the "slow" fault commits this late
 	log        func(format string, args ...any)
@@ -55,16 +55,18 @@ type bookingService struct {
 	mu       sync.Mutex
 	keys     map[string]*keyEntry
 	fences   map[string]uint64 // the highest fencing token seen for a key
-	bookings []booking
+	bookings []Booking
 	posts    int
 	stale    int // requests refused for a stale fencing token
 
 	srv *http.Server
-	url string
+	URL string // the service's base URL
 }
 
-func startBookingService(fault string, slowCommit time.Duration, log func(string, ...any)) (*bookingService, error) {
-	s := &bookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}, fences: map[string]uint64{}}
+// StartBookingService serves the booking API on a free port of 127.0.0.1
+// with the fault (lost-response, none, unavailable, slow).
+func StartBookingService(fault string, slowCommit time.Duration, log func(string, ...any)) (*BookingService, error) {
+	s := &BookingService{fault: fault, slowCommit: slowCommit, log: log, keys: map[string]*keyEntry{}, fences: map[string]uint64{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /bookings", s.book)
 	mux.HandleFunc("GET /bookings/by-key/{key...}", s.status)
@@ -72,15 +74,17 @@ func startBookingService(fault string, slowCommit time.Duration, log func(string
 	if err != nil {
 		return nil, err
 	}
-	s.url = "http://" + l.Addr().String()
+	s.URL = "http://" + l.Addr().String()
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(l)
 	return s, nil
 }
 
-func (s *bookingService) close() { s.srv.Close() }
+// Close stops the service.
+func (s *BookingService) Close() { s.srv.Close() }
 
-func (s *bookingService) count() int {
+// Count returns the seats booked.
+func (s *BookingService) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.bookings)
@@ -92,14 +96,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
+func (s *BookingService) book(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil || key == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "an Idempotency-Key header and a JSON body are required"})
 		return
 	}
-	var b booking
+	var b Booking
 	if err := json.Unmarshal(body, &b); err != nil || b.Flight == "" || b.Passenger == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "flight and passenger are required"})
 		return
@@ -176,7 +180,7 @@ func (s *bookingService) book(w http.ResponseWriter, r *http.Request) {
 	w.Write(e.response)
 }
 
-func (s *bookingService) status(w http.ResponseWriter, r *http.Request) {
+func (s *BookingService) status(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	token, fenced, err := fencingToken(r)
 	if err != nil {
@@ -226,7 +230,7 @@ func fencingToken(r *http.Request) (token uint64, ok bool, err error) {
 // fence records token for key and reports whether it is at least the
 // highest the service has seen for it: false means the request is stale.
 // s.mu is held.
-func (s *bookingService) fence(key string, token uint64) bool {
+func (s *BookingService) fence(key string, token uint64) bool {
 	if token < s.fences[key] {
 		s.stale++
 		return false
@@ -235,8 +239,9 @@ func (s *bookingService) fence(key string, token uint64) bool {
 	return true
 }
 
-// staleCount returns how many requests were refused as stale.
-func (s *bookingService) staleCount() int {
+// StaleCount returns how many requests were refused for a stale fencing
+// token.
+func (s *BookingService) StaleCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stale

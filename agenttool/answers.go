@@ -210,7 +210,7 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		fail(envelope.CodeUnavailable, fmt.Sprintf("not applied; the destination is unavailable: %v", a.err),
 			envelope.Wait, "Nothing was done. The same call can be tried again later.")
 	case reasonLeaseLost:
-		fail(envelope.CodeStoreUnavailable, fmt.Sprintf("the key's lease could not be kept, so the tool was not run: %v", a.err),
+		fail(envelope.CodeStoreUnavailable, fmt.Sprintf("the key's lease could not be kept in the store, so nothing more was run: %v", a.err),
 			envelope.Wait, "Nothing was done. Try again later.")
 	case reasonKeyForgotten:
 		env.Status, env.Next = envelope.UnknownOutcome, envelope.AskHuman

@@ -527,7 +527,7 @@ func (c *call) attemptOnce() outcome {
 		now := cfg.Now()
 		until := now.Add(cfg.Lease)
 		if err := cfg.Store.Renew(c.ctx, storekit.RenewRequest{Key: c.ref, Token: c.token, Until: until, Now: now}); err != nil {
-			return c.stopped(leaseLost, fmt.Errorf("renewing the lease before attempt %d: %w", c.attempt+1, err), reasonUnavailable)
+			return c.stopped(leaseLost, fmt.Errorf("renewing the lease before attempt %d: %w", c.attempt+1, err), reasonLeaseLost)
 		}
 		c.fl.keep.extended(until)
 	}

@@ -367,7 +367,7 @@ func TestApprove_RetryFencesFromItsClaim(t *testing.T) {
 		}
 		return true, nil
 	}}
-	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+	tool := newEmailTool(t, m, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: memstore.New(), Class: agenttool.AtMostOnce,
 		Approver: &ticket{attempts: 1}, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 	first := tool.Invoke(scoped(), lunch)
 	mustStatus(t, first, envelope.UnknownOutcome)

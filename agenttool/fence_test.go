@@ -393,7 +393,7 @@ func TestFence_HeldBackRetryOfAnUnknownActionStaysUnknown(t *testing.T) {
 		}
 		check := &answers{answer: reconcile.AppliedWith([]byte(`{"message_id":"<a@mail.test>"}`))}
 		store := open()
-		tool, err := agenttool.New("send_email", "Send.", send, agenttool.Options{Store: store, Class: agenttool.Keyed,
+		tool, err := agenttool.New("send_email", "Send.", send, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: store, Class: agenttool.Keyed,
 			Reconciler: check, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 		if err != nil {
 			t.Fatal(err)
@@ -439,7 +439,7 @@ func TestFence_HoldsWhileTheSweeperChecks(t *testing.T) {
 			return true, nil
 		}}
 		g := &gate{answer: reconcile.StillPending()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: g})
+		tool := newEmailTool(t, m, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: store, Class: agenttool.Reconcilable, Reconciler: g})
 		a := tool.Invoke(scoped(), lunch)
 		mustStatus(t, a, envelope.UnknownOutcome)
 
@@ -474,7 +474,7 @@ func TestFence_HoldsAgainstParallelRewords(t *testing.T) {
 			return true, nil
 		}}
 		g := &gate{answer: reconcile.StillPending()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: g})
+		tool := newEmailTool(t, m, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: open(), Class: agenttool.Reconcilable, Reconciler: g})
 		a := tool.Invoke(scoped(), lunch)
 		mustStatus(t, a, envelope.UnknownOutcome)
 
@@ -557,7 +557,7 @@ func TestFence_HoldsWhileACallChecksItsOwnUnknownAttempt(t *testing.T) {
 		}}
 		g := &gate{}
 		g.set(reconcile.AppliedWith([]byte(`{"message_id":"<a@mail.test>"}`)), true)
-		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: g})
+		tool := newEmailTool(t, m, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: open(), Class: agenttool.Reconcilable, Reconciler: g})
 		first := make(chan envelope.Envelope)
 		go func() { first <- tool.Invoke(scoped(), lunch) }()
 		<-g.entered // A's attempt came back unknown; A's call is asking the mailbox

@@ -458,7 +458,7 @@ func TestReplace_ApprovedByAFailedReplacementSendsOne(t *testing.T) {
 		m := &turnMail{bobGate: make(chan struct{}), bobStarted: make(chan struct{}),
 			rewordGate: make(chan struct{}), rewordStarted: make(chan struct{})}
 		ans := &answers{answer: reconcile.StillPending()}
-		tool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{Store: open(), Class: agenttool.Reconcilable,
+		tool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: open(), Class: agenttool.Reconcilable,
 			Reconciler: ans, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 		if err != nil {
 			t.Fatal(err)

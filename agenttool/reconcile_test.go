@@ -366,7 +366,7 @@ func hangingCheck(t *testing.T, store agenttool.Store) {
 		}
 		return reconcile.StillPending()
 	})
-	lease := 60 * time.Millisecond
+	lease := 200 * time.Millisecond // renewals and checks of a loaded two-core machine keep up with it
 	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
 		Lease: lease, CheckTimeout: 2 * lease, Retry: agenttool.RetryPolicy{MaxAttempts: 1, MaxElapsed: time.Second}})
 	a := tool.Invoke(scoped(), lunch)

@@ -23,16 +23,53 @@ const DefaultSweepLimit = 1000
 // there is a backlog: to this many times its first step.
 const SweepGrowth = 8
 
+// stepSizes sizes the steps of a sweep that lets them grow with a
+// backlog. A step costs a fixed part (a transaction, a commit, the wait
+// for calls' commits under load) and a part per record deleted. After a
+// full step it tries one twice as big; if that one cost at most three
+// quarters as much per record, the fixed part dominated and the bigger
+// size stays (and the next doubling is tried); if not, the sweep goes back
+// to the last size that paid and keeps it. So a lone store, whose steps
+// cost by the record, keeps its own short step — calls never wait behind a
+// long one — while a busy one, whose steps wait for calls' commits, deletes
+// in bigger steps and keeps up with expiry.
+type stepSizes struct {
+	first int           // records of the first step (the store's own size)
+	limit int           // of the next step
+	per   time.Duration // per record, at the last size that paid
+	fixed bool          // the size stopped changing
+}
+
+// after returns the limit of the step that follows one that was allowed
+// asked records (0: the store's own step) and deleted n in took.
+func (s *stepSizes) after(asked, n int, took time.Duration) int {
+	if n == 0 || n < asked || s.fixed {
+		return s.limit // not full (or settled): the same size
+	}
+	per := took / time.Duration(n)
+	switch {
+	case s.first == 0:
+		s.first, s.per, s.limit = n, per, 2*n
+	case per*4 <= s.per*3:
+		s.per, s.limit = per, min(2*n, SweepGrowth*s.first)
+		s.fixed = s.limit == asked // as big as steps get
+	default:
+		s.limit, s.fixed = max(asked/2, s.first), true
+	}
+	return s.limit
+}
+
 // SweepPlan bounds a sweep made of steps, for [SweepExpired].
 type SweepPlan struct {
 	// Now decides which records have expired.
 	Now time.Time
 	// Limit fixes the size of every step. 0 lets steps grow with the
-	// backlog: the store's own step first; after a step that deleted as
-	// many records as it was allowed, twice as many, up to SweepGrowth
-	// times the first step. A step's cost is mostly fixed (a transaction,
-	// a commit): bigger steps delete a backlog faster for the same share
-	// of the store's time.
+	// backlog: the store's own step first, then, while steps come back
+	// full, twice as many records as long as that makes a record cheaper
+	// to delete (up to SweepGrowth times the first step): under load a
+	// step's cost is mostly fixed (a commit, the wait for calls' commits),
+	// and bigger steps delete a backlog faster for the same share of the
+	// store's time.
 	Limit int
 	// Budget bounds the sweep's time: no step starts once Budget has
 	// passed since the first began (one step always runs). What is left
@@ -55,7 +92,8 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 	var corrupt []error
 	reported := map[string]bool{} // a corrupt record stays, and each step meets it again
 	began := time.Now()
-	limit, first := plan.Limit, 0
+	limit := plan.Limit
+	var sizes stepSizes
 	for {
 		start := time.Now()
 		n, err := store.Sweep(ctx, SweepRequest{Now: plan.Now, Limit: limit})
@@ -79,14 +117,7 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 			return deleted, false, errors.Join(corrupt...)
 		}
 		if plan.Limit == 0 {
-			// The store's own step first; a step that used all it was
-			// allowed means a backlog.
-			if first == 0 {
-				first = n
-			}
-			if limit == 0 || n >= limit {
-				limit = min(2*n, SweepGrowth*first)
-			}
+			limit = sizes.after(limit, n, took)
 		}
 		if plan.Budget > 0 && time.Since(began) >= plan.Budget {
 			return deleted, true, errors.Join(corrupt...)

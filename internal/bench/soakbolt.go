@@ -42,7 +42,7 @@ func printBoltCommits(w io.Writer, a, b boltCommits) {
 		return
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / n / 1000 }
-	fmt.Fprintf(w, "  commits %d: per commit %.0f pages, %.1f splits, %.1f rebalances, spill %.2f ms, rebalance %.2f ms, write+fsync %.2f ms; freelist %d free + %d pending pages, %.0f KB written per commit\n",
+	fmt.Fprintf(w, "  commits %d: per commit %.0f pages, %.1f splits, %.1f rebalances, spill %.2f ms, rebalance %.2f ms, write+fsync %.2f ms; freelist %d free + %d pending pages (%.0f KB)\n",
 		b.txid-a.txid, float64(b.pages-a.pages)/n, float64(b.splits-a.splits)/n, float64(b.rebalances-a.rebalances)/n,
 		per(b.spill-a.spill), per(b.rebalance-a.rebalance), per(b.write-a.write), b.fileFree, b.filePending, float64(b.freelistBytes)/1024)
 }

@@ -25,19 +25,22 @@ const SweepGrowth = 8
 
 // stepSizes sizes the steps of a sweep that lets them grow with a
 // backlog. A step costs a fixed part (a transaction, a commit, the wait
-// for calls' commits under load) and a part per record deleted. After a
-// full step it tries one twice as big; if that one cost at most three
-// quarters as much per record, the fixed part dominated and the bigger
-// size stays (and the next doubling is tried); if not, the sweep goes back
-// to the last size that paid and keeps it. So a lone store, whose steps
-// cost by the record, keeps its own short step — calls never wait behind a
-// long one — while a busy one, whose steps wait for calls' commits, deletes
-// in bigger steps and keeps up with expiry.
+// for calls' commits under load) and a part per record deleted; calls that
+// meet a step wait for it. After a full step it tries one twice as big; the
+// bigger size stays (and the next doubling is tried) if it cost at most
+// three quarters as much per record — the fixed part dominated — and took
+// at most twice as long as the sweep's first step, so that no call waits
+// behind a step much longer than behind the store's own; if not, the sweep
+// goes back to the last size that paid and keeps it. So a lone store, whose
+// steps cost by the record, keeps its own short step, while a busy one,
+// whose steps mostly wait for calls' commits, deletes in bigger steps and
+// keeps up with expiry.
 type stepSizes struct {
-	first int           // records of the first step (the store's own size)
-	limit int           // of the next step
-	per   time.Duration // per record, at the last size that paid
-	fixed bool          // the size stopped changing
+	first     int           // records of the first step (the store's own size)
+	firstTook time.Duration // and its time
+	limit     int           // of the next step
+	per       time.Duration // per record, at the last size that paid
+	fixed     bool          // the size stopped changing
 }
 
 // after returns the limit of the step that follows one that was allowed
@@ -49,8 +52,8 @@ func (s *stepSizes) after(asked, n int, took time.Duration) int {
 	per := took / time.Duration(n)
 	switch {
 	case s.first == 0:
-		s.first, s.per, s.limit = n, per, 2*n
-	case per*4 <= s.per*3:
+		s.first, s.firstTook, s.per, s.limit = n, took, per, 2*n
+	case per*4 <= s.per*3 && took <= 2*s.firstTook:
 		s.per, s.limit = per, min(2*n, SweepGrowth*s.first)
 		s.fixed = s.limit == asked // as big as steps get
 	default:

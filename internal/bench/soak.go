@@ -84,8 +84,11 @@ type SoakResult struct {
 	LieSamples []string `json:"lie_samples,omitempty"`
 	// Unrecognised counts checks of a reference the destination no longer
 	// (or never) knew, answered can't say.
-	Unrecognised int64           `json:"unrecognised_checks"`
-	Goals        map[string]bool `json:"goals"`
+	Unrecognised int64 `json:"unrecognised_checks"`
+	// Deleted and Checked add up the sweeper's passes during the load.
+	Deleted int             `json:"deleted"`
+	Checked int             `json:"checked"`
+	Goals   map[string]bool `json:"goals"`
 }
 
 // SoakRatios are the last window's figures over the first's.
@@ -168,13 +171,9 @@ func openSoakStore(kind, dir, url string) (*soakStore, error) {
 }
 
 // runSoak runs the soak load on each store in turn, prints a line per
-// window as it goes (to w, or to stderr with asJSON), then one JSON line. It
-// fails if any store applied an action twice or returned a lying envelope.
-func runSoak(w io.Writer, asJSON bool, cfg soakConfig) error {
-	lines := w
-	if asJSON {
-		lines = os.Stderr
-	}
+// window to lines as it goes, then one JSON line to w. It fails if any
+// store applied an action twice or returned a lying envelope.
+func runSoak(w, lines io.Writer, cfg soakConfig) error {
 	dir, err := os.MkdirTemp("", "retrysafe-soak")
 	if err != nil {
 		return err
@@ -344,6 +343,8 @@ func summarise(res *SoakResult, windows []SoakWindow) {
 		HeapInuse:  ratio(last.HeapInuse, first.HeapInuse), HeapLive: ratio(last.HeapLive, first.HeapLive), File: ratio(last.FileMB, first.FileMB),
 	}
 	for i, win := range windows {
+		res.Deleted += win.Deleted
+		res.Checked += win.Checked
 		if i > 0 && win.Checked == 0 {
 			res.WindowsWithoutChecks++
 		}

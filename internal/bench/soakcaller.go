@@ -17,8 +17,10 @@ import (
 // each call, a new conversation every 20 actions or, mostly, after an
 // answer that holds the conversation back. It asks again about half of the
 // actions whose outcome was unknown, three seconds later (as a user who
-// asks "did it go out?"), and now and then repeats an action that just
-// succeeded (a model that calls twice). Every answer is judged against the
+// asks "did it go out?"), and now and then repeats an action that
+// succeeded in the last ten seconds (a model that calls twice) — both well
+// within the records' lifetime (a quarter of it at most), after which an
+// action is new to the store. Every answer is judged against the
 // destination (judge).
 const (
 	perConversation = 20
@@ -49,6 +51,7 @@ func (r *soakRun) caller(n int) {
 	var again []askAgain
 	var lastOK *soakAction
 	var lastOKAt time.Time
+	againAfter, repeatWithin := min(askAgainAfter, r.cfg.TTL/4), min(10*time.Second, r.cfg.TTL/4)
 	for !r.stopping.Load() {
 		now := time.Now()
 		var a soakAction
@@ -56,7 +59,7 @@ func (r *soakRun) caller(n int) {
 		switch {
 		case len(again) > 0 && !now.Before(again[0].due):
 			a, again, kind = again[0].a, again[1:], "again"
-		case lastOK != nil && now.Sub(lastOKAt) < 10*time.Second && rand.Float64() < repeatRate:
+		case lastOK != nil && now.Sub(lastOKAt) < repeatWithin && rand.Float64() < repeatRate:
 			a, kind = *lastOK, "repeat"
 		default:
 			if inConversation >= perConversation {
@@ -80,7 +83,7 @@ func (r *soakRun) caller(n int) {
 		case env.Status == envelope.Success:
 			lastOK, lastOKAt = &a, time.Now()
 		case env.Status == envelope.UnknownOutcome && !held && kind != "again" && rand.Float64() < askAgainRate:
-			again = append(again, askAgain{a: a, due: time.Now().Add(askAgainAfter)})
+			again = append(again, askAgain{a: a, due: time.Now().Add(againAfter)})
 		}
 		if (held || env.Status == envelope.UnknownOutcome) && a.session == session() && rand.Float64() >= stayAfterHeld {
 			conversation, inConversation = conversation+1, 0

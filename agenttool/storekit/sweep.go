@@ -85,9 +85,10 @@ type SweepPlan struct {
 
 // SweepExpired deletes the records that expired by plan.Now, in steps
 // ([Store.Sweep]), until a step deletes nothing, plan.Budget has passed,
-// or ctx ends. Between steps it pauses as long as the last step took (at
-// most a second), so that calls get at least half of the store's time
-// while a large sweep runs. It returns the records deleted, whether it
+// or ctx ends. Between steps it pauses as long as the last step took, or
+// half as long after a full step (a backlog, which must not outgrow the
+// sweeps), at most a second: calls get at least a third of the store's
+// time while a large sweep runs, and half once it has caught up. It returns the records deleted, whether it
 // stopped for its budget with expired records left (more), and the
 // corrupt records the steps reported, joined; it stops at the first other
 // error.
@@ -119,18 +120,22 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 		if n == 0 {
 			return deleted, false, errors.Join(corrupt...)
 		}
+		pause := took
+		if limit > 0 && n >= limit {
+			pause /= 2
+		}
 		if plan.Limit == 0 {
 			limit = sizes.after(limit, n, took)
 		}
 		if plan.Budget > 0 && time.Since(began) >= plan.Budget {
 			return deleted, true, errors.Join(corrupt...)
 		}
-		pause := time.NewTimer(min(took, time.Second))
+		wait := time.NewTimer(min(pause, time.Second))
 		select {
 		case <-ctx.Done():
-			pause.Stop()
+			wait.Stop()
 			return deleted, true, ctx.Err()
-		case <-pause.C:
+		case <-wait.C:
 		}
 	}
 }

@@ -35,6 +35,10 @@ type SweeperOptions struct {
 	// beside its checks: what is left waits for the next pass (a pass
 	// makes at least one deletion step). 0 means Interval.
 	ExpireBudget time.Duration
+	// Behind makes the pass delete expired records without pausing
+	// between full steps: the last pass fell behind expiry
+	// (SweepReport.Behind). RunSweeper sets it from the last pass's report.
+	Behind bool
 	// Logger receives one line per failed check or pass; nil means discard.
 	Logger *slog.Logger
 	// Progress, if set, is called as a pass goes (after each page of
@@ -77,6 +81,10 @@ type SweepReport struct {
 	Skipped    int // records of tools without a reconciler, or held by a live call
 	Errors     int // checks or store writes that failed
 	Corrupt    int // records the store could not read: skipped, reported and left in place
+	// Behind is set when the pass's deletions stopped for their budget
+	// with expired records left: deletion is not keeping up with expiry,
+	// and the next pass should not pause (SweeperOptions.Behind).
+	Behind bool
 }
 
 // RunSweeper runs [Operator.SweepOnce] every opts.Interval until ctx ends,
@@ -103,8 +111,9 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 			logger.Warn("retrysafe: sweep failed", "err", err)
 		} else if rep != (SweepReport{}) {
 			logger.Info("retrysafe: sweep", "checked", rep.Checked, "applied", rep.Applied,
-				"not_applied", rep.NotApplied, "unknown", rep.Unknown, "expired", rep.Expired, "errors", rep.Errors)
+				"not_applied", rep.NotApplied, "unknown", rep.Unknown, "expired", rep.Expired, "errors", rep.Errors, "behind", rep.Behind)
 		}
+		opts.Behind = rep.Behind
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -175,14 +184,14 @@ func (p *pass) progress() {
 // expire deletes expired records for at most opts.ExpireBudget. Unreadable
 // records are left in place and reported.
 func (p *pass) expire(ctx context.Context) error {
-	n, _, err := storekit.SweepExpired(ctx, p.o.store, storekit.SweepPlan{
-		Now: p.o.clock(), Budget: p.opts.ExpireBudget,
+	n, more, err := storekit.SweepExpired(ctx, p.o.store, storekit.SweepPlan{
+		Now: p.o.clock(), Budget: p.opts.ExpireBudget, Eager: p.opts.Behind,
 		Progress: func(deleted int) {
 			p.count(func(r *SweepReport) { r.Expired = deleted })
 			p.progress()
 		},
 	})
-	p.count(func(r *SweepReport) { r.Expired = n })
+	p.count(func(r *SweepReport) { r.Expired, r.Behind = n, more && ctx.Err() == nil })
 	if keys := CorruptKeys(err); len(keys) > 0 {
 		for _, k := range keys {
 			p.opts.Logger.Warn("retrysafe: unreadable record left in place", "ref", k)

@@ -29,8 +29,9 @@ func importExpired(t *testing.T, store agenttool.Store, tool string, n int) {
 }
 
 // A pass keeps to its budgets: with no time to spare it still checks one
-// record and makes one deletion step, and the next passes go on where it
-// stopped; with time, a pass checks and deletes everything.
+// record and makes one deletion step, says it is behind, and the next
+// passes go on where it stopped; with time, a pass checks and deletes
+// everything.
 func TestSweepPassesKeepToTheirBudgets(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := open()
@@ -50,10 +51,11 @@ func TestSweepPassesKeepToTheirBudgets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Checked != 1 || rep.Expired == 0 || rep.Expired >= backlog {
-			t.Errorf("a pass with no time to spare: %+v; want one record checked and one deletion step, not all %d", rep, backlog)
+		if rep.Checked != 1 || rep.Expired == 0 || rep.Expired >= backlog || !rep.Behind {
+			t.Errorf("a pass with no time to spare: %+v; want one record checked and one deletion step, not all %d, and to be told it is behind", rep, backlog)
 		}
 		deleted, checked := rep.Expired, rep.Checked
+		tight.Behind = true // as RunSweeper passes it on
 		if rep, err = op.SweepOnce(ctx, tight); err != nil || rep.Checked != 1 {
 			t.Errorf("the next such pass: %+v, %v; want the next record checked", rep, err)
 		}
@@ -62,7 +64,7 @@ func TestSweepPassesKeepToTheirBudgets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if deleted+rep.Expired != backlog || checked+rep.Checked != unknown {
+		if deleted+rep.Expired != backlog || checked+rep.Checked != unknown || rep.Behind {
 			t.Errorf("then a pass with time: %+v; in all %d of %d deleted, %d of %d checked", rep, deleted+rep.Expired, backlog, checked+rep.Checked, unknown)
 		}
 		if left, _ := op.Unknown(ctx, "", 0); len(left) != 0 {

@@ -78,6 +78,11 @@ type SweepPlan struct {
 	// passed since the first began (one step always runs). What is left
 	// waits for the next sweep. 0 means no bound.
 	Budget time.Duration
+	// Eager drops the pause after a full step: for a sweep that has fallen
+	// behind expiry (the last one stopped for its budget with records
+	// left), which must catch up even if calls slow down meanwhile. Calls
+	// still wait behind one step at most.
+	Eager bool
 	// Progress, if not nil, is called after each step with the records
 	// deleted so far.
 	Progress func(deleted int)
@@ -87,9 +92,10 @@ type SweepPlan struct {
 // ([Store.Sweep]), until a step deletes nothing, plan.Budget has passed,
 // or ctx ends. Between steps it pauses as long as the last step took, or
 // half as long after a full step (a backlog, which must not outgrow the
-// sweeps), at most a second: calls get at least a third of the store's
-// time while a large sweep runs, and half once it has caught up. It returns the records deleted, whether it
-// stopped for its budget with expired records left (more), and the
+// sweeps; not at all if plan.Eager), at most a second: calls get at least
+// a third of the store's time while a large sweep runs, and half once it
+// has caught up. It returns the records deleted, whether it stopped for
+// its budget after a full step (more: expired records are left), and the
 // corrupt records the steps reported, joined; it stops at the first other
 // error.
 func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int, more bool, err error) {
@@ -120,15 +126,21 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 		if n == 0 {
 			return deleted, false, errors.Join(corrupt...)
 		}
-		pause := took
-		if limit > 0 && n >= limit {
+		// A step that deleted all it was allowed leaves a backlog (the
+		// store's own first step may have).
+		asked := limit
+		pause, full := took, asked > 0 && n >= asked
+		switch {
+		case full && plan.Eager:
+			pause = 0
+		case full:
 			pause /= 2
 		}
 		if plan.Limit == 0 {
-			limit = sizes.after(limit, n, took)
+			limit = sizes.after(asked, n, took)
 		}
 		if plan.Budget > 0 && time.Since(began) >= plan.Budget {
-			return deleted, true, errors.Join(corrupt...)
+			return deleted, full || asked == 0, errors.Join(corrupt...)
 		}
 		wait := time.NewTimer(min(pause, time.Second))
 		select {

@@ -50,14 +50,16 @@ type passStat struct {
 }
 
 // sweep runs sweeper passes as Operator.RunSweeper does (one every
-// Interval, Rest the same), recording each, until stop is closed; a pass
-// that runs then ends first.
+// Interval, Rest the same, Behind passed on), recording each, until stop
+// is closed; a pass that runs then ends first.
 func (r *soakRun) sweep(op *agenttool.Operator, stop <-chan struct{}) {
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
+	opts := agenttool.SweeperOptions{Interval: r.cfg.Interval, Rest: r.cfg.Interval}
 	for {
 		start := time.Now()
-		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{Interval: r.cfg.Interval, Rest: r.cfg.Interval})
+		rep, err := op.SweepOnce(context.Background(), opts)
+		opts.Behind = rep.Behind
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "soak: sweep:", err)
 		}

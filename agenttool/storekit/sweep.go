@@ -90,11 +90,10 @@ type SweepPlan struct {
 
 // SweepExpired deletes the records that expired by plan.Now, in steps
 // ([Store.Sweep]), until a step deletes nothing, plan.Budget has passed,
-// or ctx ends. Between steps it pauses as long as the last step took, or
-// half as long after a full step (a backlog, which must not outgrow the
-// sweeps; not at all if plan.Eager), at most a second: calls get at least
-// a third of the store's time while a large sweep runs, and half once it
-// has caught up. It returns the records deleted, whether it stopped for
+// or ctx ends. Between steps it pauses as long as the last step took (at
+// most a second), so that calls get at least half of the store's time while
+// a large sweep runs — except after a full step of an eager sweep, which
+// must catch up with expiry. It returns the records deleted, whether it stopped for
 // its budget after a full step (more: expired records are left), and the
 // corrupt records the steps reported, joined; it stops at the first other
 // error.
@@ -130,11 +129,8 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 		// store's own first step may have).
 		asked := limit
 		pause, full := took, asked > 0 && n >= asked
-		switch {
-		case full && plan.Eager:
+		if full && plan.Eager {
 			pause = 0
-		case full:
-			pause /= 2
 		}
 		if plan.Limit == 0 {
 			limit = sizes.after(asked, n, took)

@@ -91,12 +91,12 @@ type SweepPlan struct {
 // SweepExpired deletes the records that expired by plan.Now, in steps
 // ([Store.Sweep]), until a step deletes nothing, plan.Budget has passed,
 // or ctx ends. Between steps it pauses as long as the last step took (at
-// most a second), so that calls get at least half of the store's time while
-// a large sweep runs — except after a full step of an eager sweep, which
-// must catch up with expiry. It returns the records deleted, whether it stopped for
-// its budget after a full step (more: expired records are left), and the
-// corrupt records the steps reported, joined; it stops at the first other
-// error.
+// most a second), so that calls get at least half of the store's time
+// while a large sweep runs — except after a full step of an eager sweep,
+// which must catch up with expiry. It returns the records deleted, whether
+// it stopped for its budget after a full step (more: expired records are
+// left), and the corrupt records the steps reported, joined; it stops at
+// the first other error.
 func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int, more bool, err error) {
 	var corrupt []error
 	reported := map[string]bool{} // a corrupt record stays, and each step meets it again

@@ -73,8 +73,9 @@ func mailFor(id int64) mail {
 }
 
 func actionOf(to string) (int64, error) {
-	s, ok := strings.CutPrefix(to, "user")
-	if s, ok = strings.CutSuffix(s, "@example.com"); !ok {
+	s, user := strings.CutPrefix(to, "user")
+	s, domain := strings.CutSuffix(s, "@example.com")
+	if !user || !domain {
 		return 0, fmt.Errorf("not a soak recipient: %q", to)
 	}
 	return strconv.ParseInt(s, 10, 64)

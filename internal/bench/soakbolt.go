@@ -13,9 +13,8 @@ import (
 // per window, for the commits of that window.
 type boltCommits struct {
 	txid                      uint64 // committed write transactions so far
-	stats                     bolt.Stats
-	fileFree, filePending     int // pages on the freelist, and freed but still read
-	freelistBytes             int // the freelist as a commit writes it
+	fileFree, filePending     int    // pages on the freelist, and freed but still read
+	freelistBytes             int    // the freelist as a commit writes it
 	spill, rebalance, write   time.Duration
 	pages, splits, rebalances int64
 	nodes                     int64

@@ -14,7 +14,7 @@ import (
 type boltCommits struct {
 	txid                      uint64 // committed write transactions so far
 	fileFree, filePending     int    // pages on the freelist, and freed but still read
-	freelistBytes             int    // the freelist as a commit writes it
+	freelistBytes             int    // the freelist, as a commit would write it
 	spill, rebalance, write   time.Duration
 	pages, splits, rebalances int64
 	nodes                     int64

@@ -27,11 +27,49 @@ type SweeperOptions struct {
 	Concurrency int
 	// Batch is how many records are read per page; 0 means 100.
 	Batch int
+	// CheckBudget bounds the time a pass spends taking up records to
+	// check: those it has not reached by then wait for the next pass (a
+	// check under way runs to its end; a pass takes up at least one).
+	// 0 means Interval.
+	CheckBudget time.Duration
+	// ExpireBudget bounds the time a pass spends deleting expired records,
+	// beside its checks: what is left waits for the next pass (a pass
+	// makes at least one deletion step). 0 means Interval.
+	ExpireBudget time.Duration
+	// Behind makes the pass delete expired records without pausing
+	// between full steps: the last pass fell behind expiry
+	// (SweepReport.Behind). RunSweeper sets it from the last pass's report.
+	Behind bool
 	// Logger receives one line per failed check or pass; nil means discard.
 	Logger *slog.Logger
-	// Progress, if set, is called after each batch of a pass with what the
-	// pass has done so far (a command line shows it; see agenttool/opcmd).
+	// Progress, if set, is called as a pass goes (after each page of
+	// checks, and each step of deletions) with what the pass has done so
+	// far (a command line shows it; see agenttool/opcmd), from one
+	// goroutine at a time.
 	Progress func(SweepReport)
+}
+
+// withDefaults fills the zero fields that have a default.
+func (opts SweeperOptions) withDefaults() SweeperOptions {
+	if opts.Interval <= 0 {
+		opts.Interval = time.Minute
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 100
+	}
+	if opts.CheckBudget <= 0 {
+		opts.CheckBudget = opts.Interval
+	}
+	if opts.ExpireBudget <= 0 {
+		opts.ExpireBudget = opts.Interval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return opts
 }
 
 // SweepReport counts what one pass did.
@@ -44,6 +82,10 @@ type SweepReport struct {
 	Skipped    int // records of tools without a reconciler, or held by a live call
 	Errors     int // checks or store writes that failed
 	Corrupt    int // records the store could not read: skipped, reported and left in place
+	// Behind is set when the pass's deletions stopped for their budget
+	// with expired records left: deletion is not keeping up with expiry,
+	// and the next pass should not pause (SweeperOptions.Behind).
+	Behind bool
 }
 
 // RunSweeper runs [Operator.SweepOnce] every opts.Interval until ctx ends,
@@ -58,6 +100,7 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Interval = interval
 	if opts.Rest <= 0 {
 		opts.Rest = interval
 	}
@@ -69,8 +112,9 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 			logger.Warn("retrysafe: sweep failed", "err", err)
 		} else if rep != (SweepReport{}) {
 			logger.Info("retrysafe: sweep", "checked", rep.Checked, "applied", rep.Applied,
-				"not_applied", rep.NotApplied, "unknown", rep.Unknown, "expired", rep.Expired, "errors", rep.Errors)
+				"not_applied", rep.NotApplied, "unknown", rep.Unknown, "expired", rep.Expired, "errors", rep.Errors, "behind", rep.Behind)
 		}
+		opts.Behind = rep.Behind
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -79,55 +123,94 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 	}
 }
 
-// SweepOnce deletes expired records, then asks each registered tool's
-// reconciler about every record of that tool that awaits reconciliation, at
-// most opts.Concurrency at a time, and settles it by the answer. Unknown
-// records are never deleted. It stops early when ctx ends.
+// SweepOnce makes one pass: it asks each registered tool's reconciler about
+// every record of that tool that awaits reconciliation, at most
+// opts.Concurrency at a time, and settles it by the answer; and, beside the
+// checks, it deletes expired records. Checks and deletions run at once, each
+// under its own budget (opts.CheckBudget, opts.ExpireBudget), so that no
+// backlog of expired records ever holds up a check: an unknown outcome is
+// someone waiting to hear whether their action happened, a deletion only
+// housekeeping. Deletion steps grow with the backlog
+// (storekit.SweepExpired). Unknown records are never deleted. It stops
+// early when ctx ends.
 func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepReport, error) {
-	var rep SweepReport
 	if o.none {
-		return rep, nil
+		return SweepReport{}, nil
 	}
-	conc, batch := opts.Concurrency, opts.Batch
-	if conc <= 0 {
-		conc = 4
+	opts = opts.withDefaults()
+	began := time.Now()
+	p := &pass{o: o, opts: opts}
+	expired := make(chan error, 1)
+	go func() { expired <- p.expire(ctx) }()
+	err := p.check(ctx, began.Add(opts.CheckBudget))
+	err = errors.Join(err, <-expired)
+	if ctx.Err() != nil {
+		err = ctx.Err()
 	}
-	if batch <= 0 {
-		batch = 100
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rep, err
+}
+
+// pass is the state of one SweepOnce.
+type pass struct {
+	o    *Operator
+	opts SweeperOptions
+
+	mu  sync.Mutex
+	rep SweepReport
+
+	reporting sync.Mutex // Progress is called by one goroutine at a time
+}
+
+func (p *pass) count(f func(*SweepReport)) {
+	p.mu.Lock()
+	f(&p.rep)
+	p.mu.Unlock()
+}
+
+// progress tells opts.Progress what the pass has done so far.
+func (p *pass) progress() {
+	if p.opts.Progress == nil {
+		return
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	n, err := storekit.SweepAll(ctx, o.store, o.clock(), 0, func(deleted int) {
-		if opts.Progress != nil {
-			opts.Progress(SweepReport{Expired: deleted})
-		}
+	p.reporting.Lock()
+	defer p.reporting.Unlock()
+	p.mu.Lock()
+	so := p.rep
+	p.mu.Unlock()
+	p.opts.Progress(so)
+}
+
+// expire deletes expired records for at most opts.ExpireBudget. Unreadable
+// records are left in place and reported.
+func (p *pass) expire(ctx context.Context) error {
+	n, more, err := storekit.SweepExpired(ctx, p.o.store, storekit.SweepPlan{
+		Now: p.o.clock(), Budget: p.opts.ExpireBudget, Eager: p.opts.Behind,
+		Progress: func(deleted int) {
+			p.count(func(r *SweepReport) { r.Expired = deleted })
+			p.progress()
+		},
 	})
-	rep.Expired = n
+	p.count(func(r *SweepReport) { r.Expired, r.Behind = n, more && ctx.Err() == nil })
 	if keys := CorruptKeys(err); len(keys) > 0 {
 		for _, k := range keys {
-			logger.Warn("retrysafe: unreadable record left in place", "ref", k)
+			p.opts.Logger.Warn("retrysafe: unreadable record left in place", "ref", k)
 		}
-		rep.Corrupt += len(keys)
-	} else if err != nil {
-		return rep, err
+		p.count(func(r *SweepReport) { r.Corrupt += len(keys) })
+		return nil
 	}
+	return err
+}
 
-	var mu sync.Mutex
-	count := func(f func(*SweepReport)) { mu.Lock(); f(&rep); mu.Unlock() }
-	progress := func() {
-		if opts.Progress != nil {
-			mu.Lock()
-			so := rep
-			mu.Unlock()
-			opts.Progress(so)
-		}
-	}
+// check settles the records that await reconciliation, taking up none
+// after deadline (but at least one: every pass checks something).
+func (p *pass) check(ctx context.Context, deadline time.Time) error {
+	o, opts, logger := p.o, p.opts, p.opts.Logger
 	settle := func(h *holding) {
 		ans, err := h.reconcile(ctx, "sweeper")
 		v := ans.Verdict
-		count(func(r *SweepReport) {
+		p.count(func(r *SweepReport) {
 			r.Checked++
 			switch {
 			case err != nil:
@@ -146,25 +229,22 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 	}
 	unreadable := func(key string) {
 		logger.Warn("retrysafe: unreadable record skipped", "ref", key)
-		count(func(r *SweepReport) { r.Corrupt++ })
+		p.count(func(r *SweepReport) { r.Corrupt++ })
 	}
 	// Records that changed since restedBefore are left for a later pass.
 	restedBefore := o.clock().Add(-max(opts.Rest, 0))
 	if uc, ok := o.store.(storekit.UnknownClaimer); ok {
-		err := o.sweepClaimed(ctx, uc, conc, restedBefore, settle, unreadable, progress)
-		mu.Lock()
-		defer mu.Unlock()
-		return rep, err
+		return o.sweepClaimed(ctx, uc, opts.Concurrency, restedBefore, deadline, settle, unreadable, p.progress)
 	}
-	sem := make(chan struct{}, conc)
+	sem := make(chan struct{}, opts.Concurrency)
 	var wg sync.WaitGroup
-	after := ""
+	defer wg.Wait()
+	after, taken := "", 0
 	for ctx.Err() == nil {
-		recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, Tool: o.tool, After: after, Limit: batch, Now: o.clock()})
+		recs, err := o.store.ListUnknown(ctx, storekit.ListRequest{Principal: o.principal, Tool: o.tool, After: after, Limit: opts.Batch, Now: o.clock()})
 		corrupt := CorruptKeys(err)
 		if err != nil && len(corrupt) == 0 {
-			wg.Wait()
-			return rep, err
+			return err
 		}
 		for _, k := range corrupt {
 			unreadable(k)
@@ -175,24 +255,27 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 			}
 			t := o.tools[rec.Tool]
 			if t == nil || t.cfg.Reconciler == nil {
-				count(func(r *SweepReport) { r.Skipped++ })
+				p.count(func(r *SweepReport) { r.Skipped++ })
 				continue
 			}
+			if taken > 0 && !time.Now().Before(deadline) {
+				return nil // the rest waits for the next pass
+			}
+			taken++
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				wg.Wait()
-				return rep, ctx.Err()
+				return ctx.Err()
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
 				h, err := t.takeOver(ctx, rec.Key)
 				if err != nil {
 					if errors.Is(err, ErrBusy) || errors.Is(err, ErrNotUnknown) {
-						count(func(r *SweepReport) { r.Skipped++ })
+						p.count(func(r *SweepReport) { r.Skipped++ })
 					} else {
 						logger.Warn("retrysafe: sweeper could not take over", "ref", rec.Key, "err", err)
-						count(func(r *SweepReport) { r.Errors++ })
+						p.count(func(r *SweepReport) { r.Errors++ })
 					}
 					return
 				}
@@ -200,8 +283,8 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 				settle(h)
 			})
 		}
-		progress() // the page's checks may still run
-		if len(recs)+len(corrupt) < batch {
+		p.progress() // the page's checks may still run
+		if len(recs)+len(corrupt) < opts.Batch {
 			break
 		}
 		for _, k := range corrupt {
@@ -212,14 +295,15 @@ func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepRep
 		}
 	}
 	wg.Wait()
-	return rep, ctx.Err()
+	return ctx.Err()
 }
 
 // sweepClaimed settles records handed out by a store that claims them in
 // batches (FOR UPDATE SKIP LOCKED): concurrency records at a time, so that
-// none waits for a worker while its lease runs. Records settled as still
-// unknown in this pass are not taken again in it.
-func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, restedBefore time.Time, settle func(*holding), unreadable func(key string), progress func()) error {
+// none waits for a worker while its lease runs, and none after deadline
+// but the first batch.
+// Records settled as still unknown in this pass are not taken again in it.
+func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer, conc int, restedBefore, deadline time.Time, settle func(*holding), unreadable func(key string), progress func()) error {
 	var names []string
 	lease := time.Duration(0)
 	for name, t := range o.tools {
@@ -237,7 +321,7 @@ func (o *Operator) sweepClaimed(ctx context.Context, uc storekit.UnknownClaimer,
 		restedBefore = now
 	}
 	owner := newOwner()
-	for ctx.Err() == nil {
+	for first := true; ctx.Err() == nil && (first || time.Now().Before(deadline)); first = false {
 		recs, err := uc.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{
 			Principal: o.principal, Tools: names, Owner: owner, Now: o.clock(), Lease: lease,
 			Limit: conc, UpdatedBefore: restedBefore,

@@ -104,7 +104,7 @@ func Open(path string, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("boltstore: no store to open read-only: %w", err)
 		}
 	}
-	db, err := bolt.Open(path, o.FileMode, &bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly})
+	db, err := bolt.Open(path, o.FileMode, boltOptions(o))
 	switch {
 	case errors.Is(err, berrors.ErrTimeout) && o.ReadOnly:
 		return nil, fmt.Errorf("boltstore: %s is open in another process, which holds it for writing: bbolt lets no other process read the file meanwhile. "+

@@ -2,7 +2,6 @@ package storekit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -122,62 +121,6 @@ func ValidateImport(r *Record) error {
 		return fmt.Errorf("agenttool: importing %s: an unknown record that is not resolved never expires; its Expires must be zero: %w", r.Key, ErrInvalidRequest)
 	}
 	return nil
-}
-
-// SweepRequest asks a [Store] for one step of a sweep.
-type SweepRequest struct {
-	Now time.Time
-	// Limit is the most records the step deletes; 0 lets the store choose
-	// a step that keeps calls waiting briefly (DefaultSweepLimit, unless
-	// the store says otherwise).
-	Limit int
-}
-
-// DefaultSweepLimit is the records one sweep step deletes at most when
-// the request does not say.
-const DefaultSweepLimit = 1000
-
-// SweepAll sweeps store in steps of limit records (0: the store's own
-// step) until a step deletes nothing, calling progress (if not nil) after
-// each step with the records deleted so far. Between steps it pauses twice
-// as long as the last step took (at most a second), so that calls get at
-// least two thirds of the store's time while a large sweep runs. It returns the
-// total, and the corrupt records the steps reported, joined; it stops at
-// the first other error, or when ctx ends.
-func SweepAll(ctx context.Context, store Store, now time.Time, limit int, progress func(deleted int)) (int, error) {
-	total := 0
-	var corrupt []error
-	reported := map[string]bool{} // a corrupt record stays, and each step meets it again
-	for {
-		start := time.Now()
-		n, err := store.Sweep(ctx, SweepRequest{Now: now, Limit: limit})
-		took := time.Since(start)
-		total += n
-		keys := CorruptKeys(err)
-		if err != nil && len(keys) == 0 {
-			return total, err
-		}
-		for _, k := range keys {
-			if !reported[k] {
-				reported[k] = true
-				corrupt = append(corrupt, err)
-				break
-			}
-		}
-		if progress != nil {
-			progress(total)
-		}
-		if n == 0 {
-			return total, errors.Join(corrupt...)
-		}
-		pause := time.NewTimer(min(2*took, time.Second))
-		select {
-		case <-ctx.Done():
-			pause.Stop()
-			return total, ctx.Err()
-		case <-pause.C:
-		}
-	}
 }
 
 // Counter is implemented by stores that count their records by tool and

@@ -10,7 +10,9 @@
 //
 // The suite checks atomic claims under heavy concurrency, fencing, lease
 // expiry and takeover, every state transition, replay, fingerprint and
-// principal conflicts, sweeping that never drops unknown records, listing of
+// principal conflicts, sweeping that never drops unknown records, sweeper
+// passes that check unknown outcomes beside (never behind) their deletions,
+// deletion steps that grow with a backlog, listing of
 // what awaits reconciliation, context cancellation, and behaviour when the
 // backing database is gone.
 package storetest
@@ -105,6 +107,8 @@ func Run(t *testing.T, h Harness) {
 		{"LabelStaysWithTheRecord", testLabel},
 		{"CountsByToolAndState", testCount},
 		{"SweepInSteps", testSweepSteps},
+		{"SweepStepsGrowWithBacklog", testSweepStepsGrowWithBacklog},
+		{"SweepChecksBesideDeletions", testSweepChecksBesideDeletions},
 		{"ImportSettledRecords", testImport},
 		{"ExportEveryRecordInPages", testExport},
 		{"CancelledContext", testCancelled},

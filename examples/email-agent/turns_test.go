@@ -175,3 +175,19 @@ func TestTurn_MixedCopiesAfterUnknownSendOne(t *testing.T) {
 		}
 	}
 }
+
+// An email and a reworded copy of it in one assistant message send one
+// email, whatever becomes of the first send's reply (docs/agent-loops.md,
+// "Parallel tool calls").
+func TestTurn_EmailAndRewordedCopyInOneMessageSendOne(t *testing.T) {
+	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
+	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
+	for _, fault := range []string{"none", "lost-ack", "reword", "index-down"} {
+		t.Run(fault, func(t *testing.T) {
+			sum, transcript := playTurns(t, fault, [][]string{{first, reworded}, {}})
+			if sum.Effects != 1 {
+				t.Errorf("one message with an email and a reworded copy of it left %d emails in the mailbox, want 1; transcript:\n%s", sum.Effects, transcript)
+			}
+		})
+	}
+}

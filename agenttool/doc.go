@@ -59,8 +59,10 @@
 //     text); names that differ only in case are refused, and the tool
 //     receives the canonical form that was digested.
 //   - Identifying values are compared loosely: Unicode NFKC, case folded,
-//     invisible format characters dropped, white space trimmed and
-//     collapsed. "ANA  LIMA" meets the key of "Ana Lima" and is refused as
+//     invisible format characters dropped, blank-looking letters read as
+//     spaces, white space trimmed and collapsed, and lookalike letters
+//     read as Latin in a word that mixes them with Latin ones. "ANA  LIMA"
+//     and "Аna Lima" (a Cyrillic А) meet the key of "Ana Lima" and are refused as
 //     other input (or replayed, if identical): cosmetic variants are
 //     refused, not merged, and never run as a second action. ExactFields
 //     (or a retrysafe:"exact" tag) opts a field out.

@@ -18,8 +18,12 @@ import (
 // would call the same ("Ana Lima", "ANA  LIMA ", "Ana\u00a0Lima") have one
 // loose form. Strings are stripped of invisible characters (format
 // characters, variation selectors, other default-ignorable code points,
-// control characters), normalised (Unicode NFKC), case-folded, trimmed, and
-// their runs of white space collapsed to one space. The fingerprint keeps the exact form, so a cosmetic
+// control characters), their blank-looking letters (Hangul fillers, the
+// Braille blank) read as spaces, normalised (Unicode NFKC), case-folded,
+// trimmed, and their runs of white space collapsed to one space; in a word
+// that mixes Latin letters with letters that only look Latin (a Cyrillic
+// "а" in "Аna"), those letters are read as the Latin ones they imitate.
+// The fingerprint keeps the exact form, so a cosmetic
 // variant meets the earlier action's key and is refused
 // (key_reused_with_different_input) or replayed if identical: never run as a
 // second action.
@@ -37,7 +41,10 @@ func looseString(s string) string {
 	// Invisible characters go first: one between a letter and its
 	// combining mark would keep them from composing.
 	s = strings.Map(func(r rune) rune {
-		if ignorable(r) {
+		switch {
+		case blank(r):
+			return ' '
+		case ignorable(r):
 			return -1
 		}
 		return r
@@ -59,7 +66,7 @@ func looseString(s string) string {
 	space := false
 	for _, r := range s {
 		switch {
-		case unicode.IsSpace(r):
+		case unicode.IsSpace(r) || blank(r):
 			space = b.Len() > 0
 		case ignorable(r):
 		default:
@@ -70,7 +77,73 @@ func looseString(s string) string {
 			b.WriteRune(r)
 		}
 	}
-	return b.String()
+	return unmixed(b.String())
+}
+
+// blank reports whether r is a letter or symbol that renders as empty
+// space: the Hangul fillers, which are default-ignorable but show as a
+// blank, and the Braille pattern blank.
+func blank(r rune) bool {
+	switch r {
+	case '\u115f', '\u1160', '\u3164', '\uffa0', '\u2800':
+		return true
+	}
+	return false
+}
+
+// unmixed reads the letters that only look Latin as the Latin ones they
+// imitate, in each word of s (a loose form: folded, one space between
+// words) that has Latin letters too. A word of one script is left as it
+// is: "Анна" stays Cyrillic, "Аna" (a Cyrillic А) reads "ana".
+func unmixed(s string) string {
+	var out []byte
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != ' ' {
+			continue
+		}
+		word := s[start:i]
+		if mixedLatin(word) {
+			if out == nil {
+				out = append(make([]byte, 0, len(s)), s[:start]...)
+			}
+			for _, r := range word {
+				if m, ok := lookalikes[r]; ok {
+					r = m
+				}
+				out = utf8.AppendRune(out, r)
+			}
+		} else if out != nil {
+			out = append(out, word...)
+		}
+		if out != nil && i < len(s) {
+			out = append(out, ' ')
+		}
+		start = i + 1
+	}
+	if out == nil {
+		return s
+	}
+	return string(out)
+}
+
+// mixedLatin reports whether word has both a Latin letter and a letter that
+// only looks Latin.
+func mixedLatin(word string) bool {
+	latin, other := false, false
+	for _, r := range word {
+		switch {
+		case r < utf8.RuneSelf:
+			latin = latin || ('a' <= r && r <= 'z')
+		case unicode.Is(unicode.Latin, r):
+			latin = true
+		default:
+			if _, ok := lookalikes[r]; ok {
+				other = true
+			}
+		}
+	}
+	return latin && other
 }
 
 // foldNFKC returns NFKC(fold(NFKC(s))), and whether that is a fixed point
@@ -270,7 +343,7 @@ func isEmpty(v any) bool {
 		var last rune = -1 // the last character whose loose form was computed
 		for _, r := range v {
 			switch {
-			case unicode.IsSpace(r) || ignorable(r) || r == last:
+			case unicode.IsSpace(r) || ignorable(r) || blank(r) || r == last:
 			case r < utf8.RuneSelf:
 				return false
 			default:

@@ -16,8 +16,12 @@ import (
 // characters, the cheaper fixed-point check): a key derived from either
 // must be the same.
 func referenceLoose(s string) string {
+	blanks := "\u115f\u1160\u3164\uffa0\u2800"
 	s = strings.Map(func(r rune) rune {
-		if ignorableRune(r) {
+		switch {
+		case strings.ContainsRune(blanks, r):
+			return ' '
+		case ignorableRune(r):
 			return -1
 		}
 		return r
@@ -33,7 +37,7 @@ func referenceLoose(s string) string {
 	space := false
 	for _, r := range s {
 		switch {
-		case unicode.IsSpace(r):
+		case unicode.IsSpace(r) || strings.ContainsRune(blanks, r):
 			space = b.Len() > 0
 		case ignorableRune(r):
 		default:
@@ -44,7 +48,26 @@ func referenceLoose(s string) string {
 			b.WriteRune(r)
 		}
 	}
-	return b.String()
+	// A word with Latin letters reads the letters that imitate them as
+	// Latin.
+	words := strings.Split(b.String(), " ")
+	for i, w := range words {
+		latin, other := false, false
+		for _, r := range w {
+			_, looks := lookalikes[r]
+			latin = latin || unicode.Is(unicode.Latin, r)
+			other = other || (looks && !unicode.Is(unicode.Latin, r))
+		}
+		if latin && other {
+			words[i] = strings.Map(func(r rune) rune {
+				if m, ok := lookalikes[r]; ok {
+					return m
+				}
+				return r
+			}, w)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // referenceSkeleton is skeleton as its definition reads, without its

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
+	"github.com/retrysafe/retrysafe/internal/fakellm"
 )
 
 func TestFaults(t *testing.T) {
@@ -68,5 +70,65 @@ func TestOpenAIPath(t *testing.T) {
 	}
 	if _, err := demo.Run(context.Background(), example, []string{"-llm", "openai"}, &out, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "OPENAI_API_KEY") {
 		t.Errorf("no key: %v", err)
+	}
+}
+
+// playTurns runs the booking agent under fault, driven through the OpenAI
+// wire format by a model that plays turns of book_flight calls (several in
+// one message, as parallel tool calls; an empty turn answers in words),
+// and returns its summary and transcript.
+func playTurns(t *testing.T, fault string, turns [][]string) (demo.Summary, string) {
+	t.Helper()
+	n := 0
+	srv := fakellm.ChatCompletions(func([]string) fakellm.Reply {
+		if n >= len(turns) || len(turns[n]) == 0 {
+			return fakellm.Final("Done.")
+		}
+		var calls []fakellm.Call
+		for _, args := range turns[n] {
+			calls = append(calls, fakellm.Call{Name: "book_flight", Arguments: args})
+		}
+		n++
+		return fakellm.Calls(calls...)
+	})
+	url, stop, err := srv.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	env := map[string]string{"OPENAI_API_KEY": fakellm.Key, "OPENAI_BASE_URL": url + "/v1", "OPENAI_MODEL": "test-model"}
+	var out bytes.Buffer
+	sum, err := demo.Run(context.Background(), example,
+		[]string{"-llm", "openai", "-fault", fault, "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	return sum, out.String()
+}
+
+// A passenger's name whose space is written with a character that shows
+// as a blank (a Hangul or Braille filler) or whose letter is a lookalike
+// from another script is a cosmetic variant of the name: it meets the
+// first booking's key and books nothing more.
+func TestCosmeticNameVariantBooksNoSecondSeat(t *testing.T) {
+	const base = `{"flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`
+	variants := map[string]string{
+		"hangul-filler":           "Ana\u3164Lima",
+		"halfwidth-hangul-filler": "Ana\uffa0Lima",
+		"braille-blank":           "Ana\u2800Lima",
+		"cyrillic-a":              "\u0410na Lima",
+	}
+	for name, passenger := range variants {
+		t.Run(name, func(t *testing.T) {
+			variant := `{"flight":"TP1234","date":"2026-12-12","passenger":"` + passenger + `"}`
+			for _, fault := range []string{"none", "lost-response"} {
+				sum, transcript := playTurns(t, fault, [][]string{{base}, {variant}, {}})
+				if sum.Effects != 1 {
+					t.Errorf("-fault %s: Ana Lima, then the same name with %s, left %d bookings, want 1; transcript:\n%s",
+						fault, name, sum.Effects, transcript)
+				}
+			}
+		})
 	}
 }

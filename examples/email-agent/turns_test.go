@@ -175,3 +175,31 @@ func TestTurn_MixedCopiesAfterUnknownSendOne(t *testing.T) {
 		}
 	}
 }
+
+// An email and a reworded copy of it in one assistant message send one
+// email when the first send's outcome is unknown (docs/agent-loops.md,
+// "Parallel tool calls"); when it succeeds, the copy is a second action,
+// and both envelopes say what happened.
+func TestTurn_EmailAndRewordedCopyInOneMessageSendOne(t *testing.T) {
+	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
+	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
+	for _, fault := range []string{"none", "lost-ack", "reword", "index-down"} {
+		t.Run(fault, func(t *testing.T) {
+			sum, transcript := playTurns(t, fault, [][]string{{first, reworded}, {}})
+			fresh := 0
+			for _, e := range sum.Envelopes {
+				if e.Status == envelope.Success && !e.Replayed {
+					fresh++
+				}
+			}
+			want := 1
+			if fault == "none" {
+				want = 2 // nothing was unknown: two emails of the tool, both sent, both told
+			}
+			if sum.Effects != want || fresh > sum.Effects {
+				t.Errorf("one message with an email and a reworded copy of it (%s): %d emails, %d fresh successes; want %d; transcript:\n%s",
+					fault, sum.Effects, fresh, want, transcript)
+			}
+		})
+	}
+}

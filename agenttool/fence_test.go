@@ -23,6 +23,7 @@ import (
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // answers is a reconciler whose answer the test sets, counting checks.
@@ -1078,7 +1079,7 @@ func TestI9_UpgradedStoreFencesEveryOpenAction(t *testing.T) {
 	mustStatus(t, other, envelope.UnknownOutcome)
 	// As the earlier version left the file: schema 5, no slots.
 	if err := store.DB().Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket([]byte("retrysafe/slots")); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		if err := tx.DeleteBucket([]byte("retrysafe/slots")); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return err
 		}
 		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("5"))

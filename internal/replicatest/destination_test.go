@@ -16,9 +16,10 @@ type fault uint8
 
 const (
 	noFault fault = iota
-	// killBeforeCommit: the replica that sends the write is SIGKILLed when
-	// the write arrives, and nothing is sent; it restarts at once.
-	killBeforeCommit
+	// killBeforeSend: the replica is SIGKILLed just before its write
+	// leaves, and restarted at once: the mail service never sees the
+	// write.
+	killBeforeSend
 	// killAfterCommit: the write is sent, then the replica is SIGKILLed
 	// before the answer leaves, so it never records the outcome; it
 	// restarts at once.
@@ -29,7 +30,7 @@ const (
 	// slowCommit: the write lands late — after the sender gave up on it
 	// and a check was answered "pending" — and its answer is lost.
 	slowCommit
-	// pauseBeforeWrite: the replica stops itself (SIGSTOP) after its last
+	// pauseBeforeWrite: the replica is stopped (SIGSTOP) after its last
 	// look at its context and before its write leaves; it is resumed
 	// (SIGCONT) once another replica has taken the action over and sent
 	// it, and its write then arrives with the older fencing token.
@@ -41,7 +42,7 @@ const (
 )
 
 func (f fault) String() string {
-	return [...]string{"none", "kill-before-commit", "kill-after-commit", "lost-reply", "slow-commit", "pause-before-write", "lost-answer"}[f]
+	return [...]string{"none", "kill-before-send", "kill-after-commit", "lost-reply", "slow-commit", "pause-before-write", "lost-answer"}[f]
 }
 
 // effect is one email the mail service sent.
@@ -187,16 +188,13 @@ func (m *mailService) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := noFault
-	if !st.fired && st.fault != pauseBeforeWrite && st.fault != lostAnswer {
-		f, st.fired = st.fault, true
+	switch st.fault {
+	case killAfterCommit, lostReply, slowCommit:
+		if !st.fired {
+			f, st.fired = st.fault, true
+		}
 	}
 	switch f {
-	case killBeforeCommit:
-		log("not sent: the sender is killed")
-		m.broadcast()
-		m.mu.Unlock()
-		m.replicas.killAndRestart(replica) // nothing sent; the answer never leaves
-		return
 	case killAfterCommit:
 		log("sent, then the sender is killed")
 		m.commit(ref, to, replica, token, received)
@@ -279,25 +277,45 @@ func (m *mailService) status(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// beforeWrite answers a replica about to write: "pause" for the first
-// write of an action whose fault is pauseBeforeWrite (the replica then
-// stops itself), "go" otherwise.
+// beforeWrite answers a replica about to write, for the faults that strike
+// before the write leaves. For the first write of an action whose fault is
+// killBeforeSend, the replica is killed (and restarted) while it waits for
+// the answer. For pauseBeforeWrite, the replica is stopped (SIGSTOP) while
+// it waits, the answer "paused" is written for it to read once resumed,
+// and it is resumed later (resumeLater). Otherwise the answer is "go".
 func (m *mailService) beforeWrite(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	to, replica := recipient(q.Get("to")), q.Get("replica")
+	to, ref, replica := recipient(q.Get("to")), q.Get("ref"), q.Get("replica")
 	token, _ := strconv.ParseUint(q.Get("token"), 10, 64)
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	st := m.intents[to]
-	if st == nil || st.fired || st.fault != pauseBeforeWrite || !m.replicas.hold(replica) {
-		w.Write([]byte("go"))
+	switch {
+	case st == nil || st.fired:
+	case st.fault == killBeforeSend:
+		st.fired = true
+		m.writes = append(m.writes, write{Ref: ref, To: to, Replica: replica, Token: token, At: time.Now(), Fate: "never sent: the sender is killed before it leaves"})
+		m.mu.Unlock()
+		m.replicas.killAndRestart(replica)
+		return
+	case st.fault == pauseBeforeWrite && m.replicas.hold(replica):
+		st.fired, st.pausedRef, st.pausedReplica, st.pausedToken = true, ref, replica, token
+		runEnded := m.runEnded
+		m.mu.Unlock()
+		if err := m.replicas.stop(replica); err != nil {
+			m.replicas.resume(replica)
+			w.Write([]byte("go"))
+			return
+		}
+		m.mu.Lock()
+		m.writes = append(m.writes, write{Ref: ref, To: to, Replica: replica, Token: token, At: time.Now(), Fate: "paused before it leaves (SIGSTOP)"})
+		m.pauses.Add(1)
+		go m.resumeLater(to, replica, runEnded)
+		m.mu.Unlock()
+		w.Write([]byte("paused"))
 		return
 	}
-	st.fired, st.pausedRef, st.pausedReplica, st.pausedToken = true, q.Get("ref"), replica, token
-	m.writes = append(m.writes, write{Ref: st.pausedRef, To: to, Replica: replica, Token: token, At: time.Now(), Fate: "paused before it leaves (SIGSTOP)"})
-	m.pauses.Add(1)
-	go m.resumeLater(to, replica, m.runEnded)
-	w.Write([]byte("pause"))
+	m.mu.Unlock()
+	w.Write([]byte("go"))
 }
 
 // resumeLater resumes the paused replica once another replica sent the
@@ -306,24 +324,26 @@ func (m *mailService) beforeWrite(w http.ResponseWriter, r *http.Request) {
 func (m *mailService) resumeLater(to, replica string, runEnded chan struct{}) {
 	defer m.pauses.Done()
 	bound := time.After(20 * time.Second)
-	for waiting := true; waiting; {
+	why := ""
+	for why == "" {
 		m.mu.Lock()
 		sent, changed := m.countTo(to) > 0, m.changed
 		m.mu.Unlock()
 		if sent {
+			why = "after another replica sent the email"
 			break
 		}
 		select {
 		case <-changed:
 		case <-runEnded:
-			waiting = false
+			why = "when the model was done, nothing sent meanwhile"
 		case <-bound:
-			waiting = false
+			why = "after 20s, nothing sent meanwhile"
 		}
 	}
 	m.replicas.resume(replica)
 	m.mu.Lock()
-	m.writes = append(m.writes, write{To: to, Replica: replica, At: time.Now(), Fate: "resumed (SIGCONT)"})
+	m.writes = append(m.writes, write{To: to, Replica: replica, At: time.Now(), Fate: "resumed (SIGCONT) " + why})
 	m.mu.Unlock()
 }
 

@@ -188,6 +188,15 @@ func (in *intent) args(rng *rand.Rand, kind string) string {
 }
 
 // plan returns the calls the model makes for the intent this turn.
+//
+// The model words the email anew when the tool told it that its own
+// earlier call may be running or may have gone (unknown_outcome about one
+// of its own actions): a reworded resend then waits for the earlier action
+// and hears what became of it. It writes it anew too when the tool told it
+// that its action was not done and will not be (replaced, or the first
+// request of its key was not done). Otherwise another wording beside the
+// first would be another email by any rule, so it sends copies of one
+// call.
 func (in *intent) plan(rng *rand.Rand, s style, turn int) []*call {
 	if in.done {
 		return nil
@@ -196,28 +205,27 @@ func (in *intent) plan(rng *rand.Rand, s style, turn int) []*call {
 		in.hold--
 		return nil
 	}
-	// The model words the email anew only when the tool told it that its
-	// own earlier call may be running or may have gone (unknown_outcome
-	// about one of its own actions): a reworded resend then waits for the
-	// earlier action and hears what became of it. Otherwise another wording
-	// beside the first would be another email by any rule, so it sends
-	// copies of one call.
 	unsure := in.unsure()
 	kinds := []string{"identical"}
 	switch {
-	case s == literal && turn == 0:
-		if rng.IntN(3) == 0 {
-			kinds = append(kinds, "reordered") // a duplicated tool call
+	case in.refused():
+		kinds[0] = "reworded" // the user asked again
+	case s == literal && unsure && !asksToWait(in.lastAnswers()) && rng.IntN(2) == 0:
+		kinds[0] = "reworded" // the user asked again; the turn is replayed and worded anew
+	}
+	// More copies in the same turn, spread over the replicas: a duplicated
+	// tool call, or whatever the adversarial model adds.
+	switch {
+	case s == literal && turn == 0 && rng.IntN(3) == 0:
+		kinds = append(kinds, "reordered")
+	case s == adversarial && unsure:
+		kinds = append(kinds, "reworded")
+		copies := []string{"identical", "reordered", "cosmetic", "reworded"}
+		for range rng.IntN(2) {
+			kinds = append(kinds, copies[rng.IntN(len(copies))])
 		}
-	case s == literal:
-		if unsure && !asksToWait(in.lastAnswers()) && rng.IntN(2) == 0 {
-			kinds[0] = "reworded" // the user asked again; the turn is replayed and worded anew
-		}
-	default:
+	case s == adversarial:
 		copies := []string{"identical", "reordered", "cosmetic"}
-		if unsure {
-			copies = append(copies, "reworded", "reworded")
-		}
 		for range rng.IntN(3) {
 			kinds = append(kinds, copies[rng.IntN(len(copies))])
 		}
@@ -248,6 +256,24 @@ func (in *intent) unsure() bool {
 			about = c.env.Earlier.RequestRef
 		}
 		if own[about] {
+			return true
+		}
+	}
+	return false
+}
+
+// refused reports whether, in the intent's last turn, the tool said that
+// the intent's own action was not done and will not be: it was replaced
+// by another, or the first request of its key was not done.
+func (in *intent) refused() bool {
+	for _, c := range in.lastAnswers() {
+		if c.err != nil || c.env.Error == nil {
+			continue
+		}
+		switch code := c.env.Error.Code; {
+		case code == envelope.CodeReplaced:
+			return true
+		case code == envelope.CodeKeyReused && c.env.Earlier != nil && c.env.Earlier.State == envelope.ActionFailed:
 			return true
 		}
 	}

@@ -27,13 +27,14 @@ const (
 	clientTimeout = 4 * time.Second // how long the model's client waits for an answer
 	maxTurns      = 30
 	runBudget     = 45 * time.Second // a run's model gives up after this
-	defaultRuns   = 14 // every fault on the first email, twice
+	defaultRuns   = 14               // every fault on the first email, twice
 )
 
 // The environment of the test.
 const (
-	envRuns = "RETRYSAFE_REPLICA_RUNS" // how many seeded runs (default defaultRuns)
-	envSeed = "RETRYSAFE_REPLICA_SEED" // the seed of the first run (default: from the clock); with RUNS unset, that run alone
+	envRuns    = "RETRYSAFE_REPLICA_RUNS"    // how many seeded runs (default defaultRuns)
+	envSeed    = "RETRYSAFE_REPLICA_SEED"    // the seed of the first run (default: from the clock); with RUNS unset, that run alone
+	envVerbose = "RETRYSAFE_REPLICA_VERBOSE" // set: log every run's story, not only a failing one's
 )
 
 // run is one seeded conversation: a principal, one to three emails, a
@@ -262,6 +263,13 @@ func (h *harness) check(r *run) []string {
 		}
 		return n
 	}
+	sentBy := func(ref string) string {
+		var by []string
+		for _, e := range byRef[ref] {
+			by = append(by, fmt.Sprintf("%s with token %d at %s", e.Replica, e.Token, e.Committed.Format("15:04:05.000")))
+		}
+		return strings.Join(by, "; ")
+	}
 	// One email per intended email: one if the model heard it went, at most
 	// one otherwise.
 	for i, in := range r.intents {
@@ -311,7 +319,7 @@ func (h *harness) check(r *run) []string {
 				}
 			default:
 				if n := sentBefore(ref, at); n != 0 {
-					lie(fmt.Sprintf("definite_failure: not done; %d emails of %s had gone", n, ref))
+					lie(fmt.Sprintf("definite_failure says it was not done, at %s; the email of %s had gone (sent by %s)", at.Format("15:04:05.000"), ref, sentBy(ref)))
 				}
 			}
 		case envelope.UnknownOutcome:
@@ -466,6 +474,9 @@ func TestOneEffectPerActionAcrossReplicasAndRestarts(t *testing.T) {
 		if err != nil {
 			problems = append(problems, err.Error())
 		}
+		if os.Getenv(envVerbose) != "" {
+			t.Log(h.story(r))
+		}
 		if len(problems) > 0 {
 			failed = append(failed, seed)
 			t.Errorf("%s=%d: %s\n%s\n%s", envSeed, seed, r, strings.Join(problems, "\n"), h.story(r))
@@ -478,13 +489,17 @@ func TestOneEffectPerActionAcrossReplicasAndRestarts(t *testing.T) {
 		}
 	}
 	effects, writes := h.mail.snapshot()
-	stale := 0
+	stale, resumed := 0, map[string]int{}
 	for _, w := range writes {
 		if strings.HasPrefix(w.Fate, "refused") {
 			stale++
 		}
+		if why, ok := strings.CutPrefix(w.Fate, "resumed (SIGCONT) "); ok {
+			resumed[why]++
+		}
 	}
-	t.Logf("%d runs, %d failed %v; faults %v; calls %v; %d emails sent; %d stale writes refused", len(list), len(failed), failed, faults, kinds, len(effects), stale)
+	t.Logf("%d runs, %d failed %v; faults %v; calls %v; %d emails sent; paused replicas resumed %v; %d stale writes refused",
+		len(list), len(failed), failed, faults, kinds, len(effects), resumed, stale)
 	h.set.mu.Lock()
 	restarts, failures := slices.Clone(h.set.restartT), slices.Clone(h.set.failed)
 	h.set.mu.Unlock()

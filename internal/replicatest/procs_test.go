@@ -198,14 +198,28 @@ func (s *replicaSet) isHeld(name string) bool {
 	return s.held[name]
 }
 
-// resume waits until a held replica has stopped itself, then sends it
-// SIGCONT.
-func (s *replicaSet) resume(name string) {
+// stop sends SIGSTOP to a held replica and waits until it has stopped.
+func (s *replicaSet) stop(name string) error {
 	p := s.proc(name)
-	for deadline := time.Now().Add(10 * time.Second); p != nil && time.Now().Before(deadline) && !stopped(p.cmd.Process.Pid); {
-		time.Sleep(5 * time.Millisecond) // the process stops itself; nothing here can tell when
+	if p == nil {
+		return errors.New("no process")
 	}
-	if p != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); !stopped(p.cmd.Process.Pid); {
+		if time.Now().After(deadline) {
+			return errors.New(name + " did not stop")
+		}
+		time.Sleep(time.Millisecond) // the kernel stops it; nothing here can tell when
+	}
+	return nil
+}
+
+// resume sends SIGCONT to a held replica and lets the client send it calls
+// again.
+func (s *replicaSet) resume(name string) {
+	if p := s.proc(name); p != nil {
 		p.cmd.Process.Signal(syscall.SIGCONT)
 	}
 	s.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +39,6 @@ const replicaLifetime = time.Hour
 const (
 	lineReady    = "READY "    // then the address it serves on
 	lineEnvelope = "ENVELOPE " // then an answered call, as JSON (answered)
-	linePaused   = "PAUSED "   // then the reference whose write it stops before
 	lineSynced   = "SYNCED "   // then the mark the test asked for: every line before it has been read
 )
 
@@ -69,7 +67,7 @@ func verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenI
 // TestReplicaProcess is one replica of the MCP server of
 // TestOneEffectPerActionAcrossReplicasAndRestarts: send_email guarded by
 // retrysafe on the shared PostgreSQL, served over stateless streamable
-// HTTP. It runs until it is killed. It does nothing in a normal test run.
+// HTTP, with a sweeper. It runs until it is killed. It does nothing in a normal test run.
 func TestReplicaProcess(t *testing.T) {
 	schema := os.Getenv(envSchema)
 	if schema == "" {
@@ -88,7 +86,12 @@ func TestReplicaProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := &http.Client{Timeout: 5 * time.Second}
+	// The test's faults that strike before a write leaves: the mail
+	// service answers once the fault is done — after killing this process,
+	// or after stopping it (SIGSTOP), in which case the answer is read
+	// once the process is resumed. No timeout: a timer would fire on
+	// resuming, before the answer is read.
+	control := &http.Client{}
 	d := destinationClient{url: dest, replica: name, http: &http.Client{},
 		pause: func(ctx context.Context, ref, to string, token uint64) bool {
 			q := url.Values{"ref": {ref}, "to": {to}, "token": {strconv.FormatUint(token, 10)}, "replica": {name}}
@@ -97,12 +100,8 @@ func TestReplicaProcess(t *testing.T) {
 				return false
 			}
 			defer resp.Body.Close()
-			if verdict, _ := io.ReadAll(resp.Body); string(verdict) != "pause" {
-				return false
-			}
-			say(linePaused + ref)
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP) // the whole process stops here, until SIGCONT
-			return true
+			verdict, _ := io.ReadAll(resp.Body)
+			return string(verdict) == "paused"
 		}}
 	hooks := agenttool.Hooks{Outcome: func(ctx context.Context, e agenttool.OutcomeEvent) {
 		env, err := e.Envelope.Marshal()
@@ -117,6 +116,14 @@ func TestReplicaProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each replica runs a sweeper, as a deployment does: it settles what
+	// calls left unknown, and so approves retries between the model's
+	// turns.
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go op.RunSweeper(ctx, agenttool.SweeperOptions{Interval: 300 * time.Millisecond, Rest: 200 * time.Millisecond})
 	server := mcp.NewServer(&mcp.Implementation{Name: "mail", Version: "1.0.0"}, nil)
 	// The principal is the token's user; the session one per principal
 	// (mcptool.OneSession): every call of a conversation, on whichever

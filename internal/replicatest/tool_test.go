@@ -57,9 +57,9 @@ type destinationClient struct {
 	url     string
 	replica string
 	http    *http.Client
-	// pause, if set, is asked before each write whether the test wants
-	// this process stopped there (SIGSTOP) — after the tool's last look at
-	// its context, before its bytes leave — and stops it if so.
+	// pause, if set, is called before each write: the test may stop the
+	// process there (SIGSTOP) — after the tool's last look at its context,
+	// before its bytes leave — and then it reports true once resumed.
 	pause func(ctx context.Context, ref, to string, token uint64) bool
 }
 

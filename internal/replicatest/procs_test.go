@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -22,6 +23,7 @@ type replicaProc struct {
 	stderr *lockedBuffer
 	ready  chan string   // its address, once it serves
 	done   chan struct{} // closed once it has ended
+	killed atomic.Bool   // the test killed it
 	synced chan int      // the sync marks it printed
 }
 
@@ -58,7 +60,7 @@ type replicaSet struct {
 	stderrs  []string        // the standard error of every process that ended
 	restarts sync.WaitGroup
 	restartT []time.Duration // from a kill to the restarted process serving
-	failed   []error         // restarts that failed
+	failed   []error         // restarts that failed, and processes that ended unkilled
 }
 
 // launch starts n replicas with env added to their environment.
@@ -97,9 +99,12 @@ func (s *replicaSet) start(name, addr string) (*replicaProc, error) {
 		for lines.Scan() {
 			s.read(p, lines.Text())
 		}
-		cmd.Wait()
+		err := cmd.Wait()
 		s.mu.Lock()
 		s.stderrs = append(s.stderrs, p.stderr.String())
+		if !p.killed.Load() {
+			s.failed = append(s.failed, fmt.Errorf("%s ended on its own (%v): %s", name, err, p.stderr.String()))
+		}
 		s.mu.Unlock()
 		close(p.done)
 	}()
@@ -151,6 +156,7 @@ func (s *replicaSet) killAndRestart(name string) {
 	if p == nil {
 		return
 	}
+	p.killed.Store(true)
 	p.cmd.Process.Kill()
 	<-p.done
 	killed := time.Now()
@@ -309,6 +315,7 @@ func (s *replicaSet) close() {
 	}
 	s.mu.Unlock()
 	for _, p := range procs {
+		p.killed.Store(true)
 		p.cmd.Process.Signal(syscall.SIGCONT)
 		p.cmd.Process.Kill()
 		<-p.done

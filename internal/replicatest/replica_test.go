@@ -103,15 +103,26 @@ func TestReplicaProcess(t *testing.T) {
 			verdict, _ := io.ReadAll(resp.Body)
 			return string(verdict) == "paused"
 		}}
-	hooks := agenttool.Hooks{Outcome: func(ctx context.Context, e agenttool.OutcomeEvent) {
-		env, err := e.Envelope.Marshal()
-		if err != nil {
-			env, _ = json.Marshal(err.Error())
-		}
-		scope, _ := agenttool.ScopeFrom(ctx)
-		line, _ := json.Marshal(answered{Replica: name, Principal: scope.Principal, At: time.Now().UnixNano(), Path: e.Path, Envelope: env})
-		say(lineEnvelope + string(line))
-	}}
+	// Calls and requests being served: the test waits until there are
+	// none. A call counts from its start to its printed envelope, also
+	// when the client has gone and the SDK's handler has returned.
+	var calls, requests atomic.Int64
+	hooks := agenttool.Hooks{
+		Start: func(ctx context.Context, _ agenttool.StartEvent) context.Context {
+			calls.Add(1)
+			return ctx
+		},
+		Outcome: func(ctx context.Context, e agenttool.OutcomeEvent) {
+			defer calls.Add(-1)
+			env, err := e.Envelope.Marshal()
+			if err != nil {
+				env, _ = json.Marshal(err.Error())
+			}
+			scope, _ := agenttool.ScopeFrom(ctx)
+			line, _ := json.Marshal(answered{Replica: name, Principal: scope.Principal, At: time.Now().UnixNano(), Path: e.Path, Envelope: env})
+			say(lineEnvelope + string(line))
+		},
+	}
 	tool, err := newSendEmail(store, d, hooks)
 	if err != nil {
 		t.Fatal(err)
@@ -134,15 +145,14 @@ func TestReplicaProcess(t *testing.T) {
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
 	h = auth.RequireBearerToken(verifyToken, nil)(h)
-	var busy atomic.Int64 // requests being served
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
-		busy.Add(1)
-		defer busy.Add(-1)
+		requests.Add(1)
+		defer requests.Add(-1)
 		h.ServeHTTP(w, r)
 	})
 	mux.HandleFunc("GET /control/busy", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, busy.Load())
+		fmt.Fprint(w, requests.Load()+calls.Load())
 	})
 	mux.HandleFunc("GET /control/sync", func(w http.ResponseWriter, r *http.Request) {
 		say(lineSynced + r.URL.Query().Get("mark"))

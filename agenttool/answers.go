@@ -144,8 +144,8 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		note := fmt.Sprintf("This was not sent itself: another %s (reference %s) went on in its place %s, and %s. Nothing new was done. "+
 			"Tell the user it is pending, and ask before calling %s for it again.", name, other, where, earlierPhrase(env.Earlier.State), name)
 		if env.Earlier.State == envelope.ActionSucceeded {
-			note = fmt.Sprintf("This was done once already, by another %s that went on in its place %s (reference %s); nothing new was done. "+
-				"Tell the user. The same input will not send it again %s: if the user wants another one, that is a new request.", name, where, other, where)
+			note = fmt.Sprintf("This was not sent itself: when it was found not done, another %s went on in its place %s (reference %s), and was done. "+
+				"Nothing new was done. Tell the user. The same input will not send it again %s: if the user wants it sent, that is a new request.", name, where, other, where)
 		}
 		fail(envelope.CodeReplaced, fmt.Sprintf("this action's outcome was unknown; it was found not done, and another %s (%s) went on in its place; this call was not run", name, other),
 			envelope.AskHuman, note)

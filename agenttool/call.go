@@ -709,10 +709,17 @@ func (c *call) record() outcome {
 		c.cause = fmt.Errorf("the tool reported %w after its effect was recorded", c.cause)
 		c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: c.cause}
 		return effectFound
+	case errors.Is(err, storekit.ErrFenced) && c.final != Succeeded:
+		// Another holder took the action over while this call ran (a
+		// pause past its lease): what this call saw is not the action's
+		// outcome — the other holder may have applied it. Claim again, and
+		// answer with what the action became.
+		cfg.logger.Warn("retrysafe: outcome not recorded: another call holds the action now", "ref", c.ref, "state", c.final, "err", err)
+		return c.lostHold()
 	default:
 		cfg.logger.Warn("retrysafe: outcome not recorded", "ref", c.ref, "state", c.final, "err", err)
 		if errors.Is(err, storekit.ErrFenced) {
-			env.Note = "Another call took this action over while it ran; this outcome is what this call saw."
+			env.Note = "Another call took this action over while it ran; this call's attempt applied it."
 		}
 		// The envelope stays true to what happened. The record stays
 		// pending, its lease expires, and the next call treats it as
@@ -720,6 +727,16 @@ func (c *call) record() outcome {
 	}
 	c.env = env
 	return recorded
+}
+
+// lostHold ends the call's hold on a key another call took over, so that
+// the call can claim it again and answer with what the action became.
+func (c *call) lostHold() outcome {
+	c.t.flights.end(c)
+	c.stopWork(nil)
+	c.stopWork, c.work = nil, c.ctx
+	c.effect, c.token, c.claimed, c.heldUntil, c.lastSent = effectNone, 0, Record{}, time.Time{}, time.Time{}
+	return holdLost
 }
 
 // giveBack returns the call's key when nothing was applied. A new action's
@@ -757,6 +774,11 @@ func (c *call) giveBack() outcome {
 		c.cause = fmt.Errorf("the tool reported %w after its effect was recorded", c.cause)
 		c.final, c.ans = Unknown, answer{reason: reasonUnknown, attempts: c.attempt, err: c.cause}
 		return effectFound
+	}
+	if errors.Is(err, storekit.ErrFenced) {
+		// Taken over: nothing of this call applied the action, but the
+		// other holder may have.
+		return c.lostHold()
 	}
 	if err != nil {
 		c.t.cfg.logger.Warn("retrysafe: could not give back a key whose tool did not apply the effect", "ref", c.ref, "err", err)

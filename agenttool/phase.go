@@ -81,6 +81,7 @@ const (
 	recorded
 	givenBack
 	effectFound // the store refused to forget the key: an effect committed under it
+	holdLost    // another call took the key over while this one held it
 	outcomeCount
 )
 
@@ -88,7 +89,7 @@ var outcomeNames = [outcomeCount]string{"", "granted", "took over", "refused", "
 	"slot running", "slot unknown", "slot approved", "slot notice", "store failed", "waited", "wait over",
 	"approved retry", "approver answered", "earlier applied", "earlier not applied", "earlier unknown", "earlier moved",
 	"applied", "not applied", "no answer", "succeeded", "refused definitely", "transient", "maybe applied",
-	"lease lost", "key forgotten", "backed off", "no more attempts", "recorded", "given back", "effect found"}
+	"lease lost", "key forgotten", "backed off", "no more attempts", "recorded", "given back", "effect found", "hold lost"}
 
 func (o outcome) String() string {
 	if o > 0 && o < outcomeCount {
@@ -270,6 +271,10 @@ func next(ph phase, o outcome, f facts) (phase, error) {
 				return phaseCheckAttempt, nil
 			}
 			return phaseRecord, nil
+		case o == holdLost:
+			// What this call saw is not the action's outcome: claim again
+			// and answer with what the action became.
+			return phaseClaim, nil
 		}
 	}
 	return 0, fmt.Errorf("agenttool: no move from %v on %v (class %v, effect %d)", ph, o, f.class, f.effect)

@@ -96,6 +96,8 @@ var lifeOfACall = []move{
 	{phaseCheckAttempt, checkNotApplied, always, phaseGiveBack},
 
 	{phaseRecord, recorded, always, phaseDone},
+	{phaseRecord, holdLost, always, phaseClaim},
+	{phaseGiveBack, holdLost, always, phaseClaim},
 	{phaseRecord, effectFound, func(f facts) bool { return f.reconciler && f.class != AtMostOnce }, phaseCheckAttempt},
 	{phaseRecord, effectFound, always, phaseRecord},
 	{phaseGiveBack, givenBack, always, phaseDone},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/retrysafe/retrysafe/internal/printable"
 )
 
 // Approver decides what happens to an at-most-once action whose outcome is
@@ -91,7 +93,7 @@ func (c *call) approve() outcome {
 		h(c.ctx, ApprovalEvent{Tool: c.t.name, RequestRef: c.ref, Attempts: rec.Attempts, Decision: a.Decision, By: a.By, Err: err})
 	}
 	if err != nil {
-		cfg.logger.Warn("retrysafe: approver failed", "ref", c.ref, "err", err)
+		cfg.logger.Warn("retrysafe: approver failed", "ref", c.ref, "err", printable.Line(err.Error()))
 		return waiting(fmt.Sprintf("the outcome is unknown and the approver could not be asked: %v", err))
 	}
 	if a.Decision == Undecided {
@@ -124,6 +126,14 @@ func (c *call) approve() outcome {
 			cfg.logger.Warn("retrysafe: could not give back a record after a stale approval", "ref", c.ref, "err", err)
 		}
 		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown; the approval given was for attempt %d, and one approval allows one attempt", h.rec.Attempts, a.Attempts))
+	}
+	if a.Decision == Compensate && h.rec.Resolution != nil && h.rec.Resolution.Verdict == verdictCompensationFailed {
+		// Another call's compensation of this outcome failed while the
+		// approver was asked: it is not tried twice.
+		if err := h.stillUnknown(c.ctx); err != nil {
+			cfg.logger.Warn("retrysafe: could not give back a record after a failed compensation", "ref", c.ref, "err", err)
+		}
+		return waiting("a compensation was already tried for this outcome and failed; an operator must settle it")
 	}
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {

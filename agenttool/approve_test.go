@@ -1,8 +1,11 @@
 package agenttool_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,5 +391,72 @@ func TestApprove_RetryFencesFromItsClaim(t *testing.T) {
 	}
 	if n := m.count(); n != 1 {
 		t.Errorf("one logical action left %d emails (%v)", n, m.effects)
+	}
+}
+
+// A compensation runs at most once per outcome (Approval): after one has
+// failed, the record waits for an operator, and an approver's Compensate
+// for the same attempt is not acted on again — also by a call that met the
+// record before the failure and whose approver answered after it.
+func TestApprove_CompensatesAtMostOncePerOutcome(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+		var refunds atomic.Int32
+		hold, holding := make(chan struct{}), make(chan struct{})
+		var asked atomic.Int32
+		approver := agenttool.ApproverFunc(func(ctx context.Context, req agenttool.ApprovalRequest) (agenttool.Approval, error) {
+			if asked.Add(1) == 1 {
+				close(holding) // the first call's approver: a person reads the ticket
+				<-hold
+			}
+			return agenttool.Approval{Decision: agenttool.Compensate, By: "maria", Reason: "refund it", Attempts: req.Attempts}, nil
+		})
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.AtMostOnce, Approver: approver,
+			Compensate: func(context.Context, agenttool.CallInfo) error {
+				refunds.Add(1)
+				return errors.New("refund refused: the provider is down")
+			},
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+
+		slow := make(chan envelope.Envelope)
+		go func() { slow <- tool.Invoke(scoped(), lunch) }() // meets the unknown record; its approver is slow
+		<-holding
+		tool.Invoke(scoped(), lunch) // its approver answers Compensate at once: the compensation fails
+		if refunds.Load() != 1 {
+			t.Fatalf("the first compensation ran %d times", refunds.Load())
+		}
+		close(hold)
+		late := <-slow
+		if n := refunds.Load(); n != 1 {
+			t.Errorf("the compensation of attempt 1 ran %d times; after it failed once, the record waits for an operator (late call: %s)", n, late)
+		}
+	})
+}
+
+// What an approver's backend answered (a ticket system's error, which may
+// quote what a person wrote in the ticket) reaches the tool's log shown,
+// not obeyed: C1 controls and bidi overrides are written as escapes, as
+// the filter every human-facing output shares does (slog's JSON handler
+// escapes only C0).
+func TestApprove_ApproversErrorIsLoggedShownNotObeyed(t *testing.T) {
+	var log bytes.Buffer
+	m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
+	approver := agenttool.ApproverFunc(func(context.Context, agenttool.ApprovalRequest) (agenttool.Approval, error) {
+		return agenttool.Approval{}, errors.New("ticket 7: comment \u009b2J\u009d0;approved\u009c\u202edeifirev")
+	})
+	tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, Approver: approver,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}, Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.UnknownOutcome)
+	tool.Invoke(scoped(), lunch) // the approver is asked, and fails
+	got := log.String()
+	if !strings.Contains(got, "ticket 7") {
+		t.Fatalf("the approver's failure is not logged:\n%s", got)
+	}
+	for i, r := range got {
+		if r < 0x20 && r != '\n' || r >= 0x7f && r <= 0x9f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 {
+			t.Fatalf("the log carries %U at byte %d:\n%q", r, i, got)
+		}
 	}
 }

@@ -95,7 +95,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	}
 	var in input
 	if ty := t.typed; ty != nil {
-		if err := ty.shape.check("", tree); err != nil {
+		if err := ty.shape.check("", tree, &names); err != nil {
 			return input{}, invalid(err.Error())
 		}
 		v, err := ty.decode(canon)
@@ -167,7 +167,7 @@ func (c *config) screen(path string, v any, keyLike *[]string, names *looseNames
 				return invalid(fmt.Sprintf("the input's member names with characters beyond ASCII come to more than %d bytes in all; use fewer or shorter names", c.MaxIdentifyingValue))
 			}
 			p := join(path, name)
-			if c.isKeyLike(name) {
+			if c.keyLikeName(name, names) {
 				*keyLike = append(*keyLike, p)
 				continue
 			}
@@ -323,8 +323,8 @@ func sizeWithin(v any, limit int) (int, bool) {
 // and what is left of the bytes of names beyond ASCII the call may fold.
 // A nil *looseNames computes every time.
 type looseNames struct {
-	m      map[string]string
-	budget int
+	m, skel map[string]string
+	budget  int
 }
 
 // charge counts a member name met by the screen against the budget, and
@@ -354,6 +354,22 @@ func (l *looseNames) of(name string) string {
 	return s
 }
 
+// skeletonOf returns the skeleton of name.
+func (l *looseNames) skeletonOf(name string) string {
+	if l == nil || isASCII(name) {
+		return skeleton(name)
+	}
+	if s, ok := l.skel[name]; ok {
+		return s
+	}
+	if l.skel == nil {
+		l.skel = make(map[string]string)
+	}
+	s := skeleton(name)
+	l.skel[name] = s
+	return s
+}
+
 // isKeyLike reports whether a member name, folded to its skeleton, is one of
 // the key-like fields, or contains one of the key-like stems.
 func (c *config) isKeyLike(name string) bool {
@@ -369,6 +385,28 @@ func (c *config) isKeyLike(name string) bool {
 	}
 	for _, stem := range c.keyStems {
 		if bytes.Contains(s, []byte(stem)) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyLikeName is isKeyLike, with the skeleton of a name beyond ASCII kept
+// in names for the rest of the call.
+func (c *config) keyLikeName(name string, names *looseNames) bool {
+	if isASCII(name) {
+		return c.isKeyLike(name)
+	}
+	return c.isKeyLikeSkeleton(names.skeletonOf(name))
+}
+
+// isKeyLikeSkeleton is isKeyLike of a name's skeleton.
+func (c *config) isKeyLikeSkeleton(s string) bool {
+	if c.keyLike[s] {
+		return true
+	}
+	for _, stem := range c.keyStems {
+		if strings.Contains(s, stem) {
 			return true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -705,4 +706,34 @@ func TestInputBeyondTheBoundsIsRefusedAndNothingStored(t *testing.T) {
 	mustStatus(t, tool.Invoke(scoped(), email("bo@example.com", strings.Repeat("x", 64<<10))), envelope.Success)
 	mustStatus(t, small.Invoke(scoped(), email(strings.Repeat("c", 100), "hi")), envelope.Success)
 	mustStatus(t, wrapped.Invoke(scoped(), `{"to":"cy@example.com","meta":{`+names(64<<10-400)+`}}`), envelope.Success)
+}
+
+// What one call costs is bounded by its input (docs/performance.md, "The
+// costliest input"), also for a parameter whose type parses numbers in
+// exponent form: the key follows the value the tool receives, which is
+// encoded again, and *big.Float writes "1e1000000" out digit by digit. A
+// 40-byte input must not cost more than the documented cost of an
+// identifying value at its 64 KiB bound (about 8 MB); with an exponent of
+// nine digits, which the input's JSON allows, the same call would take
+// days.
+func TestInputCostIsBoundedForANumberInExponentForm(t *testing.T) {
+	type charge struct {
+		Card   string     `json:"card"`
+		Amount *big.Float `json:"amount"`
+	}
+	tool, err := agenttool.New("charge_card", "", func(_ context.Context, c charge) (string, error) { return "ok", nil },
+		agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, tool.Invoke(scoped(), `{"card":"4242","amount":"12.50"}`), envelope.Success)
+	input := `{"card":"4242","amount":"1e1000000"}`
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	env := tool.Invoke(scoped(), input)
+	runtime.ReadMemStats(&after)
+	if mb := float64(after.TotalAlloc-before.TotalAlloc) / 1e6; mb > 8 {
+		t.Errorf("a call with an input of %d bytes allocated %.1f MB (%s): more than an identifying value at its bound costs",
+			len(input), mb, env.Status)
+	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/retrysafe/retrysafe/envelope"
 )
 
 // referenceLoose is the loose form as its definition reads, without any of
@@ -156,5 +158,50 @@ func TestLooseFormIsComputedOncePerCall(t *testing.T) {
 		if got > tt.once*3/2 {
 			t.Errorf("%s: a call allocates %d bytes; its loose form alone, once, %d", tt.what, got, tt.once)
 		}
+	}
+}
+
+// The loose form and the skeleton of a member name are computed once per
+// call, also when the name is not one of a typed tool's fields and the
+// call is refused (invalid_input: "unknown field"): the refusal looks for
+// the field it was meant to be, and must not fold the model's name again
+// for each field the tool has. Otherwise what a refused call costs grows
+// with the number of the tool's fields, past what docs/performance.md
+// gives for the costliest input: a 64 KiB name in U+FDFA costs a tool of
+// twenty fields about a second and 110 MB.
+func TestLooseFormIsComputedOnceForAMemberNameTheToolDoesNotKnow(t *testing.T) {
+	type order struct {
+		Customer string `json:"customer"`
+		Item     string `json:"item"`
+		Quantity int    `json:"quantity"`
+		Address  string `json:"address"`
+		City     string `json:"city"`
+		Country  string `json:"country"`
+		Phone    string `json:"phone"`
+		Note     string `json:"note"`
+	}
+	tool, err := New("place_order", "", func(_ context.Context, o order) (string, error) { return "", nil },
+		Options{Store: &mapStore{m: map[string]Record{}}, Class: Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	costly := strings.Repeat("\ufdfa", 3000)
+	allocated := func(f func()) uint64 {
+		f() // warm up: tables built on first use
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	once := allocated(func() { looseString(costly); skeleton(costly) })
+	input := `{"customer":"ana","item":"tea","` + costly + `":"x"}`
+	_, bad := tool.parse(input)
+	if bad == nil || bad.Code != envelope.CodeInvalidInput || !strings.Contains(bad.Message, "unknown field") {
+		t.Fatalf("a member the tool does not have: %v; want invalid_input, unknown field", bad)
+	}
+	if got := allocated(func() { tool.parse(input) }); got > once*3/2 {
+		t.Errorf("refusing a member name the tool does not know allocates %d bytes; its loose form and skeleton, once, %d (%.1f times)",
+			got, once, float64(got)/float64(once))
 	}
 }

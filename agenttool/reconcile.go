@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/retrysafe/retrysafe/internal/printable"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -27,7 +28,7 @@ func (t *Tool) check(ctx context.Context, r reconcile.Reconciler, req reconcile.
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				t.cfg.logger.Error("retrysafe: reconciler panicked", "tool", t.name, "ref", req.Ref, "panic", p)
+				t.cfg.logger.Error("retrysafe: reconciler panicked", "tool", t.name, "ref", req.Ref, "panic", printable.Line(fmt.Sprint(p)))
 				done <- reconcile.CantSayBecause(fmt.Errorf("the reconciler panicked: %v", p))
 			}
 		}()

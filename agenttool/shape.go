@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/retrysafe/retrysafe/internal/canonjson"
 )
 
 // A shape is what a typed tool's input type accepts, derived once from the
@@ -24,6 +27,12 @@ type shape struct {
 	elem   *shape            // array items, map values
 	fields map[string]*field // struct fields by JSON name
 	names  []string          // struct fields' JSON names, in declaration order
+	// self: a type that decodes and encodes itself (a big.Float, a decimal
+	// type); the key follows its value encoded again, at a cost it alone
+	// knows.
+	self bool
+	// loose and skel are the loose forms and skeletons of names, for near.
+	loose, skel []string
 }
 
 type shapeKind uint8
@@ -86,7 +95,7 @@ func buildShape(t reflect.Type, seen map[reflect.Type]bool) (*shape, error) {
 			return nil, fmt.Errorf("type %v decodes itself (UnmarshalJSON or UnmarshalText) but does not encode itself: "+
 				"add MarshalJSON or MarshalText, so that the key can tell its values apart", t)
 		}
-		return &shape{kind: shapeAny}, nil
+		return &shape{kind: shapeAny, self: true}, nil
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -224,7 +233,7 @@ func badInput(format string, args ...any) error {
 
 // check reports the first way v, decoded with UseNumber, does not fit s.
 // path names v for the message ("" for the whole input).
-func (s *shape) check(path string, v any) error {
+func (s *shape) check(path string, v any, names *looseNames) error {
 	at := func() string {
 		if path == "" {
 			return "the input"
@@ -233,6 +242,9 @@ func (s *shape) check(path string, v any) error {
 	}
 	switch s.kind {
 	case shapeAny:
+		if s.self {
+			return checkMagnitude(at(), v)
+		}
 		return nil
 	case shapeString:
 		if _, ok := v.(string); !ok {
@@ -256,7 +268,7 @@ func (s *shape) check(path string, v any) error {
 			if item == nil && s.elem.kind != shapeAny {
 				return badInput("field %q is null; leave out what you do not know", p)
 			}
-			if err := s.elem.check(p, item); err != nil {
+			if err := s.elem.check(p, item, names); err != nil {
 				return err
 			}
 		}
@@ -270,7 +282,7 @@ func (s *shape) check(path string, v any) error {
 			if m[name] == nil && s.elem.kind != shapeAny {
 				return badInput("field %q is null; leave out what you do not know", p)
 			}
-			if err := s.elem.check(p, m[name]); err != nil {
+			if err := s.elem.check(p, m[name], names); err != nil {
 				return err
 			}
 		}
@@ -283,10 +295,10 @@ func (s *shape) check(path string, v any) error {
 			f := s.fields[name]
 			p := join(path, name)
 			if f == nil {
-				if want := s.near(name); want != "" {
-					return badInput("unknown field %q: the field is called %q, exactly", p, join(path, want))
+				if want := s.near(name, names); want != "" {
+					return badInput("unknown field %q: the field is called %q, exactly", clip(p), join(path, want))
 				}
-				return badInput("unknown field %q: the fields are %s", p, s.list())
+				return badInput("unknown field %q: the fields are %s", clip(p), s.list())
 			}
 			val := m[name]
 			if val == nil && !f.nullable {
@@ -298,7 +310,7 @@ func (s *shape) check(path string, v any) error {
 			if val == nil {
 				continue
 			}
-			if err := f.shape.check(p, val); err != nil {
+			if err := f.shape.check(p, val, names); err != nil {
 				return err
 			}
 		}
@@ -346,14 +358,66 @@ func (s *shape) dropNulls(v any) bool {
 
 // near returns the field whose name equals name under case folding and
 // normalisation, or "".
-func (s *shape) near(name string) string {
-	l := looseString(name)
-	for _, n := range s.names {
-		if looseString(n) == l || skeleton(n) == skeleton(name) {
+// near returns the field whose name the model may have meant by name: the
+// same loose form, or the same skeleton. The loose forms and skeletons of
+// the fields' names are computed once per shape, and name's once per call
+// (names keeps them; nil computes them).
+func (s *shape) near(name string, names *looseNames) string {
+	if s.loose == nil {
+		loose, skel := make([]string, len(s.names)), make([]string, len(s.names))
+		for i, n := range s.names {
+			loose[i], skel[i] = looseString(n), skeleton(n)
+		}
+		s.loose, s.skel = loose, skel // computed alike by every caller: a benign race
+	}
+	l, sk := names.of(name), names.skeletonOf(name)
+	for i, n := range s.names {
+		if s.loose[i] == l || s.skel[i] == sk {
 			return n
 		}
 	}
 	return ""
+}
+
+// clip shortens a name the model sent, for a message that quotes it back.
+func clip(name string) string {
+	const most = 64
+	if utf8.RuneCountInString(name) <= most {
+		return name
+	}
+	n := 0
+	for i := range name {
+		if n == most {
+			return name[:i] + "…"
+		}
+		n++
+	}
+	return name
+}
+
+// checkMagnitude refuses a value for a type that decodes itself whose
+// text is a number in exponent form beyond 1e±canonjson.MaxMagnitude
+// ("1e1000000", "0x1p4000000"): a few bytes that such a type (big.Float)
+// would spend seconds and megabytes printing again, when the key follows
+// it.
+func checkMagnitude(at string, v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return nil // numbers were bounded when the input was read
+	}
+	i := strings.LastIndexAny(str, "eEpP")
+	if i < 0 || i == len(str)-1 {
+		return nil
+	}
+	exp := strings.TrimLeft(str[i+1:], "+-")
+	if exp == "" || strings.TrimLeft(exp, "0123456789") != "" {
+		return nil
+	}
+	exp = strings.TrimLeft(exp, "0")
+	if len(exp) > 5 || (len(exp) == 5 && exp > "10000") {
+		return badInput("%s is a number beyond 1e±%d; give it in a smaller form", at, canonjson.MaxMagnitude)
+	}
+	return nil
 }
 
 func (s *shape) list() string {

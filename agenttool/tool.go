@@ -124,8 +124,8 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 	for _, f := range cfg.IdentifyingFields {
 		fd := sh.fields[f]
 		switch {
-		case fd == nil && sh.near(f) != "":
-			return bad("IdentifyingFields names %q; the JSON name of that field is %q", f, sh.near(f))
+		case fd == nil && sh.near(f, nil) != "":
+			return bad("IdentifyingFields names %q; the JSON name of that field is %q", f, sh.near(f, nil))
 		case fd == nil:
 			return bad("IdentifyingFields names %q, which is not a JSON field of %v (its fields: %s)", f, in, sh.list())
 		case !fd.required:

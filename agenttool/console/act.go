@@ -61,7 +61,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.origin.Check(r); err != nil {
-		h.opts.Logger.Warn("retrysafe console: cross-origin decision refused", "viewer", a.viewer.Name, "err", err)
+		h.opts.Logger.Warn("retrysafe console: cross-origin decision refused", "viewer", printable.Line(a.viewer.Name), "err", err)
 		plain(w, http.StatusForbidden, "a decision must come from the console's own page; this request came from another site")
 		return
 	}
@@ -72,7 +72,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	}
 	form := r.PostForm // never the URL's query: a link cannot carry a decision
 	if !h.validToken(a.viewer, form.Get("csrf")) {
-		h.opts.Logger.Warn("retrysafe console: decision with a missing or wrong form token refused", "viewer", a.viewer.Name, "ref", printable.Line(form.Get("ref")))
+		h.opts.Logger.Warn("retrysafe console: decision with a missing or wrong form token refused", "viewer", printable.Line(a.viewer.Name), "ref", printable.Line(form.Get("ref")))
 		plain(w, http.StatusForbidden, "the form's token is missing or wrong, so nothing was changed. Open the console again and decide from its page")
 		return
 	}
@@ -121,7 +121,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	done, err := d.make(r.Context(), v.op)
-	h.opts.Logger.Info("retrysafe console: decision", "viewer", d.by, "decision", do, "ref", ref,
+	h.opts.Logger.Info("retrysafe console: decision", "viewer", printable.Line(d.by), "decision", do, "ref", ref,
 		"attempts", d.attempts, "why", printable.Line(d.reason), "done", done, "err", errText(err))
 	if err != nil {
 		// Show the action as it is now.

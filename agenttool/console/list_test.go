@@ -2,7 +2,9 @@ package console_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/retrysafe/retrysafe/agenttool/console"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
@@ -203,4 +206,41 @@ func hiddenRune(s string) (int, rune) {
 		}
 	}
 	return -1, 0
+}
+
+// A viewer's name is what a person chose (a display name at the identity
+// provider): the audit log records who decided through the same filter as
+// everything else, so that a name with control characters (C0 and C1) or
+// bidi overrides neither recolours nor reorders what the auditor reads.
+func TestAuditLogShowsAViewersNameInsteadOfObeyingIt(t *testing.T) {
+	w := newWorld(t, nil)
+	charge := w.lostCharge(ana, "", chargeAna)
+	name := "li\u009b2J\u009d0;owned\u009c\u202eanam"
+	var log syncBuffer
+	h, err := console.New(console.Options{
+		Operator: w.op, Approvals: w.approvals,
+		Who: func(*http.Request) (console.Viewer, error) {
+			return console.Viewer{Name: name, All: true}, nil
+		},
+		Now: w.clock.Now, Logger: slog.New(slog.NewJSONHandler(&log, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	w.srv = srv
+	if p := w.decide("anyone", charge.RequestRef, "not-applied", 1, "no charge in the processor's log"); p.status != http.StatusSeeOther {
+		t.Fatalf("the decision: %d\n%s", p.status, p.body)
+	}
+	if rec := w.record(charge.RequestRef); rec.Resolution == nil || !strings.Contains(rec.Resolution.By, "li\u009b2J") {
+		t.Fatalf("the decision was not recorded as the viewer's: %+v", rec.Resolution)
+	}
+	got := log.String()
+	if !strings.Contains(got, "no charge in the processor's log") {
+		t.Fatalf("the audit log has no record of the decision:\n%s", got)
+	}
+	if i, r := hiddenRune(got); i >= 0 {
+		t.Errorf("the audit log carries %U at byte %d:\n%q", r, i, got)
+	}
 }

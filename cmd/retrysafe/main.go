@@ -21,7 +21,8 @@
 // -to, each a bbolt file's path or a postgres:// URL (with -from-schema and
 // -to-schema); the source is opened read-only.
 //
-// No command but migrate creates or upgrades a store: a schema or file that
+// No command but migrate (and copy, for its PostgreSQL target, which gets
+// the schema it lacks) creates or upgrades a store: a schema or file that
 // is missing, or of another version than this program's, is refused and
 // left as it is (run the retrysafe command of the application's version).
 // On PostgreSQL, list, show and stats open the store read-only and need a

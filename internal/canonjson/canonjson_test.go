@@ -63,6 +63,8 @@ func TestCanonicalRejects(t *testing.T) {
 		{`"\ud800"`, "lone surrogate"},
 		{`"\udc00x"`, "lone surrogate"},
 		{`1e9999999999`, "exponent out of range"},
+		{`1e10001`, "number out of range"},
+		{`-1.5e-10002`, "number out of range"},
 		{strings.Repeat("[", 65) + strings.Repeat("]", 65), "nesting deeper"},
 		{`{"a":1} x`, "after the JSON value"},
 		{`{"a":1,}`, "member name"},

@@ -9,6 +9,12 @@ import (
 // hostile "1e999999999999" is refused instead of being expanded.
 const maxExponentDigits = 9
 
+// MaxMagnitude bounds the decimal magnitude of a number: its value lies
+// within 1e±MaxMagnitude (or is 0). Far beyond any quantity a tool takes,
+// it keeps a 9-byte literal from making a tool's decoded value (a
+// big.Float, a decimal type) cost seconds to print when the key follows it.
+const MaxMagnitude = 10000
+
 // number parses a JSON number and appends its canonical form to buf.
 //
 // Numbers are compared by exact decimal value, never through float64: 1, 1.0,
@@ -87,6 +93,9 @@ func (p *parser) number() error {
 	}
 	n := int64(len(digits))
 	point := n + e10 // digits before the decimal point
+	if point > MaxMagnitude || point < -MaxMagnitude {
+		return &SyntaxError{Offset: start, Msg: "number out of range: beyond 1e±10000"}
+	}
 	switch {
 	case e10 >= 0 && point <= 21:
 		p.buf = append(p.buf, digits...)

@@ -41,6 +41,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The batches of the group commit written as pipelined single statements
+// (the alternative BenchmarkGroupCommit measures) keep the same promises.
+func TestGroupCommitPipelined(t *testing.T) {
+	storetest.RunGroupCommit(t, storetest.Harness{
+		Open: func(t *testing.T) agenttool.Store {
+			s := pgtest.Open(t)
+			pgstore.Pipeline(s)
+			return s
+		},
+		Gather: gather,
+	})
+}
+
 // gather gathers the next n writes of a kind into one batch, with a
 // failpoint, and checks when the test ends that the batch was written.
 func gather(t *testing.T, s agenttool.Store, w storetest.Writes, n int, f storetest.Fault) {

@@ -16,6 +16,22 @@ import (
 // still gets its own answer, its own token and its own error, and a batch
 // that goes wrong loses nothing and lies to no one.
 
+// RunGroupCommit runs the suite's checks of writes that share batches (Run
+// runs them too): 64 concurrent claims and outcomes, and, where the harness
+// can gather a batch, batches with faults injected.
+func RunGroupCommit(t *testing.T, h Harness) {
+	t.Run("ConcurrentClaimsAndOutcomes", func(t *testing.T) { testConcurrentClaimsAndOutcomes(t, h.Open(t)) })
+	t.Run("GatheredBatches", func(t *testing.T) {
+		if h.Gather == nil {
+			t.Skip("the harness cannot gather this store's writes into a batch")
+		}
+		for _, f := range []Fault{NoFault, RowRefused, LostBeforeCommit, LostAfterCommit} {
+			t.Run("Claims"+f.String(), func(t *testing.T) { testGatheredClaims(t, h, f) })
+			t.Run("Outcomes"+f.String(), func(t *testing.T) { testGatheredOutcomes(t, h, f) })
+		}
+	})
+}
+
 // Writes names a kind of write a store gathers into shared batches.
 type Writes int
 

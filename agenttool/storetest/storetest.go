@@ -97,7 +97,6 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"ClaimCreatesPending", testClaimCreatesPending},
 		{"ConcurrentClaimsOneWinner", testConcurrentClaims},
-		{"ConcurrentClaimsAndOutcomes", testConcurrentClaimsAndOutcomes},
 		{"TokensAreUnique", testTokensUnique},
 		{"FinishStates", testFinishStates},
 		{"FencingAfterTakeover", testFencing},
@@ -130,15 +129,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
 	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
 	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })
-	t.Run("GatheredBatches", func(t *testing.T) {
-		if h.Gather == nil {
-			t.Skip("the harness cannot gather this store's writes into a batch")
-		}
-		for _, f := range []Fault{NoFault, RowRefused, LostBeforeCommit, LostAfterCommit} {
-			t.Run("Claims"+f.String(), func(t *testing.T) { testGatheredClaims(t, h, f) })
-			t.Run("Outcomes"+f.String(), func(t *testing.T) { testGatheredOutcomes(t, h, f) })
-		}
-	})
+	RunGroupCommit(t, h)
 	t.Run("DatabaseGone", func(t *testing.T) {
 		if h.Kill == nil {
 			t.Skip("the harness cannot kill this store")

@@ -39,6 +39,23 @@ type batchCounts struct {
 	claimBatches, claims, outcomeBatches, outcomes atomic.Int64
 }
 
+// GroupCommitStats counts what the store's group commit shared since Open:
+// the batches of two or more writes, and the writes in them. Writes made
+// alone are not counted.
+type GroupCommitStats struct {
+	ClaimBatches, Claims     int64 // batches of claims of new keys, and their claims
+	OutcomeBatches, Outcomes int64 // batches of outcomes, and their outcomes
+}
+
+// GroupCommitStats returns what the store's group commit has shared so
+// far: ClaimsPerBatch = Claims/ClaimBatches says how many claims a commit
+// carried under load. It is safe for concurrent use.
+func (s *Store) GroupCommitStats() GroupCommitStats {
+	b := &s.batched
+	return GroupCommitStats{ClaimBatches: b.claimBatches.Load(), Claims: b.claims.Load(),
+		OutcomeBatches: b.outcomeBatches.Load(), Outcomes: b.outcomes.Load()}
+}
+
 // outcome is the fenced UPDATE of one Finish.
 type outcome struct {
 	key           string

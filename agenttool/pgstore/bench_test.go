@@ -218,9 +218,9 @@ func BenchmarkGroupCommit(b *testing.B) {
 	}
 	for _, st := range stores {
 		b.ReportMetric(float64(n)/st.took.Seconds(), st.name+"-calls/s")
-		if cb, c, ob, o := pgstore.Batched(st.s); cb > 0 && ob > 0 {
-			b.ReportMetric(float64(c)/float64(cb), st.name+"-claims/batch")
-			b.ReportMetric(float64(o)/float64(ob), st.name+"-outcomes/batch")
+		if g := st.s.GroupCommitStats(); g.ClaimBatches > 0 && g.OutcomeBatches > 0 {
+			b.ReportMetric(float64(g.Claims)/float64(g.ClaimBatches), st.name+"-claims/batch")
+			b.ReportMetric(float64(g.Outcomes)/float64(g.OutcomeBatches), st.name+"-outcomes/batch")
 		}
 	}
 }

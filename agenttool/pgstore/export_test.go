@@ -45,10 +45,3 @@ func Pipeline(s *Store) { s.pipelined = true }
 // Alone makes s write every claim and outcome alone, as it did before its
 // group commit. Call it before s is used.
 func Alone(s *Store) { s.claims.off, s.outcomes.off = true, true }
-
-// Batched reports the batches of two or more writes s wrote, and their
-// writes.
-func Batched(s *Store) (claimBatches, claims, outcomeBatches, outcomes int64) {
-	b := &s.batched
-	return b.claimBatches.Load(), b.claims.Load(), b.outcomeBatches.Load(), b.outcomes.Load()
-}

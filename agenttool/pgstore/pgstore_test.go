@@ -59,11 +59,11 @@ func TestGroupCommitPipelined(t *testing.T) {
 func gather(t *testing.T, s agenttool.Store, w storetest.Writes, n int, f storetest.Fault) {
 	store := s.(*pgstore.Store)
 	count := func() int64 {
-		cb, _, ob, _ := pgstore.Batched(store)
+		st := store.GroupCommitStats()
 		if w == storetest.Claims {
-			return cb
+			return st.ClaimBatches
 		}
-		return ob
+		return st.OutcomeBatches
 	}
 	before := count()
 	t.Cleanup(func() {

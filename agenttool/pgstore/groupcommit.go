@@ -111,11 +111,7 @@ func (g *groupCommit[Req, Ans]) do(ctx context.Context, req Req) (Ans, error) {
 	if !g.running && g.hold == 0 {
 		g.running = true
 		g.mu.Unlock()
-		ans, err := g.lone(ctx, &req)
-		g.mu.Lock()
-		g.startLocked()
-		g.mu.Unlock()
-		return ans, err
+		return g.leadAlone(ctx, &req)
 	}
 	w := &gathered[Req, Ans]{ctx: ctx, req: req, done: make(chan struct{})}
 	g.queue = append(g.queue, w)
@@ -145,6 +141,18 @@ func (g *groupCommit[Req, Ans]) do(ctx context.Context, req Req) (Ans, error) {
 		return g.lone(ctx, &w.req)
 	}
 	return w.ans, w.err
+}
+
+// leadAlone writes req alone, then starts the committer for the writes
+// that queued meanwhile, or marks the queue idle — also if the write
+// panics.
+func (g *groupCommit[Req, Ans]) leadAlone(ctx context.Context, req *Req) (Ans, error) {
+	defer func() {
+		g.mu.Lock()
+		g.startLocked()
+		g.mu.Unlock()
+	}()
+	return g.lone(ctx, req)
 }
 
 // startLocked starts the committer if writes are queued, or marks the

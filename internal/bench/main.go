@@ -1,6 +1,7 @@
 // Command bench measures retrysafe side by side with its baselines, in one
-// run, and prints a table (or, with -json, one line of JSON; with -svg, a
-// chart of throughput against concurrency).
+// run, and prints a table (or, with -json, one line of JSON, and the table
+// on standard error; with -svg, a chart of throughput against
+// concurrency).
 //
 //	go run ./internal/bench
 //	go run ./internal/bench -json -svg docs/throughput.svg
@@ -61,7 +62,7 @@ type Ratios struct {
 }
 
 func main() {
-	asJSON := flag.Bool("json", false, "print one line of JSON instead of the table")
+	asJSON := flag.Bool("json", false, "print one line of JSON, and the table on standard error")
 	svg := flag.String("svg", "", "write a chart of calls/s against concurrency to this file")
 	quick := flag.Bool("quick", false, "fewer iterations: a smoke run, not figures to quote")
 	growth := flag.Bool("growth", false, "the growth benchmark instead: stores of 10k, 100k and 1M records (with -quick, 1k and 10k)")
@@ -142,6 +143,7 @@ func run(w io.Writer, asJSON bool, svgPath string, quick bool) error {
 		}
 	}
 	if asJSON {
+		printTable(os.Stderr, rep) // for people; the JSON line goes to w
 		return jsonLine(w, rep)
 	}
 	printTable(w, rep)

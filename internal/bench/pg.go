@@ -33,13 +33,18 @@ type PGResult struct {
 }
 
 // PGConcResult is calls per second at one concurrency: guarded calls, the
-// bare pair on the same pool, and the bare pair on a pool of a connection
-// per caller (information: what the pair gets from PostgreSQL's own
-// sharing of WAL flushes when every caller has a connection).
+// bare pair on the same pool, and the bare pair on a pool of up to
+// wideConns connections, one per caller (information: what the pair gets
+// from PostgreSQL's own sharing of WAL flushes when callers have
+// connections of their own).
 type PGConcResult struct {
 	Callers                 int
 	Guarded, Bare, BareWide float64
 }
+
+// wideConns is the size of the bare pair's wide pool: within PostgreSQL's
+// default max_connections (100), with the store's pool beside it.
+const wideConns = 64
 
 func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 	b := make([]byte, 6)
@@ -55,7 +60,7 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	wideCfg.MaxConns = maxCallers
+	wideCfg.MaxConns = wideConns
 	wide, err := pgxpool.NewWithConfig(ctx, wideCfg)
 	if err != nil {
 		return nil, err

@@ -69,11 +69,14 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	if !strings.HasPrefix(trimmed, "{") {
 		return input{}, invalid(fmt.Sprintf("send one JSON object with the tool's parameters%s, not %s", t.fieldList(), describeText(trimmed)))
 	}
-	canon, err := canonjson.Canonical([]byte(trimmed))
+	canon, err := canonjson.CanonicalString(trimmed)
 	if err != nil {
 		return input{}, invalid(fmt.Sprintf("the input is not acceptable JSON (%v); send one JSON object", err))
 	}
-	tree, err := decodeTree(canon)
+	// text is canon as a string: what a wrapped tool receives, and what the
+	// tree's strings are cut from.
+	text := string(canon)
+	tree, err := decodeTree(canon, text)
 	if err != nil {
 		return input{}, invalid(fmt.Sprintf("the input is not acceptable JSON (%v); send one JSON object", err))
 	}
@@ -92,6 +95,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 		if canon, err = canonicalOf(tree); err != nil {
 			return input{}, invalid(err.Error())
 		}
+		text = string(canon)
 	}
 	var in input
 	if ty := t.typed; ty != nil {
@@ -108,7 +112,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 			canon, err = canonjson.Canonical(out)
 		}
 		if err == nil {
-			tree, err = decodeTree(canon)
+			tree, err = decodeTree(canon, string(canon))
 		}
 		// A struct field that encodes as null (a nil pointer, an embedded
 		// pointer that null allocated) is the same as one left out.
@@ -120,7 +124,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 		}
 		in.value = v
 	} else {
-		in.forward = string(canon)
+		in.forward = text
 	}
 	in.fingerprint = c.digest(fingerprintTag, canon)
 	var e *envelope.Error
@@ -162,7 +166,8 @@ func (c *config) screen(path string, v any, keyLike *[]string, names *looseNames
 		if len(v) > 1 {
 			seen = make(map[string]string, len(v))
 		}
-		for _, name := range sortedNames(v) {
+		var stack [16]string
+		for _, name := range appendSortedNames(stack[:0], v) {
 			if !names.charge(name) {
 				return invalid(fmt.Sprintf("the input's member names with characters beyond ASCII come to more than %d bytes in all; use fewer or shorter names", c.MaxIdentifyingValue))
 			}
@@ -219,7 +224,7 @@ func (c *config) strip(v any) {
 // larger than MaxIdentifyingValue. names keeps the loose member names of
 // the input (screen filled it).
 func (c *config) identifyingDigest(obj map[string]any, typed *typedInput, names *looseNames) (Digest, *envelope.Error) {
-	b := make([]byte, 0, 256)
+	b := make([]byte, 0, 1024) // on the stack: most inputs' loose forms fit
 	if c.identify == nil {
 		members := sortedNames(obj)
 		if !slices.ContainsFunc(members, func(n string) bool { return !isEmpty(obj[n]) }) &&
@@ -244,7 +249,12 @@ func (c *config) identifyingDigest(obj map[string]any, typed *typedInput, names 
 		return digest(identifyingTag, b), nil
 	}
 	var missing []string
-	vals := make([]any, len(c.identifyOrder))
+	var stack [8]any
+	vals := stack[:0]
+	if len(c.identifyOrder) > len(stack) {
+		vals = make([]any, 0, len(c.identifyOrder))
+	}
+	vals = vals[:len(c.identifyOrder)]
 	for i, f := range c.identifyOrder {
 		val, ok := obj[f]
 		if !ok && typed == nil {
@@ -462,8 +472,18 @@ func describeText(s string) string {
 }
 
 // decodeTree decodes canonical JSON into maps, slices, strings, booleans,
-// json.Number and nil.
-func decodeTree(canon []byte) (any, error) { return canonjson.Decode(canon) }
+// json.Number and nil; text is string(canon), of which the strings are
+// substrings.
+func decodeTree(canon []byte, text string) (any, error) { return canonjson.DecodeShared(canon, text) }
+
+// appendSortedNames appends the member names of m to dst, sorted.
+func appendSortedNames(dst []string, m map[string]any) []string {
+	for n := range m {
+		dst = append(dst, n)
+	}
+	slices.Sort(dst)
+	return dst
+}
 
 // canonicalOf returns the canonical JSON of a decoded tree.
 func canonicalOf(v any) ([]byte, error) {

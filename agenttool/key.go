@@ -73,15 +73,22 @@ func appendRef(ref []byte, key []byte, prefix, tool string, s Scope, actionID st
 	if key == nil {
 		sum = sha256.Sum256(b)
 	} else {
-		m := hmac.New(sha256.New, key)
-		m.Write(b)
-		m.Sum(sum[:0])
+		// A copy: b stays on the stack only if nothing behind an
+		// interface (the HMAC's hash) is handed it.
+		sum = hmacSum(key, append([]byte(nil), b...))
 	}
 	ref = append(append(ref, prefix...), '/')
 	n := len(ref)
 	ref = append(ref, make([]byte, refEncoding.EncodedLen(refBytes))...)
 	refEncoding.Encode(ref[n:], sum[:refBytes])
 	return ref
+}
+
+func hmacSum(key, b []byte) (sum [sha256.Size]byte) {
+	m := hmac.New(sha256.New, key)
+	m.Write(b)
+	m.Sum(sum[:0])
+	return sum
 }
 
 func appendPart(b []byte, s string) []byte {

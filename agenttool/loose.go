@@ -177,29 +177,57 @@ func appendASCIILoose(b []byte, s string) []byte {
 	return b
 }
 
-// appendASCIIText appends the loose form of ASCII text.
+// appendASCIIText appends the loose form of ASCII text: it grows b once
+// (the loose form is never longer than the text) and writes in place.
 func appendASCIIText(b []byte, s string) []byte {
 	start := len(b)
+	b = slices.Grow(b, len(s))
+	w := b[:start+len(s)]
+	n := start
 	space := false
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
+		c := s[i]
+		switch asciiClass[c] {
+		case asciiUpper:
+			c += 'a' - 'A'
+		case asciiSpace:
+			space = n > start
+			continue
+		case asciiControl:
+			continue // invisible
+		}
+		if space {
+			w[n] = ' ' // a run of white space before c, which is not the first
+			n++
+			space = false
+		}
+		w[n] = c
+		n++
+	}
+	return w[:n]
+}
+
+// Classes of ASCII bytes for the loose form.
+const (
+	asciiKeep = iota
+	asciiUpper
+	asciiSpace
+	asciiControl
+)
+
+var asciiClass = func() (t [256]byte) {
+	for c := range t {
+		switch {
 		case c == ' ' || c >= '\t' && c <= '\r':
-			space = len(b) > start
+			t[c] = asciiSpace
 		case c < 0x20 || c == 0x7f:
-			// a control character: invisible
-		default:
-			if space {
-				b = append(b, ' ')
-				space = false
-			}
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			b = append(b, c)
+			t[c] = asciiControl
+		case c >= 'A' && c <= 'Z':
+			t[c] = asciiUpper
 		}
 	}
-	return b
-}
+	return t
+}()
 
 // appendASCIISkeleton appends the skeleton of an ASCII name: its letters,
 // lower-cased, and digits.

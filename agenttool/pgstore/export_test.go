@@ -16,3 +16,32 @@ func MigrateTo(ctx context.Context, opts *Options, target int) (from, to int, er
 	defer s.Close()
 	return s.migrateTo(ctx, target)
 }
+
+// Failpoints of the group commit.
+const (
+	FaultRow              = int(faultRow)
+	FaultLostBeforeCommit = int(faultLostBeforeCommit)
+	FaultLostAfterCommit  = int(faultLostAfterCommit)
+)
+
+// GatherClaims makes the next n claims of new keys wait for each other and
+// go as one batch, with the failpoint fault (0: none).
+func GatherClaims(s *Store, n, fault int) {
+	s.claimFault.Store(int32(fault))
+	s.claims.gather(n)
+}
+
+// GatherOutcomes makes the next n outcomes wait for each other and go as
+// one batch, with the failpoint fault (0: none).
+func GatherOutcomes(s *Store, n, fault int) {
+	s.finishFault.Store(int32(fault))
+	s.outcomes.gather(n)
+}
+
+// Pipeline makes s write its batches as pipelined single statements
+// instead of multi-row ones. Call it before s is used.
+func Pipeline(s *Store) { s.pipelined = true }
+
+// Alone makes s write every claim and outcome alone, as it did before its
+// group commit. Call it before s is used.
+func Alone(s *Store) { s.claims.off, s.outcomes.off = true, true }

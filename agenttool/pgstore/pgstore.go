@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +68,15 @@ type Store struct {
 	schema    string
 	q         queries
 	noMigrate bool // Open checks the schema, never changes it
+
+	claims   *groupCommit[storekit.ClaimRequest, int64] // claims of new keys (groupcommit.go)
+	outcomes *groupCommit[outcome, bool]                // Finish's fenced UPDATEs
+
+	// Tests and benchmarks (export_test.go): failpoints for the next
+	// batch of each kind, and batches as pipelined single statements.
+	claimFault, finishFault atomic.Int32
+	pipelined               bool
+	batched                 batchCounts
 }
 
 var (
@@ -137,6 +147,7 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: schema name %q: use lower-case letters, digits and underscores", o.Schema)
 	}
 	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly}
+	s.newGroupCommits()
 	if s.pool != nil {
 		return s, nil
 	}
@@ -178,24 +189,22 @@ func (s *Store) Schema() string { return s.schema }
 
 // Claim implements storekit.Store: an INSERT … ON CONFLICT DO NOTHING for a
 // new key whose slot is free (records_slot refuses it otherwise, on every
-// replica alike); otherwise a read, and a locked read-decide-write only when
-// a record must change.
+// replica alike), shared with concurrent claims (group commit); otherwise a
+// read, and a locked read-decide-write only when a record must change.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if _, err := storekit.DecideClaim(nil, nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
 		return storekit.ClaimResult{}, err // an invalid request
 	}
-	for range 10 {
+	for range 64 { // each round, another claim of the slot made progress
 		if req.Replace == nil {
-			var token *int64
-			err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-				leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label).Scan(&token)
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			token, err := s.claims.do(ctx, req)
+			if err != nil {
 				return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
 			}
-			if token != nil {
+			if token != 0 {
 				rec := storekit.Record{
 					Key: req.Key, Tool: req.Tool, State: storekit.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
-					Owner: req.Owner, Token: uint64(*token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
+					Owner: req.Owner, Token: uint64(token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
 					Label: req.Label, FenceScope: req.FenceScope,
 				}
 				return storekit.ClaimResult{Claimed: true, Record: rec}, nil
@@ -289,7 +298,8 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	return res, again, nil
 }
 
-// Finish implements storekit.Store: one UPDATE fenced by the token.
+// Finish implements storekit.Store: one UPDATE fenced by the token, shared
+// with concurrent outcomes (group commit).
 func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	rec, err := storekit.DecideFinish(&storekit.Record{Key: req.Key, State: storekit.Pending, Token: req.Token}, req)
 	if err != nil {
@@ -299,12 +309,15 @@ func (s *Store) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	if err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.finish, req.Key, int64(req.Token), int16(rec.State), rec.Attempts, rec.Outcome,
-		rec.Updated, nullTime(rec.Expires), rec.RetryApproved, res, nullTime(leaseEnd(rec.LeaseExpiry)), nullTime(rec.NoticeUntil))
+	written, err := s.outcomes.do(ctx, outcome{
+		key: req.Key, token: int64(req.Token), state: int16(rec.State), attempts: int32(rec.Attempts), outcome: rec.Outcome,
+		updated: rec.Updated, expires: nullTime(rec.Expires), retryApproved: rec.RetryApproved, resolution: res,
+		leaseExpiry: nullTime(leaseEnd(rec.LeaseExpiry)), noticeUntil: nullTime(rec.NoticeUntil),
+	})
 	if err != nil {
 		return s.wrap("finish", req.Key, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !written {
 		return fmt.Errorf("pgstore: finish %s: no pending record with token %d: %w", req.Key, req.Token, storekit.ErrFenced)
 	}
 	return nil

@@ -37,7 +37,47 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { twin.Close() })
 			return twin
 		},
+		Gather: gather,
 	})
+}
+
+// The batches of the group commit written as pipelined single statements
+// (the alternative BenchmarkGroupCommit measures) keep the same promises.
+func TestGroupCommitPipelined(t *testing.T) {
+	storetest.RunGroupCommit(t, storetest.Harness{
+		Open: func(t *testing.T) agenttool.Store {
+			s := pgtest.Open(t)
+			pgstore.Pipeline(s)
+			return s
+		},
+		Gather: gather,
+	})
+}
+
+// gather gathers the next n writes of a kind into one batch, with a
+// failpoint, and checks when the test ends that the batch was written.
+func gather(t *testing.T, s agenttool.Store, w storetest.Writes, n int, f storetest.Fault) {
+	store := s.(*pgstore.Store)
+	count := func() int64 {
+		st := store.GroupCommitStats()
+		if w == storetest.Claims {
+			return st.ClaimBatches
+		}
+		return st.OutcomeBatches
+	}
+	before := count()
+	t.Cleanup(func() {
+		if count() == before {
+			t.Errorf("no batch of %s was written: the test did not check one", w)
+		}
+	})
+	fault := map[storetest.Fault]int{storetest.RowRefused: pgstore.FaultRow,
+		storetest.LostBeforeCommit: pgstore.FaultLostBeforeCommit, storetest.LostAfterCommit: pgstore.FaultLostAfterCommit}[f]
+	if w == storetest.Claims {
+		pgstore.GatherClaims(store, n, fault)
+	} else {
+		pgstore.GatherOutcomes(store, n, fault)
+	}
 }
 
 func TestOpenErrors(t *testing.T) {

@@ -70,7 +70,7 @@ const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
 type queries struct {
-	insert, insertRecord, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
+	insert, insertMany, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }
 
 func newQueries(schema string) queries {
@@ -82,6 +82,26 @@ func newQueries(schema string) queries {
 		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
 			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9)
 			ON CONFLICT DO NOTHING RETURNING token`,
+		// insertMany is insert for many keys at once (group commit): it
+		// returns the keys it inserted, and their tokens.
+		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
+			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope
+			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[])
+				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label)
+			ON CONFLICT DO NOTHING RETURNING key, token`,
+		// pendingOf finds what a batch of claims whose reply was lost made.
+		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
+		// finishMany is finish for many records at once (group commit): it
+		// returns the keys it wrote. Its keys are distinct.
+		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
+			attempts = v.attempts, outcome = v.outcome, updated = v.updated, expires = v.expires, retry_approved = v.retry_approved,
+			resolution = COALESCE(v.resolution, r.resolution), notice_until = v.notice_until
+			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
+				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
+			WHERE r.key = v.key AND r.token = v.token AND r.state = 1
+			RETURNING r.key`,
+		// tokensOf finds what a batch of outcomes whose reply was lost wrote.
+		tokensOf:          `SELECT key, token, state FROM ` + t + ` WHERE key = ANY($1)`,
 		get:               `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,

@@ -8,7 +8,9 @@
 //		})
 //	}
 //
-// The suite checks atomic claims under heavy concurrency, fencing, lease
+// The suite checks atomic claims under heavy concurrency, claims and
+// outcomes sharing batches (with faults injected into a batch, where the
+// harness can gather one), fencing, lease
 // expiry and takeover, every state transition, replay, fingerprint and
 // principal conflicts, sweeping that never drops unknown records, sweeper
 // passes that check unknown outcomes beside (never behind) their deletions,
@@ -47,6 +49,13 @@ type Harness struct {
 	// harness closes it when the test ends. If nil, the checks that a
 	// promise holds across replicas run on s alone.
 	Twin func(t *testing.T, s agenttool.Store) agenttool.Store
+	// Gather, if set, makes s write the next n writes of kind w together,
+	// as one batch of its group commit (as concurrent callers' writes are
+	// under load), and inflicts f on that batch. The database stays up:
+	// every caller in the batch must still get its own answer, token and
+	// error. If nil, the checks of faults in batches are skipped (the
+	// checks of concurrent claims and outcomes run on every store).
+	Gather func(t *testing.T, s agenttool.Store, w Writes, n int, f Fault)
 }
 
 var (
@@ -124,6 +133,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
 	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
 	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })
+	RunGroupCommit(t, h)
 	t.Run("DatabaseGone", func(t *testing.T) {
 		if h.Kill == nil {
 			t.Skip("the harness cannot kill this store")

@@ -9,14 +9,15 @@ import (
 // chart draws calls/s against concurrency (log scale on both axes) as a
 // small SVG, with no dependencies.
 func chart(rep Report) string {
-	const w, h, left, right, top, bottom = 640, 400, 70, 170, 30, 50
+	const w, h, left, right, top, bottom = 640, 400, 70, 200, 30, 50
 	type series struct {
 		name, color string
+		dashed      bool
 		points      [][2]float64
 	}
 	var g, u, b series
-	g = series{name: "retrysafe boltstore", color: "#1f77b4"}
-	u = series{name: "plain Update ×2", color: "#d62728"}
+	g = series{name: "boltstore, guarded", color: "#1f77b4"}
+	u = series{name: "bbolt Update ×2", color: "#d62728"}
 	b = series{name: "bbolt Batch ×2", color: "#2ca02c"}
 	for _, c := range rep.Concurrency {
 		x := float64(c.Callers)
@@ -25,10 +26,17 @@ func chart(rep Report) string {
 		b.points = append(b.points, [2]float64{x, c.Batch})
 	}
 	all := []series{g, u, b}
-	if rep.PG != nil {
-		all = append(all,
-			series{name: "retrysafe pgstore", color: "#9467bd", points: [][2]float64{{64, rep.PG.Guarded64}}},
-			series{name: "bare SQL pair", color: "#8c564b", points: [][2]float64{{64, rep.PG.Bare64}}})
+	if pg := rep.PG; pg != nil {
+		pgG := series{name: "pgstore, guarded", color: "#9467bd", dashed: true}
+		pgB := series{name: fmt.Sprintf("bare SQL pair, %d conns", pg.PoolConns), color: "#8c564b", dashed: true}
+		pgW := series{name: fmt.Sprintf("bare SQL pair, %d conns", pg.WidePoolConns), color: "#e377c2", dashed: true}
+		for _, c := range pg.Concurrency {
+			x := float64(c.Callers)
+			pgG.points = append(pgG.points, [2]float64{x, c.Guarded})
+			pgB.points = append(pgB.points, [2]float64{x, c.Bare})
+			pgW.points = append(pgW.points, [2]float64{x, c.BareWide})
+		}
+		all = append(all, pgG, pgB, pgW)
 	}
 	maxY := 1.0
 	for _, s := range all {
@@ -65,7 +73,11 @@ func chart(rep Report) string {
 			fmt.Fprintf(&sb, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>`+"\n", px(p[0]), py(p[1]), s.color)
 		}
 		if len(pts) > 1 {
-			fmt.Fprintf(&sb, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), s.color)
+			dash := ""
+			if s.dashed {
+				dash = ` stroke-dasharray="6 4"`
+			}
+			fmt.Fprintf(&sb, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), s.color, dash)
 		}
 		ly := top + 20 + i*20
 		fmt.Fprintf(&sb, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",

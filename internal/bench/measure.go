@@ -25,6 +25,22 @@ func input(i int64) string { return benchtool.Input(i) }
 
 var scope = agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
 
+// callerScopes gives each concurrent caller a conversation of its own: one
+// write of a tool runs at a time in a conversation (the unknown fence's
+// slot), so callers sharing one would take turns.
+var callerScopes = func() []context.Context {
+	s := make([]context.Context, maxCallers)
+	for g := range s {
+		s[g] = agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-"+strconv.Itoa(g))
+	}
+	return s
+}()
+
+// callers are the concurrencies measured; maxCallers the largest.
+var callers = []int{1, 8, 64, maxCallers}
+
+const maxCallers = 256
+
 func guard(store agenttool.Store) *agenttool.Tool {
 	t, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: benchtool.Fields})
 	if err != nil {
@@ -174,21 +190,21 @@ type ConcResult struct {
 	Guarded, Update, Batch float64
 }
 
-// fanOut runs fn n times on c goroutines and returns calls per second.
-func fanOut(c, n int, fn func(i int64) error) (float64, error) {
+// fanOut runs fn n times on c goroutines, each given its number, and
+// returns calls per second.
+func fanOut(c, n int, fn func(g int) error) (float64, error) {
 	var next atomic.Int64
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range c {
+	for g := range c {
 		wg.Go(func() {
 			for {
-				i := next.Add(1)
-				if i > int64(n) {
+				if next.Add(1) > int64(n) {
 					return
 				}
-				if err := fn(i); err != nil {
+				if err := fn(g); err != nil {
 					mu.Lock()
 					first = err
 					mu.Unlock()
@@ -219,8 +235,8 @@ func measureBoltConcurrency(path string, c, n int) (ConcResult, error) {
 	// Three rounds in turn, so that drift in the disk's speed hits all alike.
 	var g, u, b float64
 	for range 3 {
-		v, err := fanOut(c, n/3, func(int64) error {
-			env := tool.Invoke(scope, input(seq.Add(1)))
+		v, err := fanOut(c, n/3, func(g int) error {
+			env := tool.Invoke(callerScopes[g], input(seq.Add(1)))
 			if env.Status != envelope.Success {
 				return fmt.Errorf("%s", env)
 			}
@@ -230,11 +246,11 @@ func measureBoltConcurrency(path string, c, n int) (ConcResult, error) {
 			return r, err
 		}
 		g += v / 3
-		if v, err = fanOut(c, n/3, func(int64) error { return twoUpdates(db, key()) }); err != nil {
+		if v, err = fanOut(c, n/3, func(int) error { return twoUpdates(db, key()) }); err != nil {
 			return r, err
 		}
 		u += v / 3
-		if v, err = fanOut(c, n/3, func(int64) error { return twoBatches(db, key()) }); err != nil {
+		if v, err = fanOut(c, n/3, func(int) error { return twoBatches(db, key()) }); err != nil {
 			return r, err
 		}
 		b += v / 3

@@ -46,20 +46,40 @@ func (e *SyntaxError) Error() string {
 
 // Canonical returns the canonical form of the JSON value in data.
 func Canonical(data []byte) ([]byte, error) {
+	return canonical(data, make([]byte, 0, 2*len(data)+16))
+}
+
+// CanonicalString is [Canonical] of a string, in one allocation: the
+// returned form shares its memory with a copy of s.
+func CanonicalString(s string) ([]byte, error) {
+	slab := make([]byte, len(s), 3*len(s)+16)
+	copy(slab, s)
+	return canonical(slab, slab[len(s):len(s)])
+}
+
+// canonical writes the canonical form of data to buf, which must have room
+// for twice data.
+func canonical(data, buf []byte) ([]byte, error) {
 	if len(data) > maxInput {
 		return nil, &SyntaxError{Msg: fmt.Sprintf("input of %d bytes is larger than %d", len(data), maxInput)}
 	}
-	var stack [16]span
-	p := parser{data: data, buf: make([]byte, 0, 2*len(data)+16), spans: stack[:0]}
+	p := parsers.Get().(*parser)
+	*p = parser{data: data, buf: buf, spans: p.spans[:0], names: p.names[:0]}
 	p.skipSpace()
-	if err := p.value(); err != nil {
+	err := p.value()
+	if err == nil {
+		p.skipSpace()
+		if p.pos != len(p.data) {
+			err = p.errorf("unexpected data after the JSON value")
+		}
+	}
+	out := p.buf
+	*p = parser{spans: p.spans[:0], names: p.names[:0]} // keep the scratch, drop the rest
+	parsers.Put(p)
+	if err != nil {
 		return nil, err
 	}
-	p.skipSpace()
-	if p.pos != len(p.data) {
-		return nil, p.errorf("unexpected data after the JSON value")
-	}
-	return p.buf, nil
+	return out, nil
 }
 
 // Object is a parsed JSON object in canonical form, with its top-level
@@ -237,6 +257,8 @@ type parser struct {
 
 	top        bool     // record the top-level object's members
 	topMembers []member // …here
+
+	shared string // Decode: string(data), whose substrings strings without escapes are
 }
 
 func (p *parser) errorf(format string, args ...any) error {

@@ -11,7 +11,21 @@ import (
 // numbers already checked. Input that is not in canonical form may be
 // refused.
 func Decode(canonical []byte) (any, error) {
-	p := parser{data: canonical}
+	return decode(parser{data: canonical})
+}
+
+// DecodeShared is [Decode] for a caller that holds the canonical form as a
+// string as well: text must be string(canonical). The decoded strings and
+// member names that had no escapes are substrings of text, so that
+// decoding copies none of them.
+func DecodeShared(canonical []byte, text string) (any, error) {
+	if len(text) != len(canonical) {
+		panic("canonjson: DecodeShared: the text is not the canonical form")
+	}
+	return decode(parser{data: canonical, shared: text})
+}
+
+func decode(p parser) (any, error) {
 	var scratch []byte
 	v, err := p.tree(&scratch, 0)
 	if err != nil {
@@ -42,11 +56,11 @@ func (p *parser) tree(scratch *[]byte, depth int) (any, error) {
 			if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 				return nil, p.errorf("expected a member name")
 			}
-			name, _, err := p.string(scratch)
+			name, raw, err := p.string(scratch)
 			if err != nil {
 				return nil, err
 			}
-			key := string(name)
+			key := p.text(name, raw)
 			if p.pos >= len(p.data) || p.data[p.pos] != ':' {
 				return nil, p.errorf("expected ':'")
 			}
@@ -90,11 +104,11 @@ func (p *parser) tree(scratch *[]byte, depth int) (any, error) {
 			return nil, p.errorf("expected ',' or ']'")
 		}
 	case c == '"':
-		s, _, err := p.string(scratch)
+		s, raw, err := p.string(scratch)
 		if err != nil {
 			return nil, err
 		}
-		return string(s), nil
+		return p.text(s, raw), nil
 	case c == 't', c == 'f', c == 'n':
 		for _, lit := range [...]struct {
 			word string
@@ -118,4 +132,15 @@ func (p *parser) tree(scratch *[]byte, depth int) (any, error) {
 		return json.Number(p.data[start:p.pos]), nil
 	}
 	return nil, p.errorf("unexpected character %q", p.data[p.pos])
+}
+
+// text returns s, which p.string has just returned, as a string: a
+// substring of p.shared if s had no escapes and there is one, a copy
+// otherwise.
+func (p *parser) text(s []byte, raw bool) string {
+	if raw && p.shared != "" {
+		end := p.pos - 1 // the closing quote
+		return p.shared[end-len(s) : end]
+	}
+	return string(s)
 }

@@ -1,0 +1,436 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+// The batches of the group commit (groupcommit.go): claims of new keys,
+// written by one multi-row INSERT … ON CONFLICT DO NOTHING RETURNING, and
+// outcomes, by one multi-row fenced UPDATE … FROM unnest(…) RETURNING. A
+// row the statement does not return was not written: a claim whose key
+// exists or whose slot is held (the statement cannot say which; the caller
+// goes on to the locked path, as a lone claim does), an outcome whose
+// token no longer holds its record (ErrFenced).
+//
+// A pipelined pgx.Batch of the single statements in one implicit
+// transaction writes the same in one round trip and one commit as well;
+// it is kept for the benchmark that chose between the two (BenchmarkGroupCommit),
+// and the tests run both.
+
+// claimBatch is a claim of a new key in a group commit; its answer is the
+// token of the record it inserted, 0 if it inserted none.
+type claimBatch = gathered[storekit.ClaimRequest, int64]
+
+// batchCounts counts the batches of two or more writes, and their writes.
+type batchCounts struct {
+	claimBatches, claims, outcomeBatches, outcomes atomic.Int64
+}
+
+// GroupCommitStats counts what the store's group commit shared since Open:
+// the batches of two or more writes, and the writes in them. Writes made
+// alone are not counted.
+type GroupCommitStats struct {
+	ClaimBatches, Claims     int64 // batches of claims of new keys, and their claims
+	OutcomeBatches, Outcomes int64 // batches of outcomes, and their outcomes
+}
+
+// GroupCommitStats returns what the store's group commit has shared so
+// far: ClaimsPerBatch = Claims/ClaimBatches says how many claims a commit
+// carried under load. It is safe for concurrent use.
+func (s *Store) GroupCommitStats() GroupCommitStats {
+	b := &s.batched
+	return GroupCommitStats{ClaimBatches: b.claimBatches.Load(), Claims: b.claims.Load(),
+		OutcomeBatches: b.outcomeBatches.Load(), Outcomes: b.outcomes.Load()}
+}
+
+// outcome is the fenced UPDATE of one Finish.
+type outcome struct {
+	key           string
+	token         int64
+	state         int16
+	attempts      int32
+	outcome       []byte
+	updated       time.Time
+	expires       *time.Time
+	retryApproved bool
+	resolution    []byte
+	leaseExpiry   *time.Time
+	noticeUntil   *time.Time
+}
+
+// outcomeBatch is an outcome in a group commit; its answer is whether it
+// was written.
+type outcomeBatch = gathered[outcome, bool]
+
+func (s *Store) newGroupCommits() {
+	s.claims = &groupCommit[storekit.ClaimRequest, int64]{
+		key:  func(r *storekit.ClaimRequest) string { return r.Key },
+		lone: s.insertOne,
+		many: s.insertMany,
+		orphan: func(w *claimBatch) {
+			if w.err == nil && w.ans != 0 {
+				s.releaseOrphan(w.req.Key, w.ans)
+			}
+		},
+	}
+	s.outcomes = &groupCommit[outcome, bool]{
+		key:  func(o *outcome) string { return o.key },
+		lone: s.finishOne,
+		many: s.finishMany,
+	}
+}
+
+// insertOne claims a new key alone: its token, or 0 if the key exists or
+// its slot is held.
+func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int64, error) {
+	var token int64
+	err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
+		leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return token, err
+}
+
+// finishOne writes an outcome alone: whether its token held the record.
+func (s *Store) finishOne(ctx context.Context, o *outcome) (bool, error) {
+	tag, err := s.pool.Exec(ctx, s.q.finish, o.key, o.token, o.state, o.attempts, o.outcome,
+		o.updated, o.expires, o.retryApproved, o.resolution, o.leaseExpiry, o.noticeUntil)
+	return tag.RowsAffected() > 0, err
+}
+
+func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
+	// One order of keys for every batch, so that two processes' batches
+	// lock the keys they share in the same order.
+	slices.SortFunc(batch, func(a, b *claimBatch) int { return cmp.Compare(a.req.Key, b.req.Key) })
+	fault := s.takeFault(&s.claimFault)
+	s.batched.claimBatches.Add(1)
+	s.batched.claims.Add(int64(len(batch)))
+	var tokens map[string]int64
+	var err error
+	if s.pipelined {
+		tokens, err = s.insertPipelined(ctx, batch, fault)
+	} else {
+		tokens, err = s.insertUnnest(ctx, batch, fault)
+	}
+	if err == nil {
+		for _, w := range batch {
+			w.ans = tokens[w.req.Key]
+		}
+		return
+	}
+	if refusedWhole(err) {
+		for _, w := range batch {
+			w.alone = true
+		}
+		return
+	}
+	// Its fate is unknown: look for the records it would have made.
+	keys := make([]string, len(batch))
+	for i, w := range batch {
+		keys[i] = w.req.Key
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	type pending struct {
+		owner string
+		token int64
+	}
+	found := map[string]pending{}
+	rerr := s.each(rctx, s.q.pendingOf, []any{keys}, func(rows pgx.Rows) error {
+		var k string
+		var p pending
+		if err := rows.Scan(&k, &p.owner, &p.token); err != nil {
+			return err
+		}
+		found[k] = p
+		return nil
+	})
+	for _, w := range batch {
+		switch p, ok := found[w.req.Key]; {
+		case rerr != nil:
+			w.err = err // fail closed, as a lone claim's lost reply does
+		case ok && p.owner == w.req.Owner:
+			w.ans = p.token // it committed
+		default:
+			w.alone = true // not written, or refused: claim again
+		}
+	}
+}
+
+func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, error) {
+	n := len(batch)
+	keys, tools, owners, labels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	principals, fps, sessions, scopes := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	leases, created := make([]time.Time, n), make([]time.Time, n)
+	for i, w := range batch {
+		r := &w.req
+		keys[i], tools[i], owners[i], labels[i] = r.Key, r.Tool, r.Owner, r.Label
+		principals[i], fps[i], sessions[i], scopes[i] = r.Principal[:], r.Fingerprint[:], r.Session[:], nullDigest(r.FenceScope)
+		leases[i], created[i] = leaseEnd(r.Now.Add(r.Lease)), r.Now
+	}
+	if fault == faultRow {
+		labels[n/2] = "\x00" // text cannot hold NUL: the database refuses the row
+	}
+	tokens := make(map[string]int64, n)
+	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var token int64
+			if err := rows.Scan(&k, &token); err != nil {
+				return err
+			}
+			tokens[k] = token
+		}
+		return rows.Err()
+	})
+	return tokens, err
+}
+
+func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, error) {
+	b := &pgx.Batch{}
+	for i, w := range batch {
+		r := &w.req
+		label := r.Label
+		if fault == faultRow && i == len(batch)/2 {
+			label = "\x00"
+		}
+		b.Queue(s.q.insert, r.Key, r.Tool, r.Principal[:], r.Fingerprint[:], r.Owner,
+			leaseEnd(r.Now.Add(r.Lease)), r.Now, r.Session[:], nullDigest(r.FenceScope), label)
+	}
+	tokens := make(map[string]int64, len(batch))
+	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+		br := conn.SendBatch(ctx, b)
+		var first error
+		for _, w := range batch {
+			var token int64
+			err := br.QueryRow().Scan(&token)
+			switch {
+			case err == nil:
+				tokens[w.req.Key] = token
+			case errors.Is(err, pgx.ErrNoRows):
+			case first == nil:
+				first = err
+			}
+		}
+		if err := br.Close(); first == nil {
+			first = err
+		}
+		return first
+	})
+	return tokens, err
+}
+
+func (s *Store) finishMany(ctx context.Context, batch []*outcomeBatch) {
+	slices.SortFunc(batch, func(a, b *outcomeBatch) int { return cmp.Compare(a.req.key, b.req.key) })
+	fault := s.takeFault(&s.finishFault)
+	s.batched.outcomeBatches.Add(1)
+	s.batched.outcomes.Add(int64(len(batch)))
+	var written map[string]bool
+	var err error
+	if s.pipelined {
+		written, err = s.finishPipelined(ctx, batch, fault)
+	} else {
+		written, err = s.finishUnnest(ctx, batch, fault)
+	}
+	if err == nil {
+		for _, w := range batch {
+			w.ans = written[w.req.key]
+		}
+		return
+	}
+	if refusedWhole(err) {
+		for _, w := range batch {
+			w.alone = true
+		}
+		return
+	}
+	keys := make([]string, len(batch))
+	for i, w := range batch {
+		keys[i] = w.req.key
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	type row struct {
+		token int64
+		state int16
+	}
+	found := map[string]row{}
+	rerr := s.each(rctx, s.q.tokensOf, []any{keys}, func(rows pgx.Rows) error {
+		var k string
+		var r row
+		if err := rows.Scan(&k, &r.token, &r.state); err != nil {
+			return err
+		}
+		found[k] = r
+		return nil
+	})
+	for _, w := range batch {
+		switch r, ok := found[w.req.key]; {
+		case rerr != nil:
+			w.err = err
+		case ok && r.token == w.req.token && r.state != int16(storekit.Pending):
+			w.ans = true // it committed: only its token's holder ends a pending record under that token
+		default:
+			w.alone = true // still pending under its token (not written), or moved on: write again
+		}
+	}
+}
+
+func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault fault) (map[string]bool, error) {
+	n := len(batch)
+	keys := make([]string, n)
+	tokens := make([]int64, n)
+	states := make([]int16, n)
+	attempts := make([]int32, n)
+	outcomes, resolutions := make([][]byte, n), make([][]byte, n)
+	updated := make([]time.Time, n)
+	expires, leases, notices := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+	approved := make([]bool, n)
+	for i, w := range batch {
+		o := &w.req
+		keys[i], tokens[i], states[i], attempts[i] = o.key, o.token, o.state, o.attempts
+		outcomes[i], resolutions[i], updated[i] = o.outcome, o.resolution, o.updated
+		expires[i], leases[i], notices[i], approved[i] = o.expires, o.leaseExpiry, o.noticeUntil, o.retryApproved
+	}
+	if fault == faultRow {
+		resolutions[n/2] = []byte(`{"note":"\u0000"}`) // jsonb cannot hold NUL: the database refuses the row
+	}
+	written := make(map[string]bool, n)
+	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+		rows, err := conn.Query(ctx, s.q.finishMany, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			written[k] = true
+		}
+		return rows.Err()
+	})
+	return written, err
+}
+
+func (s *Store) finishPipelined(ctx context.Context, batch []*outcomeBatch, fault fault) (map[string]bool, error) {
+	b := &pgx.Batch{}
+	for i, w := range batch {
+		o := &w.req
+		res := o.resolution
+		if fault == faultRow && i == len(batch)/2 {
+			res = []byte(`{"note":"\u0000"}`)
+		}
+		b.Queue(s.q.finish, o.key, o.token, o.state, o.attempts, o.outcome, o.updated, o.expires, o.retryApproved, res, o.leaseExpiry, o.noticeUntil)
+	}
+	written := make(map[string]bool, len(batch))
+	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+		br := conn.SendBatch(ctx, b)
+		var first error
+		for _, w := range batch {
+			tag, err := br.Exec()
+			if err != nil && first == nil {
+				first = err
+			}
+			written[w.req.key] = err == nil && tag.RowsAffected() > 0
+		}
+		if err := br.Close(); first == nil {
+			first = err
+		}
+		return first
+	})
+	return written, err
+}
+
+// refusedWhole reports whether err says the database refused a batch's
+// statement, so that nothing of it was written: an ERROR ends its own
+// transaction (a FATAL, a lost connection or an unread reply may come
+// after the commit), or the statement never left.
+func refusedWhole(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Severity == "ERROR"
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// onConn runs fn on a connection of the pool, with the failpoint fault.
+func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if fault == faultLostBeforeCommit {
+		conn.Conn().Close(ctx)
+	}
+	err = fn(conn)
+	if fault == faultLostAfterCommit && err == nil {
+		conn.Conn().Close(ctx)
+		return fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
+	}
+	return err
+}
+
+// each runs a query and calls fn on each row.
+func (s *Store) each(ctx context.Context, sql string, args []any, fn func(pgx.Rows) error) error {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// releaseOrphan gives back a claim granted in a batch after its caller
+// gave up: nothing ran under it. If it cannot, its lease lapses as any
+// holder's does.
+func (s *Store) releaseOrphan(key string, token int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	s.pool.Exec(ctx, s.q.release, key, token)
+}
+
+// fault is a failpoint of the group commit, for tests (export_test.go):
+// what goes wrong with the next batch of two or more writes of a kind.
+type fault int32
+
+const (
+	noFault fault = iota
+	// faultRow: the database refuses one row of the batch, and so the
+	// whole statement.
+	faultRow
+	// faultLostBeforeCommit: the connection is closed before the batch is
+	// sent.
+	faultLostBeforeCommit
+	// faultLostAfterCommit: the batch commits, and the connection is
+	// closed before its reply is read.
+	faultLostAfterCommit
+)
+
+func (s *Store) takeFault(f *atomic.Int32) fault { return fault(f.Swap(int32(noFault))) }

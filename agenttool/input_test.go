@@ -93,6 +93,28 @@ func TestTypedInputIsReadStrictly(t *testing.T) {
 	}
 }
 
+// A model calls in parallel: the first calls of a new tool, all with a
+// misspelled field, are read strictly and alike by every one of them (the
+// race detector checks the tool holds no state a call writes).
+func TestTypedInputIsReadStrictlyInParallel(t *testing.T) {
+	d := &bookingDesk{}
+	tool := newBookingTool(t, d, memstore.New(), agenttool.Options{})
+	var wg sync.WaitGroup
+	envs := make([]envelope.Envelope, 16)
+	for i := range envs {
+		wg.Go(func() {
+			envs[i] = tool.Invoke(scoped(), `{"Flight":"TP1234","date":"2026-12-12","passenger":"Ana Lima"}`)
+		})
+	}
+	wg.Wait()
+	for _, env := range envs {
+		wantCode(t, env, envelope.CodeInvalidInput, `the field is called "flight", exactly`)
+	}
+	if d.runs.Load() != 0 {
+		t.Fatalf("refused input ran the tool %d times", d.runs.Load())
+	}
+}
+
 // The key and fingerprint follow the decoded value: inputs the tool cannot
 // tell apart are one action, replayed, never run twice.
 func TestKeyFollowsTheDecodedValue(t *testing.T) {

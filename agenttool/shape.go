@@ -31,7 +31,8 @@ type shape struct {
 	// type); the key follows its value encoded again, at a cost it alone
 	// knows.
 	self bool
-	// loose and skel are the loose forms and skeletons of names, for near.
+	// loose and skel are the loose forms and skeletons of names, for near;
+	// computed when the shape is built, read by concurrent calls.
 	loose, skel []string
 }
 
@@ -151,6 +152,8 @@ func buildShape(t reflect.Type, seen map[reflect.Type]bool) (*shape, error) {
 				nullable: k == reflect.Pointer || k == reflect.Interface,
 			}
 			s.names = append(s.names, f.name)
+			s.loose = append(s.loose, looseString(f.name))
+			s.skel = append(s.skel, skeleton(f.name))
 		}
 		return s, nil
 	}
@@ -356,20 +359,11 @@ func (s *shape) dropNulls(v any) bool {
 	return changed
 }
 
-// near returns the field whose name equals name under case folding and
-// normalisation, or "".
 // near returns the field whose name the model may have meant by name: the
-// same loose form, or the same skeleton. The loose forms and skeletons of
-// the fields' names are computed once per shape, and name's once per call
-// (names keeps them; nil computes them).
+// same loose form, or the same skeleton, or "". The fields' forms are
+// computed when the shape is built, and name's once per call (names keeps
+// them; nil computes them).
 func (s *shape) near(name string, names *looseNames) string {
-	if s.loose == nil {
-		loose, skel := make([]string, len(s.names)), make([]string, len(s.names))
-		for i, n := range s.names {
-			loose[i], skel[i] = looseString(n), skeleton(n)
-		}
-		s.loose, s.skel = loose, skel // computed alike by every caller: a benign race
-	}
 	l, sk := names.of(name), names.skeletonOf(name)
 	for i, n := range s.names {
 		if s.loose[i] == l || s.skel[i] == sk {

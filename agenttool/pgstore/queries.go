@@ -48,7 +48,9 @@ var migrations = []string{
 	// of one scope on two replicas cannot both be granted. The replacement
 	// relation and the notice. Open records of earlier versions have no
 	// fence scope: the most recent of each tool and session takes its
-	// session's slot.
+	// session's slot. The fence no longer lists a scope's open records, so
+	// records_scope goes: a claim writes one index entry fewer, and a
+	// listing of one tool and principal reads the open records' index.
 	`ALTER TABLE {s}.records ADD COLUMN fence_scope bytea;
 	ALTER TABLE {s}.records ADD COLUMN replaces text NOT NULL DEFAULT '';
 	ALTER TABLE {s}.records ADD COLUMN replaced_by text NOT NULL DEFAULT '';
@@ -57,7 +59,8 @@ var migrations = []string{
 		SELECT DISTINCT ON (tool, session) key FROM {s}.records
 		WHERE (state = 1 OR state = 4) AND session <> ''::bytea ORDER BY tool, session, updated DESC);
 	CREATE UNIQUE INDEX records_slot ON {s}.records (tool, fence_scope)
-		WHERE fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL);`,
+		WHERE fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL);
+	DROP INDEX {s}.records_scope;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`
@@ -125,8 +128,8 @@ func newQueries(schema string) queries {
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,
-		// listScope is listUnknown for one tool and principal, by the
-		// records_scope index.
+		// listScope is listUnknown for one tool and principal, from the
+		// open records (records_open).
 		count: `SELECT tool, state, retry_approved, count(*) FROM ` + t + `
 			WHERE $1::bytea IS NULL OR principal = $1 GROUP BY tool, state, retry_approved`,
 		// raiseTokens moves the token sequence past every token in the table.

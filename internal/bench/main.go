@@ -46,11 +46,20 @@
 // bbolt's default freelist (a sorted array written with every commit)
 // against boltstore's (a hash map, rebuilt at Open), in alternation, and
 // the time each takes to open.
+//
+// With -pgindexes (and DATABASE_URL) it shows where a lone pgstore call's
+// time goes in PostgreSQL, with no Go engine around the statements: the
+// store's claim INSERT and outcome UPDATE on copies of its records table
+// (all of its indexes, without each one in turn, the key alone) against
+// the bare pair, in alternation.
+//
+//	go run ./internal/bench -pgindexes
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -94,6 +103,7 @@ func main() {
 	ttl := flag.Duration("ttl", 0, "with -soak: the records' lifetime (KeyTTL); 0 means two thirds of -duration")
 	window := flag.Duration("window", 10*time.Second, "with -soak: one line per window of this length")
 	boltStats := flag.Bool("boltstats", false, "with -soak: after each window on boltstore, where its commits' time went")
+	pgIndexes := flag.Bool("pgindexes", false, "where a lone pgstore call's statements go instead: the store's INSERT and UPDATE on copies of its table with and without each index, against the bare pair (needs DATABASE_URL)")
 	stores := flag.String("stores", "", "with -soak: comma-separated stores, bolt and pg; default bolt, and pg when DATABASE_URL is set")
 	flag.Parse()
 	var err error
@@ -102,6 +112,16 @@ func main() {
 		err = runFreelist(os.Stdout, *asJSON, 30_000, 500)
 	case *freelist:
 		err = runFreelist(os.Stdout, *asJSON, 300_000, 2000)
+	case *pgIndexes:
+		n := 3000
+		if *quick {
+			n = 100
+		}
+		if url := os.Getenv("DATABASE_URL"); url == "" {
+			err = errors.New("-pgindexes needs a PostgreSQL server: set DATABASE_URL")
+		} else {
+			err = runIndexes(context.Background(), os.Stdout, *asJSON, url, n)
+		}
 	case *soak:
 		var cfg soakConfig
 		if cfg, err = newSoakConfig(*duration, *callers, *ttl, *window, *stores, os.Getenv("DATABASE_URL")); err == nil {

@@ -90,6 +90,11 @@ var KeyLikeStems = []string{"idempot", "dedup"}
 // outcome is unknown (the unknown fence): none of the tool's writes runs
 // under a new key while an earlier action of the tool in the fence's scope
 // is unknown, until that action is settled.
+//
+// An action holds the scope its tool's fence named when it was claimed.
+// Change a tool's fence only when none of its actions is unknown (settle
+// them first: Operator, or the retrysafe command): an action claimed under
+// the old setting does not hold back calls under the new one.
 type FenceScope uint8
 
 const (

@@ -48,7 +48,7 @@ func TestReplicaHelper(t *testing.T) {
 	defer store.Close()
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
 	pool := store.Pool()
-	var inflight atomic.Int64
+	var inflight, held atomic.Int64
 	deliver := func(ctx context.Context, a action) (string, error) {
 		ref := agenttool.RequestRef(ctx)
 		apply := func() error {
@@ -65,7 +65,9 @@ func TestReplicaHelper(t *testing.T) {
 						return "", err
 					}
 				}
-				if n == replicaGoroutines {
+				// The last goroutine held, its effect applied or not, tells
+				// the test: every effect the victim applies is in by then.
+				if held.Add(1) == replicaGoroutines {
 					fmt.Println("INFLIGHT")
 				}
 				select {}

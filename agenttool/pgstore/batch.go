@@ -287,8 +287,8 @@ func (s *Store) finishMany(ctx context.Context, batch []*outcomeBatch) {
 		switch r, ok := found[w.req.key]; {
 		case rerr != nil:
 			w.err = err
-		case ok && r.token == w.req.token && r.state != int16(storekit.Pending):
-			w.ans = true // it committed: only its token's holder ends a pending record under that token
+		case ok && r.token == w.req.token && r.state != int16(storekit.Pending) && r.state == w.req.state:
+			w.ans = true // it committed: only its token's holder ends a pending record under that token, and it wrote this state
 		default:
 			w.alone = true // still pending under its token (not written), or moved on: write again
 		}

@@ -178,10 +178,11 @@ func together(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// testGatheredClaims: eight claims written as one batch (Harness.Gather),
+// testGatheredClaims: nine claims written as one batch (Harness.Gather),
 // with f inflicted on it: four of new keys in slots of their own, two of
 // new keys in one slot, one of a key already settled, one of a new key in a
-// slot another record holds. Each gets its own answer, as it would alone.
+// slot another record holds, one of a key another owner holds pending.
+// Each gets its own answer, as it would alone.
 func testGatheredClaims(t *testing.T, h Harness, f Fault) {
 	s := h.Open(t)
 	settled := mustClaim(t, s, claimReq(newKey(), t0))
@@ -200,6 +201,12 @@ func testGatheredClaims(t *testing.T, h Harness, f Fault) {
 	again := claimReq(settled.Record.Key, t0.Add(time.Second))
 	again.Owner += "-again"
 	reqs = append(reqs, again, slotted(heldTool, heldScope, t0))
+	// A key another owner holds pending, its lease live: after a lost
+	// reply, its pending record is not this claim's.
+	busy := granted(t, "the busy key's holder", mustClaim(t, s, claimReq(newKey(), t0)))
+	busyAgain := claimReq(busy.Record.Key, t0.Add(time.Second))
+	busyAgain.Owner += "-again"
+	reqs = append(reqs, busyAgain)
 
 	h.Gather(t, s, Claims, len(reqs), f)
 	res := make([]storekit.ClaimResult, len(reqs))
@@ -210,7 +217,7 @@ func testGatheredClaims(t *testing.T, h Harness, f Fault) {
 			t.Fatalf("claim %d of the batch (%s): %v; the database is up: each caller gets its own answer", i, reqs[i].Key, err)
 		}
 	}
-	seen := map[uint64]bool{settled.Record.Token: true, holder.Record.Token: true}
+	seen := map[uint64]bool{settled.Record.Token: true, holder.Record.Token: true, busy.Record.Token: true}
 	grantedOne := func(i int) {
 		t.Helper()
 		r := granted(t, fmt.Sprintf("claim %d of the batch", i), res[i])
@@ -237,6 +244,9 @@ func testGatheredClaims(t *testing.T, h Harness, f Fault) {
 		t.Errorf("a claim of a settled key in the batch: %+v; want its settled record for replay", r)
 	}
 	blockedBy(t, "a claim of a held slot in the batch", res[7], holder.Record.Key, agenttool.Pending)
+	if r := res[8]; r.Claimed || r.Record.State != agenttool.Pending || r.Record.Token != busy.Record.Token {
+		t.Errorf("a claim of a key another owner holds, in the batch: %+v; want not granted, the holder's pending record", r)
+	}
 }
 
 // testGatheredOutcomes: eight outcomes written as one batch

@@ -119,16 +119,38 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 	fault := s.takeFault(&s.claimFault)
 	s.batched.claimBatches.Add(1)
 	s.batched.claims.Add(int64(len(batch)))
-	var tokens map[string]int64
-	var err error
+	write := s.insertUnnest
 	if s.pipelined {
-		tokens, err = s.insertPipelined(ctx, batch, fault)
-	} else {
-		tokens, err = s.insertUnnest(ctx, batch, fault)
+		write = s.insertPipelined
 	}
+	tokens, err := write(ctx, batch, fault)
+	type pending struct {
+		owner string
+		token int64
+	}
+	deliver(s, batch, func(r *storekit.ClaimRequest) string { return r.Key }, tokens, err, s.q.pendingOf,
+		func(rows pgx.Rows, p *pending) (string, error) {
+			var k string
+			return k, rows.Scan(&k, &p.owner, &p.token)
+		},
+		func(w *claimBatch, p pending) bool {
+			w.ans = p.token
+			return p.owner == w.req.Owner // it committed: the record is its own
+		})
+}
+
+// deliver answers each writer of a batch from what the batch's write
+// returned (answers, err): its own answer when the statement went
+// through; alone again when the database refused the statement whole;
+// otherwise, the batch's fate unknown, from what lookup (a query of the
+// batch's keys, read by scan) finds: committed (as judged by committed,
+// which sets its answer) or to be written alone again. A lookup that
+// fails too fails every writer closed, as a lone write's lost reply does.
+func deliver[Req, Ans, Row any](s *Store, batch []*gathered[Req, Ans], key func(*Req) string, answers map[string]Ans, err error,
+	lookup string, scan func(pgx.Rows, *Row) (string, error), committed func(*gathered[Req, Ans], Row) bool) {
 	if err == nil {
 		for _, w := range batch {
-			w.ans = tokens[w.req.Key]
+			w.ans = answers[key(&w.req)]
 		}
 		return
 	}
@@ -138,35 +160,28 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 		}
 		return
 	}
-	// Its fate is unknown: look for the records it would have made.
 	keys := make([]string, len(batch))
 	for i, w := range batch {
-		keys[i] = w.req.Key
+		keys[i] = key(&w.req)
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
-	type pending struct {
-		owner string
-		token int64
-	}
-	found := map[string]pending{}
-	rerr := s.each(rctx, s.q.pendingOf, []any{keys}, func(rows pgx.Rows) error {
-		var k string
-		var p pending
-		if err := rows.Scan(&k, &p.owner, &p.token); err != nil {
-			return err
-		}
-		found[k] = p
-		return nil
+	found := map[string]Row{}
+	rerr := s.each(rctx, lookup, []any{keys}, func(rows pgx.Rows) error {
+		var r Row
+		k, err := scan(rows, &r)
+		found[k] = r
+		return err
 	})
 	for _, w := range batch {
-		switch p, ok := found[w.req.Key]; {
+		r, ok := found[key(&w.req)]
+		switch {
 		case rerr != nil:
-			w.err = err // fail closed, as a lone claim's lost reply does
-		case ok && p.owner == w.req.Owner:
-			w.ans = p.token // it committed
+			w.err = err
+		case ok && committed(w, r):
 		default:
-			w.alone = true // not written, or refused: claim again
+			var zero Ans
+			w.ans, w.alone = zero, true // not written, or refused: write again alone
 		}
 	}
 }
@@ -244,55 +259,26 @@ func (s *Store) finishMany(ctx context.Context, batch []*outcomeBatch) {
 	fault := s.takeFault(&s.finishFault)
 	s.batched.outcomeBatches.Add(1)
 	s.batched.outcomes.Add(int64(len(batch)))
-	var written map[string]bool
-	var err error
+	write := s.finishUnnest
 	if s.pipelined {
-		written, err = s.finishPipelined(ctx, batch, fault)
-	} else {
-		written, err = s.finishUnnest(ctx, batch, fault)
+		write = s.finishPipelined
 	}
-	if err == nil {
-		for _, w := range batch {
-			w.ans = written[w.req.key]
-		}
-		return
-	}
-	if refusedWhole(err) {
-		for _, w := range batch {
-			w.alone = true
-		}
-		return
-	}
-	keys := make([]string, len(batch))
-	for i, w := range batch {
-		keys[i] = w.req.key
-	}
-	rctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
-	defer cancel()
+	written, err := write(ctx, batch, fault)
 	type row struct {
 		token int64
 		state int16
 	}
-	found := map[string]row{}
-	rerr := s.each(rctx, s.q.tokensOf, []any{keys}, func(rows pgx.Rows) error {
-		var k string
-		var r row
-		if err := rows.Scan(&k, &r.token, &r.state); err != nil {
-			return err
-		}
-		found[k] = r
-		return nil
-	})
-	for _, w := range batch {
-		switch r, ok := found[w.req.key]; {
-		case rerr != nil:
-			w.err = err
-		case ok && r.token == w.req.token && r.state != int16(storekit.Pending) && r.state == w.req.state:
-			w.ans = true // it committed: only its token's holder ends a pending record under that token, and it wrote this state
-		default:
-			w.alone = true // still pending under its token (not written), or moved on: write again
-		}
-	}
+	deliver(s, batch, func(o *outcome) string { return o.key }, written, err, s.q.tokensOf,
+		func(rows pgx.Rows, r *row) (string, error) {
+			var k string
+			return k, rows.Scan(&k, &r.token, &r.state)
+		},
+		func(w *outcomeBatch, r row) bool {
+			// Only its token's holder ends a pending record under that
+			// token, and it wrote this state: it committed.
+			w.ans = r.token == w.req.token && r.state != int16(storekit.Pending) && r.state == w.req.state
+			return w.ans
+		})
 }
 
 func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault fault) (map[string]bool, error) {

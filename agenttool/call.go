@@ -286,6 +286,9 @@ func (c *call) claim() outcome {
 			}
 			return claimTookOver
 		}
+		if c.beside(res.Record) {
+			return claimedBeside
+		}
 		return claimGranted
 	}
 	c.other = res.Record

@@ -64,7 +64,7 @@ func (c *call) fence() outcome {
 		// An action an older version left open in the scope holds no slot
 		// (a store upgraded to slots gives each scope's newest one the
 		// slot): this call does not go on while one is unknown.
-		if l, err := c.unslotted(o); err != nil || l != nil {
+		if l, err := c.outside(o); err != nil || l != nil {
 			if nerr := h.notApplied(c.ctx, &Resolution{Verdict: "not applied", By: "fence"}); nerr != nil {
 				return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, nerr))
 			}
@@ -103,23 +103,25 @@ func (t *Tool) storedResult(rec Record) json.RawMessage {
 	return env.Result
 }
 
-// unslotted returns an action of the call's scope, other than o, that
-// awaits reconciliation without holding the scope's slot: one an older
-// version of retrysafe left open (its records had no fence scope). Asked
-// only before a call goes on in place of o, from the stores' index of
-// open records.
-func (c *call) unslotted(o Record) (*Record, error) {
+// outside returns an action of the call's scope, other than o, that
+// awaits reconciliation without holding the call's slot: one an older
+// version of retrysafe left open (its records had no fence scope), or one
+// claimed under another fence setting of the tool (its slot is its
+// session's where the call's is its principal's, or the reverse; none
+// under FenceOff). Read from the stores' index of open records.
+func (c *call) outside(o Record) (*Record, error) {
 	req := storekit.ListRequest{Tool: c.t.name, Principal: &c.principal, Now: c.t.cfg.Now(), Limit: fencePage}
 	if c.t.cfg.Fence == FenceSession {
 		req.Session = &c.session
 	}
+	slot := c.req.Slot()
 	for {
 		recs, err := c.t.cfg.Store.ListUnknown(c.ctx, req)
 		if err != nil && len(CorruptKeys(err)) == 0 {
 			return nil, fmt.Errorf("looking for other unknown actions of the scope: %w", err)
 		}
 		for i := range recs {
-			if r := recs[i]; r.Key != o.Key && r.Key != c.ref && !r.HoldsSlot() {
+			if r := recs[i]; r.Key != o.Key && r.Key != c.ref && !(r.HoldsSlot() && r.Slot() == slot) {
 				return &r, nil
 			}
 		}
@@ -128,6 +130,28 @@ func (c *call) unslotted(o Record) (*Record, error) {
 		}
 		req.After = recs[len(recs)-1].Key
 	}
+}
+
+// beside reports whether a new action that a principal-wide fence granted
+// its slot must give its key back: an action of the principal's scope
+// that does not hold that slot is unknown (outside), and holds the call
+// back as the slot's holder would (I9). The call's answer is set. A
+// session's fence does not look (a read on every call); its actions
+// outside the slot are the caveat of changing a tool's fence.
+func (c *call) beside(rec Record) bool {
+	if c.t.cfg.Fence != FencePrincipal || rec.Attempts > 0 || rec.Replaces != "" {
+		return false
+	}
+	o, err := c.outside(Record{})
+	switch {
+	case err != nil:
+		c.storeFailed(err)
+	case o != nil:
+		c.ans = answer{reason: reasonEarlierUnknown, other: o, why: "it began under another fence setting of this tool, or before an upgrade"}
+	default:
+		return false
+	}
+	return true
 }
 
 // fencePage bounds the records read per listing.

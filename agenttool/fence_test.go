@@ -1105,6 +1105,118 @@ func TestI9_UpgradedStoreFencesEveryOpenAction(t *testing.T) {
 	}
 }
 
+// I9 across an upgrade, for a principal-wide fence: an action a store
+// written before slots left unknown keeps every new write of its tool and
+// principal from running, whatever session it comes from.
+//
+// The earlier version wrote records without a fence scope; the upgrade gives
+// each session's newest open record its session's slot. A tool fenced by
+// principal asks for its principal's slot, which nothing holds: the
+// principal's next email ran while the lunch email was still unknown.
+func TestI9_UpgradedStoreFencesAPrincipalWideScope(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.db")
+	store := openBolt(t, path)
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errLostReply // delivered, its reply lost
+		}
+		return true, nil
+	}}
+	old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: agenttool.FenceOff})
+	lunchEnv := old.Invoke(scoped(), lunch)
+	mustStatus(t, lunchEnv, envelope.UnknownOutcome)
+	// As the earlier version left the file: schema 5, no slots.
+	if err := store.DB().Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket([]byte("retrysafe/slots")); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+			return err
+		}
+		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("5"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+
+	store = openBolt(t, path)
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: agenttool.FencePrincipal})
+	for _, ctx := range []context.Context{scoped(), agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")} {
+		env := tool.Invoke(ctx, `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`)
+		t.Logf("another email of the principal after the upgrade: %s", env)
+		if env.Error == nil || env.Error.Code != envelope.CodeEarlierUnknown {
+			t.Errorf("a new email of the principal while the lunch email (%s) is unknown: %s; want earlier_action_unknown", lunchEnv.RequestRef, env.Status)
+		}
+	}
+	if runs := m.runs.Load(); runs != 1 {
+		t.Errorf("the principal's next email ran while the lunch email (%s) is unknown: %d runs", lunchEnv.RequestRef, runs)
+	}
+}
+
+// I9 when a tool's fence is widened to the principal: an action claimed
+// under the old setting (none, or its session's slot) and left unknown
+// holds back the principal's new writes in every session, though it holds
+// no slot they ask for. Each new call gives its key back; once an
+// operator settles the earlier action, the next one runs.
+func TestI9_AFenceWidenedToThePrincipalHoldsTheOldSettingsUnknownActions(t *testing.T) {
+	for _, before := range []agenttool.FenceScope{agenttool.FenceOff, agenttool.FenceSession} {
+		t.Run(before.String(), func(t *testing.T) {
+			store := memstore.New()
+			m := &mailServer{script: func(n int) (bool, error) {
+				if n == 1 {
+					return true, errLostReply // delivered, its reply lost
+				}
+				return true, nil
+			}}
+			old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: before})
+			first := old.Invoke(scoped(), lunch)
+			mustStatus(t, first, envelope.UnknownOutcome)
+
+			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: agenttool.FencePrincipal})
+			minutes := `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`
+			for _, ctx := range []context.Context{scoped(), agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")} {
+				env := tool.Invoke(ctx, minutes)
+				if env.Error == nil || env.Error.Code != envelope.CodeEarlierUnknown || env.Earlier == nil || env.Earlier.RequestRef != first.RequestRef {
+					t.Fatalf("a new email of the principal while %s (claimed with the fence %s) is unknown: %s; want earlier_action_unknown naming it", first.RequestRef, before, env)
+				}
+				if _, err := store.Get(context.Background(), env.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+					t.Errorf("the held call kept its key (%v); it must give it back", err)
+				}
+			}
+			if runs := m.runs.Load(); runs != 1 {
+				t.Fatalf("the principal's next email ran while %s is unknown: %d runs", first.RequestRef, runs)
+			}
+			op, err := agenttool.NewOperator(store, old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, nil, "maria", "in the provider's log"); err != nil {
+				t.Fatal(err)
+			}
+			mustStatus(t, tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"), minutes), envelope.Success)
+		})
+	}
+}
+
+// A principal-wide fence that cannot look for the scope's other unknown
+// actions runs nothing: the call gives its key back and says the store
+// failed, and the same call runs once the store answers again.
+func TestI9_APrincipalWideFenceThatCannotLookRunsNothing(t *testing.T) {
+	store := &faultyStore{Store: memstore.New()}
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: agenttool.FencePrincipal})
+	store.failList.Store(true)
+	env := tool.Invoke(scoped(), lunch)
+	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeStoreUnavailable {
+		t.Fatalf("a principal-wide fence whose store cannot list: %s; want definite_failure store_unavailable", env)
+	}
+	if _, err := store.Get(context.Background(), env.RequestRef); !errors.Is(err, agenttool.ErrNotFound) || m.runs.Load() != 0 {
+		t.Fatalf("the refused call ran %d times and left its key (%v)", m.runs.Load(), err)
+	}
+	store.failList.Store(false)
+	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+	if m.runs.Load() != 1 {
+		t.Fatalf("the email ran %d times; want 1", m.runs.Load())
+	}
+}
+
 // A principal-wide fence tells the truth about where the earlier action
 // is: an answer about another conversation's action does not say it is
 // "in this conversation".

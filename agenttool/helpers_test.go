@@ -139,7 +139,14 @@ func mustStatus(t *testing.T, env envelope.Envelope, want envelope.Status) {
 // faultyStore fails chosen operations, as a store that goes away would.
 type faultyStore struct {
 	agenttool.Store
-	failClaim, failFinish, failRelease, failRenew atomic.Bool
+	failClaim, failFinish, failRelease, failRenew, failList atomic.Bool
+}
+
+func (f *faultyStore) ListUnknown(ctx context.Context, r storekit.ListRequest) ([]storekit.Record, error) {
+	if f.failList.Load() {
+		return nil, errStoreDown
+	}
+	return f.Store.ListUnknown(ctx, r)
 }
 
 func (f *faultyStore) Renew(ctx context.Context, r storekit.RenewRequest) error {

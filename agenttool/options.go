@@ -92,9 +92,12 @@ var KeyLikeStems = []string{"idempot", "dedup"}
 // is unknown, until that action is settled.
 //
 // An action holds the scope its tool's fence named when it was claimed.
-// Change a tool's fence only when none of its actions is unknown (settle
-// them first: Operator, or the retrysafe command): an action claimed under
-// the old setting does not hold back calls under the new one.
+// A FencePrincipal call also waits for the principal's unknown actions of
+// the tool claimed under another setting (one read per new action); a
+// FenceSession call does not look. Before narrowing a tool's fence, settle
+// its unknown actions (Operator, or the retrysafe command): an action
+// claimed under FenceOff or FencePrincipal does not hold back FenceSession
+// calls.
 type FenceScope uint8
 
 const (

@@ -51,6 +51,7 @@ const (
 	slotUnknown                      // another action of the scope is unknown, or its holder's lease lapsed
 	slotApproved                     // another action of the scope is approved for one more attempt: take it
 	slotNotice                       // another action of the scope was just found done
+	claimedBeside                    // granted, beside an unknown action of the scope that holds another slot, or none: give it back
 	storeFailed                      // the store could not answer
 	// wait
 	waited   // the holder ended, or it is time to look again
@@ -86,7 +87,7 @@ const (
 )
 
 var outcomeNames = [outcomeCount]string{"", "granted", "took over", "refused", "settled", "unknown", "running",
-	"slot running", "slot unknown", "slot approved", "slot notice", "store failed", "waited", "wait over",
+	"slot running", "slot unknown", "slot approved", "slot notice", "claimed beside", "store failed", "waited", "wait over",
 	"approved retry", "approver answered", "earlier applied", "earlier not applied", "earlier unknown", "earlier moved",
 	"applied", "not applied", "no answer", "succeeded", "refused definitely", "transient", "maybe applied",
 	"lease lost", "key forgotten", "backed off", "no more attempts", "recorded", "given back", "effect found", "hold lost"}
@@ -153,6 +154,8 @@ func next(ph phase, o outcome, f facts) (phase, error) {
 			return phaseDone, nil
 		case claimRefused, claimSettled, slotNotice, storeFailed:
 			return phaseDone, nil
+		case claimedBeside:
+			return phaseGiveBack, nil
 		case claimRunning, slotRunning:
 			return phaseWait, nil
 		case slotUnknown:

@@ -42,6 +42,7 @@ var lifeOfACall = []move{
 	{phaseClaim, slotUnknown, always, phaseFence},
 	{phaseClaim, slotApproved, always, phaseClaim},
 	{phaseClaim, slotNotice, always, phaseDone},
+	{phaseClaim, claimedBeside, always, phaseGiveBack},
 	{phaseClaim, storeFailed, always, phaseDone},
 
 	{phaseWait, waited, always, phaseClaim},

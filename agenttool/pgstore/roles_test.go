@@ -291,3 +291,58 @@ func TestReadOnlyOpenReadsUnderARoleThatMayOnlyRead(t *testing.T) {
 		t.Errorf("the refused claim left a record: %v", err)
 	}
 }
+
+// I9 across Migrate, for a principal-wide fence: an action an older
+// version left unknown keeps every new write of its tool and principal
+// from running, in any session, on every replica.
+//
+// The older version's records have no fence scope; migration 4 gives the
+// newest open record of each tool and session its session's slot. A tool
+// fenced by principal asks for its principal's slot, which nothing holds.
+func TestMigrateKeepsAPrincipalWideFence(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	sent := 0
+	tool := func(s *pgstore.Store, fence agenttool.FenceScope) *agenttool.Tool {
+		tool, err := agenttool.New("send_email", "", func(context.Context, struct {
+			To string `json:"to"`
+		}) (string, error) {
+			if sent++; sent == 1 {
+				return "", errors.New("read: connection reset by peer")
+			}
+			return "sent", nil
+		}, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Fence: fence, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tool
+	}
+	// The older version's records: unknown, no fence scope.
+	current := pgtest.Open(t)
+	lost := tool(current, agenttool.FenceOff).Invoke(agenttool.WithScope(ctx, "tenant-1/ana", "conversation-1"), `{"to":"ana@example.com"}`)
+	if lost.Status != envelope.UnknownOutcome {
+		t.Fatalf("the lost call: %s", lost)
+	}
+	older := olderSchema(t, url)
+	admin(t, url, `INSERT INTO `+older+`.records (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome,
+		created, updated, expires, retry_approved, resolution, session, taken_over, label)
+		SELECT key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome,
+		created, updated, expires, retry_approved, resolution, session, taken_over, label FROM `+current.Schema()+`.records`)
+	if _, _, err := pgstore.Migrate(ctx, &pgstore.Options{URL: url, Schema: older}); err != nil {
+		t.Fatal(err)
+	}
+	for _, session := range []string{"conversation-1", "conversation-2"} {
+		s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: older})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		env := tool(s, agenttool.FencePrincipal).Invoke(agenttool.WithScope(ctx, "tenant-1/ana", session), `{"to":"bob@example.com"}`)
+		if env.Error == nil || env.Error.Code != envelope.CodeEarlierUnknown {
+			t.Errorf("a new email of the principal in %s while %s is unknown: %s; want earlier_action_unknown", session, lost.RequestRef, env)
+		}
+	}
+	if sent != 1 {
+		t.Errorf("the principal's emails ran %d times while the first one is unknown; want 1", sent)
+	}
+}

@@ -126,19 +126,7 @@ func TestConcurrentCopiesAreOneEffect(t *testing.T) {
 	cfg.ExecuteSequentially = false
 	results, _ := play(t, cfg,
 		fakellm.Calls(send(adaptertest.Base), send(adaptertest.Again), send(adaptertest.Base), send(adaptertest.Again)))
-	envs := adaptertest.Read(t, results)
-	fresh := 0
-	for _, e := range envs {
-		if e.Status != "success" {
-			t.Errorf("a copy read %s", e)
-		}
-		if !e.Replayed {
-			fresh++
-		}
-	}
-	if fresh != 1 {
-		t.Errorf("%d fresh successes, want 1: %v", fresh, adaptertest.Codes(envs))
-	}
+	adaptertest.CheckOneFresh(t, adaptertest.Read(t, results))
 	mail.Check(t, 1)
 }
 

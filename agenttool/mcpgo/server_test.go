@@ -172,18 +172,7 @@ func TestParallelCopiesAreOneEffect(t *testing.T) {
 			wg.Go(func() { envs[i] = call(t, c, "send_email", a) })
 		}
 		wg.Wait()
-		fresh := 0
-		for _, e := range envs {
-			if e.Status != envelope.Success {
-				t.Errorf("a copy read %s", e)
-			}
-			if !e.Replayed {
-				fresh++
-			}
-		}
-		if fresh != 1 {
-			t.Errorf("%d fresh successes, want 1: %v", fresh, codes(envs...))
-		}
+		adaptertest.CheckOneFresh(t, envs)
 		mail.Check(t, 1)
 	})
 }

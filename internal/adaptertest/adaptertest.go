@@ -248,6 +248,24 @@ func Read(tb testing.TB, results []string) []envelope.Envelope {
 	return out
 }
 
+// CheckOneFresh checks the answers to copies of one action: every copy
+// reads success, and exactly one is fresh — the others replay it.
+func CheckOneFresh(tb testing.TB, envs []envelope.Envelope) {
+	tb.Helper()
+	fresh := 0
+	for _, e := range envs {
+		if e.Status != envelope.Success {
+			tb.Errorf("a copy read %s", e)
+		}
+		if !e.Replayed {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		tb.Errorf("%d fresh successes, want 1: %v", fresh, Codes(envs))
+	}
+}
+
 // Codes lists the status (and error code) of each envelope, for messages
 // and comparisons: "success", "unknown_outcome/outcome_unknown".
 func Codes(envs []envelope.Envelope) []string {

@@ -34,6 +34,49 @@ func (w *wire) Check(_ context.Context, req reconcile.Request) reconcile.Answer 
 	return reconcile.NotAppliedYet()
 }
 
+// stalled is two processes of one tool on one store, with the first's
+// request of lunch on the wire and the process stalled (until land is
+// closed); done carries its answer then.
+type stalled struct {
+	store *memstore.Store
+	clock *clock
+	wire  *wire
+	proc2 *agenttool.Tool
+	land  chan struct{}
+	done  chan envelope.Envelope
+}
+
+func stallHolder(t *testing.T) stalled {
+	t.Helper()
+	st := stalled{store: memstore.New(), clock: newClock(), wire: &wire{effects: map[string]int{}},
+		land: make(chan struct{}), done: make(chan envelope.Envelope)}
+	started := make(chan struct{})
+	var once sync.Once
+	send := func(ctx context.Context, in emailInput) (sent, error) {
+		ref := agenttool.RequestRef(ctx)
+		first := false
+		once.Do(func() { first = true })
+		if first { // process 1: the request leaves, the process stalls
+			close(started)
+			<-st.land
+		}
+		st.wire.apply(ref)
+		return sent{MessageID: ref}, nil
+	}
+	opts := agenttool.Options{Store: st.store, Class: agenttool.Reconcilable, Reconciler: st.wire, Now: st.clock.Now,
+		AttemptTimeout: 10 * time.Second, ClockSkew: time.Second, Lease: time.Minute, Retry: fastRetry}
+	proc1, err := agenttool.New("send_email", "Send.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.proc2, err = agenttool.New("send_email", "Send.", send, opts); err != nil {
+		t.Fatal(err)
+	}
+	go func() { st.done <- proc1.Invoke(scoped(), lunch) }()
+	<-started
+	return st
+}
+
 // A takeover trusts not applied only after the in-flight grace, also after
 // an earlier takeover left the record unknown.
 //
@@ -44,35 +87,8 @@ func (w *wire) Check(_ context.Context, req reconcile.Request) reconcile.Answer 
 // NotApplied inside the window, while the stalled holder's request is
 // still on the wire.
 func TestTakeover_GraceSurvivesAPendingCheck(t *testing.T) {
-	store := memstore.New()
-	c := newClock()
-	w := &wire{effects: map[string]int{}}
-	started, land := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	send := func(ctx context.Context, in emailInput) (sent, error) {
-		ref := agenttool.RequestRef(ctx)
-		stalled := false
-		once.Do(func() { stalled = true })
-		if stalled { // process 1: the request leaves, the process stalls
-			close(started)
-			<-land
-		}
-		w.apply(ref)
-		return sent{MessageID: ref}, nil
-	}
-	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: w, Now: c.Now,
-		AttemptTimeout: 10 * time.Second, ClockSkew: time.Second, Lease: time.Minute, Retry: fastRetry}
-	proc1, err := agenttool.New("send_email", "Send.", send, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc2, err := agenttool.New("send_email", "Send.", send, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan envelope.Envelope)
-	go func() { done <- proc1.Invoke(scoped(), lunch) }()
-	<-started
+	st := stallHolder(t)
+	c, w, proc2, land, done := st.clock, st.wire, st.proc2, st.land, st.done
 	// Process 1 stalls past its lease (it ends at +60s). Grace: until +71s.
 	c.Advance(61 * time.Second)
 	first := proc2.Invoke(scoped(), lunch)
@@ -98,35 +114,8 @@ func TestTakeover_GraceSurvivesAPendingCheck(t *testing.T) {
 // NotApplied inside the window, while the stalled holder's request is
 // still on the wire.
 func TestTakeover_GraceSurvivesASweep(t *testing.T) {
-	store := memstore.New()
-	c := newClock()
-	w := &wire{effects: map[string]int{}}
-	started, land := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	send := func(ctx context.Context, in emailInput) (sent, error) {
-		ref := agenttool.RequestRef(ctx)
-		stalled := false
-		once.Do(func() { stalled = true })
-		if stalled { // process 1: the request leaves, the process stalls
-			close(started)
-			<-land
-		}
-		w.apply(ref)
-		return sent{MessageID: ref}, nil
-	}
-	opts := agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: w, Now: c.Now,
-		AttemptTimeout: 10 * time.Second, ClockSkew: time.Second, Lease: time.Minute, Retry: fastRetry}
-	proc1, err := agenttool.New("send_email", "Send.", send, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc2, err := agenttool.New("send_email", "Send.", send, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan envelope.Envelope)
-	go func() { done <- proc1.Invoke(scoped(), lunch) }()
-	<-started
+	st := stallHolder(t)
+	store, c, w, proc2, land, done := st.store, st.clock, st.wire, st.proc2, st.land, st.done
 	// Process 1 stalls past its lease (it ends at +60s). Grace: until +71s.
 	c.Advance(61 * time.Second)
 	op, _ := agenttool.NewOperator(store, proc2)

@@ -699,17 +699,26 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 				t.Fatal(err)
 			}
 			what = fmt.Sprintf("claim %s takeover=%v: claimed=%v blocked=%v", req.Key, req.TakeOver, res.Claimed, res.Blocked != nil)
-			// The records of the slot another key held before the claim.
-			var others []agenttool.Record
+			// The records of the slot another key held before the claim,
+			// and the open records beside it (claimed under the other
+			// fence), which hold back a record entering the slot.
+			var others, beside []agenttool.Record
+			inSlot := false
 			for _, r := range before {
 				if r.Key != req.Key && r.HoldsSlot() && r.Slot() == req.Slot() {
 					others = append(others, r)
 				}
+				if req.Beside(&r) {
+					beside = append(beside, r)
+				}
+				if r.Key == req.Key && r.HoldsSlot() && r.Slot() == req.Slot() {
+					inSlot = true
+				}
 			}
 			switch {
 			case res.Blocked != nil:
-				if !slices.ContainsFunc(others, func(r agenttool.Record) bool { return r.Key == res.Blocked.Key }) {
-					t.Fatalf("seed %d step %d: %s by %s, which did not hold the slot (holders %v)", seed, step, what, res.Blocked.Key, others)
+				if !slices.ContainsFunc(append(others, beside...), func(r agenttool.Record) bool { return r.Key == res.Blocked.Key }) {
+					t.Fatalf("seed %d step %d: %s by %s, which neither held the slot (holders %v) nor was beside it (%v)", seed, step, what, res.Blocked.Key, others, beside)
 				}
 			case res.Claimed:
 				holds = append(holds, held{req.Key, res.Record.Token})
@@ -717,6 +726,9 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 					if !(r.State == agenttool.Succeeded && !at.Before(r.NoticeUntil)) {
 						t.Fatalf("seed %d step %d: %s while %s (%v) held the slot", seed, step, what, r.Key, r.State)
 					}
+				}
+				if !inSlot && len(beside) > 0 && res.Record.HoldsSlot() {
+					t.Fatalf("seed %d step %d: %s into the slot while %s (%v) was open beside it", seed, step, what, beside[0].Key, beside[0].State)
 				}
 			}
 		case op < 6:
@@ -1214,6 +1226,67 @@ func TestI9_APrincipalWideFenceThatCannotLookRunsNothing(t *testing.T) {
 	mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
 	if m.runs.Load() != 1 {
 		t.Fatalf("the email ran %d times; want 1", m.runs.Load())
+	}
+}
+
+// I9 when a tool's fence is narrowed to the session: an action claimed
+// under the old setting (none, or its principal's slot) and left unknown
+// holds back its session's new writes, on every store, though it holds no
+// slot they ask for; another session's writes run. With a reconciler, the
+// fence asks about it first: found applied, the user is told; found not
+// applied, the new email goes on in its place and the old one is closed.
+func TestI9_AFenceNarrowedToTheSessionHoldsTheOldSettingsUnknownActions(t *testing.T) {
+	minutes := `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`
+	for _, before := range []agenttool.FenceScope{agenttool.FenceOff, agenttool.FencePrincipal} {
+		for _, verdict := range []string{"nobody can ask", "applied", "not applied"} {
+			t.Run(before.String()+"/"+verdict, func(t *testing.T) {
+				storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+					store := open()
+					m := &mailServer{script: func(n int) (bool, error) {
+						if n == 1 {
+							return verdict == "applied", errLostReply // its reply lost
+						}
+						return true, nil
+					}}
+					old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: before})
+					first := old.Invoke(scoped(), lunch)
+					mustStatus(t, first, envelope.UnknownOutcome)
+
+					opts := agenttool.Options{Store: store, Class: agenttool.AtMostOnce}
+					if verdict != "nobody can ask" {
+						ans := reconcile.NotAppliedFenced()
+						if verdict == "applied" {
+							ans = reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`))
+						}
+						opts.Class = agenttool.Reconcilable
+						opts.Reconciler = &byRef{ans: map[string]reconcile.Answer{first.RequestRef: ans}}
+					}
+					tool := newEmailTool(t, m, opts)
+					env := tool.Invoke(scoped(), lunchRephrased)
+					switch verdict {
+					case "nobody can ask":
+						if env.Error == nil || env.Error.Code != envelope.CodeEarlierUnknown || env.Earlier == nil || env.Earlier.RequestRef != first.RequestRef {
+							t.Fatalf("a reworded email of the session while %s (fence %s) is unknown: %s; want earlier_action_unknown naming it", first.RequestRef, before, env)
+						}
+					case "applied":
+						if env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
+							t.Fatalf("a reworded email of the session after %s was found applied: %s; want earlier_action_applied", first.RequestRef, env)
+						}
+					case "not applied":
+						mustStatus(t, env, envelope.Success)
+						if rec, err := store.Get(context.Background(), first.RequestRef); err != nil || rec.ReplacedBy != env.RequestRef {
+							t.Fatalf("the old action after the new one went on in its place: %+v, %v; want replaced by %s", rec, err, env.RequestRef)
+						}
+					}
+					if want := map[string]int{"nobody can ask": 1, "applied": 1, "not applied": 2}[verdict]; int(m.runs.Load()) != want {
+						t.Fatalf("%d runs; want %d", m.runs.Load(), want)
+					}
+					if verdict == "nobody can ask" {
+						mustStatus(t, tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"), minutes), envelope.Success)
+					}
+				})
+			})
+		}
 	}
 }
 

@@ -91,13 +91,14 @@ var KeyLikeStems = []string{"idempot", "dedup"}
 // under a new key while an earlier action of the tool in the fence's scope
 // is unknown, until that action is settled.
 //
-// An action holds the scope its tool's fence named when it was claimed.
-// A FencePrincipal call also waits for the principal's unknown actions of
-// the tool claimed under another setting (one read per new action); a
-// FenceSession call does not look. Before narrowing a tool's fence, settle
-// its unknown actions (Operator, or the retrysafe command): an action
-// claimed under FenceOff or FencePrincipal does not hold back FenceSession
-// calls.
+// An action holds the scope its tool's fence named when it was claimed,
+// and an open action outside the scope a call asks for still holds it
+// back: a FenceSession call waits for its session's actions claimed under
+// FenceOff or FencePrincipal (the store looks in the claim), a
+// FencePrincipal call for its principal's unknown actions claimed under
+// another setting (one read per new action). So the setting can change
+// while actions are unknown, but not on replicas that run the old and the
+// new setting at once (see the promises' caveats in the README).
 type FenceScope uint8
 
 const (

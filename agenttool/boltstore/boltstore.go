@@ -172,7 +172,8 @@ func initSchema(tx *bolt.Tx) error {
 	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
-	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket} {
+	fillBeside := tx.Bucket(besideBucket) == nil
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket, besideBucket} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
@@ -187,8 +188,14 @@ func initSchema(tx *bolt.Tx) error {
 		if err := assignLegacySlots(tx); err != nil {
 			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
+		fillBeside = true
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err
+		}
+	}
+	if fillBeside {
+		if err := rebuildBeside(tx); err != nil {
+			return fmt.Errorf("indexing the open records beside their session's slot: %w", err)
 		}
 	}
 	return expireLeases(tx)
@@ -596,6 +603,9 @@ func save(b *bolt.Bucket, r, prev *storekit.Record) error {
 	if err := reslot(b.Tx(), r, prev); err != nil {
 		return err
 	}
+	if err := rebeside(b.Tx(), r, prev); err != nil {
+		return err
+	}
 	if r.Open() {
 		return openIndex(b).Put(key, []byte{})
 	}
@@ -619,6 +629,9 @@ func remove(b *bolt.Bucket, key []byte, rec *storekit.Record) error {
 			return err
 		}
 		if err := reslot(b.Tx(), nil, rec); err != nil {
+			return err
+		}
+		if err := rebeside(b.Tx(), nil, rec); err != nil {
 			return err
 		}
 	}

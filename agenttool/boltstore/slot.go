@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bytes"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -39,17 +40,82 @@ func reslot(tx *bolt.Tx, r, prev *storekit.Record) error {
 	return nil
 }
 
+// besideBucket indexes the open records beside their session's slot
+// (storekit.Record.Beside: claimed under FenceOff, a principal's fence, or
+// a version before slots), by tool and session:
+//
+//	tool 0x00 session key → empty
+//
+// A claim fenced by session finds them with one seek; records of the
+// default, per-session fence never enter it.
+var besideBucket = []byte("retrysafe/beside")
+
+func besidePrefix(tool string, session storekit.Digest) []byte {
+	k := make([]byte, 0, len(tool)+1+len(session)+64)
+	return append(append(append(k, tool...), 0), session[:]...)
+}
+
+// rebeside moves the beside index from prev (nil: a new record) to r (nil:
+// a deleted one).
+func rebeside(tx *bolt.Tx, r, prev *storekit.Record) error {
+	was, is := prev != nil && prev.Beside(), r != nil && r.Beside()
+	if !was && !is {
+		return nil
+	}
+	beside := tx.Bucket(besideBucket)
+	if was && (!is || r.Tool != prev.Tool || r.Session != prev.Session) {
+		if err := beside.Delete(append(besidePrefix(prev.Tool, prev.Session), prev.Key...)); err != nil {
+			return err
+		}
+	}
+	if is {
+		return beside.Put(append(besidePrefix(r.Tool, r.Session), r.Key...), []byte{})
+	}
+	return nil
+}
+
+// rebuildBeside fills the beside index from the open records.
+func rebuildBeside(tx *bolt.Tx) error {
+	b := tx.Bucket(recordsBucket)
+	return tx.Bucket(openBucket).ForEach(func(k, _ []byte) error {
+		rec, err := load(b, string(k))
+		if err != nil || rec == nil {
+			return nil // unreadable records stay as they are, failing closed when used
+		}
+		return rebeside(tx, rec, nil)
+	})
+}
+
 // occupant returns the record that holds the slot req's record would hold,
-// if another record does.
+// if another record does; or, where that one would not hold the claim
+// back (storekit.ClaimRequest.LooksBeside), a record of its tool and
+// session beside the slot, if there is one.
 func occupant(b *bolt.Bucket, req *storekit.ClaimRequest) (*storekit.Record, error) {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil, nil
 	}
-	k := b.Tx().Bucket(slotsBucket).Get(slotKey(req.Slot()))
-	if k == nil || string(k) == req.Key {
-		return nil, nil
+	var holder *storekit.Record
+	if k := b.Tx().Bucket(slotsBucket).Get(slotKey(req.Slot())); k != nil && string(k) != req.Key {
+		var err error
+		if holder, err = load(b, string(k)); err != nil {
+			return nil, err
+		}
 	}
-	return load(b, string(k))
+	if !req.LooksBeside(holder) {
+		return holder, nil
+	}
+	prefix := besidePrefix(req.Tool, req.Session)
+	beside := b.Tx().Bucket(besideBucket)
+	if req.Replace != nil && beside.Get(append(slices.Clip(prefix), req.Replace.Key...)) != nil {
+		return load(b, req.Replace.Key) // the one it would replace
+	}
+	c := beside.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if key := string(k[len(prefix):]); key != req.Key {
+			return load(b, key)
+		}
+	}
+	return holder, nil
 }
 
 // assignLegacySlots gives slots to the open records of a store written

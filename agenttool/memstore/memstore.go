@@ -23,12 +23,13 @@ import (
 // is not usable; call [New].
 type Store struct {
 	mu      sync.Mutex
-	index   map[string]int                // key → its entry in entries
-	entries []entry                       // records, in slots reused after a delete
-	free    []int                         // empty slots of entries
-	expiry  expiries                      // when records may be swept
-	open    map[scope]map[string]struct{} // keys of open records, by tool and principal
-	slots   map[storekit.Slot]string      // the key of the record that holds each slot
+	index   map[string]int                        // key → its entry in entries
+	entries []entry                               // records, in slots reused after a delete
+	free    []int                                 // empty slots of entries
+	expiry  expiries                              // when records may be swept
+	open    map[scope]map[string]struct{}         // keys of open records, by tool and principal
+	slots   map[storekit.Slot]string              // the key of the record that holds each slot
+	beside  map[storekit.Slot]map[string]struct{} // keys of records beside their session's slot (Record.Beside), by tool and session
 	token   uint64
 	closed  bool
 }
@@ -46,7 +47,8 @@ func (s *Store) Local() bool { return true }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{index: make(map[string]int), open: make(map[scope]map[string]struct{}), slots: make(map[storekit.Slot]string)}
+	return &Store{index: make(map[string]int), open: make(map[scope]map[string]struct{}), slots: make(map[storekit.Slot]string),
+		beside: make(map[storekit.Slot]map[string]struct{})}
 }
 
 // scope is what the open index is keyed by: the unknown fence asks for the
@@ -97,6 +99,25 @@ func (s *Store) get(key string, r *storekit.Record) (*storekit.Record, int) {
 	return r, i
 }
 
+// indexBeside adds r's key to, or removes it from, the index of records
+// beside their session's slot.
+func (s *Store) indexBeside(e *entry, beside bool) {
+	sl := storekit.Slot{Tool: e.tool, Scope: e.session}
+	keys := s.beside[sl]
+	if beside {
+		if keys == nil {
+			keys = make(map[string]struct{})
+			s.beside[sl] = keys
+		}
+		keys[e.key] = struct{}{}
+		return
+	}
+	delete(keys, e.key)
+	if len(keys) == 0 {
+		delete(s.beside, sl)
+	}
+}
+
 // lookup returns the slot of key's entry, or -1.
 func (s *Store) lookup(key string) int {
 	if i, ok := s.index[key]; ok {
@@ -108,6 +129,9 @@ func (s *Store) lookup(key string) int {
 // delete removes the record of key, in slot i.
 func (s *Store) delete(key string, i int) {
 	s.indexOpen(&s.entries[i], false)
+	if s.entries[i].beside() {
+		s.indexBeside(&s.entries[i], false)
+	}
 	s.leaveSlot(&s.entries[i])
 	delete(s.index, key)
 	s.entries[i] = entry{}
@@ -123,6 +147,9 @@ func (s *Store) put(i int, r storekit.Record) {
 	}
 	if i >= 0 {
 		s.leaveSlot(&s.entries[i])
+		if s.entries[i].beside() {
+			s.indexBeside(&s.entries[i], false)
+		}
 	}
 	if r.HoldsSlot() {
 		s.slots[r.Slot()] = r.Key
@@ -141,6 +168,9 @@ func (s *Store) put(i int, r storekit.Record) {
 	if r.Open() {
 		s.indexOpen(&s.entries[i], true)
 	}
+	if r.Beside() {
+		s.indexBeside(&s.entries[i], true)
+	}
 	if !r.Expires.IsZero() {
 		s.expiry.push(expiry{at: r.Expires.UnixNano(), key: r.Key})
 	}
@@ -158,17 +188,35 @@ func (s *Store) leaveSlot(e *entry) {
 }
 
 // occupant returns the record that holds the slot req's record would
-// hold, if another does. s.mu is held.
+// hold, if another does; or, where that one would not hold the claim back
+// (storekit.ClaimRequest.LooksBeside), a record of its tool and session
+// beside the slot, if there is one. s.mu is held.
 func (s *Store) occupant(req *storekit.ClaimRequest, r *storekit.Record) *storekit.Record {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil
 	}
-	k, ok := s.slots[req.Slot()]
-	if !ok || k == req.Key {
-		return nil
+	var holder *storekit.Record
+	if k, ok := s.slots[req.Slot()]; ok && k != req.Key {
+		holder, _ = s.get(k, r)
 	}
-	o, _ := s.get(k, r)
-	return o
+	if !req.LooksBeside(holder) {
+		return holder
+	}
+	keys := s.beside[storekit.Slot{Tool: req.Tool, Scope: req.Session}]
+	var b storekit.Record
+	if req.Replace != nil { // the one it would replace, if it is one of them
+		if _, ok := keys[req.Replace.Key]; ok {
+			o, _ := s.get(req.Replace.Key, &b)
+			return o
+		}
+	}
+	for k := range keys {
+		if k != req.Key {
+			o, _ := s.get(k, &b)
+			return o
+		}
+	}
+	return holder
 }
 
 // entry is a record as the store keeps it, with its times as Unix
@@ -214,6 +262,9 @@ func newEntry(r *storekit.Record) entry {
 func (e *entry) open() bool {
 	return e.state == storekit.Pending || (e.state == storekit.Unknown && !e.retryApproved)
 }
+
+// beside is Record.Beside.
+func (e *entry) beside() bool { return e.open() && e.fenceScope != e.session }
 
 // sweepable is Record.Sweepable.
 func (e *entry) sweepable(now time.Time) bool {

@@ -33,11 +33,18 @@
 // a summary row per scope that the claim reads and updates in the same
 // statement, would write a second row with every claim and make each
 // busy scope one hot row, for what the index gives for one entry; the
-// index was kept. A claim the INSERT did not make (its key exists, or its
-// slot is held: the statement cannot tell which) reads the key's record,
+// index was kept. A claim fenced by session also looks, in the same
+// statement, for an open record of its tool and session claimed under
+// another fence setting (FenceOff, a principal's fence, or a version
+// before slots), which holds it back as the slot's holder would: the
+// partial index records_beside holds only those records, so for tools
+// of the default fence the look is one probe of an empty index and no
+// write. A claim the INSERT did not make (its key exists, its slot is
+// held, or a record is beside it: the statement cannot tell which) reads
+// the key's record,
 // answers from it when nothing must change (a replay, a live lease), and
 // otherwise decides in a transaction that locks the key's row and the
-// slot's holder (FOR UPDATE). Recording the outcome is one UPDATE fenced
+// slot's holder, or the record beside the slot (FOR UPDATE). Recording the outcome is one UPDATE fenced
 // by the claim's token. Replays read without writing.
 //
 // # Group commit

@@ -242,7 +242,8 @@ var errNeedsWrite = errors.New("claim needs a write")
 var errAgain = errors.New("claim again")
 
 // claimLocked decides a claim on the rows of its key and of its slot's
-// occupant, locked FOR UPDATE. again reports rows that vanished or
+// occupant (or, for a claim fenced by session whose slot is free, a record
+// beside that slot), locked FOR UPDATE. again reports rows that vanished or
 // appeared before they could be locked: the claim starts over.
 func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, again bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -258,6 +259,32 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			}
 			if err != nil {
 				return s.wrap("read the slot of", req.Key, err)
+			}
+		}
+		if holder := occ; holder != nil && holder.Key == req.Key {
+			occ = nil // the key's own record holds the slot
+		}
+		if req.LooksBeside(occ) {
+			var b *storekit.Record
+			if req.Replace != nil { // the one it would replace, if it is beside the slot
+				if b, err = s.get(ctx, tx, req.Replace.Key, true); err != nil && !errors.Is(err, storekit.ErrNotFound) {
+					return err
+				}
+				if b != nil && !req.Beside(b) {
+					b = nil
+				}
+			}
+			if b == nil {
+				b, err = scanRecord(tx.QueryRow(ctx, s.q.besideForUpdate, req.Tool, req.Session[:], req.Key))
+				if errors.Is(err, pgx.ErrNoRows) {
+					b, err = nil, nil
+				}
+				if err != nil {
+					return s.wrap("read the records beside the slot of", req.Key, err)
+				}
+			}
+			if b != nil {
+				occ = b
 			}
 		}
 		if existing == nil && occ == nil && req.Replace == nil {

@@ -51,6 +51,11 @@ var migrations = []string{
 	// session's slot. The fence no longer lists a scope's open records, so
 	// records_scope goes: a claim writes one index entry fewer, and a
 	// listing of one tool and principal reads the open records' index.
+	// records_beside finds the open records beside their session's slot
+	// (claimed under FenceOff, a principal's fence, or an earlier version),
+	// which hold back a claim fenced by session; records of the default
+	// fence never enter it. The look takes the first by key, so that the
+	// index's order makes it the plan whatever the statistics say.
 	`ALTER TABLE {s}.records ADD COLUMN fence_scope bytea;
 	ALTER TABLE {s}.records ADD COLUMN replaces text NOT NULL DEFAULT '';
 	ALTER TABLE {s}.records ADD COLUMN replaced_by text NOT NULL DEFAULT '';
@@ -60,6 +65,8 @@ var migrations = []string{
 		WHERE (state = 1 OR state = 4) AND session <> ''::bytea ORDER BY tool, session, updated DESC);
 	CREATE UNIQUE INDEX records_slot ON {s}.records (tool, fence_scope)
 		WHERE fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL);
+	CREATE INDEX records_beside ON {s}.records (tool, session, key)
+		WHERE (state = 1 OR (state = 4 AND NOT retry_approved)) AND fence_scope IS DISTINCT FROM session;
 	DROP INDEX {s}.records_scope;`,
 }
 
@@ -69,11 +76,15 @@ const columns = `key, tool, state, principal, fingerprint, owner, token, lease_e
 // the records_slot index.
 const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL)`
 
+// beside is the SQL form of storekit.Record.Beside, the predicate of the
+// records_beside index, for the records aliased b.
+const beside = `(b.state = 1 OR (b.state = 4 AND NOT b.retry_approved)) AND b.fence_scope IS DISTINCT FROM b.session`
+
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
 type queries struct {
-	insert, insertMany, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
+	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }
 
 func newQueries(schema string) queries {
@@ -81,9 +92,13 @@ func newQueries(schema string) queries {
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
 	return queries{
 		// insert claims a new key: it inserts nothing if the key exists,
-		// or if another record holds the slot of $2 and $9 (records_slot).
+		// if another record holds the slot of $2 and $9 (records_slot), or,
+		// for a claim fenced by session ($9 = $8), if a record of the tool
+		// and session is beside its slot (records_beside).
 		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
-			VALUES ($1, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9)
+			SELECT $1::text, $2::text, 1, $3::bytea, $4::bytea, $5::text, nextval('` + seq + `'), $6::timestamptz, 0, $7::timestamptz, $7::timestamptz, $8::bytea, $10::text, $9::bytea
+			WHERE $9::bytea IS DISTINCT FROM $8::bytea OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = $2::text AND b.session = $8::bytea AND ` + beside + `
+				AND b.key <> $1::text ORDER BY b.key LIMIT 1) IS NULL
 			ON CONFLICT DO NOTHING RETURNING token`,
 		// insertMany is insert for many keys at once (group commit): it
 		// returns the keys it inserted, and their tokens.
@@ -91,7 +106,13 @@ func newQueries(schema string) queries {
 			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[])
 				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label)
+			WHERE v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
+				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL
 			ON CONFLICT DO NOTHING RETURNING key, token`,
+		// besideForUpdate finds a record of tool $1 and session $2 beside
+		// its session's slot, other than $3.
+		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.session = $2 AND ` + beside + ` AND b.key <> $3
+			ORDER BY b.key LIMIT 1 FOR UPDATE`,
 		// pendingOf finds what a batch of claims whose reply was lost made.
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it

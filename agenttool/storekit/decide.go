@@ -58,6 +58,14 @@ type ClaimDecision struct {
 //     unknown, approved for a retry, or settled applied within its
 //     notice): not granted, nothing written; ClaimResult.Blocked is the
 //     occupant.
+//
+// An action of the scope that holds no slot the claim asks for holds it
+// back as the slot's holder would: for a claim fenced by session, an open
+// action of its tool and session claimed under another fence setting, or
+// by a version before slots ([ClaimRequest.Beside]). A store passes such
+// a record as the occupant when the slot's holder would not hold the claim
+// back ([ClaimRequest.LooksBeside]), and it is decided as above (blocked,
+// or closed by req.Replace).
 func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.Lease <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
@@ -65,8 +73,15 @@ func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() 
 	if req.Replace != nil && req.Replace.TTL <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
 	}
-	if occupant != nil && (occupant.Key == req.Key || !occupant.HoldsSlot() || occupant.Slot() != req.Slot() || req.FenceScope == (Digest{})) {
-		occupant = nil
+	if occupant != nil {
+		holder := occupant.HoldsSlot() && occupant.Slot() == req.Slot()
+		// An action beside the slot holds back a record entering the
+		// slot, not the one that holds it already (a takeover of the
+		// slot's holder).
+		inSlot := existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
+		if occupant.Key == req.Key || req.FenceScope == (Digest{}) || !holder && (inSlot || !req.Beside(occupant)) {
+			occupant = nil
+		}
 	}
 	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimDecision, error) {
 		var d ClaimDecision
@@ -196,6 +211,34 @@ func (r *Record) Slot() Slot { return Slot{r.Tool, r.FenceScope} }
 
 // Slot returns the slot the claim's record would hold.
 func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
+
+// Beside reports whether r is an open action ([Record.Open]) beside its
+// session's slot: claimed under a fence other than its session's — its
+// principal's, or none (FenceOff, or a version before slots). Stores
+// index these records by tool and session, so that a claim fenced by
+// session finds them ([ClaimRequest.Beside]); records of the default,
+// per-session fence are never among them.
+func (r *Record) Beside() bool { return r.Open() && r.FenceScope != r.Session }
+
+// Beside reports whether o holds back req's claim from beside req's slot:
+// req is fenced by session (its fence scope is its session), and o is an
+// action of the same tool and session beside its session's slot
+// ([Record.Beside]), under another key.
+func (req *ClaimRequest) Beside(o *Record) bool {
+	return req.FenceScope != (Digest{}) && req.FenceScope == req.Session && o.Key != req.Key &&
+		o.Tool == req.Tool && o.Session == req.Session && o.Beside()
+}
+
+// LooksBeside reports whether a store must look for a record beside req's
+// slot to pass to [DecideClaim] as the occupant: req is fenced by session,
+// and holder — the record of another key that holds req's slot, nil if
+// none — would not hold the claim back itself (none, or one settled
+// applied whose notice has ended). The record found, if any, is the
+// occupant; otherwise holder is.
+func (req *ClaimRequest) LooksBeside(holder *Record) bool {
+	return req.FenceScope != (Digest{}) && req.FenceScope == req.Session &&
+		(holder == nil || holder.State == Succeeded && !req.Now.Before(holder.NoticeUntil))
+}
 
 // HoldsSlot reports whether r holds its slot: it belongs to a fence scope,
 // and it is pending (running, or held by a holder that may be dead),

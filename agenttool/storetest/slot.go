@@ -63,7 +63,11 @@ func testSlotOneWriteAtATime(t *testing.T, h Harness) {
 	granted(t, "another tool", mustClaim(t, other, slotted(otherTool, scope, t0)))
 	unfenced := slotted(tool, scope, t0)
 	unfenced.FenceScope = agenttool.Digest{}
-	granted(t, "a claim without a fence scope", mustClaim(t, other, unfenced))
+	u := granted(t, "a claim without a fence scope", mustClaim(t, other, unfenced))
+	// (While it runs, it holds the session's new writes back: SlotBeside.)
+	if err := other.Release(bg, unfenced.Key, u.Record.Token); err != nil {
+		t.Fatal(err)
+	}
 	// The same key meets its own record, never its own slot.
 	again := claimReq(first.Record.Key, t0.Add(time.Second))
 	again.Tool, again.Session, again.FenceScope = tool, scope, scope
@@ -142,6 +146,72 @@ func testSlotReplacement(t *testing.T, h Harness) {
 		t.Errorf("the replaced action's holder could still finish it")
 	}
 	blockedBy(t, "a write beside the replacement", mustClaim(t, other, slotted(tool, scope, t0.Add(minute))), r.Key, agenttool.Pending)
+}
+
+// testSlotBeside: an open action of a tool and session claimed under
+// another fence setting — none (FenceOff, or a version before slots) or
+// its principal's — holds back the session's new writes of the tool, on
+// every replica, though it holds no slot they ask for: while it runs and
+// while it is unknown, until it is replaced in its place (or settled).
+// Another session's writes, and another tool's, are not held back.
+func testSlotBeside(t *testing.T, h Harness) {
+	for _, kind := range []string{"none", "principal"} {
+		t.Run(kind, func(t *testing.T) {
+			s := h.Open(t)
+			other := twinOf(t, h, s)
+			tool, session := newSlot()
+			old := claimReq(newKey(), t0)
+			old.Tool, old.Session = tool, session
+			if kind == "principal" {
+				old.FenceScope = old.Principal
+			}
+			e := granted(t, "the action of the other setting", mustClaim(t, s, old))
+			key := e.Record.Key
+			blockedBy(t, "a write of the session beside a running action", mustClaim(t, other, slotted(tool, session, t0)), key, agenttool.Pending)
+			if err := s.Finish(bg, finish(key, e.Record.Token, agenttool.Unknown, t0)); err != nil {
+				t.Fatal(err)
+			}
+			blockedBy(t, "a write of the session beside an unknown action", mustClaim(t, other, slotted(tool, session, t0)), key, agenttool.Unknown)
+			_, elsewhere := newSlot()
+			granted(t, "a write of another session", mustClaim(t, other, slotted(tool, elsewhere, t0)))
+			otherTool, _ := newSlot()
+			granted(t, "a write of another tool", mustClaim(t, other, slotted(otherTool, session, t0)))
+
+			// The fence takes it over, finds it not applied, and a write
+			// goes on in its place: it closes the action and holds the
+			// session's slot.
+			take := old
+			take.Now, take.TakeOver, take.Owner = t0.Add(minute), true, old.Owner+"-fence"
+			held := granted(t, "the fence's takeover", mustClaim(t, other, take))
+			r := slotted(tool, session, t0.Add(minute))
+			r.Replace = &storekit.Replacement{Key: key, Token: held.Record.Token, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+			res := granted(t, "the write in place of the action of the other setting", mustClaim(t, s, r))
+			if res.Record.Replaces != key || res.Record.FenceScope != session {
+				t.Errorf("the replacing record %+v does not say what it replaces", res.Record)
+			}
+			if got, err := other.Get(bg, key); err != nil || got.State != agenttool.Failed || got.ReplacedBy != r.Key || got.Beside() {
+				t.Errorf("the replaced action: %+v, %v; want failed, replaced by %s", got, err, r.Key)
+			}
+			blockedBy(t, "a write beside the replacement", mustClaim(t, other, slotted(tool, session, t0.Add(minute))), r.Key, agenttool.Pending)
+
+			// An action beside the slot holds back records entering the
+			// slot, not a takeover of the record that holds it.
+			_, third := newSlot()
+			holder := slotted(tool, third, t0)
+			h := granted(t, "the slot's holder", mustClaim(t, s, holder))
+			if err := s.Finish(bg, finish(holder.Key, h.Record.Token, agenttool.Unknown, t0)); err != nil {
+				t.Fatal(err)
+			}
+			next := old
+			next.Key, next.Session, next.Owner = newKey(), third, "owner-beside"
+			granted(t, "an action beside the held slot", mustClaim(t, s, next))
+			again := holder
+			again.Now, again.TakeOver, again.Owner = t0.Add(minute), true, holder.Owner+"-again"
+			if res := mustClaim(t, other, again); !res.Claimed || !res.TookOver {
+				t.Errorf("a takeover of the slot's holder beside another action: %+v; want taken over", res)
+			}
+		})
+	}
 }
 
 func testSlotApprovedRetry(t *testing.T, h Harness) {

@@ -130,6 +130,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotOneWriteAtATime", func(t *testing.T) { testSlotOneWriteAtATime(t, h) })
 	t.Run("SlotHeldByUnknownAndDeadHolders", func(t *testing.T) { testSlotHeldByUnknownAndDeadHolders(t, h) })
 	t.Run("SlotReplacement", func(t *testing.T) { testSlotReplacement(t, h) })
+	t.Run("SlotBeside", func(t *testing.T) { testSlotBeside(t, h) })
 	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
 	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
 	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })

@@ -700,8 +700,8 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 			}
 			what = fmt.Sprintf("claim %s takeover=%v: claimed=%v blocked=%v", req.Key, req.TakeOver, res.Claimed, res.Blocked != nil)
 			// The records of the slot another key held before the claim,
-			// and the open records beside it (claimed under the other
-			// fence), which hold back a record entering the slot.
+			// and the records beside it (claimed under the other fence),
+			// which hold back a record entering the slot.
 			var others, beside []agenttool.Record
 			inSlot := false
 			for _, r := range before {
@@ -727,8 +727,10 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 						t.Fatalf("seed %d step %d: %s while %s (%v) held the slot", seed, step, what, r.Key, r.State)
 					}
 				}
-				if !inSlot && len(beside) > 0 && res.Record.HoldsSlot() {
-					t.Fatalf("seed %d step %d: %s into the slot while %s (%v) was open beside it", seed, step, what, beside[0].Key, beside[0].State)
+				for _, r := range beside {
+					if !inSlot && res.Record.HoldsSlot() && !(r.State == agenttool.Succeeded && !at.Before(r.NoticeUntil)) {
+						t.Fatalf("seed %d step %d: %s into the slot while %s (%v) was beside it", seed, step, what, r.Key, r.State)
+					}
 				}
 			}
 		case op < 6:
@@ -1283,6 +1285,88 @@ func TestI9_AFenceNarrowedToTheSessionHoldsTheOldSettingsUnknownActions(t *testi
 					}
 					if verdict == "nobody can ask" {
 						mustStatus(t, tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"), minutes), envelope.Success)
+					}
+				})
+			})
+		}
+	}
+}
+
+// The notice when a tool's fence is narrowed to the session: an action
+// claimed under the old setting, unknown, and found applied by a new write's
+// fence holds the session's other new writes for NoticeHold, as the slot's
+// holder would — the model that reads "the earlier email was sent" and
+// sends it again, or a second copy of the same turn, sends nothing.
+func TestI9_AnOldSettingsActionFoundAppliedHoldsTheSessionsNotice(t *testing.T) {
+	for _, before := range []agenttool.FenceScope{agenttool.FenceOff, agenttool.FencePrincipal} {
+		t.Run(before.String(), func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				store := open()
+				m := &mailServer{script: func(n int) (bool, error) {
+					if n == 1 {
+						return true, errLostReply // sent, its reply lost
+					}
+					return true, nil
+				}}
+				clk := &clock{now: time.Now()}
+				old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: before, Now: clk.Now})
+				first := old.Invoke(scoped(), lunch)
+				mustStatus(t, first, envelope.UnknownOutcome)
+
+				check := &byRef{ans: map[string]reconcile.Answer{first.RequestRef: reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`))}}
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now})
+				told := tool.Invoke(scoped(), lunchRephrased)
+				if told.Error == nil || told.Error.Code != envelope.CodeEarlierApplied {
+					t.Fatalf("a reworded email after %s was found applied: %s; want earlier_action_applied", first.RequestRef, told)
+				}
+				for _, in := range []string{lunchRephrased, `{"to":"ana@example.com","subject":"Lunch?","body":"Noon on Friday?"}`} {
+					env := tool.Invoke(scoped(), in)
+					if env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied || env.Earlier == nil || env.Earlier.RequestRef != first.RequestRef {
+						t.Errorf("another email of the session within the notice of %s: %s; want earlier_action_applied naming it", first.RequestRef, env)
+					}
+				}
+				if n := m.runs.Load(); n != 1 {
+					t.Fatalf("%d emails sent within the notice of the first, found applied; want 1", n)
+				}
+			})
+		})
+	}
+}
+
+// A retry approved before the turn holds the turn's reworded copy and
+// resend across a change of the tool's fence to the session: the lunch
+// email, claimed under the old setting, ended unknown, and an operator
+// found it not applied and approved one more attempt. In the next turn
+// the model sends the email again and a reworded copy of it, in either
+// order: one email goes out, as when the fence was the session's all
+// along (TestFence_ApprovedRetryHoldsRewordAndResend).
+func TestI9_AnOldSettingsApprovedRetryHoldsRewordAndResend(t *testing.T) {
+	for _, before := range []agenttool.FenceScope{agenttool.FenceOff, agenttool.FencePrincipal} {
+		for _, order := range []string{"resend-first", "reworded-first"} {
+			t.Run(before.String()+"/"+order, func(t *testing.T) {
+				storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+					store := open()
+					m := firstLost()
+					old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: before, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+					first := old.Invoke(scoped(), lunch)
+					mustStatus(t, first, envelope.UnknownOutcome)
+					tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+					op, err := agenttool.NewOperator(store, tool)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := op.ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the mail log"); err != nil {
+						t.Fatal(err)
+					}
+					calls := []string{lunch, lunchRephrased}
+					if order == "reworded-first" {
+						calls = []string{lunchRephrased, lunch}
+					}
+					for i, in := range calls {
+						t.Logf("call %d: %s", i+1, tool.Invoke(scoped(), in))
+					}
+					if n := m.count(); n != 1 {
+						t.Errorf("one logical action (email Ana about lunch) left %d emails after one turn of [%s] (%v)", n, order, m.effects)
 					}
 				})
 			})

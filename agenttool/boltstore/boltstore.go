@@ -265,15 +265,15 @@ var errNeedsWrite = errors.New("claim needs a write")
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	var res storekit.ClaimResult
 	err := s.view(ctx, func(b *bolt.Bucket) error {
-		existing, occ, err := loadClaim(b, &req)
+		existing, occs, err := loadClaim(b, &req)
 		if err != nil {
 			return err
 		}
-		d, err := storekit.DecideClaim(existing, occ, req, func() (uint64, error) { return 0, errNeedsWrite })
+		d, err := storekit.DecideClaim(existing, occs, req, func() (uint64, error) { return 0, errNeedsWrite })
 		if err != nil {
 			return err
 		}
-		if d.Write || d.Occupant != nil {
+		if d.Write || len(d.Occupants) > 0 {
 			return errNeedsWrite
 		}
 		res = d.Result
@@ -286,17 +286,19 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return res, err
 	}
 	err = s.update(ctx, func(b *bolt.Bucket) error {
-		existing, occ, err := loadClaim(b, &req)
+		existing, occs, err := loadClaim(b, &req)
 		if err != nil {
 			return err
 		}
-		d, err := storekit.DecideClaim(existing, occ, req, b.NextSequence)
+		d, err := storekit.DecideClaim(existing, occs, req, b.NextSequence)
 		if err != nil {
 			return err
 		}
 		res = d.Result
-		if d.Occupant != nil {
-			if err := save(b, d.Occupant, occ); err != nil {
+		for i := range d.Occupants {
+			o := &d.Occupants[i]
+			prev := occs[slices.IndexFunc(occs, func(r storekit.Record) bool { return r.Key == o.Key })]
+			if err := save(b, o, &prev); err != nil {
 				return err
 			}
 		}
@@ -315,14 +317,14 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	return res, err
 }
 
-// loadClaim reads what a claim decides on: the record of its key, and the
-// record that holds its slot, if another does.
-func loadClaim(b *bolt.Bucket, req *storekit.ClaimRequest) (existing, occ *storekit.Record, err error) {
+// loadClaim reads what a claim decides on: the record of its key, and its
+// occupants (see occupants).
+func loadClaim(b *bolt.Bucket, req *storekit.ClaimRequest) (existing *storekit.Record, occs []storekit.Record, err error) {
 	if existing, err = load(b, req.Key); err != nil {
 		return nil, nil, err
 	}
-	occ, err = occupant(b, req)
-	return existing, occ, err
+	occs, err = occupants(b, req)
+	return existing, occs, err
 }
 
 // Finish implements storekit.Store. A key under which an effect committed

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"bytes"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -74,48 +73,51 @@ func rebeside(tx *bolt.Tx, r, prev *storekit.Record) error {
 	return nil
 }
 
-// rebuildBeside fills the beside index from the open records.
+// rebuildBeside fills the beside index from every record.
 func rebuildBeside(tx *bolt.Tx) error {
-	b := tx.Bucket(recordsBucket)
-	return tx.Bucket(openBucket).ForEach(func(k, _ []byte) error {
-		rec, err := load(b, string(k))
-		if err != nil || rec == nil {
+	return tx.Bucket(recordsBucket).ForEach(func(k, v []byte) error {
+		rec, err := decode(k, v)
+		if err != nil {
 			return nil // unreadable records stay as they are, failing closed when used
 		}
-		return rebeside(tx, rec, nil)
+		return rebeside(tx, &rec, nil)
 	})
 }
 
-// occupant returns the record that holds the slot req's record would hold,
-// if another record does; or, where that one would not hold the claim
-// back (storekit.ClaimRequest.LooksBeside), a record of its tool and
-// session beside the slot, if there is one.
-func occupant(b *bolt.Bucket, req *storekit.ClaimRequest) (*storekit.Record, error) {
+// occupants returns what holds req's claim back, for storekit.DecideClaim:
+// the record of another key that holds its slot, and, for a claim fenced
+// by session, the records of its tool and session beside that slot, in
+// key order.
+func occupants(b *bolt.Bucket, req *storekit.ClaimRequest) ([]storekit.Record, error) {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil, nil
 	}
-	var holder *storekit.Record
+	var out []storekit.Record
+	add := func(key string) error {
+		r, err := load(b, key)
+		if r != nil {
+			out = append(out, *r)
+		}
+		return err
+	}
 	if k := b.Tx().Bucket(slotsBucket).Get(slotKey(req.Slot())); k != nil && string(k) != req.Key {
-		var err error
-		if holder, err = load(b, string(k)); err != nil {
+		if err := add(string(k)); err != nil {
 			return nil, err
 		}
 	}
-	if !req.LooksBeside(holder) {
-		return holder, nil
+	if !req.FencedBySession() {
+		return out, nil
 	}
 	prefix := besidePrefix(req.Tool, req.Session)
-	beside := b.Tx().Bucket(besideBucket)
-	if req.Replace != nil && beside.Get(append(slices.Clip(prefix), req.Replace.Key...)) != nil {
-		return load(b, req.Replace.Key) // the one it would replace
-	}
-	c := beside.Cursor()
+	c := b.Tx().Bucket(besideBucket).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		if key := string(k[len(prefix):]); key != req.Key {
-			return load(b, key)
+			if err := add(key); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return holder, nil
+	return out, nil
 }
 
 // assignLegacySlots gives slots to the open records of a store written

@@ -10,6 +10,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -187,36 +188,31 @@ func (s *Store) leaveSlot(e *entry) {
 	}
 }
 
-// occupant returns the record that holds the slot req's record would
-// hold, if another does; or, where that one would not hold the claim back
-// (storekit.ClaimRequest.LooksBeside), a record of its tool and session
-// beside the slot, if there is one. s.mu is held.
-func (s *Store) occupant(req *storekit.ClaimRequest, r *storekit.Record) *storekit.Record {
+// occupants returns what holds req's claim back, for storekit.DecideClaim:
+// the record of another key that holds its slot, and, for a claim fenced
+// by session, the records of its tool and session beside that slot, in
+// key order. s.mu is held.
+func (s *Store) occupants(req *storekit.ClaimRequest) []storekit.Record {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil
 	}
-	var holder *storekit.Record
+	var out []storekit.Record
 	if k, ok := s.slots[req.Slot()]; ok && k != req.Key {
-		holder, _ = s.get(k, r)
+		out = append(out, s.entries[s.index[k]].record())
 	}
-	if !req.LooksBeside(holder) {
-		return holder
+	if !req.FencedBySession() {
+		return out
 	}
 	keys := s.beside[storekit.Slot{Tool: req.Tool, Scope: req.Session}]
-	var b storekit.Record
-	if req.Replace != nil { // the one it would replace, if it is one of them
-		if _, ok := keys[req.Replace.Key]; ok {
-			o, _ := s.get(req.Replace.Key, &b)
-			return o
-		}
+	if len(keys) == 0 {
+		return out
 	}
-	for k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if k != req.Key {
-			o, _ := s.get(k, &b)
-			return o
+			out = append(out, s.entries[s.index[k]].record())
 		}
 	}
-	return holder
+	return out
 }
 
 // entry is a record as the store keeps it, with its times as Unix
@@ -264,7 +260,10 @@ func (e *entry) open() bool {
 }
 
 // beside is Record.Beside.
-func (e *entry) beside() bool { return e.open() && e.fenceScope != e.session }
+func (e *entry) beside() bool {
+	return e.fenceScope != e.session &&
+		(e.state == storekit.Pending || e.state == storekit.Unknown || (e.state == storekit.Succeeded && e.noticeUntil != zeroTime))
+}
 
 // sweepable is Record.Sweepable.
 func (e *entry) sweepable(now time.Time) bool {
@@ -312,14 +311,14 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return storekit.ClaimResult{}, err
 	}
 	defer s.mu.Unlock()
-	var cur, occ storekit.Record
+	var cur storekit.Record
 	existing, slot := s.get(req.Key, &cur)
-	d, err := storekit.DecideClaim(existing, s.occupant(&req, &occ), req, s.nextToken)
+	d, err := storekit.DecideClaim(existing, s.occupants(&req), req, s.nextToken)
 	if err != nil {
 		return storekit.ClaimResult{}, err
 	}
-	if d.Occupant != nil {
-		s.put(s.lookup(d.Occupant.Key), *d.Occupant)
+	for _, o := range d.Occupants {
+		s.put(s.lookup(o.Key), o)
 	}
 	res := d.Result
 	if d.Write {

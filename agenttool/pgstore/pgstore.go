@@ -241,9 +241,9 @@ var errNeedsWrite = errors.New("claim needs a write")
 // appeared meanwhile: the claim starts over.
 var errAgain = errors.New("claim again")
 
-// claimLocked decides a claim on the rows of its key and of its slot's
-// occupant (or, for a claim fenced by session whose slot is free, a record
-// beside that slot), locked FOR UPDATE. again reports rows that vanished or
+// claimLocked decides a claim on the rows of its key and of its
+// occupants (its slot's holder and, for a claim fenced by session, the
+// records beside that slot), locked FOR UPDATE. again reports rows that vanished or
 // appeared before they could be locked: the claim starts over.
 func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, again bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -251,53 +251,38 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
 			return err
 		}
-		var occ *storekit.Record
+		var occs []storekit.Record
 		if req.FenceScope != (storekit.Digest{}) {
-			occ, err = scanRecord(tx.QueryRow(ctx, s.q.occupantForUpdate, req.Tool, req.FenceScope[:]))
-			if errors.Is(err, pgx.ErrNoRows) {
-				occ, err = nil, nil
-			}
-			if err != nil {
+			holder, err := scanRecord(tx.QueryRow(ctx, s.q.occupantForUpdate, req.Tool, req.FenceScope[:]))
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return s.wrap("read the slot of", req.Key, err)
 			}
-		}
-		if holder := occ; holder != nil && holder.Key == req.Key {
-			occ = nil // the key's own record holds the slot
-		}
-		if req.LooksBeside(occ) {
-			var b *storekit.Record
-			if req.Replace != nil { // the one it would replace, if it is beside the slot
-				if b, err = s.get(ctx, tx, req.Replace.Key, true); err != nil && !errors.Is(err, storekit.ErrNotFound) {
-					return err
-				}
-				if b != nil && !req.Beside(b) {
-					b = nil
-				}
-			}
-			if b == nil {
-				b, err = scanRecord(tx.QueryRow(ctx, s.q.besideForUpdate, req.Tool, req.Session[:], req.Key))
-				if errors.Is(err, pgx.ErrNoRows) {
-					b, err = nil, nil
-				}
-				if err != nil {
-					return s.wrap("read the records beside the slot of", req.Key, err)
-				}
-			}
-			if b != nil {
-				occ = b
+			if holder != nil && holder.Key != req.Key {
+				occs = append(occs, *holder)
 			}
 		}
-		if existing == nil && occ == nil && req.Replace == nil {
+		if req.FencedBySession() {
+			rows, err := tx.Query(ctx, s.q.besideForUpdate, req.Tool, req.Session[:], req.Key)
+			if err != nil {
+				return s.wrap("read the records beside the slot of", req.Key, err)
+			}
+			beside, err := s.collect(rows)
+			if err != nil {
+				return s.wrap("read the records beside the slot of", req.Key, err)
+			}
+			occs = append(occs, beside...)
+		}
+		if existing == nil && len(occs) == 0 && req.Replace == nil {
 			again = true // released or swept meanwhile, or the slot was freed: insert again
 			return nil
 		}
-		d, err := storekit.DecideClaim(existing, occ, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
+		d, err := storekit.DecideClaim(existing, occs, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
 		if err != nil {
 			return err
 		}
 		res = d.Result
-		if d.Occupant != nil {
-			if err := s.put(ctx, tx, d.Occupant); err != nil {
+		for i := range d.Occupants {
+			if err := s.put(ctx, tx, &d.Occupants[i]); err != nil {
 				return err
 			}
 		}

@@ -51,8 +51,9 @@ var migrations = []string{
 	// session's slot. The fence no longer lists a scope's open records, so
 	// records_scope goes: a claim writes one index entry fewer, and a
 	// listing of one tool and principal reads the open records' index.
-	// records_beside finds the open records beside their session's slot
-	// (claimed under FenceOff, a principal's fence, or an earlier version),
+	// records_beside finds the records beside their session's slot
+	// (storekit.Record.Beside: claimed under FenceOff, a principal's fence,
+	// or an earlier version, and pending, unknown or within a notice),
 	// which hold back a claim fenced by session; records of the default
 	// fence never enter it. The look takes the first by key, so that the
 	// index's order makes it the plan whatever the statistics say.
@@ -66,7 +67,7 @@ var migrations = []string{
 	CREATE UNIQUE INDEX records_slot ON {s}.records (tool, fence_scope)
 		WHERE fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL);
 	CREATE INDEX records_beside ON {s}.records (tool, session, key)
-		WHERE (state = 1 OR (state = 4 AND NOT retry_approved)) AND fence_scope IS DISTINCT FROM session;
+		WHERE (state = 1 OR state = 4 OR notice_until IS NOT NULL) AND fence_scope IS DISTINCT FROM session;
 	DROP INDEX {s}.records_scope;`,
 }
 
@@ -78,7 +79,7 @@ const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice
 
 // beside is the SQL form of storekit.Record.Beside, the predicate of the
 // records_beside index, for the records aliased b.
-const beside = `(b.state = 1 OR (b.state = 4 AND NOT b.retry_approved)) AND b.fence_scope IS DISTINCT FROM b.session`
+const beside = `(b.state = 1 OR b.state = 4 OR b.notice_until IS NOT NULL) AND b.fence_scope IS DISTINCT FROM b.session`
 
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
@@ -109,10 +110,10 @@ func newQueries(schema string) queries {
 			WHERE v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
 				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL
 			ON CONFLICT DO NOTHING RETURNING key, token`,
-		// besideForUpdate finds a record of tool $1 and session $2 beside
-		// its session's slot, other than $3.
+		// besideForUpdate finds the records of tool $1 and session $2
+		// beside its session's slot, other than $3.
 		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.session = $2 AND ` + beside + ` AND b.key <> $3
-			ORDER BY b.key LIMIT 1 FOR UPDATE`,
+			ORDER BY b.key FOR UPDATE`,
 		// pendingOf finds what a batch of claims whose reply was lost made.
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it

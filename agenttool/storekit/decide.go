@@ -12,15 +12,17 @@ type ClaimDecision struct {
 	Result ClaimResult
 	// Write is set when Result.Record must be written.
 	Write bool
-	// Occupant, if not nil, is the record that held the claim's slot, to
-	// be written in the same transaction: closed as replaced
-	// (ClaimRequest.Replace), or with its notice ended.
-	Occupant *Record
+	// Occupants are the records, among those the store passed, that the
+	// claim changed, to be written in the same transaction: closed as
+	// replaced (ClaimRequest.Replace), or with an ended notice cleared.
+	Occupants []Record
 }
 
 // DecideClaim applies the claim rules to the existing record for req.Key (nil
-// if there is none) and to occupant, the record that holds the slot of
-// req.Tool and req.FenceScope (nil if none does, or req.FenceScope is zero),
+// if there is none) and to occupants — the record of another key that
+// holds the slot of req.Tool and req.FenceScope, if one does, and, for a
+// claim fenced by session ([ClaimRequest.FencedBySession]), every record
+// beside that slot ([ClaimRequest.Beside]) —
 // and returns what the store writes. nextToken is called only when a new
 // claim is made. It is the single source of the rules; a Store calls it
 // inside its transaction:
@@ -60,34 +62,35 @@ type ClaimDecision struct {
 //     occupant.
 //
 // An action of the scope that holds no slot the claim asks for holds it
-// back as the slot's holder would: for a claim fenced by session, an open
+// back as the slot's holder would: for a claim fenced by session, an
 // action of its tool and session claimed under another fence setting, or
-// by a version before slots ([ClaimRequest.Beside]). A store passes such
-// a record as the occupant when the slot's holder would not hold the claim
-// back ([ClaimRequest.LooksBeside]), and it is decided as above (blocked,
-// or closed by req.Replace).
-func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
+// by a version before slots, in a state that would hold the slot
+// ([ClaimRequest.Beside]). Each occupant is decided as above — closed by
+// req.Replace, its ended notice cleared, or holding the claim back (the
+// first that does is ClaimResult.Blocked) — except that actions beside the
+// slot do not hold back a claim of the record that holds it already (a
+// takeover of the slot's holder).
+func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.Lease <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
 	if req.Replace != nil && req.Replace.TTL <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
 	}
-	if occupant != nil {
-		holder := occupant.HoldsSlot() && occupant.Slot() == req.Slot()
-		// An action beside the slot holds back a record entering the
-		// slot, not the one that holds it already (a takeover of the
-		// slot's holder).
-		inSlot := existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
-		if occupant.Key == req.Key || req.FenceScope == (Digest{}) || !holder && (inSlot || !req.Beside(occupant)) {
-			occupant = nil
+	inSlot := existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
+	var held []Record
+	for _, o := range occupants {
+		holder := o.HoldsSlot() && o.Slot() == req.Slot()
+		if o.Key == req.Key || req.FenceScope == (Digest{}) || !holder && (inSlot || !req.Beside(&o)) {
+			continue
 		}
+		held = append(held, o)
 	}
 	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimDecision, error) {
 		var d ClaimDecision
 		var replaces string
-		if occupant != nil {
-			switch o := *occupant; {
+		for _, o := range held {
+			switch {
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
 				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry = Failed, req.Key, "", time.Time{}
 				o.TakenOver, o.RetryApproved, o.NoticeUntil = false, false, time.Time{}
@@ -95,10 +98,10 @@ func DecideClaim(existing, occupant *Record, req ClaimRequest, nextToken func() 
 				if req.Replace.Resolution != nil {
 					o.Resolution = req.Replace.Resolution
 				}
-				d.Occupant, replaces = &o, o.Key
+				d.Occupants, replaces = append(d.Occupants, o), o.Key
 			case o.State == Succeeded && !req.Now.Before(o.NoticeUntil):
 				o.NoticeUntil = time.Time{}
-				d.Occupant = &o
+				d.Occupants = append(d.Occupants, o)
 			default:
 				return ClaimDecision{Result: ClaimResult{Blocked: &o}}, nil
 			}
@@ -212,32 +215,30 @@ func (r *Record) Slot() Slot { return Slot{r.Tool, r.FenceScope} }
 // Slot returns the slot the claim's record would hold.
 func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
 
-// Beside reports whether r is an open action ([Record.Open]) beside its
-// session's slot: claimed under a fence other than its session's — its
-// principal's, or none (FenceOff, or a version before slots). Stores
-// index these records by tool and session, so that a claim fenced by
-// session finds them ([ClaimRequest.Beside]); records of the default,
-// per-session fence are never among them.
-func (r *Record) Beside() bool { return r.Open() && r.FenceScope != r.Session }
-
-// Beside reports whether o holds back req's claim from beside req's slot:
-// req is fenced by session (its fence scope is its session), and o is an
-// action of the same tool and session beside its session's slot
-// ([Record.Beside]), under another key.
-func (req *ClaimRequest) Beside(o *Record) bool {
-	return req.FenceScope != (Digest{}) && req.FenceScope == req.Session && o.Key != req.Key &&
-		o.Tool == req.Tool && o.Session == req.Session && o.Beside()
+// Beside reports whether r is beside its session's slot: claimed under a
+// fence other than its session's — its principal's, or none (FenceOff, or
+// a version before slots) — in a state that would hold the session's slot
+// had it been claimed there: pending, unknown (resolved or not), or
+// succeeded with a notice. Stores index these records by tool and session,
+// so that a claim fenced by session finds them ([ClaimRequest.Beside]);
+// records of the default, per-session fence are never among them.
+func (r *Record) Beside() bool {
+	return r.FenceScope != r.Session &&
+		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()))
 }
 
-// LooksBeside reports whether a store must look for a record beside req's
-// slot to pass to [DecideClaim] as the occupant: req is fenced by session,
-// and holder — the record of another key that holds req's slot, nil if
-// none — would not hold the claim back itself (none, or one settled
-// applied whose notice has ended). The record found, if any, is the
-// occupant; otherwise holder is.
-func (req *ClaimRequest) LooksBeside(holder *Record) bool {
-	return req.FenceScope != (Digest{}) && req.FenceScope == req.Session &&
-		(holder == nil || holder.State == Succeeded && !req.Now.Before(holder.NoticeUntil))
+// FencedBySession reports whether req is fenced by its session (its fence
+// scope is its session): the records beside its slot hold it back, and a
+// store passes them to [DecideClaim] with the slot's holder.
+func (req *ClaimRequest) FencedBySession() bool {
+	return req.FenceScope != (Digest{}) && req.FenceScope == req.Session
+}
+
+// Beside reports whether o, a record of another key, is beside req's slot
+// ([Record.Beside]) and so holds back req's claim as the slot's holder
+// would: req is fenced by session, and o is of the same tool and session.
+func (req *ClaimRequest) Beside(o *Record) bool {
+	return req.FencedBySession() && o.Key != req.Key && o.Tool == req.Tool && o.Session == req.Session && o.Beside()
 }
 
 // HoldsSlot reports whether r holds its slot: it belongs to a fence scope,

@@ -16,10 +16,11 @@
 // records it holds, in one transaction per call:
 //
 //	func (s *MyStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-//		// begin; read the record of req.Key (nil if none), and the record
-//		// that holds the slot of req.Slot() if req.FenceScope is set (nil if none)
-//		d, err := storekit.DecideClaim(existing, occupant, req, s.nextToken)
-//		// if d.Occupant != nil: save it; if d.Write: save d.Result.Record;
+//		// begin; read the record of req.Key (nil if none); the record of
+//		// another key that holds the slot of req.Slot() if req.FenceScope is
+//		// set, and if req.FencedBySession() the records beside it
+//		d, err := storekit.DecideClaim(existing, occupants, req, s.nextToken)
+//		// save each of d.Occupants; if d.Write: save d.Result.Record;
 //		// keep the slot index: a record that HoldsSlot is its slot's one holder
 //		// commit
 //	}

@@ -214,6 +214,71 @@ func testSlotBeside(t *testing.T, h Harness) {
 	}
 }
 
+// testSlotBesideEveryOpenAction: every open action of a tool and session
+// beside its session's slot holds back the session's new writes, not only
+// the one a write goes on in place of: with one unknown and another
+// running, a write that replaces the unknown one is held back by the
+// running one.
+func testSlotBesideEveryOpenAction(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, session := newSlot()
+	beside := func(now time.Time) storekit.ClaimRequest {
+		req := claimReq(newKey(), now)
+		req.Tool, req.Session = tool, session
+		return req
+	}
+	u := beside(t0)
+	e := granted(t, "an action of the other setting", mustClaim(t, s, u))
+	if err := s.Finish(bg, finish(u.Key, e.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	running := beside(t0.Add(minute / 2))
+	granted(t, "another action of the other setting, running", mustClaim(t, other, running))
+	take := u
+	take.Now, take.TakeOver, take.Owner = t0.Add(minute), true, u.Owner+"-fence"
+	held := granted(t, "the fence's takeover of the unknown one", mustClaim(t, other, take))
+	c := slotted(tool, session, t0.Add(minute))
+	c.Replace = &storekit.Replacement{Key: u.Key, Token: held.Record.Token, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	blockedBy(t, "a write in place of the unknown action while another runs beside the slot", mustClaim(t, s, c), running.Key, agenttool.Pending)
+}
+
+// testSlotBesideAfterANotice: a slot's holder whose notice has ended, and
+// an open action beside the slot: a write that goes on in place of that
+// action clears the holder's notice, so that one record holds the slot.
+func testSlotBesideAfterANotice(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool2, session2 := newSlot()
+	hreq := slotted(tool2, session2, t0)
+	hold := granted(t, "the slot's holder", mustClaim(t, s, hreq))
+	done := finish(hreq.Key, hold.Record.Token, agenttool.Succeeded, t0)
+	done.NoticeUntil = t0.Add(10 * time.Second)
+	if err := s.Finish(bg, done); err != nil {
+		t.Fatal(err)
+	}
+	u2 := claimReq(newKey(), t0)
+	u2.Tool, u2.Session = tool2, session2
+	e2 := granted(t, "an action of the other setting", mustClaim(t, s, u2))
+	if err := s.Finish(bg, finish(u2.Key, e2.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	blockedBy(t, "a write of the session after the holder's notice, beside an unknown action", mustClaim(t, other, slotted(tool2, session2, t0.Add(minute))), u2.Key, agenttool.Unknown)
+	take2 := u2
+	take2.Now, take2.TakeOver, take2.Owner = t0.Add(minute), true, u2.Owner+"-fence"
+	held2 := granted(t, "the fence's takeover", mustClaim(t, other, take2))
+	c2 := slotted(tool2, session2, t0.Add(minute))
+	c2.Replace = &storekit.Replacement{Key: u2.Key, Token: held2.Record.Token, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	res, err := s.Claim(bg, c2)
+	if err != nil || !res.Claimed {
+		t.Fatalf("the write in place of the action beside the slot, after the holder's notice: %+v, %v; want granted", res, err)
+	}
+	if rec, err := other.Get(bg, hreq.Key); err != nil || rec.HoldsSlot() {
+		t.Errorf("the slot's former holder after a write entered the slot: %+v, %v; want its notice cleared", rec, err)
+	}
+	blockedBy(t, "a write beside the replacement", mustClaim(t, other, slotted(tool2, session2, t0.Add(minute))), c2.Key, agenttool.Pending)
+}
+
 func testSlotApprovedRetry(t *testing.T, h Harness) {
 	s := h.Open(t)
 	other := twinOf(t, h, s)

@@ -92,8 +92,8 @@ var KeyLikeStems = []string{"idempot", "dedup"}
 // is unknown, until that action is settled.
 //
 // An action holds the scope its tool's fence named when it was claimed,
-// and an open action outside the scope a call asks for still holds it
-// back: a FenceSession call waits for its session's actions claimed under
+// and an action outside the scope a call asks for still holds it back: a
+// FenceSession call waits for its session's actions claimed under
 // FenceOff or FencePrincipal (the store looks in the claim), a
 // FencePrincipal call for its principal's unknown actions claimed under
 // another setting (one read per new action). So the setting can change

@@ -99,10 +99,17 @@ func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int6
 	var token int64
 	err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
 		leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label).Scan(&token)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || besideRefused(err) {
 		return 0, nil
 	}
 	return token, err
+}
+
+// besideRefused reports whether err is the insert's refusal of a claim
+// that found a record beside its slot (the null key it then writes).
+func besideRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23502" && pgErr.ColumnName == "key"
 }
 
 // finishOne writes an outcome alone: whether its token held the record.

@@ -151,15 +151,15 @@ func runIndexes(ctx context.Context, w io.Writer, asJSON bool, url string, n int
 		// and finish), with a session and fence scope; the look for records
 		// beside the session's slot only where records_beside is there to
 		// answer it (without it, the look would read the whole table).
-		look := ""
+		key1 := `$1`
 		if slices.Contains(v.Indexes, "records_beside") {
-			look = `WHERE $9::bytea IS DISTINCT FROM $8::bytea OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = $2::text AND b.session = $8::bytea
-				AND (b.state = 1 OR (b.state = 4 AND NOT b.retry_approved)) AND b.fence_scope IS DISTINCT FROM b.session AND b.key <> $1::text
-				ORDER BY b.key LIMIT 1) IS NULL`
+			key1 = `CASE WHEN $9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8
+				AND (b.state = 1 OR b.state = 4 OR b.notice_until IS NOT NULL) AND b.fence_scope IS DISTINCT FROM b.session
+				AND b.key <> $1 ORDER BY b.key LIMIT 1) THEN NULL ELSE $1 END`
 		}
 		if err := pool.QueryRow(ctx, `INSERT INTO `+t+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
-			SELECT $1::text, $2::text, 1, $3::bytea, $4::bytea, $5::text, nextval('`+seq+`'), $6::timestamptz, 0, $7::timestamptz, $7::timestamptz, $8::bytea, $10::text, $9::bytea
-			`+look+` ON CONFLICT DO NOTHING RETURNING token`, key, "send_email", digest, digest, "owner", now.Add(time.Minute), now, digest, digest, "").Scan(&token); err != nil {
+			VALUES (`+key1+`, $2, 1, $3, $4, $5, nextval('`+seq+`'), $6, 0, $7, $7, $8, $10, $9)
+			ON CONFLICT DO NOTHING RETURNING token`, key, "send_email", digest, digest, "owner", now.Add(time.Minute), now, digest, digest, "").Scan(&token); err != nil {
 			return err
 		}
 		var none *time.Time

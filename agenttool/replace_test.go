@@ -452,13 +452,15 @@ const bobReport = `{"to":"bob@example.com","subject":"Report","body":"Here is th
 // may be a copy of it in other words: the Ana email is closed as replaced);
 // Bob's mailbox refuses (definite failure, nothing sent). The reworded Ana
 // email waits for Bob's write, then runs; the identical resend is told the
-// Ana email was replaced: Ana gets one email.
+// Ana email was replaced: Ana gets one email. (WaitTimeout leaves Bob's
+// write time to end on a loaded machine; the resend, sent while the
+// reworded email is held at its gate, waits it out.)
 func TestReplace_ApprovedByAFailedReplacementSendsOne(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		m := &turnMail{bobGate: make(chan struct{}), bobStarted: make(chan struct{}),
 			rewordGate: make(chan struct{}), rewordStarted: make(chan struct{})}
 		ans := &answers{answer: reconcile.StillPending()}
-		tool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{WaitTimeout: 200 * time.Millisecond, Store: open(), Class: agenttool.Reconcilable,
+		tool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{WaitTimeout: 2 * time.Second, Store: open(), Class: agenttool.Reconcilable,
 			Reconciler: ans, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 		if err != nil {
 			t.Fatal(err)

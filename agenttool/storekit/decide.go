@@ -118,8 +118,8 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 			created = req.Now
 		}
 		scope := req.FenceScope
-		if scope == (Digest{}) && existing != nil && !existing.expired(req.Now) {
-			scope = existing.FenceScope // a takeover keeps the record in its slot
+		if scope == (Digest{}) && existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() {
+			scope = existing.FenceScope // a takeover keeps the record in the slot it holds
 		}
 		rec := Record{
 			Key: req.Key, Tool: req.Tool, State: Pending,

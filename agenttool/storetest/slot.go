@@ -397,3 +397,52 @@ func twinOf(t *testing.T, h Harness, s agenttool.Store) agenttool.Store {
 	}
 	return h.Twin(t, s)
 }
+
+// testSlotReplacedActionTakenBackUnfenced: an action replaced in its slot,
+// whose replacement failed, is taken back by a claim of a tool whose fence
+// was turned off meanwhile, while a later write holds the slot: the store
+// answers without error, and one record at most holds the slot.
+func testSlotReplacedActionTakenBackUnfenced(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	x := slotted(tool, scope, t0)
+	e := granted(t, "the earlier action", mustClaim(t, s, x))
+	if err := s.Finish(bg, finish(x.Key, e.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	take := x
+	take.Now, take.TakeOver, take.Owner = t0.Add(minute), true, x.Owner+"-fence"
+	held := granted(t, "the fence's takeover", mustClaim(t, other, take))
+	r := slotted(tool, scope, t0.Add(minute))
+	r.Replace = &storekit.Replacement{Key: x.Key, Token: held.Record.Token, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	rr := granted(t, "the write in place of the earlier action", mustClaim(t, s, r))
+	if err := s.Finish(bg, finish(r.Key, rr.Record.Token, agenttool.Failed, t0.Add(minute))); err != nil {
+		t.Fatal(err)
+	}
+	z := slotted(tool, scope, t0.Add(2*minute))
+	granted(t, "a later write of the slot", mustClaim(t, other, z))
+
+	// The fence is turned off; the earlier action is asked for again and
+	// goes on in place of its failed replacement.
+	back := claimReq(x.Key, t0.Add(3*minute))
+	back.Tool, back.Session = tool, scope
+	back.Replace = &storekit.Replacement{Key: r.Key, Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	res, err := s.Claim(bg, back)
+	if err != nil {
+		t.Fatalf("the earlier action taken back without a fence: %v", err)
+	}
+	var holders []string
+	for _, k := range []string{x.Key, r.Key, z.Key} {
+		rec, err := other.Get(bg, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.HoldsSlot() && rec.Slot() == (storekit.Slot{Tool: tool, Scope: scope}) {
+			holders = append(holders, k)
+		}
+	}
+	if len(holders) > 1 {
+		t.Errorf("after the earlier action was taken back without a fence (%+v): %d records hold one slot (%v); want at most one", res, len(holders), holders)
+	}
+}

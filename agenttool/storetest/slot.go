@@ -446,3 +446,81 @@ func testSlotReplacedActionTakenBackUnfenced(t *testing.T, h Harness) {
 		t.Errorf("after the earlier action was taken back without a fence (%+v): %d records hold one slot (%v); want at most one", res, len(holders), holders)
 	}
 }
+
+// testSlotBesideNoticeAndReplaced: two actions beside a session's slot,
+// one settled applied whose notice has ended and one unknown: a write in
+// place of the unknown one clears the other's notice and closes the
+// unknown one, and then alone holds the slot.
+func testSlotBesideNoticeAndReplaced(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, session := newSlot()
+	beside := func() storekit.ClaimRequest {
+		req := claimReq(newKey(), t0)
+		req.Tool, req.Session = tool, session
+		return req
+	}
+	n := beside()
+	en := granted(t, "an action of the other setting", mustClaim(t, s, n))
+	done := finish(n.Key, en.Record.Token, agenttool.Succeeded, t0)
+	done.NoticeUntil = t0.Add(10 * time.Second)
+	if err := s.Finish(bg, done); err != nil {
+		t.Fatal(err)
+	}
+	u := beside()
+	eu := granted(t, "another action of the other setting", mustClaim(t, other, u))
+	if err := other.Finish(bg, finish(u.Key, eu.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	take := u
+	take.Now, take.TakeOver, take.Owner = t0.Add(minute), true, u.Owner+"-fence"
+	held := granted(t, "the fence's takeover", mustClaim(t, s, take))
+	c := slotted(tool, session, t0.Add(minute))
+	c.Replace = &storekit.Replacement{Key: u.Key, Token: held.Record.Token, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	granted(t, "the write in place of the unknown action", mustClaim(t, other, c))
+	if rec, err := s.Get(bg, n.Key); err != nil || rec.Beside() || rec.State != agenttool.Succeeded {
+		t.Errorf("the action whose notice ended: %+v, %v; want succeeded, its notice cleared", rec, err)
+	}
+	if rec, err := s.Get(bg, u.Key); err != nil || rec.State != agenttool.Failed || rec.ReplacedBy != c.Key {
+		t.Errorf("the replaced action: %+v, %v; want failed, replaced by %s", rec, err, c.Key)
+	}
+	blockedBy(t, "a write beside the replacement", mustClaim(t, s, slotted(tool, session, t0.Add(2*minute))), c.Key, agenttool.Pending)
+}
+
+// testSlotBesideOwnKey: an action beside its session's slot does not hold
+// back its own key asked for again under the session's fence: taken over,
+// it moves into the slot, and holds the session's other writes back there;
+// an action beside the slot that is released holds nothing back.
+func testSlotBesideOwnKey(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, session := newSlot()
+	r := claimReq(newKey(), t0)
+	r.Tool, r.Session = tool, session
+	er := granted(t, "an action of the other setting", mustClaim(t, s, r))
+	if err := s.Release(bg, r.Key, er.Record.Token); err != nil {
+		t.Fatal(err)
+	}
+	c := slotted(tool, session, t0)
+	ec := granted(t, "a write of the session after the action beside it was released", mustClaim(t, other, c))
+	if err := other.Release(bg, c.Key, ec.Record.Token); err != nil {
+		t.Fatal(err)
+	}
+
+	x := claimReq(newKey(), t0)
+	x.Tool, x.Session = tool, session
+	ex := granted(t, "an action of the other setting", mustClaim(t, s, x))
+	if err := s.Finish(bg, finish(x.Key, ex.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	again := x
+	again.Now, again.TakeOver, again.FenceScope, again.Owner = t0.Add(minute), true, session, x.Owner+"-again"
+	res := mustClaim(t, other, again)
+	if !res.Claimed || !res.TookOver || res.Record.FenceScope != session {
+		t.Fatalf("the action asked for again under the session's fence: %+v; want taken over, in the session's slot", res)
+	}
+	if rec, err := s.Get(bg, x.Key); err != nil || rec.Beside() || !rec.HoldsSlot() {
+		t.Errorf("the action after it moved into the slot: %+v, %v; want holding the slot, not beside it", rec, err)
+	}
+	blockedBy(t, "a write of the session beside the action that moved into the slot", mustClaim(t, s, slotted(tool, session, t0.Add(minute))), x.Key, agenttool.Pending)
+}

@@ -134,6 +134,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotBesideEveryOpenAction", func(t *testing.T) { testSlotBesideEveryOpenAction(t, h) })
 	t.Run("SlotBesideAfterANotice", func(t *testing.T) { testSlotBesideAfterANotice(t, h) })
 	t.Run("SlotReplacedActionTakenBackUnfenced", func(t *testing.T) { testSlotReplacedActionTakenBackUnfenced(t, h) })
+	t.Run("SlotBesideNoticeAndReplaced", func(t *testing.T) { testSlotBesideNoticeAndReplaced(t, h) })
+	t.Run("SlotBesideOwnKey", func(t *testing.T) { testSlotBesideOwnKey(t, h) })
 	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
 	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
 	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })

@@ -546,6 +546,10 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		}
 	}
 	return s.update(ctx, func(b *bolt.Bucket) error {
+		slots := b.Tx().Bucket(slotsBucket)
+		if err := storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) { return string(slots.Get(slotKey(sl))), nil }); err != nil {
+			return fmt.Errorf("boltstore: %w", err)
+		}
 		var top uint64
 		for i := range recs {
 			r := &recs[i]

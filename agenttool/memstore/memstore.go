@@ -536,6 +536,9 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		}
 		seen[recs[i].Key] = true
 	}
+	if err := storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) { return s.slots[sl], nil }); err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
 	for _, r := range recs {
 		r.Outcome = slices.Clone(r.Outcome)
 		s.put(-1, r)

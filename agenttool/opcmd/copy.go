@@ -121,13 +121,14 @@ type copyReportJSON struct {
 	Differ     int  `json:"differ"`
 	Pending    int  `json:"pending"`
 	AsUnknown  int  `json:"as_unknown"`
+	Beside     int  `json:"beside"`
 	Unreadable int  `json:"unreadable"`
 }
 
 // copyIssueJSON is a record a copy left out, as -json prints it.
 type copyIssueJSON struct {
 	Ref     string `json:"ref"`
-	Problem string `json:"problem"` // differs, pending, unreadable
+	Problem string `json:"problem"` // differs, pending, unreadable, moved beside its slot (copied)
 	Detail  string `json:"detail"`
 }
 
@@ -136,13 +137,17 @@ func (r *runner) printIssue(is storekit.CopyIssue) {
 		emit(r.stdout, copyIssueJSON{Ref: is.Key, Problem: is.Problem.String(), Detail: is.Detail})
 		return
 	}
-	fmt.Fprintf(r.stderr, "not copied: %s: %s: %s\n", cell(is.Key, 0), is.Problem, cell(is.Detail, 0))
+	what := "not copied"
+	if is.Problem == storekit.CopyMovedBeside {
+		what = "copied"
+	}
+	fmt.Fprintf(r.stderr, "%s: %s: %s: %s\n", what, cell(is.Key, 0), is.Problem, cell(is.Detail, 0))
 }
 
 func (r *runner) printCopyReport(w io.Writer, rep storekit.CopyReport, progress bool) error {
 	if r.json {
 		return emit(w, copyReportJSON{Progress: progress, Read: rep.Read, Copied: rep.Copied, Identical: rep.Identical,
-			Expired: rep.Expired, Differ: rep.Differ, Pending: rep.Pending, AsUnknown: rep.AsUnknown, Unreadable: rep.Unreadable})
+			Expired: rep.Expired, Differ: rep.Differ, Pending: rep.Pending, AsUnknown: rep.AsUnknown, Beside: rep.Beside, Unreadable: rep.Unreadable})
 	}
 	if progress {
 		_, err := fmt.Fprintf(w, "copying: read %d, copied %d, already there %d, expired %d, not copied %d\n",
@@ -150,8 +155,8 @@ func (r *runner) printCopyReport(w io.Writer, rep storekit.CopyReport, progress 
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "READ\tCOPIED\tAS UNKNOWN\tALREADY THERE\tEXPIRED\tPENDING\tDIFFER\tUNREADABLE")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", rep.Read, rep.Copied, rep.AsUnknown, rep.Identical, rep.Expired,
+	fmt.Fprintln(tw, "READ\tCOPIED\tAS UNKNOWN\tBESIDE\tALREADY THERE\tEXPIRED\tPENDING\tDIFFER\tUNREADABLE")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", rep.Read, rep.Copied, rep.AsUnknown, rep.Beside, rep.Identical, rep.Expired,
 		rep.Pending, rep.Differ, rep.Unreadable)
 	return tw.Flush()
 }

@@ -55,7 +55,7 @@ func TestCopyCommand(t *testing.T) {
 
 	out := f.copyRun(s, "copy", "-from", "app.db", "-to", "postgres://db/app", "-to-schema", "agents").exits(t, opcmd.ExitFailed,
 		"not copied: send_email/held: pending: held by a call", "1 records were not copied", "stop the application", "-pending unknown")
-	if row := out.row(t, "4"); strings.Join(row, " ") != "4 3 0 0 0 1 0 0" {
+	if row := out.row(t, "4"); strings.Join(row, " ") != "4 3 0 0 0 0 1 0 0" {
 		t.Errorf("report %q:\n%s", row, out.stdout)
 	}
 	if len(s.opened) != 2 || s.opened[0] != (opcmd.StoreSpec{Location: "app.db"}) ||
@@ -64,7 +64,7 @@ func TestCopyCommand(t *testing.T) {
 	}
 
 	out = f.copyRun(s, "copy", "-from", "app.db", "-to", "postgres://db/app", "-pending", "unknown").ok(t)
-	if row := out.row(t, "4"); strings.Join(row, " ") != "4 1 1 3 0 0 0 0" {
+	if row := out.row(t, "4"); strings.Join(row, " ") != "4 1 1 0 3 0 0 0 0" {
 		t.Errorf("report %q:\n%s", row, out.stdout)
 	}
 	objs := f.copyRun(s, "-json", "copy", "-from", "app.db", "-to", "postgres://db/app", "-pending", "unknown").ok(t).lines(t)
@@ -126,5 +126,30 @@ func TestCopyCommandUsage(t *testing.T) {
 	f.run("copy", "-from", "a", "-to", "b").exits(t, opcmd.ExitUsage, "run it from cmd/retrysafe")
 	if help := f.run("copy", "-h").ok(t).stdout; !strings.Contains(help, "copy -from STORE -to STORE [-batch N]") {
 		t.Errorf("copy -h:\n%s", help)
+	}
+}
+
+// A copy into a target whose record holds the slot a copied unknown action
+// held: the action is copied beside the slot, said so, and counted.
+func TestCopyCommandMovesASecondHolderBesideItsSlot(t *testing.T) {
+	f := newFixture(t, memstore.New())
+	unknown := func(key string) storekit.Record {
+		return storekit.Record{Key: key, Tool: "send_email", State: storekit.Unknown, Principal: storekit.Digest{1}, Session: storekit.Digest{2},
+			FenceScope: storekit.Digest{2}, Fingerprint: storekit.Digest{3}, Token: 4, Attempts: 1, Created: f.now(), Updated: f.now()}
+	}
+	source, target := memstore.New(), memstore.New()
+	if err := source.Import(context.Background(), []storekit.Record{unknown("send_email/from-the-file")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Import(context.Background(), []storekit.Record{unknown("send_email/in-the-database")}); err != nil {
+		t.Fatal(err)
+	}
+	s := &stores{byName: map[string]agenttool.Store{"app.db": source, "postgres://db/app": target}}
+	out := f.copyRun(s, "copy", "-from", "app.db", "-to", "postgres://db/app").ok(t)
+	if !strings.Contains(out.stderr, "copied: send_email/from-the-file: moved beside its slot: it held the fence's slot of send_email in its scope, which send_email/in-the-database holds in the target") {
+		t.Errorf("stderr does not say the record moved beside its slot:\n%s", out.stderr)
+	}
+	if row := out.row(t, "1"); strings.Join(row, " ") != "1 1 0 1 0 0 0 0 0" {
+		t.Errorf("report %q:\n%s", row, out.stdout)
 	}
 }

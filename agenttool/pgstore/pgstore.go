@@ -411,14 +411,40 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 			return fmt.Errorf("pgstore: importing %s: its resolution cannot be encoded: %w", r.Key, storekit.ErrInvalidRequest)
 		}
 	}
+	// The slots the records would hold are checked first, for an error
+	// that names the record; the records_slot index has the last word.
+	checkSlots := func(q querier) error {
+		return storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) {
+			var key string
+			err := q.QueryRow(ctx, s.q.slotHolder, sl.Tool, sl.Scope[:]).Scan(&key)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return "", nil
+			}
+			return key, err
+		})
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkSlots(tx); err != nil {
+			return err
+		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "records"}, strings.Split(columns, ", "), pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, s.q.raiseTokens)
 		return err
 	})
+	var held *storekit.SlotHeldError
+	if errors.As(err, &held) {
+		return fmt.Errorf("pgstore: %w", err)
+	}
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "records_slot" {
+		// A claim took a slot between the check and the copy.
+		if err := checkSlots(s.pool); err != nil {
+			return fmt.Errorf("pgstore: %w", err)
+		}
+		return fmt.Errorf("pgstore: importing: %w", &storekit.SlotHeldError{})
+	}
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return fmt.Errorf("pgstore: importing: a key exists (%s): %w", pgErr.Detail, storekit.ErrInvalidRequest)
 	}

@@ -85,7 +85,7 @@ const beside = `(b.state = 1 OR b.state = 4 OR b.notice_until IS NOT NULL) AND b
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
 
 type queries struct {
-	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
+	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }
 
 func newQueries(schema string) queries {
@@ -133,6 +133,7 @@ func newQueries(schema string) queries {
 		get:               `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
+		slotHolder:        `SELECT key FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot,
 		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 			ON CONFLICT DO NOTHING`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,

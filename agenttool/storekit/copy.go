@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -60,6 +61,7 @@ type CopyReport struct {
 	Differ     int // in the target already, not the same: left as they are, reported
 	Pending    int // pending and refused (RefusePending): not copied, reported
 	AsUnknown  int // pending and copied as unknown outcomes (PendingAsUnknown); counted in Copied too
+	Beside     int // copied beside the fence's slot they held, which another record holds (CopyMovedBeside): reported; counted in Copied too
 	Unreadable int // unreadable in the source or in the target, or refused by the target's Import: reported
 }
 
@@ -69,7 +71,8 @@ func (r CopyReport) Complete() bool {
 	return r.Differ == 0 && r.Pending == 0 && r.Unreadable == 0
 }
 
-// CopyProblem is why [Copy] left a record out.
+// CopyProblem is why [Copy] left a record out, or copied it otherwise than
+// as the source holds it.
 type CopyProblem uint8
 
 const (
@@ -83,6 +86,17 @@ const (
 	// CopyUnreadable: the record cannot be read in the source or in the
 	// target, or the target refused to import it.
 	CopyUnreadable
+	// CopyMovedBeside: the record holds a slot of the fence (an unknown
+	// outcome, or a success within its notice: [Record.HoldsSlot]) that a
+	// record of the target holds, or an earlier record of the copy (two
+	// sources copied into one target). A slot has one holder
+	// ([SlotHeldError]), so the record is copied without its fence scope:
+	// beside the slot ([Record.Beside]), where it still holds back every
+	// new write of its tool in its session, and a principal-wide fence's
+	// writes of its principal, until it is settled — as an action claimed
+	// under another fence setting does. Nothing is lost; the report says
+	// which records moved.
+	CopyMovedBeside
 )
 
 func (p CopyProblem) String() string {
@@ -93,6 +107,8 @@ func (p CopyProblem) String() string {
 		return "pending"
 	case CopyUnreadable:
 		return "unreadable"
+	case CopyMovedBeside:
+		return "moved beside its slot"
 	}
 	return fmt.Sprintf("CopyProblem(%d)", uint8(p))
 }
@@ -154,6 +170,8 @@ func Copy(ctx context.Context, from, to Store, opts *CopyOptions) (CopyReport, e
 			rep.Pending++
 		case CopyUnreadable:
 			rep.Unreadable++
+		case CopyMovedBeside:
+			rep.Beside++
 		}
 		if o.Issue != nil {
 			o.Issue(CopyIssue{Key: key, Problem: p, Detail: detail})
@@ -243,7 +261,8 @@ func copyPage(ctx context.Context, to Store, im Importer, batch []Record, conver
 		case err != nil:
 			return fmt.Errorf("agenttool: copying: reading %s in the target: %w", r.Key, err)
 		default:
-			if diff := Differences(r, have); len(diff) > 0 {
+			// A record copied beside its slot by an earlier run is the same.
+			if diff := Differences(r, have); len(diff) > 0 && !(r.HoldsSlot() && len(Differences(movedBeside(r), have)) == 0) {
 				issue(r.Key, CopyDiffers, "the target holds another record, left as it is; it differs in "+strings.Join(diff, ", "))
 			} else {
 				rep.Identical++
@@ -253,11 +272,38 @@ func copyPage(ctx context.Context, to Store, im Importer, batch []Record, conver
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := im.Import(ctx, missing); err != nil {
-		return fmt.Errorf("agenttool: copying: writing %d records to the target, from %s (is something else writing to it?): %w", len(missing), missing[0].Key, err)
+	// Each round moves one record beside the slot it would share, so
+	// there are at most as many rounds as records.
+	for {
+		err := im.Import(ctx, missing)
+		if err == nil {
+			break
+		}
+		var held *SlotHeldError
+		i := -1
+		if errors.As(err, &held) {
+			i = slices.IndexFunc(missing, func(r Record) bool { return r.Key == held.Key && r.HoldsSlot() })
+		}
+		if i < 0 {
+			return fmt.Errorf("agenttool: copying: writing %d records to the target, from %s (is something else writing to it?): %w", len(missing), missing[0].Key, err)
+		}
+		holder := "another record"
+		if held.Holder != "" {
+			holder = held.Holder
+		}
+		issue(held.Key, CopyMovedBeside, fmt.Sprintf("it held the fence's slot of %s in its scope, which %s holds in the target; copied beside the slot, where it still holds back new writes of %s in its session until it is settled",
+			held.Tool, holder, held.Tool))
+		missing[i] = movedBeside(missing[i])
 	}
 	copied(missing)
 	return nil
+}
+
+// movedBeside is r as [Copy] writes it beside its slot ([CopyMovedBeside]):
+// without its fence scope.
+func movedBeside(r Record) Record {
+	r.FenceScope = Digest{}
+	return r
 }
 
 // pendingDetail says of a pending record what an operator needs to decide.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -309,4 +310,53 @@ func alter(v reflect.Value) bool {
 		return false
 	}
 	return true
+}
+
+// TestCopyMovesASecondHolderOfASlotBesideIt copies an unknown action whose
+// fence slot a record of the target holds (two sources copied into one
+// target, or a target the application already ran on): a slot has one
+// holder, so it is copied beside the slot, reported, and still holds back
+// the next write of its tool in its session — and a second run finds it
+// the same.
+func TestCopyMovesASecondHolderOfASlotBesideIt(t *testing.T) {
+	session := storekit.Digest{2}
+	unknown := settled("copy/unknown", storekit.Unknown)
+	unknown.FenceScope = session
+	from := memstore.New()
+	if err := from.Import(bg, []storekit.Record{unknown, settled("copy/plain", storekit.Succeeded)}); err != nil {
+		t.Fatal(err)
+	}
+	// The target's action of the same tool and session succeeded after an
+	// unknown outcome, and its notice has ended: it holds the slot until
+	// the next claim clears it.
+	noticed := settled("copy/noticed", storekit.Succeeded)
+	noticed.FenceScope, noticed.NoticeUntil = session, t0.Add(time.Minute)
+	to := memstore.New()
+	if err := to.Import(bg, []storekit.Record{noticed}); err != nil {
+		t.Fatal(err)
+	}
+	var issues []storekit.CopyIssue
+	rep, err := storekit.Copy(bg, from, to, &storekit.CopyOptions{Now: at, Issue: func(is storekit.CopyIssue) { issues = append(issues, is) }})
+	if err != nil || rep.Copied != 2 || rep.Beside != 1 || !rep.Complete() {
+		t.Fatalf("copy: %+v, %v; want both copied, one beside its slot, complete", rep, err)
+	}
+	if len(issues) != 1 || issues[0].Key != unknown.Key || issues[0].Problem != storekit.CopyMovedBeside ||
+		!strings.Contains(issues[0].Detail, "which copy/noticed holds in the target") {
+		t.Errorf("issues %+v; want the unknown action reported as moved beside the slot copy/noticed holds", issues)
+	}
+	got, err := to.Get(bg, unknown.Key)
+	if err != nil || got.FenceScope != (storekit.Digest{}) || !got.Beside() || got.State != storekit.Unknown {
+		t.Fatalf("the copied unknown action: %+v, %v; want it unknown, beside its slot", got, err)
+	}
+	// A new write of the tool in the session: the ended notice is cleared,
+	// and the unknown action beside the slot holds it back.
+	res, err := to.Claim(bg, storekit.ClaimRequest{Key: "copy/new", Tool: unknown.Tool, Principal: ana, Session: session, FenceScope: session,
+		Fingerprint: storekit.Digest{9}, Owner: "o", Now: at(), Lease: time.Minute})
+	if err != nil || res.Claimed || res.Blocked == nil || res.Blocked.Key != unknown.Key {
+		t.Errorf("a new write after the copy: %+v, %v; want it held back by %s", res, err, unknown.Key)
+	}
+	again, err := storekit.Copy(bg, from, to, &storekit.CopyOptions{Now: at})
+	if err != nil || again.Copied != 0 || again.Identical != 2 || again.Differ != 0 {
+		t.Errorf("a second copy: %+v, %v; want both found identical", again, err)
+	}
 }

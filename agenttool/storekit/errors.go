@@ -62,3 +62,58 @@ func CorruptKeys(err error) []string {
 	walk(err)
 	return keys
 }
+
+// SlotHeldError is the error of an import ([Importer]) one of whose records
+// would hold a slot of the fence ([Record.HoldsSlot]) that another record
+// holds: one of the import's own, or one the store holds. A slot has one
+// holder, or the fence could lose sight of an action whose outcome is
+// unknown. Nothing of the import is written. It wraps [ErrInvalidRequest].
+// [Copy] answers it by copying the record beside the slot instead
+// ([CopyMovedBeside]).
+type SlotHeldError struct {
+	Key    string // the record that would hold the slot
+	Tool   string // the slot's tool
+	Holder string // the record that holds it; "" when the store cannot say which
+	// Key and Tool are "" when the store cannot say which of the import's
+	// records it is (a claim took the slot while the import was written).
+}
+
+func (e *SlotHeldError) Error() string {
+	or := func(s, otherwise string) string {
+		if s == "" {
+			return otherwise
+		}
+		return s
+	}
+	return fmt.Sprintf("importing %s: it would hold the fence's slot of %s in its scope, which %s holds: a slot has one holder",
+		or(e.Key, "a record"), or(e.Tool, "its tool"), or(e.Holder, "another record"))
+}
+
+func (e *SlotHeldError) Unwrap() error { return ErrInvalidRequest }
+
+// CheckImportSlots returns a [*SlotHeldError] for the first of recs that
+// would hold a slot that an earlier one of recs holds, or that holder
+// names a record of the store for (the key of the slot's holder, "" for a
+// free slot). Stores call it before they write an import.
+func CheckImportSlots(recs []Record, holder func(Slot) (string, error)) error {
+	taken := make(map[Slot]string)
+	for i := range recs {
+		r := &recs[i]
+		if !r.HoldsSlot() {
+			continue
+		}
+		sl := r.Slot()
+		if k, ok := taken[sl]; ok {
+			return &SlotHeldError{Key: r.Key, Tool: r.Tool, Holder: k}
+		}
+		k, err := holder(sl)
+		if err != nil {
+			return err
+		}
+		if k != "" && k != r.Key {
+			return &SlotHeldError{Key: r.Key, Tool: r.Tool, Holder: k}
+		}
+		taken[sl] = r.Key
+	}
+	return nil
+}

@@ -119,6 +119,7 @@ func Run(t *testing.T, h Harness) {
 		{"SweepStepsGrowWithBacklog", testSweepStepsGrowWithBacklog},
 		{"SweepChecksBesideDeletions", testSweepChecksBesideDeletions},
 		{"ImportSettledRecords", testImport},
+		{"ImportGivesASlotOneHolder", testImportSlotOneHolder},
 		{"ExportEveryRecordInPages", testExport},
 		{"CancelledContext", testCancelled},
 		{"InvalidRequests", testInvalid},
@@ -820,6 +821,53 @@ func testImport(t *testing.T, s agenttool.Store) {
 	}
 	if _, err := s.Get(bg, fresh.Key); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("a refused import wrote part of its records: %v", err)
+	}
+}
+
+// testImportSlotOneHolder refuses an import one of whose records would
+// hold a fence slot another record holds — one of the store's or one of
+// the import's — naming both, and writes nothing of it; the record
+// imported beside the slot is taken.
+func testImportSlotOneHolder(t *testing.T, s agenttool.Store) {
+	im, ok := s.(storekit.Importer)
+	if !ok {
+		t.Skip("the store does not implement storekit.Importer")
+	}
+	unknown := func(session agenttool.Digest) agenttool.Record {
+		return agenttool.Record{Key: newKey(), Tool: "conformance", State: agenttool.Unknown, Principal: alice, Session: session,
+			FenceScope: session, Fingerprint: inputA, Token: 3, Attempts: 1, Created: t0, Updated: t0}
+	}
+	refused := func(what string, recs []agenttool.Record, key, holder string) {
+		t.Helper()
+		var held *storekit.SlotHeldError
+		err := im.Import(bg, recs)
+		if !errors.As(err, &held) || held.Key != key || held.Holder != holder || held.Tool != "conformance" || !errors.Is(err, agenttool.ErrInvalidRequest) {
+			t.Errorf("%s: %v; want a SlotHeldError naming %s and its holder %s, wrapping ErrInvalidRequest", what, err, key, holder)
+		}
+		for _, r := range recs {
+			if _, err := s.Get(bg, r.Key); !errors.Is(err, agenttool.ErrNotFound) {
+				t.Errorf("%s: the refused import wrote %s (%v)", what, r.Key, err)
+			}
+		}
+	}
+	first := unknown(agenttool.Digest{8})
+	if err := im.Import(bg, []agenttool.Record{first}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := unknown(agenttool.Digest{9})
+	second := unknown(first.Session)
+	refused("a record of a slot the store's record holds", []agenttool.Record{fresh, second}, second.Key, first.Key)
+	a, b := unknown(agenttool.Digest{10}), unknown(agenttool.Digest{10})
+	refused("two records of one slot in one import", []agenttool.Record{a, b}, b.Key, a.Key)
+
+	second.FenceScope = agenttool.Digest{}
+	if err := im.Import(bg, []agenttool.Record{fresh, second}); err != nil {
+		t.Fatalf("importing the second record beside its slot: %v", err)
+	}
+	req := claimReq(newKey(), t0.Add(time.Minute))
+	req.Session, req.FenceScope = first.Session, first.Session
+	if res := mustClaim(t, s, req); res.Claimed || res.Blocked == nil {
+		t.Errorf("a new write of the slot after the import: %+v; want it held back", res)
 	}
 }
 

@@ -132,14 +132,16 @@ func (c *call) outside(o Record) (*Record, error) {
 	}
 }
 
-// beside reports whether a new action that a principal-wide fence granted
-// its slot must give its key back: an action of the principal's scope
+// beside reports whether a write that a principal-wide fence granted its
+// slot — a new action, one in place of an approved or replaced one, or an
+// approved retry; a takeover goes on with its own action and does not
+// look — must give its key back: an action of the principal's scope
 // that does not hold that slot is unknown (outside), and holds the call
 // back as the slot's holder would (I9). The call's answer is set. A
 // session's fence does not look (a read on every call); its actions
 // outside the slot are the caveat of changing a tool's fence.
 func (c *call) beside(rec Record) bool {
-	if c.t.cfg.Fence != FencePrincipal || rec.Attempts > 0 || rec.Replaces != "" {
+	if c.t.cfg.Fence != FencePrincipal {
 		return false
 	}
 	o, err := c.outside(Record{})

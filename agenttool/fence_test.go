@@ -1405,3 +1405,67 @@ func TestFence_PrincipalScopeDoesNotSayTheEarlierIsInThisConversation(t *testing
 		t.Errorf("the note says the earlier email is being verified, and its message says no reconciler can ask: %q", other.Note)
 	}
 }
+
+// I9 through a copy: an unknown action that storekit.Copy moved beside
+// its slot (the target's action of the same tool and scope holds it,
+// found not applied and approved for one more attempt) holds back every
+// new write of its tool in its scope until it is settled — the approved
+// action's retry, and a new action that takes the approved attempt in its
+// place — under either fence.
+func TestI9_AnActionCopiedBesideItsSlotHoldsBackTheScopesWrites(t *testing.T) {
+	const (
+		minutes = `{"to":"bob@example.com","subject":"Minutes","body":"Attached."}`
+		dinner  = `{"to":"eva@example.com","subject":"Dinner","body":"At eight."}`
+	)
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		for _, fence := range []agenttool.FenceScope{agenttool.FenceSession, agenttool.FencePrincipal} {
+			for _, next := range []string{minutes, dinner} {
+				t.Run(fence.String()+"/"+map[string]string{minutes: "the approved retry", dinner: "a new email"}[next], func(t *testing.T) {
+					ctx := context.Background()
+					// The source: the lunch email was delivered, its reply lost.
+					srcMail := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+					src := memstore.New()
+					lunchEnv := newEmailTool(t, srcMail, agenttool.Options{Store: src, Class: agenttool.AtMostOnce, Fence: fence}).Invoke(scoped(), lunch)
+					mustStatus(t, lunchEnv, envelope.UnknownOutcome)
+
+					// The target: the minutes email was not delivered, its
+					// outcome unknown, then found not applied by an operator.
+					m := &mailServer{script: func(n int) (bool, error) {
+						if n == 1 {
+							return false, errLostReply
+						}
+						return true, nil
+					}}
+					dst := open()
+					tool := newEmailTool(t, m, agenttool.Options{Store: dst, Class: agenttool.AtMostOnce, Fence: fence})
+					first := tool.Invoke(scoped(), minutes)
+					mustStatus(t, first, envelope.UnknownOutcome)
+					op, err := agenttool.NewOperator(dst, tool)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := op.ResolveNotApplied(ctx, first.RequestRef, first.Attempts, "maria", "not in the provider's log"); err != nil {
+						t.Fatal(err)
+					}
+
+					rep, err := storekit.Copy(ctx, src, dst, nil)
+					if err != nil || rep.Copied != 1 || rep.Beside != 1 {
+						t.Fatalf("copy: %+v, %v; want the lunch email copied beside its slot", rep, err)
+					}
+					if rec, err := dst.Get(ctx, lunchEnv.RequestRef); err != nil || rec.State != storekit.Unknown {
+						t.Fatalf("the copied lunch email: %+v, %v; want it unknown", rec, err)
+					}
+
+					env := tool.Invoke(scoped(), next)
+					t.Logf("after the copy: %s", env)
+					if env.Error == nil || env.Error.Code != envelope.CodeEarlierUnknown {
+						t.Errorf("a write of send_email in the scope while the copied lunch email %s is unknown: %s; want earlier_action_unknown", lunchEnv.RequestRef, env.Status)
+					}
+					if runs := m.runs.Load(); runs != 1 {
+						t.Errorf("send_email ran %d times in the target while the copied lunch email is unknown; want 1 (the first minutes attempt)", runs)
+					}
+				})
+			}
+		}
+	})
+}

@@ -273,7 +273,9 @@ func copyPage(ctx context.Context, to Store, im Importer, batch []Record, conver
 		return nil
 	}
 	// Each round moves one record beside the slot it would share, so
-	// there are at most as many rounds as records.
+	// there are at most as many rounds as records; they are reported once
+	// the import is written.
+	var moved []CopyIssue
 	for {
 		err := im.Import(ctx, missing)
 		if err == nil {
@@ -291,9 +293,12 @@ func copyPage(ctx context.Context, to Store, im Importer, batch []Record, conver
 		if held.Holder != "" {
 			holder = held.Holder
 		}
-		issue(held.Key, CopyMovedBeside, fmt.Sprintf("it held the fence's slot of %s in its scope, which %s holds in the target; copied beside the slot, where it still holds back new writes of %s in its session until it is settled",
-			held.Tool, holder, held.Tool))
+		moved = append(moved, CopyIssue{held.Key, CopyMovedBeside, fmt.Sprintf("it held the fence's slot of %s in its scope, which %s holds in the target; copied beside the slot, where it still holds back new writes of %s in its session until it is settled",
+			held.Tool, holder, held.Tool)})
 		missing[i] = movedBeside(missing[i])
+	}
+	for _, m := range moved {
+		issue(m.Key, m.Problem, m.Detail)
 	}
 	copied(missing)
 	return nil

@@ -68,8 +68,11 @@ type ClaimDecision struct {
 // ([ClaimRequest.Beside]). Each occupant is decided as above — closed by
 // req.Replace, its ended notice cleared, or holding the claim back (the
 // first that does is ClaimResult.Blocked) — except that actions beside the
-// slot do not hold back a claim of the record that holds it already (a
-// takeover of the slot's holder).
+// slot do not hold back a takeover of the record that holds it already,
+// and hold back an approved retry of that record (a new write) only while
+// they await reconciliation ([Record.AwaitsReconciliation]): an action
+// beside the slot approved for a retry itself waits for the holder's, so
+// that two approved actions never wait on each other.
 func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.Lease <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
@@ -78,10 +81,17 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
 	}
 	inSlot := existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
+	// An approved retry of the slot's holder is a new write of the scope.
+	retry := inSlot && existing.State == Unknown && existing.RetryApproved
 	var held []Record
 	for _, o := range occupants {
-		holder := o.HoldsSlot() && o.Slot() == req.Slot()
-		if o.Key == req.Key || req.FenceScope == (Digest{}) || !holder && (inSlot || !req.Beside(&o)) {
+		switch {
+		case o.Key == req.Key || req.FenceScope == (Digest{}):
+			continue
+		case o.HoldsSlot() && o.Slot() == req.Slot():
+		case !req.Beside(&o):
+			continue
+		case inSlot && !(retry && o.AwaitsReconciliation(req.Now)):
 			continue
 		}
 		held = append(held, o)

@@ -210,6 +210,39 @@ func testSlotBeside(t *testing.T, h Harness) {
 			if res := mustClaim(t, other, again); !res.Claimed || !res.TookOver {
 				t.Errorf("a takeover of the slot's holder beside another action: %+v; want taken over", res)
 			}
+
+			// An approved retry of the slot's holder is a new write: an
+			// action beside the slot that awaits reconciliation holds it
+			// back; one approved for a retry itself does not, and waits.
+			for _, besideApproved := range []bool{false, true} {
+				_, sess := newSlot()
+				hold := slotted(tool, sess, t0)
+				eh := granted(t, "a holder to approve", mustClaim(t, s, hold))
+				ok := finish(hold.Key, eh.Record.Token, agenttool.Unknown, t0)
+				ok.RetryApproved = true
+				if err := s.Finish(bg, ok); err != nil {
+					t.Fatal(err)
+				}
+				u := old
+				u.Key, u.Session, u.Owner, u.FenceScope = newKey(), sess, "owner-beside-approved", agenttool.Digest{} // the principal's slot is taken above
+				eu := granted(t, "an action beside the approved holder's slot", mustClaim(t, s, u))
+				fu := finish(u.Key, eu.Record.Token, agenttool.Unknown, t0)
+				fu.RetryApproved = besideApproved
+				if err := s.Finish(bg, fu); err != nil {
+					t.Fatal(err)
+				}
+				retry := hold
+				retry.Now, retry.Owner = t0.Add(minute), hold.Owner+"-retry"
+				res := mustClaim(t, other, retry)
+				if !besideApproved {
+					blockedBy(t, "the approved holder's retry beside an unknown action", res, u.Key, agenttool.Unknown)
+					continue
+				}
+				granted(t, "the approved holder's retry beside an approved action", res)
+				uRetry := u
+				uRetry.Now, uRetry.Owner, uRetry.FenceScope = t0.Add(minute), u.Owner+"-retry", sess
+				blockedBy(t, "the approved action's retry beside the holder's", mustClaim(t, other, uRetry), hold.Key, agenttool.Pending)
+			}
 		})
 	}
 }

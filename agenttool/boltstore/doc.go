@@ -25,15 +25,32 @@
 // writes and fsyncs the meta page that makes them current. What it costs is
 // mostly how many pages it writes, each in its own place: on the
 // development machine, an fsync of 400 scattered 4 KB pages took 4.5 to 9
-// times as long as one of 400 adjacent pages. Records are keyed by a digest, so every claim
-// and every outcome changes a leaf page of its own, with the branch pages
-// above it; index entries (open records, scopes, expiry) add a few pages a
-// commit, shared by its calls. As the file grows from empty, the tree gets
-// deeper and the calls of one commit share fewer branch pages, so pages per
-// call rise, then level off once records expire as fast as they are made;
-// deleting an expired record writes its leaf page as a call does. go run
-// ./internal/bench -soak -boltstats prints these figures per ten seconds
-// (docs/performance.md quotes a run).
+// times as long as one of 400 adjacent pages. So the file is laid out for
+// a busy service that has run for days to write about as many pages a call
+// as one that has just started:
+//
+//   - Pending records live in a bucket of their own, small however large
+//     the file: a claim and its outcome change pages that a commit's calls
+//     share.
+//   - A settled record that nothing but its lifetime keeps (succeeded or
+//     failed, with no notice, fence slot or committed effect) lives in a
+//     generation: a bucket of the records whose lifetimes end in the same
+//     window of time, a power of two seconds no longer than an eighth of
+//     the lifetime. Once the window has passed, every record in it has
+//     expired, and the sweeper drops the generation whole — bbolt frees its
+//     pages without writing them — instead of deleting its records one by
+//     one, each rewriting a leaf page. A settled record thus stays in the
+//     file up to an eighth of its lifetime after it expires; a claim treats
+//     it as absent from its expiry on.
+//   - Everything else — unknown outcomes, records holding a fence slot or a
+//     notice, records of files written before version 7 of the layout —
+//     lives in the records bucket and is swept one by one, oldest expiry
+//     first. A record is in one place only; a write that changes where it
+//     belongs moves it, and a lookup tries each place (a few dozen
+//     generations at most).
+//
+// go run ./internal/bench -soak -boltstats prints pages and commit times per
+// ten seconds (docs/performance.md quotes a run).
 //
 // Two of bbolt's options differ from its defaults, so that a commit does
 // not also cost more as free space accumulates in the file (after a burst
@@ -65,8 +82,9 @@
 // bbolt never gives space back to the file system: the file grows to hold
 // the most records it has held at once, and then keeps its size, reusing
 // its free pages. A store holds the records of one key lifetime (KeyTTL, a
-// day by default) and the unknown records awaiting settlement; the sweeper
-// deletes the others as they expire (see agenttool.Operator.RunSweeper).
+// day by default) and up to an eighth more, and the unknown records
+// awaiting settlement; the sweeper deletes the others as they expire, a
+// generation at a time (see agenttool.Operator.RunSweeper).
 // So over days the file's size follows the busiest key lifetime it has
 // seen — about 700 bytes of file a record in the soak benchmark, where two
 // minutes of records made at up to 4,400 calls/s took 225 MB and the file

@@ -32,30 +32,9 @@ func awaiting(r *storekit.Record) bool {
 	return r != nil && r.State == storekit.Unknown && !r.RetryApproved
 }
 
-// reindexExpiry moves r's entries from what prev had to what r has: its
-// entry in the expiry index, and its part of the count of unknown records.
-// prev is nil for a new record; an r with no State is a record deleted.
-func reindexExpiry(tx *bolt.Tx, r, prev *storekit.Record) error {
-	idx := tx.Bucket(expiryBucket)
-	var before, after int64
-	if prev != nil && !prev.Expires.IsZero() {
-		before = nanos(prev.Expires)
-	}
-	if r.State != 0 && !r.Expires.IsZero() {
-		after = nanos(r.Expires)
-	}
-	if before != after || (prev != nil && prev.Key != r.Key) {
-		if before != 0 {
-			if err := idx.Delete(expiryKey(before, prev.Key)); err != nil {
-				return err
-			}
-		}
-		if after != 0 {
-			if err := idx.Put(expiryKey(after, r.Key), nil); err != nil {
-				return err
-			}
-		}
-	}
+// recountUnknown keeps the count of unknown records as r replaces prev
+// (nil for a new record; an r with no State is a record deleted).
+func recountUnknown(tx *bolt.Tx, r, prev *storekit.Record) error {
 	switch was, is := awaiting(prev), r.State != 0 && awaiting(r); {
 	case was && !is:
 		return addUnknown(tx, -1)

@@ -43,7 +43,7 @@ func TestExportPagesPastUnreadableRecords(t *testing.T) {
 	corrupt := []string{"send_email/02", "send_email/04"} // the 3rd record ends the first page of 3
 	err = s.DB().Update(func(tx *bolt.Tx) error {
 		for _, k := range corrupt {
-			if err := tx.Bucket([]byte("retrysafe/records")).Put([]byte(k), []byte{9, 9, 9}); err != nil {
+			if err := boltstore.Corrupt(tx, k, []byte{9, 9, 9}); err != nil {
 				return err
 			}
 		}

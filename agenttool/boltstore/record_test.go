@@ -88,7 +88,7 @@ func TestFormatOneRecordsAreRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.DB().View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(recordsBucket).Get([]byte("send_email/old")); len(v) == 0 || v[0] != formatBinary {
+		if _, v := find(tx.Bucket(recordsBucket), []byte("send_email/old")); len(v) == 0 || v[0] != formatBinary {
 			t.Errorf("after Finish the record is %q, want format 2", v)
 		}
 		return nil

@@ -39,6 +39,11 @@ type Store interface {
 	// calls are not stalled behind a large sweep. Its cost grows with the
 	// records it deletes, not with the store: stores find expired records
 	// by an index of expiry. [SweepAll] calls it until nothing is left.
+	// A store may keep a sweepable record a while longer, and a step it
+	// sizes itself (req.Limit 0) may delete more than its usual step when
+	// the cost does not grow with the records: boltstore keeps a settled
+	// record until its generation's window ends (up to an eighth of its
+	// lifetime past its expiry), then drops the generation whole.
 	// Pending records and unresolved unknown records are never swept. A
 	// record it cannot read is left in place and reported: its error wraps
 	// [ErrCorrupt] naming the record (with the count of those it deleted).

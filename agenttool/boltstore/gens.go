@@ -1,0 +1,216 @@
+package boltstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+// Generations. A settled record that nothing but its lifetime keeps (see
+// plain) lives in a generation: a bucket of the records whose lifetimes end
+// within one window of time. When the window has passed, every record in it
+// has expired, and a sweep deletes the generation whole — a bucket dropped
+// from its parent, which writes no page of it — instead of deleting its
+// records one by one, each from a leaf page of its own. So a busy store's
+// commits write about as many pages when its file is large and records
+// expire as fast as they are made as when it was empty (the soak benchmark,
+// docs/performance.md).
+//
+// A window is a power of two seconds, the largest no longer than an eighth
+// of the record's lifetime (its expiry less the time it was settled): a
+// settled record stays in the file up to an eighth of its lifetime after it
+// expires. A claim treats an expired record as absent, so this changes
+// nothing but the file's size.
+//
+// A pending record lives in the pending bucket. Every other record —
+// unknown, holding a fence slot or beside one, whose effect committed
+// through Store.Effect, without a lifetime — lives in the records bucket,
+// as do all records of files written before generations, and is swept one
+// by one through the expiry index. A record is in exactly one place; a
+// write that changes where it belongs moves it. A lookup tries the records
+// bucket, the pending bucket, then each generation: a few dozen at most
+// (eight or nine windows per lifetime in use).
+
+// pendingBucket holds the pending records: the records every call claims
+// and settles, apart from those that stay (unknown outcomes, notices), so
+// that a claim and its outcome change a small tree whose pages a commit's
+// calls share, however many records the file holds.
+var pendingBucket = []byte("retrysafe/pending")
+
+// gensBucket holds the generations, each a bucket named by genName, holding
+// records (in its bucket genRecords, by key, whose sequence counts them) and
+// their expiry index (genExpiry, by expiryKey).
+var (
+	gensBucket = []byte("retrysafe/gens")
+	genRecords = []byte("records")
+	genExpiry  = []byte("expiry")
+)
+
+// plain reports whether r lives in a generation: settled, with a lifetime,
+// and in no index but the expiry index. applied is whether an effect
+// committed under its key (Store.Effect), whose entry a sweep deletes with
+// the record.
+func plain(r *storekit.Record, applied bool) bool {
+	return (r.State == storekit.Succeeded || r.State == storekit.Failed) && !r.Expires.IsZero() &&
+		!r.HoldsSlot() && !r.Beside() && !r.Open() && !applied
+}
+
+// genName names the generation of a record that expires at exp, settled at
+// settled: the end of its window (Unix seconds, big-endian with the sign bit
+// flipped, so that names sort by end), then the window's width as a power of
+// two seconds.
+func genName(exp, settled time.Time) []byte {
+	life := exp.Sub(settled) / time.Second / 8
+	width := 0
+	if life > 1 {
+		width = bits.Len64(uint64(life)) - 1
+	}
+	end := ((exp.Unix() >> width) + 1) << width
+	name := binary.BigEndian.AppendUint64(make([]byte, 0, 9), uint64(end)^(1<<63))
+	return append(name, byte(width))
+}
+
+// genEnd returns the end of a generation's window, Unix seconds.
+func genEnd(name []byte) int64 {
+	if len(name) != 9 {
+		return 1<<63 - 1 // not a generation: never ends
+	}
+	return int64(binary.BigEndian.Uint64(name) ^ (1 << 63))
+}
+
+// place is where a record lives: the records bucket, the pending bucket
+// (pending), or the records and expiry index of generation gen.
+type place struct {
+	gen     []byte
+	pending bool
+	records *bolt.Bucket
+	expiry  *bolt.Bucket
+}
+
+// find returns the place of key: the records bucket b, the pending bucket,
+// a generation, or none (records nil) if the key has no record.
+func find(b *bolt.Bucket, key []byte) (place, []byte) {
+	if v := b.Get(key); v != nil {
+		return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, v
+	}
+	if pb := b.Tx().Bucket(pendingBucket); pb != nil {
+		if v := pb.Get(key); v != nil {
+			return place{pending: true, records: pb, expiry: b.Tx().Bucket(expiryBucket)}, v
+		}
+	}
+	gens := b.Tx().Bucket(gensBucket)
+	if gens == nil {
+		return place{}, nil
+	}
+	c := gens.Cursor()
+	for name, v := c.First(); name != nil; name, v = c.Next() {
+		if v != nil {
+			continue
+		}
+		g := gens.Bucket(name)
+		r := g.Bucket(genRecords)
+		if v := r.Get(key); v != nil {
+			return place{gen: name, records: r, expiry: g.Bucket(genExpiry)}, v
+		}
+	}
+	return place{}, nil
+}
+
+// genFor returns the place of generation name, creating it if need be.
+func genFor(tx *bolt.Tx, name []byte) (place, error) {
+	gens := tx.Bucket(gensBucket)
+	g := gens.Bucket(name)
+	if g == nil {
+		var err error
+		if g, err = gens.CreateBucket(name); err != nil {
+			return place{}, err
+		}
+		if _, err := g.CreateBucket(genRecords); err != nil {
+			return place{}, err
+		}
+		if _, err := g.CreateBucket(genExpiry); err != nil {
+			return place{}, err
+		}
+	}
+	return place{gen: name, records: g.Bucket(genRecords), expiry: g.Bucket(genExpiry)}, nil
+}
+
+// put writes r, whose encoded form is v, at p: counting it in a generation
+// if it is new there.
+func (p place) put(key, v []byte) error {
+	if p.gen != nil && p.records.Get(key) == nil {
+		if err := p.records.SetSequence(p.records.Sequence() + 1); err != nil {
+			return err
+		}
+	}
+	return p.records.Put(key, v)
+}
+
+// del deletes key's record at p, with the expiry entry at (0: none).
+func (p place) del(key []byte, at int64) error {
+	if p.gen != nil && p.records.Get(key) != nil {
+		if err := p.records.SetSequence(p.records.Sequence() - 1); err != nil {
+			return err
+		}
+	}
+	if err := p.records.Delete(key); err != nil {
+		return err
+	}
+	if at != 0 {
+		return p.expiry.Delete(expiryKey(at, string(key)))
+	}
+	return nil
+}
+
+// same reports whether two places are one.
+func (p place) same(q place) bool {
+	return p.pending == q.pending && (p.gen == nil) == (q.gen == nil) && bytes.Equal(p.gen, q.gen)
+}
+
+// dropEnded deletes every generation whose window ended by now, whole, and
+// returns how many records they held.
+func dropEnded(tx *bolt.Tx, now time.Time) (int, error) {
+	gens := tx.Bucket(gensBucket)
+	if gens == nil {
+		return 0, nil
+	}
+	var ended [][]byte
+	c := gens.Cursor()
+	for name, v := c.First(); name != nil && genEnd(name) <= now.Unix(); name, v = c.Next() {
+		if v == nil {
+			ended = append(ended, bytes.Clone(name))
+		}
+	}
+	n := 0
+	for _, name := range ended {
+		n += int(gens.Bucket(name).Bucket(genRecords).Sequence())
+		if err := gens.DeleteBucket(name); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// forEachGen calls fn with the place of every generation, in order of end.
+func forEachGen(tx *bolt.Tx, fn func(p place) error) error {
+	gens := tx.Bucket(gensBucket)
+	if gens == nil {
+		return nil
+	}
+	c := gens.Cursor()
+	for name, v := c.First(); name != nil; name, v = c.Next() {
+		if v != nil {
+			continue
+		}
+		g := gens.Bucket(name)
+		if err := fn(place{gen: name, records: g.Bucket(genRecords), expiry: g.Bucket(genExpiry)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

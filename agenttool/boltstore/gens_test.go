@@ -1,0 +1,336 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+// Corrupt overwrites the stored form of key's record with v where the record
+// lives (the records bucket, or its generation): for tests of unreadable
+// records.
+func Corrupt(tx *bolt.Tx, key string, v []byte) error {
+	p, old := find(tx.Bucket(recordsBucket), []byte(key))
+	if old == nil {
+		return fmt.Errorf("no record %s to corrupt", key)
+	}
+	return p.records.Put([]byte(key), v)
+}
+
+// places returns, for each key, where its record lives: "records",
+// "pending", a generation's name in hex, or "" if it has none; and fails if a key has
+// records in two places.
+func places(t *testing.T, s *Store, keys ...string) []string {
+	t.Helper()
+	var out []string
+	s.db.View(func(tx *bolt.Tx) error {
+		for _, k := range keys {
+			var at []string
+			if tx.Bucket(recordsBucket).Get([]byte(k)) != nil {
+				at = append(at, "records")
+			}
+			if tx.Bucket(pendingBucket).Get([]byte(k)) != nil {
+				at = append(at, "pending")
+			}
+			forEachGen(tx, func(p place) error {
+				if p.records.Get([]byte(k)) != nil {
+					at = append(at, fmt.Sprintf("%x", p.gen))
+				}
+				return nil
+			})
+			if len(at) > 1 {
+				t.Errorf("%s has records in %v", k, at)
+			}
+			out = append(out, append(at, "")[0])
+		}
+		return nil
+	})
+	return out
+}
+
+func gensLeft(s *Store) (names []string, records int) {
+	s.db.View(func(tx *bolt.Tx) error {
+		return forEachGen(tx, func(p place) error {
+			names = append(names, fmt.Sprintf("%x", p.gen))
+			records += int(p.records.Sequence())
+			return nil
+		})
+	})
+	return names, records
+}
+
+// A settled record lives in the generation of its expiry, and leaves the
+// file with it, whole, once the generation's window has ended: not before,
+// and counted by the sweep. A window is at most an eighth of the lifetime.
+func TestGenerationsDropSettledRecordsWholeWhenTheirWindowEnds(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = time.Hour
+	var keys []string
+	for i := range 300 {
+		key := fmt.Sprintf("send_email/%03d", i)
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Owner: "o", Now: t0, Lease: time.Minute})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim: %+v %v", res, err)
+		}
+		if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
+			Outcome: []byte(`{}`), Now: t0, TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	at := places(t, s, keys...)
+	if at[0] == "records" || at[0] == "" || slices.ContainsFunc(at, func(p string) bool { return p != at[0] }) {
+		t.Fatalf("settled records of one expiry live in %v, want one generation", slices.Compact(at))
+	}
+	end := time.Unix(genEnd(mustHex(t, at[0])), 0)
+	if exp := t0.Add(ttl); !end.After(exp) || end.Sub(exp) > ttl/8 {
+		t.Fatalf("the generation ends at %v, want after the expiry %v and within an eighth of the lifetime", end, exp)
+	}
+	// Expired, its window not over: kept, and a claim treats it as absent.
+	if n, err := s.Sweep(ctx, storekit.SweepRequest{Now: end.Add(-time.Second)}); err != nil || n != 0 {
+		t.Fatalf("sweep before the window's end: %d, %v", n, err)
+	}
+	if _, err := s.Get(ctx, keys[0]); err != nil {
+		t.Fatalf("a record went before its generation's end: %v", err)
+	}
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: keys[0], Tool: "send_email", Owner: "o2", Now: end.Add(-time.Second), Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("a claim of an expired key: %+v %v", res, err)
+	}
+	if p := places(t, s, keys[0])[0]; p != "pending" {
+		t.Fatalf("a claimed record lives in %q, want the pending bucket", p)
+	}
+	n, err := s.Sweep(ctx, storekit.SweepRequest{Now: end})
+	if err != nil || n != len(keys)-1 {
+		t.Fatalf("sweep at the window's end: %d, %v; want %d", n, err, len(keys)-1)
+	}
+	if names, left := gensLeft(s); len(names) != 0 || left != 0 {
+		t.Fatalf("generations left: %v (%d records)", names, left)
+	}
+	for _, k := range keys[1:] {
+		if _, err := s.Get(ctx, k); !errors.Is(err, storekit.ErrNotFound) {
+			t.Fatalf("%s after its generation was dropped: %v", k, err)
+		}
+	}
+	if _, err := s.Get(ctx, keys[0]); err != nil {
+		t.Fatalf("the record claimed again went with the generation: %v", err)
+	}
+	if c, err := s.Count(ctx, storekit.CountRequest{}); err != nil || len(c) != 1 || c[0].Records != 1 {
+		t.Fatalf("count after the drop: %+v, %v", c, err)
+	}
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	var b []byte
+	if _, err := fmt.Sscanf(s, "%x", &b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Only plain settled records live in generations, and pending ones in the
+// pending bucket: what a fence, a notice, an effect or an unknown outcome
+// still needs stays in the records bucket, and a record moves when it
+// changes where it belongs — never kept twice.
+func TestGenerationsHoldOnlyWhatTimeAloneEnds(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	scope := agenttool.Digest{7}
+	claim := func(key string, fence agenttool.Digest) uint64 {
+		t.Helper()
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Owner: "o", Now: t0, Lease: time.Minute,
+			Session: fence, FenceScope: fence})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v %v", key, res, err)
+		}
+		return res.Record.Token
+	}
+	finish := func(key string, tok uint64, f storekit.FinishRequest) {
+		t.Helper()
+		f.Key, f.Token, f.Attempts, f.Outcome, f.Now, f.TTL = key, tok, 1, []byte(`{}`), t0, time.Hour
+		if err := s.Finish(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish("plain", claim("plain", agenttool.Digest{}), storekit.FinishRequest{State: agenttool.Succeeded})
+	finish("failed", claim("failed", agenttool.Digest{}), storekit.FinishRequest{State: agenttool.Failed})
+	finish("unknown", claim("unknown", agenttool.Digest{}), storekit.FinishRequest{State: agenttool.Unknown})
+	finish("notice", claim("notice", scope), storekit.FinishRequest{State: agenttool.Succeeded, NoticeUntil: t0.Add(time.Minute)})
+	pending := claim("pending", agenttool.Digest{})
+	effect := claim("effect", agenttool.Digest{})
+	ectx := storekit.WithHolder(ctx, storekit.Holder{Key: "effect", Token: effect})
+	if _, err := s.Effect(ectx, func(*bolt.Tx) (json.RawMessage, error) { return json.RawMessage(`1`), nil }); err != nil {
+		t.Fatal(err)
+	}
+	finish("effect", effect, storekit.FinishRequest{State: agenttool.Succeeded})
+	got := places(t, s, "plain", "failed", "unknown", "notice", "pending", "effect")
+	for i, want := range []string{"gen", "gen", "records", "records", "pending", "records"} {
+		if p := got[i]; p != want && (want != "gen" || p == "records" || p == "pending" || p == "") {
+			t.Errorf("record %d lives in %q, want %s", i, p, want)
+		}
+	}
+	// Settled plainly after all: it moves into a generation, and out again
+	// when it is claimed anew after it expired.
+	finish("pending", pending, storekit.FinishRequest{State: agenttool.Succeeded})
+	if p := places(t, s, "pending")[0]; p == "records" || p == "" {
+		t.Errorf("settled, the record lives in %q, want a generation", p)
+	}
+	later := t0.Add(2 * time.Hour)
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: "pending", Tool: "send_email", Owner: "o", Now: later, Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim after expiry: %+v %v", res, err)
+	}
+	if p := places(t, s, "pending")[0]; p != "pending" {
+		t.Errorf("claimed anew, the record lives in %q, want the pending bucket", p)
+	}
+	if _, left := gensLeft(s); left != 2 {
+		t.Errorf("the generations count %d records, want 2", left)
+	}
+}
+
+// Sweep steps of a given size delete one by one, oldest expiry first,
+// across the records bucket (records of files written before generations,
+// or held by a notice) and the generations that ended; a generation left
+// empty goes.
+func TestSweepStepsTakeTheOldestAcrossGenerations(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	var recs []storekit.Record
+	for i := range 40 {
+		// Lifetimes of a minute to forty: many generations.
+		exp := t0.Add(time.Duration(i+1) * time.Minute)
+		recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%02d", 39-i), Tool: "t", State: agenttool.Succeeded, Token: uint64(i + 1),
+			Attempts: 1, Outcome: []byte(`{}`), Created: t0, Updated: t0, Expires: exp})
+	}
+	if err := s.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	// One record of the records bucket, expiring among them: as a file of
+	// schema 6 holds them.
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		r := storekit.Record{Key: "legacy", Tool: "t", State: agenttool.Succeeded, Token: 99, Attempts: 1, Outcome: []byte(`{}`),
+			Created: t0, Updated: t0, Expires: t0.Add(90 * time.Second)}
+		if err := tx.Bucket(recordsBucket).Put([]byte(r.Key), encode(&r)); err != nil {
+			return err
+		}
+		return tx.Bucket(expiryBucket).Put(expiryKey(nanos(r.Expires), r.Key), nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := gensLeft(s)
+	if len(names) < 5 {
+		t.Fatalf("%d generations, want many", len(names))
+	}
+	var order []string
+	at := t0.Add(2 * time.Hour)
+	for {
+		before, _, _ := s.Export(ctx, "", 100)
+		n, err := s.Sweep(ctx, storekit.SweepRequest{Now: at, Limit: 3})
+		if err != nil || n > 3 {
+			t.Fatalf("step: %d, %v", n, err)
+		}
+		if n == 0 {
+			break
+		}
+		after, _, _ := s.Export(ctx, "", 100)
+		for _, r := range before {
+			if !slices.ContainsFunc(after, func(a storekit.Record) bool { return a.Key == r.Key }) {
+				order = append(order, r.Key)
+			}
+		}
+	}
+	want := []string{"k/39", "legacy"}
+	for i := 38; i >= 0; i-- {
+		want = append(want, fmt.Sprintf("k/%02d", i))
+	}
+	// Within a step, keys of one step come out in key order: compare by
+	// steps of three.
+	if len(order) != len(want) {
+		t.Fatalf("swept %d records, want %d", len(order), len(want))
+	}
+	for i := 0; i < len(want); i += 3 {
+		g, w := slices.Clone(order[i:min(i+3, len(order))]), slices.Clone(want[i:min(i+3, len(want))])
+		slices.Sort(g)
+		slices.Sort(w)
+		if !slices.Equal(g, w) {
+			t.Fatalf("step %d swept %v, want the oldest %v", i/3, g, w)
+		}
+	}
+	if names, left := gensLeft(s); len(names) != 0 || left != 0 {
+		t.Fatalf("generations left after every record went: %v (%d)", names, left)
+	}
+}
+
+// Export pages through every place in key order, whatever the page size.
+func TestExportMergesGenerationsByKey(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now()
+	var recs []storekit.Record
+	var want []string
+	for i := range 50 {
+		key := fmt.Sprintf("k/%02d", i)
+		r := storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: uint64(i + 1), Attempts: 1, Outcome: []byte(`{}`),
+			Created: t0, Updated: t0, Expires: t0.Add(time.Duration(1+i%7) * time.Hour)}
+		if i%5 == 0 {
+			r.State = agenttool.Unknown // in the records bucket
+			r.Expires = time.Time{}
+		}
+		recs = append(recs, r)
+		want = append(want, key)
+	}
+	if err := s.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{1, 3, 7, 50, 100} {
+		var got []string
+		after := ""
+		for {
+			page, next, err := s.Export(ctx, after, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range page {
+				got = append(got, r.Key)
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("pages of %d: %v", size, got)
+		}
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -83,5 +85,11 @@ func TestCompactedFileKeepsRecordsAndTokens(t *testing.T) {
 	}
 	if env := tool.Invoke(scope(), `{"text":"before 7"}`); env.Status != envelope.Success || !env.Replayed {
 		t.Errorf("an action done before compaction, called again: %s; want its outcome replayed", env)
+	}
+	// The generations' counts came through too: a sweep once every
+	// record has expired deletes and counts all 51.
+	n, err := s.Sweep(context.Background(), storekit.SweepRequest{Now: time.Now().Add(365 * 24 * time.Hour)})
+	if err != nil || n != len(refs)+1 {
+		t.Errorf("a sweep after compaction, every record expired: %d deleted, %v; want %d", n, err, len(refs)+1)
 	}
 }

@@ -321,12 +321,26 @@ func decodeJSON(v []byte) (storekit.Record, error) {
 	return rec, nil
 }
 
+// nanos is t in Unix nanoseconds, 0 for the zero time. A time past the
+// range of int64 nanoseconds (after 2262, or before 1678) is stored as the
+// range's end: a lifetime that long reads back as ending in 2262, never
+// wrapped into the past.
 func nanos(t time.Time) int64 {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return 0
+	case t.After(maxNanos):
+		return maxNanos.UnixNano()
+	case t.Before(minNanos):
+		return minNanos.UnixNano()
 	}
 	return t.UnixNano()
 }
+
+var (
+	maxNanos = time.Unix(0, math.MaxInt64)
+	minNanos = time.Unix(0, math.MinInt64+1)
+)
 
 func fromNanos(n int64) time.Time {
 	if n == 0 {

@@ -210,3 +210,33 @@ func TestSchemaOneFileIsUpgraded(t *testing.T) {
 		return nil
 	})
 }
+
+// A settled outcome is kept for its whole lifetime, however long: a key
+// lifetime that ends past the range of Unix nanoseconds (after 2262) must
+// not read back as an expiry in the past, which would let the next claim
+// of the key run the action again (I1).
+func TestSettledRecordKeepsAFarLifetime(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Unix(1_780_000_000, 0)
+	const ttl = 250 * 365 * 24 * time.Hour // accepted by agenttool.New: KeyTTL has no upper bound
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: "send_email/far", Tool: "send_email", Owner: "o", Now: now, Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "send_email/far", Token: res.Record.Token, State: agenttool.Succeeded,
+		Attempts: 1, Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, "send_email/far"); err != nil || !rec.Expires.After(now) {
+		t.Errorf("the record, settled to live %v from %v, reads back expiring at %v (%v)", ttl, now, rec.Expires, err)
+	}
+	again, err := s.Claim(ctx, storekit.ClaimRequest{Key: "send_email/far", Tool: "send_email", Owner: "o2", Now: now.Add(time.Hour), Lease: time.Minute})
+	if err != nil || again.Claimed {
+		t.Errorf("the same action an hour later: claimed %v (%v); want its outcome replayed, not a second attempt", again.Claimed, err)
+	}
+}

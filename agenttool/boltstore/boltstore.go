@@ -421,13 +421,19 @@ const sweepStep = 50
 // records one by one, oldest expiry first, reading the expiry indexes of the
 // records bucket and of the generations that ended from their oldest
 // entries, so that its cost grows with the records it deletes and calls wait
-// behind one step at most. A settled record whose generation has not ended
-// stays until it does (see gens.go), even if it expired.
+// behind one step at most (of SweepGrowth times its own at most, whatever
+// it is asked). A settled record whose generation has not ended stays
+// until it does (see gens.go), even if it expired.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
 		limit = sweepStep
 	}
+	// A step grows to SweepGrowth times the store's own at most, whatever
+	// it is asked: the first step's count includes whole generations,
+	// which storekit.SweepExpired would otherwise take for a step to grow
+	// from.
+	limit = min(limit, storekit.SweepGrowth*sweepStep)
 	n := 0
 	var corrupt []error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
@@ -511,7 +517,7 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 		}
 		n += deleted
 		for name := range emptied {
-			if err := b.Tx().Bucket(gensBucket).DeleteBucket([]byte(name)); err != nil {
+			if err := dropGen(b.Tx().Bucket(gensBucket), []byte(name)); err != nil {
 				return err
 			}
 		}
@@ -671,7 +677,11 @@ func placeFor(b *bolt.Bucket, r *storekit.Record) (place, error) {
 	case r.State == storekit.Pending:
 		return place{pending: true, records: b.Tx().Bucket(pendingBucket), expiry: b.Tx().Bucket(expiryBucket)}, nil
 	case plain(r, applied(b, r.Key)):
-		return genFor(b.Tx(), genName(r.Expires, r.Updated))
+		settled := r.Updated
+		if settled.IsZero() {
+			settled = r.Created
+		}
+		return genFor(b.Tx(), genName(r.Expires, settled), r.Updated)
 	}
 	return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, nil
 }

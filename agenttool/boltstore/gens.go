@@ -33,8 +33,10 @@ import (
 // as do all records of files written before generations, and is swept one
 // by one through the expiry index. A record is in exactly one place; a
 // write that changes where it belongs moves it. A lookup tries the records
-// bucket, the pending bucket, then each generation: a few dozen at most
-// (eight or nine windows per lifetime in use).
+// bucket, the pending bucket, then each generation: with a sweeper, eight
+// to seventeen per lifetime in use; without one, a write that starts a
+// generation first drops those that have ended once maxGenerations are in
+// the file.
 
 // pendingBucket holds the pending records: the records every call claims
 // and settles, apart from those that stay (unknown outcomes, notices), so
@@ -42,9 +44,10 @@ import (
 // calls share, however many records the file holds.
 var pendingBucket = []byte("retrysafe/pending")
 
-// gensBucket holds the generations, each a bucket named by genName, holding
-// records (in its bucket genRecords, by key, whose sequence counts them) and
-// their expiry index (genExpiry, by expiryKey).
+// gensBucket holds the generations (its sequence counts them), each a
+// bucket named by genName, holding records (in its bucket genRecords, by
+// key, whose sequence counts them) and their expiry index (genExpiry, by
+// expiryKey).
 var (
 	gensBucket = []byte("retrysafe/gens")
 	genRecords = []byte("records")
@@ -61,13 +64,13 @@ func plain(r *storekit.Record, applied bool) bool {
 }
 
 // genName names the generation of a record that expires at exp, settled at
-// settled: the end of its window (Unix seconds, big-endian with the sign bit
-// flipped, so that names sort by end), then the window's width as a power of
-// two seconds.
+// settled (zero if unknown: the window is then a second): the end of its
+// window (Unix seconds, big-endian with the sign bit flipped, so that names
+// sort by end), then the window's width as a power of two seconds.
 func genName(exp, settled time.Time) []byte {
-	life := exp.Sub(settled) / time.Second / 8
+	exp = fromNanos(nanos(exp)) // as stored: within the range of Unix nanoseconds
 	width := 0
-	if life > 1 {
+	if life := exp.Sub(settled) / time.Second / 8; !settled.IsZero() && life > 1 {
 		width = bits.Len64(uint64(life)) - 1
 	}
 	end := ((exp.Unix() >> width) + 1) << width
@@ -121,13 +124,29 @@ func find(b *bolt.Bucket, key []byte) (place, []byte) {
 	return place{}, nil
 }
 
-// genFor returns the place of generation name, creating it if need be.
-func genFor(tx *bolt.Tx, name []byte) (place, error) {
+// maxGenerations is how many generations a write lets the file hold
+// before it drops those that have ended itself, so that a lookup stays
+// quick in a store no sweeper sweeps: with one, a store holds eight to
+// seventeen per lifetime in use, and the sweeper drops them.
+const maxGenerations = 64
+
+// genFor returns the place of generation name, creating it if need be
+// (and, if the file holds maxGenerations, first dropping those that ended
+// by now: the time of the write).
+func genFor(tx *bolt.Tx, name []byte, now time.Time) (place, error) {
 	gens := tx.Bucket(gensBucket)
 	g := gens.Bucket(name)
 	if g == nil {
+		if gens.Sequence() >= maxGenerations {
+			if _, err := dropEnded(tx, now); err != nil {
+				return place{}, err
+			}
+		}
 		var err error
 		if g, err = gens.CreateBucket(name); err != nil {
+			return place{}, err
+		}
+		if err := gens.SetSequence(gens.Sequence() + 1); err != nil {
 			return place{}, err
 		}
 		if _, err := g.CreateBucket(genRecords); err != nil {
@@ -189,11 +208,19 @@ func dropEnded(tx *bolt.Tx, now time.Time) (int, error) {
 	n := 0
 	for _, name := range ended {
 		n += int(gens.Bucket(name).Bucket(genRecords).Sequence())
-		if err := gens.DeleteBucket(name); err != nil {
+		if err := dropGen(gens, name); err != nil {
 			return n, err
 		}
 	}
 	return n, nil
+}
+
+// dropGen deletes generation name, whole, from gens, and counts it gone.
+func dropGen(gens *bolt.Bucket, name []byte) error {
+	if err := gens.DeleteBucket(name); err != nil {
+		return err
+	}
+	return gens.SetSequence(max(gens.Sequence(), 1) - 1)
 }
 
 // forEachGen calls fn with the place of every generation, in order of end.

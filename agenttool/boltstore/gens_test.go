@@ -334,3 +334,145 @@ func TestExportMergesGenerationsByKey(t *testing.T) {
 		}
 	}
 }
+
+// A lookup of a key with no record — every new action's claim makes one —
+// tries every generation: its cost against their number. With a sweeper, a
+// store holds eight to seventeen per lifetime in use; without one, writes
+// keep them to maxGenerations and those not yet ended.
+func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
+	for _, gens := range []int{0, 16, maxGenerations} {
+		b.Run(fmt.Sprintf("generations=%d", gens), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := Open(filepath.Join(b.TempDir(), "keys.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			t0 := time.Unix(1_780_000_000, 0)
+			var recs []storekit.Record
+			for i := range gens {
+				// Lifetimes of 80 s: windows of 8 s, one record in each.
+				at := t0.Add(time.Duration(i) * 8 * time.Second)
+				recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%d", i), Tool: "t", State: agenttool.Succeeded, Token: uint64(i + 1),
+					Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(80 * time.Second)})
+			}
+			if err := s.Import(ctx, recs); err != nil {
+				b.Fatal(err)
+			}
+			if names, _ := gensLeft(s); len(names) != gens {
+				b.Fatalf("%d generations, want %d", len(names), gens)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := s.Get(ctx, fmt.Sprintf("new/%d", i)); !errors.Is(err, storekit.ErrNotFound) {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/lookup")
+		})
+	}
+}
+
+// Without a sweeper, writes keep the generations to maxGenerations and
+// those not yet ended: a new generation first drops those that ended by
+// the time of its write, so lookups stay quick and nothing live goes.
+func TestGenerationsStayFewWithoutASweeper(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = 80 * time.Second // windows of 8 s
+	var last time.Time
+	for i := range 5 * maxGenerations {
+		key := fmt.Sprintf("k/%04d", i)
+		now := t0.Add(time.Duration(i) * 8 * time.Second)
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v %v", key, res, err)
+		}
+		if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
+			Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+		if names, _ := gensLeft(s); len(names) > maxGenerations+1 {
+			t.Fatalf("after %d writes, %d generations", i+1, len(names))
+		}
+		last = now
+	}
+	names, held := gensLeft(s)
+	var counted uint64
+	s.db.View(func(tx *bolt.Tx) error { counted = tx.Bucket(gensBucket).Sequence(); return nil })
+	if int(counted) != len(names) {
+		t.Errorf("the generations are counted %d, and %d are in the file", counted, len(names))
+	}
+	live := 0
+	for i := range 5 * maxGenerations {
+		key := fmt.Sprintf("k/%04d", i)
+		at := t0.Add(time.Duration(i) * 8 * time.Second)
+		_, err := s.Get(ctx, key)
+		switch expired := !last.Before(at.Add(ttl)); {
+		case !expired && err != nil:
+			t.Errorf("%s, not expired at the last write, went: %v", key, err)
+		case !expired:
+			live++
+		}
+	}
+	if held < live {
+		t.Errorf("the generations hold %d records, fewer than the %d live ones", held, live)
+	}
+}
+
+// A record whose settling time is unknown (imported without one) gets a
+// window of a second, not one as long as the time since 1970.
+func TestGenerationsOfRecordsWithoutASettlingTime(t *testing.T) {
+	exp := time.Unix(1_780_000_000, 500)
+	for _, settled := range []time.Time{{}, exp.Add(time.Hour)} {
+		name := genName(exp, settled)
+		if end, width := genEnd(name), name[8]; width != 0 || end != exp.Unix()+1 {
+			t.Errorf("settled %v: window of 2^%d s ending at %d; want a second, ending at %d", settled, width, end, exp.Unix()+1)
+		}
+	}
+	if name := genName(time.Unix(1<<40, 0), time.Unix(0, 0)); genEnd(name) <= maxNanos.Unix() {
+		t.Errorf("a lifetime past the range of nanoseconds ends at %d, before the time it is stored as", genEnd(name))
+	}
+}
+
+// A step deletes one by one SweepGrowth times the store's own step at
+// most, whatever it is asked: a first step that dropped whole generations
+// counts their records, and the steps storekit.SweepExpired sizes from it
+// must not stall calls behind a transaction of thousands of deletions.
+func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		for i := range 1000 { // as a file of schema 6 holds them
+			r := storekit.Record{Key: fmt.Sprintf("legacy/%04d", i), Tool: "t", State: agenttool.Succeeded, Token: uint64(i + 1), Attempts: 1,
+				Outcome: []byte(`{}`), Created: t0, Updated: t0, Expires: t0.Add(time.Minute)}
+			if err := tx.Bucket(recordsBucket).Put([]byte(r.Key), encode(&r)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(expiryBucket).Put(expiryKey(nanos(r.Expires), r.Key), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Sweep(ctx, storekit.SweepRequest{Now: t0.Add(time.Hour), Limit: 5000})
+	if err != nil || n != storekit.SweepGrowth*sweepStep {
+		t.Fatalf("a step asked for 5000: %d, %v; want %d", n, err, storekit.SweepGrowth*sweepStep)
+	}
+	total, err := storekit.SweepAll(ctx, s, t0.Add(time.Hour), 0, nil)
+	if err != nil || n+total != 1000 {
+		t.Fatalf("then SweepAll: %d, %v; want the other %d", total, err, 1000-n)
+	}
+}

@@ -74,6 +74,7 @@ func runFreelist(w io.Writer, asJSON bool, n, commits int) error {
 	}{
 		{"bbolt default: array, written with each commit", bolt.Options{}},
 		{"boltstore: hash map, rebuilt at Open", bolt.Options{FreelistType: bolt.FreelistMapType, NoFreelistSync: true}},
+		{"array, rebuilt at Open", bolt.Options{FreelistType: bolt.FreelistArrayType, NoFreelistSync: true}},
 	}
 	dbs := make([]*bolt.DB, len(configs))
 	paths := make([]string, len(configs))

@@ -39,10 +39,11 @@ type FreelistConfig struct {
 
 // runFreelist builds a boltstore file of n records, deletes nine in ten
 // of them (scattered, as expiry does), and then times commits of one
-// record-sized write at a random key on two copies of it, in alternation:
-// one opened with bbolt's default freelist (a sorted array, written with
-// every commit), one with boltstore's (a hash map, not written: rebuilt at
-// Open). Then it times opening each copy.
+// record-sized write at a random key on three copies of it, in
+// alternation: one opened with bbolt's default freelist (a sorted array,
+// written with every commit), one with boltstore's (a hash map, not
+// written: rebuilt at Open), one with the array not written. Then it times
+// opening each copy.
 func runFreelist(w io.Writer, asJSON bool, n, commits int) error {
 	dir, err := os.MkdirTemp("", "retrysafe-freelist")
 	if err != nil {

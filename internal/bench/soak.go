@@ -32,7 +32,8 @@ type soakConfig struct {
 	Stores   []string      // "bolt", "pg"
 	URL      string        // DATABASE_URL, for "pg"
 	// BoltStats prints, after each window on boltstore, where its commits'
-	// time went (printBoltCommits).
+	// time went (printBoltCommits) and the size of each of its buckets
+	// (printBoltTrees).
 	BoltStats bool
 }
 
@@ -263,6 +264,7 @@ func soakOne(lines io.Writer, kind, dir string, cfg soakConfig) (SoakResult, err
 		if ss.db != nil && cfg.BoltStats {
 			now := readBoltCommits(ss.db)
 			printBoltCommits(lines, commits, now)
+			printBoltTrees(lines, ss.db)
 			commits = now
 		}
 		if !time.Now().Add(cfg.Window / 2).Before(end) {

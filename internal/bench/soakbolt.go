@@ -45,3 +45,18 @@ func printBoltCommits(w io.Writer, a, b boltCommits) {
 		b.txid-a.txid, float64(b.pages-a.pages)/n, float64(b.splits-a.splits)/n, float64(b.rebalances-a.rebalances)/n,
 		per(b.spill-a.spill), per(b.rebalance-a.rebalance), per(b.write-a.write), b.fileFree, b.filePending, float64(b.freelistBytes)/1024)
 }
+
+// printBoltTrees prints the size of each of boltstore's buckets: pages (leaf and
+// branch), depth and keys, generations summed, so that a window's pages
+// per commit can be set beside the trees its writes land in.
+func printBoltTrees(w io.Writer, db *bolt.DB) {
+	_ = db.View(func(tx *bolt.Tx) error {
+		fmt.Fprint(w, "  trees:")
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			st := b.Stats()
+			fmt.Fprintf(w, " %s %d pages (depth %d, %d keys, %d buckets);", name, st.LeafPageN+st.BranchPageN, st.Depth, st.KeyN, st.BucketN-1)
+			return nil
+		})
+	})
+	fmt.Fprintln(w)
+}

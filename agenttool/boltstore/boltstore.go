@@ -681,9 +681,19 @@ func placeFor(b *bolt.Bucket, r *storekit.Record) (place, error) {
 		if settled.IsZero() {
 			settled = r.Created
 		}
-		return genFor(b.Tx(), genName(r.Expires, settled), r.Updated)
+		// A write drops generations by the earlier of its record's time and
+		// this machine's clock: an imported record, or a caller's clock
+		// ahead, never ends a window the other has not.
+		return genFor(b.Tx(), genName(r.Expires, settled), minTime(r.Updated, time.Now()))
 	}
 	return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // expiryAt is the expiry index's time for r (0: r has no entry); r may be

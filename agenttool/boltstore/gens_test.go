@@ -476,3 +476,39 @@ func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
 		t.Fatalf("then SweepAll: %d, %v; want the other %d", total, err, 1000-n)
 	}
 }
+
+// A write drops generations by the earlier of its record's time and the
+// machine's clock: importing a record settled in the future (a copy from a
+// machine whose clock ran ahead) ends no window that has not ended here.
+func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	var recs []storekit.Record
+	for i := range maxGenerations {
+		// Lifetimes of an hour (windows of 256 s), one record in each.
+		at := now.Add(time.Duration(i) * 300 * time.Second)
+		recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%02d", i), Tool: "t", State: agenttool.Succeeded, Token: uint64(i + 1),
+			Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(time.Hour)})
+	}
+	if err := s.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := gensLeft(s); len(names) < maxGenerations {
+		t.Fatalf("%d generations, want at least %d", len(names), maxGenerations)
+	}
+	ahead := now.Add(10 * 365 * 24 * time.Hour)
+	if err := s.Import(ctx, []storekit.Record{{Key: "ahead", Tool: "t", State: agenttool.Succeeded, Token: 999, Attempts: 1,
+		Outcome: []byte(`{}`), Created: ahead, Updated: ahead, Expires: ahead.Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if _, err := s.Get(ctx, r.Key); err != nil {
+			t.Fatalf("%s, live here, went when a record from the future was imported: %v", r.Key, err)
+		}
+	}
+}

@@ -114,3 +114,38 @@ func TestExpiry_AFreshActionIsNotAnsweredWithAnExpiredEffect(t *testing.T) {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// A succeeded action replays, without a second effect, for its whole key
+// lifetime, whatever records are imported meanwhile: records copied from
+// a store whose writers' clocks ran a day ahead (their Updated a day in
+// this process's future) take no record of this store away before it
+// expires. boltstore keeps settled records in generations by the end of
+// their lifetime, and a write that starts one drops those that have ended
+// once 64 are in the file: an imported record's times are data, not a
+// clock that says which have ended.
+func TestExpiry_ImportedRecordsFromAClockAheadEndNoLiveAction(t *testing.T) {
+	s := openBolt(t, filepath.Join(t.TempDir(), "keys.db"))
+	clk := newClock()
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Now: clk.Now, KeyTTL: 4 * time.Minute})
+	input := func(i int) string {
+		return `{"to":"ana@example.com","subject":"Reminder ` + strconv.Itoa(i) + `"}`
+	}
+	// Lifetimes of 4 minutes settle in windows of 16 s: an action every
+	// 16 s starts a generation, and 64 of them fill the file.
+	const actions = 64
+	for i := range actions {
+		mustStatus(t, tool.Invoke(scoped(), input(i)), envelope.Success)
+		clk.Advance(16 * time.Second)
+	}
+	ahead := clk.Now().Add(24 * time.Hour)
+	if err := s.Import(context.Background(), []storekit.Record{{Key: "copied/1", Tool: "send_email", State: storekit.Succeeded, Token: 1, Attempts: 1,
+		Outcome: []byte(`{}`), Created: ahead, Updated: ahead, Expires: ahead.Add(4 * time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	last := tool.Invoke(scoped(), input(actions-1)) // settled 16 s ago, for 4 minutes
+	mustStatus(t, last, envelope.Success)
+	if !last.Replayed || m.count() != actions {
+		t.Fatalf("the last action, 16 s into its 4 minutes, ran again: replayed=%v, %d messages sent for %d actions", last.Replayed, m.count(), actions)
+	}
+}

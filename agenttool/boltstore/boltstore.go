@@ -79,10 +79,11 @@ type Store struct {
 }
 
 var (
-	_ storekit.Store      = (*Store)(nil)
-	_ storekit.LocalStore = (*Store)(nil)
-	_ storekit.Counter    = (*Store)(nil)
-	_ storekit.Importer   = (*Store)(nil)
+	_ storekit.Store          = (*Store)(nil)
+	_ storekit.LocalStore     = (*Store)(nil)
+	_ storekit.Counter        = (*Store)(nil)
+	_ storekit.Importer       = (*Store)(nil)
+	_ storekit.SweepStepBound = (*Store)(nil)
 )
 
 // Local reports true: the store never waits on a network (see
@@ -414,6 +415,13 @@ func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 // otherwise: small, because calls wait for the step's write transaction.
 const sweepStep = 50
 
+// MaxSweepStep implements storekit.SweepStepBound: a step deletes
+// SweepGrowth times the store's own step one by one at most, whatever it is
+// asked. The count of a step of the store's own size includes whole
+// generations, from which storekit.SweepExpired would otherwise size steps
+// of tens of thousands of deletions, each stalling calls.
+func (s *Store) MaxSweepStep() int { return storekit.SweepGrowth * sweepStep }
+
 // Sweep implements storekit.Store: one step, in one write transaction. A
 // step the store sizes itself (req.Limit 0) first drops every generation
 // whose window has ended, whole, at a cost that does not grow with its
@@ -429,11 +437,7 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	if limit <= 0 {
 		limit = sweepStep
 	}
-	// A step grows to SweepGrowth times the store's own at most, whatever
-	// it is asked: the first step's count includes whole generations,
-	// which storekit.SweepExpired would otherwise take for a step to grow
-	// from.
-	limit = min(limit, storekit.SweepGrowth*sweepStep)
+	limit = min(limit, s.MaxSweepStep())
 	n := 0
 	var corrupt []error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
@@ -633,7 +637,9 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 			if _, v := find(b, []byte(r.Key)); v != nil {
 				return fmt.Errorf("boltstore: importing %s: the key exists: %w", r.Key, storekit.ErrInvalidRequest)
 			}
-			if err := save(b, r, nil); err != nil {
+			// An imported record's times are data, not a clock: its
+			// write drops no generation.
+			if err := saveAt(b, r, nil, time.Time{}); err != nil {
 				return err
 			}
 			top = max(top, r.Token)
@@ -671,8 +677,10 @@ func load(b *bolt.Bucket, key string) (*storekit.Record, error) {
 }
 
 // placeFor returns where r belongs: the pending bucket if it is pending, a
-// generation if it is plain, the records bucket b otherwise.
-func placeFor(b *bolt.Bucket, r *storekit.Record) (place, error) {
+// generation if it is plain, the records bucket b otherwise. A generation
+// it starts may first drop those that ended by now (see genFor): zero
+// drops none.
+func placeFor(b *bolt.Bucket, r *storekit.Record, now time.Time) (place, error) {
 	switch {
 	case r.State == storekit.Pending:
 		return place{pending: true, records: b.Tx().Bucket(pendingBucket), expiry: b.Tx().Bucket(expiryBucket)}, nil
@@ -681,10 +689,7 @@ func placeFor(b *bolt.Bucket, r *storekit.Record) (place, error) {
 		if settled.IsZero() {
 			settled = r.Created
 		}
-		// A write drops generations by the earlier of its record's time and
-		// this machine's clock: an imported record, or a caller's clock
-		// ahead, never ends a window the other has not.
-		return genFor(b.Tx(), genName(r.Expires, settled), minTime(r.Updated, time.Now()))
+		return genFor(b.Tx(), genName(r.Expires, settled), now)
 	}
 	return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, nil
 }
@@ -707,9 +712,19 @@ func expiryAt(r *storekit.Record) int64 {
 
 // save writes r, which replaces prev (nil for a new record), where it
 // belongs (moving it there if prev lived elsewhere), and keeps the indexes.
+// r's Updated is the time of the write, the caller's: a generation it
+// starts drops those that ended by then and by the machine's clock, so
+// that a caller's clock that jumped ahead, for one write, takes away no
+// record that has not expired.
 func save(b *bolt.Bucket, r, prev *storekit.Record) error {
+	return saveAt(b, r, prev, minTime(r.Updated, time.Now()))
+}
+
+// saveAt is save, dropping the generations that ended by now if it starts
+// one (zero: none).
+func saveAt(b *bolt.Bucket, r, prev *storekit.Record, now time.Time) error {
 	key := []byte(r.Key)
-	to, err := placeFor(b, r)
+	to, err := placeFor(b, r, now)
 	if err != nil {
 		return err
 	}

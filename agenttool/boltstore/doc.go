@@ -92,9 +92,10 @@
 // minutes of records made at up to 4,400 calls/s took 225 MB and the file
 // then kept that size — and a quieter day reuses the space of a busier
 // one. Without a sweeper, generations still go once 64 are in the file:
-// a write that starts a new one first drops those that have ended, so that
-// lookups stay quick; every other expired record stays, and the file grows
-// without bound.
+// a write that starts a new one first drops those that have ended (by the
+// write's time and by the machine's clock, whichever is earlier; an import
+// drops none), so that lookups stay quick; every other expired record
+// stays, and the file grows without bound.
 //
 // To give space back (after a burst, or when KeyTTL was shortened),
 // compact the file while no process has it open: bbolt's command line

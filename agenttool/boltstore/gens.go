@@ -132,7 +132,8 @@ const maxGenerations = 64
 
 // genFor returns the place of generation name, creating it if need be
 // (and, if the file holds maxGenerations, first dropping those that ended
-// by now: the time of the write).
+// by now: the time of the write, no later than the machine's clock; zero
+// for an import, which drops none).
 func genFor(tx *bolt.Tx, name []byte, now time.Time) (place, error) {
 	gens := tx.Bucket(gensBucket)
 	g := gens.Bucket(name)

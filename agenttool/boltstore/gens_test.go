@@ -512,3 +512,40 @@ func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
 		}
 	}
 }
+
+// A write drops only generations that have ended by the machine's clock
+// too: a write stamped a day ahead (a caller's clock that jumped, an
+// operator's that is skewed) leaves the records that have not expired by
+// the clock of this process, so their actions still replay when the
+// caller's clock comes back.
+func TestAWriteAheadOfTheClockDropsNoLiveGeneration(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now().Truncate(time.Second)
+	const ttl = 80 * time.Second // windows of 8 s, the first ending 80 s from now
+	write := func(key string, now time.Time) {
+		t.Helper()
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v %v", key, res, err)
+		}
+		if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
+			Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range maxGenerations {
+		write(fmt.Sprintf("k/%04d", i), t0.Add(time.Duration(i)*8*time.Second))
+	}
+	write("ahead", t0.Add(24*time.Hour))
+	for i := range maxGenerations {
+		key := fmt.Sprintf("k/%04d", i)
+		if _, err := s.Get(ctx, key); err != nil {
+			t.Fatalf("%s, expiring %v from now, went with a write stamped a day ahead: %v", key, time.Duration(i)*8*time.Second+ttl, err)
+		}
+	}
+}

@@ -121,3 +121,44 @@ func TestSweep_ImportRefusesUnknownThatExpires(t *testing.T) {
 		t.Errorf("SweepAll: %d deleted of 500 expired settled records, %v", n, err)
 	}
 }
+
+// A sweep that stops for its budget with expired records left says so
+// (storekit.SweepExpired's more, the sweeper's Behind), so that the next
+// pass catches up without pausing — also when its first step dropped
+// whole generations, whose count sizes the later steps beyond the number
+// the store deletes one by one in a step.
+func TestASweepStoppedByItsBudgetReportsTheBacklogLeft(t *testing.T) {
+	ctx := context.Background()
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	var recs []agenttool.Record
+	for i := range 2000 {
+		recs = append(recs, settledRecord(fmt.Sprintf("gen/%04d", i), t0.Add(80*time.Second), t0)) // in generations
+		r := settledRecord(fmt.Sprintf("approved/%04d", i), t0.Add(80*time.Second), t0)            // in the records bucket
+		r.State, r.RetryApproved = agenttool.Unknown, true
+		recs = append(recs, r)
+	}
+	if err := s.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	const budget = time.Second
+	began, steps := time.Now(), 0
+	deleted, more, err := storekit.SweepExpired(ctx, s, storekit.SweepPlan{Now: t0.Add(time.Hour), Budget: budget, Progress: func(int) {
+		if steps++; steps == 2 {
+			time.Sleep(budget - time.Since(began)) // the budget ends with the second step
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps != 2 || deleted >= len(recs) {
+		t.Fatalf("%d steps deleted %d of %d records; want the budget to stop the sweep after 2, with records left", steps, deleted, len(recs))
+	}
+	if !more {
+		t.Errorf("the sweep stopped for its budget with %d expired records left, and reported none left", len(recs)-deleted)
+	}
+}

@@ -62,6 +62,16 @@ func (s *stepSizes) after(asked, n int, took time.Duration) int {
 	return s.limit
 }
 
+// SweepStepBound is implemented by a store whose step deletes at most
+// MaxSweepStep records one by one, whatever its request asks: boltstore,
+// whose step of its own size may also drop whole groups of expired records
+// and count them, which a step's size must not grow from. [SweepExpired]
+// asks such a store for no more, so that a step that deleted that many
+// counts as full.
+type SweepStepBound interface {
+	MaxSweepStep() int
+}
+
 // SweepPlan bounds a sweep made of steps, for [SweepExpired].
 type SweepPlan struct {
 	// Now decides which records have expired.
@@ -101,7 +111,11 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 	var corrupt []error
 	reported := map[string]bool{} // a corrupt record stays, and each step meets it again
 	began := time.Now()
-	limit := plan.Limit
+	bound := func(limit int) int { return limit }
+	if b, ok := store.(SweepStepBound); ok && b.MaxSweepStep() > 0 {
+		bound = func(limit int) int { return min(limit, b.MaxSweepStep()) }
+	}
+	limit := bound(plan.Limit)
 	var sizes stepSizes
 	for {
 		start := time.Now()
@@ -133,7 +147,7 @@ func SweepExpired(ctx context.Context, store Store, plan SweepPlan) (deleted int
 			pause = 0
 		}
 		if plan.Limit == 0 {
-			limit = sizes.after(asked, n, took)
+			limit = bound(sizes.after(asked, n, took))
 		}
 		if plan.Budget > 0 && time.Since(began) >= plan.Budget {
 			return deleted, full || asked == 0, errors.Join(corrupt...)

@@ -1,6 +1,7 @@
 package storekit
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -55,4 +56,49 @@ func TestStepSizesGrowWhileTheyPay(t *testing.T) {
 			t.Errorf("after a short step: %d, want 100", got)
 		}
 	})
+}
+
+// groupSweeper deletes whole groups in a step of its own size (its count
+// includes them) and at most max records one by one in any step.
+type groupSweeper struct {
+	Store
+	groups, backlog, max int
+	asked                []int
+}
+
+func (g *groupSweeper) MaxSweepStep() int { return g.max }
+
+func (g *groupSweeper) Sweep(_ context.Context, req SweepRequest) (int, error) {
+	g.asked = append(g.asked, req.Limit)
+	n := 0
+	limit := req.Limit
+	if limit == 0 {
+		n, g.groups, limit = g.groups, 0, 5
+	}
+	one := min(limit, g.max, g.backlog)
+	g.backlog -= one
+	return n + one, nil
+}
+
+// A store that bounds its steps (SweepStepBound) is never asked for more,
+// however large a first step that dropped whole groups counted: each step
+// it fills is full, so a sweep its budget stops says records are left.
+func TestSweepStepsKeepToTheStoresBound(t *testing.T) {
+	g := &groupSweeper{groups: 5000, backlog: 100, max: 10}
+	steps := 0
+	n, more, err := SweepExpired(context.Background(), g, SweepPlan{Now: time.Now(), Budget: time.Nanosecond, Eager: true,
+		Progress: func(int) { steps++ }})
+	if err != nil || steps != 1 || n != 5005 || !more {
+		t.Fatalf("a sweep its budget stopped after the first step: %d deleted, more %v, %v; want 5005, more", n, more, err)
+	}
+	g = &groupSweeper{groups: 5000, backlog: 100, max: 10}
+	n, err = SweepAll(context.Background(), g, time.Now(), 0, nil)
+	if err != nil || n != 5100 {
+		t.Fatalf("SweepAll: %d, %v; want 5100", n, err)
+	}
+	for i, a := range g.asked[1:] {
+		if a > g.max || a <= 0 {
+			t.Fatalf("step %d asked %d, above the store's bound %d (asked %v)", i+1, a, g.max, g.asked)
+		}
+	}
 }

@@ -477,9 +477,9 @@ func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
 	}
 }
 
-// A write drops generations by the earlier of its record's time and the
-// machine's clock: importing a record settled in the future (a copy from a
-// machine whose clock ran ahead) ends no window that has not ended here.
+// An import drops no generation: importing a record settled in the future
+// (a copy from a machine whose clock ran ahead) ends no window that has
+// not ended here.
 func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)

@@ -43,7 +43,9 @@ type Store interface {
 	// sizes itself (req.Limit 0) may delete more than its usual step when
 	// the cost does not grow with the records: boltstore keeps a settled
 	// record until its generation's window ends (up to an eighth of its
-	// lifetime past its expiry), then drops the generation whole.
+	// lifetime past its expiry), then drops the generation whole. A store
+	// whose steps delete a bounded number one by one, whatever they are
+	// asked, says so ([SweepStepBound]).
 	// Pending records and unresolved unknown records are never swept. A
 	// record it cannot read is left in place and reported: its error wraps
 	// [ErrCorrupt] naming the record (with the count of those it deleted).

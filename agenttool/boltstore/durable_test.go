@@ -83,8 +83,9 @@ func TestEveryReturnedCallIsDurable(t *testing.T) {
 }
 
 // TestFileIsConsistentAfterAKillWhileSweeping kills a process that is
-// making calls while it deletes a backlog of expired records, so that its
-// commits reuse freed pages. The freelist is not written with commits: Open
+// making calls while it deletes a backlog of expired records one by one
+// and drops generations as their windows end, so that its commits reuse
+// freed pages. The freelist is not written with commits: Open
 // rebuilds it from the pages the last committed root reaches. The file must
 // pass bbolt's consistency check (no page both free and in use, none
 // reachable twice) on reopening, and again after more calls and deletions
@@ -97,10 +98,18 @@ func TestFileIsConsistentAfterAKillWhileSweeping(t *testing.T) {
 	}
 	now := time.Now()
 	var expired []agenttool.Record
-	for i := range 20_000 {
+	for i := range 10_000 {
+		// Swept one by one from the records bucket: unknown, approved for
+		// another attempt, expired.
 		expired = append(expired, agenttool.Record{Key: fmt.Sprintf("send_email/expired-%05d", i), Tool: "send_email",
-			State: agenttool.Succeeded, Token: uint64(i + 1), Outcome: []byte(`{"status":"success"}`),
+			State: agenttool.Unknown, RetryApproved: true, Token: uint64(i + 1), Outcome: []byte(`{"status":"success"}`),
 			Created: now.Add(-2 * time.Hour), Updated: now.Add(-2 * time.Hour), Expires: now.Add(-time.Hour)})
+		// Dropped a generation at a time: lifetimes of 8 s (windows of a
+		// second) ending over the next four seconds, while the process
+		// calls, sweeps and is killed.
+		expired = append(expired, agenttool.Record{Key: fmt.Sprintf("send_email/expiring-%05d", i), Tool: "send_email",
+			State: agenttool.Succeeded, Token: uint64(10_000 + i + 1), Outcome: []byte(`{"status":"success"}`),
+			Created: now.Add(-8 * time.Second), Updated: now.Add(-8 * time.Second), Expires: now.Add(time.Duration(i%40) * 100 * time.Millisecond)})
 	}
 	if err := s.Import(context.Background(), expired); err != nil {
 		t.Fatal(err)

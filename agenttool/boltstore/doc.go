@@ -26,8 +26,8 @@
 // mostly how many pages it writes, each in its own place: on the
 // development machine, an fsync of 400 scattered 4 KB pages took 4.5 to 9
 // times as long as one of 400 adjacent pages. So the file is laid out for
-// a busy service that has run for days to write about as many pages a call
-// as one that has just started:
+// a busy service's commits to write no more pages a call once records
+// expire as fast as they are made, however long it runs:
 //
 //   - Pending records live in a bucket of their own, small however large
 //     the file: a claim and its outcome change pages that a commit's calls

@@ -17,9 +17,8 @@ import (
 // has expired, and a sweep deletes the generation whole — a bucket dropped
 // from its parent, which writes no page of it — instead of deleting its
 // records one by one, each from a leaf page of its own. So a busy store's
-// commits write about as many pages when its file is large and records
-// expire as fast as they are made as when it was empty (the soak benchmark,
-// docs/performance.md).
+// commits write no more pages once records expire as fast as they are made
+// than before any had expired (the soak benchmark, docs/performance.md).
 //
 // A window is a power of two seconds, the largest no longer than an eighth
 // of the record's lifetime (its expiry less the time it was settled): a

@@ -178,14 +178,15 @@ func initSchema(tx *bolt.Tx) error {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	fillBeside := tx.Bucket(besideBucket) == nil
-	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket, besideBucket, gensBucket, pendingBucket} {
+	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket, besideBucket, gensBucket, pendingBucket, pendingSlotsBucket} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
 	}
 	if v != schemaVersion {
-		// Version 6 lacks only the generations and the pending bucket,
-		// made above; its pending records move there when next written.
+		// Version 6 lacks only the generations and the pending buckets,
+		// made above; its pending records and their slots move there when
+		// next written.
 		if v != "6" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
@@ -627,8 +628,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		}
 	}
 	return s.update(ctx, func(b *bolt.Bucket) error {
-		slots := b.Tx().Bucket(slotsBucket)
-		if err := storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) { return string(slots.Get(slotKey(sl))), nil }); err != nil {
+		if err := storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) { return string(slotHolder(b.Tx(), slotKey(sl))), nil }); err != nil {
 			return fmt.Errorf("boltstore: %w", err)
 		}
 		var top uint64

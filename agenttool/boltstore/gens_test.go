@@ -549,3 +549,75 @@ func TestAWriteAheadOfTheClockDropsNoLiveGeneration(t *testing.T) {
 		}
 	}
 }
+
+// The slot a pending record holds is indexed apart from those of unknown
+// outcomes and notices, and moves with its record's state: one entry per
+// slot, always. A file of an earlier layout keeps pending records' slots
+// with the others, and they move when the record is next written.
+func TestSlotsOfPendingRecordsLiveApart(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Unix(1_780_000_000, 0)
+	fence := agenttool.Digest{5}
+	slot := slotKey(storekit.Slot{Tool: "t", Scope: fence})
+	where := func() (pending, other string) {
+		s.db.View(func(tx *bolt.Tx) error {
+			pending, other = string(tx.Bucket(pendingSlotsBucket).Get(slot)), string(tx.Bucket(slotsBucket).Get(slot))
+			return nil
+		})
+		return
+	}
+	want := func(when, pending, other string) {
+		t.Helper()
+		if p, o := where(); p != pending || o != other {
+			t.Errorf("%s: the slot is held by %q among pending records' slots and %q among the others; want %q and %q", when, p, o, pending, other)
+		}
+	}
+	claim := func(key string, now time.Time) storekit.ClaimResult {
+		t.Helper()
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute, Session: fence, FenceScope: fence,
+			TakeOver: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := claim("a", t0)
+	want("claimed", "a", "")
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "a", Token: res.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	want("unknown", "", "a")
+	later := t0.Add(time.Hour)
+	if res = claim("a", later); !res.Claimed || !res.TookOver {
+		t.Fatalf("a retry of the unknown action: %+v", res)
+	}
+	want("taken over", "a", "")
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "a", Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 2, Outcome: []byte(`{}`),
+		Now: later, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	want("settled", "", "")
+	// As an earlier layout left it: a pending record's slot among the others.
+	res = claim("b", later)
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(pendingSlotsBucket).Delete(slot); err != nil {
+			return err
+		}
+		return tx.Bucket(slotsBucket).Put(slot, []byte("b"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if other := claim("c", later); other.Claimed {
+		t.Fatalf("a claim of the scope while b holds its slot among the others: %+v", other)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "b", Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1, Outcome: []byte(`{}`),
+		Now: later, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	want("settled after an earlier layout", "", "")
+}

@@ -13,8 +13,34 @@ import (
 //
 //	tool 0x00 fence-scope → the key of the record that holds the slot
 //
-// A claim finds its slot's occupant with one lookup.
-var slotsBucket = []byte("retrysafe/slots")
+// A claim finds its slot's occupant with one lookup in each of two
+// buckets: slots held by pending records are in pendingSlotsBucket, the
+// others (unknown outcomes, notices) here. Every call takes a slot and
+// gives it back, so the bucket it writes stays as small as the calls in
+// flight, whatever number of slots notices hold for a while (the soak
+// benchmark's `-boltstats` shows both).
+var (
+	slotsBucket        = []byte("retrysafe/slots")
+	pendingSlotsBucket = []byte("retrysafe/slots/pending")
+)
+
+// slotHolder returns the key of the record that holds slot k, or nil.
+func slotHolder(tx *bolt.Tx, k []byte) []byte {
+	if ps := tx.Bucket(pendingSlotsBucket); ps != nil {
+		if v := ps.Get(k); v != nil {
+			return v
+		}
+	}
+	return tx.Bucket(slotsBucket).Get(k)
+}
+
+// slotsFor returns the bucket of the slots that records in r's state hold.
+func slotsFor(tx *bolt.Tx, r *storekit.Record) *bolt.Bucket {
+	if r.State == storekit.Pending {
+		return tx.Bucket(pendingSlotsBucket)
+	}
+	return tx.Bucket(slotsBucket)
+}
 
 func slotKey(sl storekit.Slot) []byte {
 	k := make([]byte, 0, len(sl.Tool)+1+len(sl.Scope))
@@ -24,17 +50,20 @@ func slotKey(sl storekit.Slot) []byte {
 // reslot moves the slot index from prev (nil: a new record) to r (nil: a
 // deleted one).
 func reslot(tx *bolt.Tx, r, prev *storekit.Record) error {
-	slots := tx.Bucket(slotsBucket)
-	if prev != nil && prev.HoldsSlot() && (r == nil || !r.HoldsSlot() || r.Slot() != prev.Slot()) {
+	if prev != nil && prev.HoldsSlot() && (r == nil || !r.HoldsSlot() || r.Slot() != prev.Slot() || (r.State == storekit.Pending) != (prev.State == storekit.Pending)) {
 		k := slotKey(prev.Slot())
-		if bytes.Equal(slots.Get(k), []byte(prev.Key)) {
-			if err := slots.Delete(k); err != nil {
-				return err
+		// Where prev's entry is: a file of an earlier layout has its
+		// pending records' slots in the slots bucket too.
+		for _, slots := range []*bolt.Bucket{tx.Bucket(pendingSlotsBucket), tx.Bucket(slotsBucket)} {
+			if bytes.Equal(slots.Get(k), []byte(prev.Key)) {
+				if err := slots.Delete(k); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	if r != nil && r.HoldsSlot() {
-		return slots.Put(slotKey(r.Slot()), []byte(r.Key))
+		return slotsFor(tx, r).Put(slotKey(r.Slot()), []byte(r.Key))
 	}
 	return nil
 }
@@ -100,7 +129,7 @@ func occupants(b *bolt.Bucket, req *storekit.ClaimRequest) ([]storekit.Record, e
 		}
 		return err
 	}
-	if k := b.Tx().Bucket(slotsBucket).Get(slotKey(req.Slot())); k != nil && string(k) != req.Key {
+	if k := slotHolder(b.Tx(), slotKey(req.Slot())); k != nil && string(k) != req.Key {
 		if err := add(string(k)); err != nil {
 			return nil, err
 		}
@@ -144,7 +173,7 @@ func assignLegacySlots(tx *bolt.Tx) error {
 		return err
 	}
 	for sl, rec := range newest {
-		if tx.Bucket(slotsBucket).Get(slotKey(sl)) != nil {
+		if slotHolder(tx, slotKey(sl)) != nil {
 			continue
 		}
 		prev := *rec

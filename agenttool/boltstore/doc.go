@@ -29,9 +29,9 @@
 // a busy service's commits to write no more pages a call once records
 // expire as fast as they are made, however long it runs:
 //
-//   - Pending records live in a bucket of their own, small however large
-//     the file: a claim and its outcome change pages that a commit's calls
-//     share.
+//   - Pending records, and the fence slots they hold, live in buckets of
+//     their own, small however large the file: a claim and its outcome
+//     change pages that a commit's calls share.
 //   - A settled record that nothing but its lifetime keeps (succeeded or
 //     failed, with no notice, fence slot or committed effect) lives in a
 //     generation: a bucket of the records whose lifetimes end in the same

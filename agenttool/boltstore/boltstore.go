@@ -628,7 +628,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		}
 	}
 	return s.update(ctx, func(b *bolt.Bucket) error {
-		if err := storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) { return string(slotHolder(b.Tx(), slotKey(sl))), nil }); err != nil {
+		if err := storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) { return string(slotHolder(b, slotKey(sl))), nil }); err != nil {
 			return fmt.Errorf("boltstore: %w", err)
 		}
 		var top uint64

@@ -621,3 +621,54 @@ func TestSlotsOfPendingRecordsLiveApart(t *testing.T) {
 	}
 	want("settled after an earlier layout", "", "")
 }
+
+// A claim sees its slot's holder in whichever bucket it is indexed,
+// whatever the other bucket says: a stale entry among the pending records'
+// slots (a record settled by a writer that kept every slot in the slots
+// bucket) must not hide an unknown action indexed among the others — a
+// new write of the scope waits for it.
+func TestAStaleEntryAmongPendingSlotsHidesNoHolder(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	t0 := time.Unix(1_780_000_000, 0)
+	fence := agenttool.Digest{6}
+	slot := slotKey(storekit.Slot{Tool: "t", Scope: fence})
+	claim := func(key string) storekit.ClaimResult {
+		t.Helper()
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: key, Now: t0, Lease: time.Minute, Session: fence, FenceScope: fence})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	finish := func(res storekit.ClaimResult, state agenttool.State) {
+		t.Helper()
+		if !res.Claimed {
+			t.Fatalf("a claim of %s: %+v", res.Record.Key, res)
+		}
+		if err := s.Finish(ctx, storekit.FinishRequest{Key: res.Record.Key, Token: res.Record.Token, State: state, Attempts: 1, Outcome: []byte(`{}`),
+			Now: t0, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish(claim("p"), agenttool.Succeeded)
+	finish(claim("a"), agenttool.Unknown)
+	// As the earlier build leaves the file: p, settled by it, still named
+	// among the pending records' slots; a, unknown, among the others.
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(pendingSlotsBucket).Put(slot, []byte("p")) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	res := claim("c")
+	if res.Claimed || res.Blocked == nil || res.Blocked.Key != "a" {
+		t.Fatalf("a new write of the scope while a is unknown: claimed %v, blocked by %+v; want it held back by a", res.Claimed, res.Blocked)
+	}
+}

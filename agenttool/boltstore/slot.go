@@ -24,14 +24,34 @@ var (
 	pendingSlotsBucket = []byte("retrysafe/slots/pending")
 )
 
-// slotHolder returns the key of the record that holds slot k, or nil.
-func slotHolder(tx *bolt.Tx, k []byte) []byte {
-	if ps := tx.Bucket(pendingSlotsBucket); ps != nil {
-		if v := ps.Get(k); v != nil {
-			return v
+// slotEntries returns the keys slot k's entries name, the pending
+// records' bucket first, each once. A slot has one entry, but both buckets
+// are read, so that an entry in one (stale, in a file some other writer
+// left inconsistent) can never hide a holder indexed in the other: the
+// fence then fails closed, as DecideClaim keeps only the records that hold
+// the slot.
+func slotEntries(tx *bolt.Tx, k []byte) [][]byte {
+	var out [][]byte
+	for _, name := range [][]byte{pendingSlotsBucket, slotsBucket} {
+		if bk := tx.Bucket(name); bk != nil {
+			if v := bk.Get(k); v != nil && (len(out) == 0 || !bytes.Equal(out[0], v)) {
+				out = append(out, v)
+			}
 		}
 	}
-	return tx.Bucket(slotsBucket).Get(k)
+	return out
+}
+
+// slotHolder returns the key of the record that holds slot k, or nil: the
+// first entry whose record holds it, or cannot be read (failing closed).
+func slotHolder(b *bolt.Bucket, k []byte) []byte {
+	for _, key := range slotEntries(b.Tx(), k) {
+		r, err := load(b, string(key))
+		if err != nil || (r != nil && r.HoldsSlot() && bytes.Equal(slotKey(r.Slot()), k)) {
+			return key
+		}
+	}
+	return nil
 }
 
 // slotsFor returns the bucket of the slots that records in r's state hold.
@@ -114,22 +134,27 @@ func rebuildBeside(tx *bolt.Tx) error {
 }
 
 // occupants returns what holds req's claim back, for storekit.DecideClaim:
-// the record of another key that holds its slot, and, for a claim fenced
-// by session, the records of its tool and session beside that slot, in
-// key order.
+// the records of other keys its slot's entries name (DecideClaim keeps
+// those that hold it), and, for a claim fenced by session, the records of
+// its tool and session beside that slot, in key order.
 func occupants(b *bolt.Bucket, req *storekit.ClaimRequest) ([]storekit.Record, error) {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil, nil
 	}
 	var out []storekit.Record
+	seen := map[string]bool{req.Key: true}
 	add := func(key string) error {
+		if seen[key] {
+			return nil // the slot's entries and the records beside it may name one record twice
+		}
+		seen[key] = true
 		r, err := load(b, key)
 		if r != nil {
 			out = append(out, *r)
 		}
 		return err
 	}
-	if k := slotHolder(b.Tx(), slotKey(req.Slot())); k != nil && string(k) != req.Key {
+	for _, k := range slotEntries(b.Tx(), slotKey(req.Slot())) {
 		if err := add(string(k)); err != nil {
 			return nil, err
 		}
@@ -140,10 +165,8 @@ func occupants(b *bolt.Bucket, req *storekit.ClaimRequest) ([]storekit.Record, e
 	prefix := besidePrefix(req.Tool, req.Session)
 	c := b.Tx().Bucket(besideBucket).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		if key := string(k[len(prefix):]); key != req.Key {
-			if err := add(key); err != nil {
-				return nil, err
-			}
+		if err := add(string(k[len(prefix):])); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -173,7 +196,7 @@ func assignLegacySlots(tx *bolt.Tx) error {
 		return err
 	}
 	for sl, rec := range newest {
-		if slotHolder(tx, slotKey(sl)) != nil {
+		if slotHolder(b, slotKey(sl)) != nil {
 			continue
 		}
 		prev := *rec

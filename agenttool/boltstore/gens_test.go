@@ -27,6 +27,32 @@ func Corrupt(tx *bolt.Tx, key string, v []byte) error {
 	return p.records.Put([]byte(key), v)
 }
 
+// openTemp opens a store on a new file, closed when the test ends.
+func openTemp(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// settle claims key at now and records it succeeded with a lifetime of
+// ttl.
+func settle(t *testing.T, s *Store, tool, key string, now time.Time, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: tool, Owner: "o", Now: now, Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim %s: %+v %v", key, res, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
+		Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // places returns, for each key, where its record lives: "records",
 // "pending", a generation's name in hex, or "" if it has none; and fails if a key has
 // records in two places.
@@ -74,24 +100,13 @@ func gensLeft(s *Store) (names []string, records int) {
 // and counted by the sweep. A window is at most an eighth of the lifetime.
 func TestGenerationsDropSettledRecordsWholeWhenTheirWindowEnds(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = time.Hour
 	var keys []string
 	for i := range 300 {
 		key := fmt.Sprintf("send_email/%03d", i)
-		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Owner: "o", Now: t0, Lease: time.Minute})
-		if err != nil || !res.Claimed {
-			t.Fatalf("claim: %+v %v", res, err)
-		}
-		if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
-			Outcome: []byte(`{}`), Now: t0, TTL: ttl}); err != nil {
-			t.Fatal(err)
-		}
+		settle(t, s, "send_email", key, t0, ttl)
 		keys = append(keys, key)
 	}
 	at := places(t, s, keys...)
@@ -151,11 +166,7 @@ func mustHex(t *testing.T, s string) []byte {
 // changes where it belongs — never kept twice.
 func TestGenerationsHoldOnlyWhatTimeAloneEnds(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	scope := agenttool.Digest{7}
 	claim := func(key string, fence agenttool.Digest) uint64 {
@@ -216,11 +227,7 @@ func TestGenerationsHoldOnlyWhatTimeAloneEnds(t *testing.T) {
 // empty goes.
 func TestSweepStepsTakeTheOldestAcrossGenerations(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	var recs []storekit.Record
 	for i := range 40 {
@@ -291,11 +298,7 @@ func TestSweepStepsTakeTheOldestAcrossGenerations(t *testing.T) {
 // Export pages through every place in key order, whatever the page size.
 func TestExportMergesGenerationsByKey(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Now()
 	var recs []storekit.Record
 	var want []string
@@ -343,11 +346,7 @@ func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
 	for _, gens := range []int{0, 16, maxGenerations} {
 		b.Run(fmt.Sprintf("generations=%d", gens), func(b *testing.B) {
 			ctx := context.Background()
-			s, err := Open(filepath.Join(b.TempDir(), "keys.db"), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := openTemp(b)
 			t0 := time.Unix(1_780_000_000, 0)
 			var recs []storekit.Record
 			for i := range gens {
@@ -378,25 +377,14 @@ func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
 // the time of its write, so lookups stay quick and nothing live goes.
 func TestGenerationsStayFewWithoutASweeper(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = 80 * time.Second // windows of 8 s
 	var last time.Time
 	for i := range 5 * maxGenerations {
 		key := fmt.Sprintf("k/%04d", i)
 		now := t0.Add(time.Duration(i) * 8 * time.Second)
-		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
-		if err != nil || !res.Claimed {
-			t.Fatalf("claim %s: %+v %v", key, res, err)
-		}
-		if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
-			Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
-			t.Fatal(err)
-		}
+		settle(t, s, "t", key, now, ttl)
 		if names, _ := gensLeft(s); len(names) > maxGenerations+1 {
 			t.Fatalf("after %d writes, %d generations", i+1, len(names))
 		}
@@ -446,11 +434,7 @@ func TestGenerationsOfRecordsWithoutASettlingTime(t *testing.T) {
 // must not stall calls behind a transaction of thousands of deletions.
 func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	if err := s.db.Update(func(tx *bolt.Tx) error {
 		for i := range 1000 { // as a file of schema 6 holds them
@@ -482,11 +466,7 @@ func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
 // not ended here.
 func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Now()
 	var recs []storekit.Record
 	for i := range maxGenerations {
@@ -520,28 +500,13 @@ func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
 // caller's clock comes back.
 func TestAWriteAheadOfTheClockDropsNoLiveGeneration(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Now().Truncate(time.Second)
 	const ttl = 80 * time.Second // windows of 8 s, the first ending 80 s from now
-	write := func(key string, now time.Time) {
-		t.Helper()
-		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
-		if err != nil || !res.Claimed {
-			t.Fatalf("claim %s: %+v %v", key, res, err)
-		}
-		if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
-			Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i := range maxGenerations {
-		write(fmt.Sprintf("k/%04d", i), t0.Add(time.Duration(i)*8*time.Second))
+		settle(t, s, "t", fmt.Sprintf("k/%04d", i), t0.Add(time.Duration(i)*8*time.Second), ttl)
 	}
-	write("ahead", t0.Add(24*time.Hour))
+	settle(t, s, "t", "ahead", t0.Add(24*time.Hour), ttl)
 	for i := range maxGenerations {
 		key := fmt.Sprintf("k/%04d", i)
 		if _, err := s.Get(ctx, key); err != nil {
@@ -556,11 +521,7 @@ func TestAWriteAheadOfTheClockDropsNoLiveGeneration(t *testing.T) {
 // with the others, and they move when the record is next written.
 func TestSlotsOfPendingRecordsLiveApart(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	fence := agenttool.Digest{5}
 	slot := slotKey(storekit.Slot{Tool: "t", Scope: fence})

@@ -73,15 +73,11 @@ func TestOpenRefusesOtherFiles(t *testing.T) {
 }
 
 func TestCorruptRecordFailsClosed(t *testing.T) {
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := boltstore.OpenTemp(t)
 	s.DB().Update(func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte("retrysafe/records")).Put([]byte("send_email/x"), []byte("{not json"))
 	})
-	_, err = s.Claim(context.Background(), storekit.ClaimRequest{Key: "send_email/x", Owner: "o", Now: time.Now(), Lease: time.Minute})
+	_, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: "send_email/x", Owner: "o", Now: time.Now(), Lease: time.Minute})
 	if !errors.Is(err, agenttool.ErrCorrupt) {
 		t.Errorf("Claim over a corrupt record = %v, want ErrCorrupt (never treated as free)", err)
 	}
@@ -91,11 +87,7 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 }
 
 func TestCancelledContextWritesNothing(t *testing.T) {
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := boltstore.OpenTemp(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.Claim(ctx, storekit.ClaimRequest{Key: "k/1", Owner: "o", Now: time.Now(), Lease: time.Minute}); !errors.Is(err, context.Canceled) {

@@ -1,7 +1,6 @@
 package boltstore_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -11,14 +10,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T) agenttool.Store {
-			s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
+		Open: func(t *testing.T) agenttool.Store { return boltstore.OpenTemp(t) },
 		Kill: func(t *testing.T, s agenttool.Store) { s.(*boltstore.Store).Close() },
 		Reopen: func(t *testing.T, s agenttool.Store) agenttool.Store {
 			path := s.(*boltstore.Store).Path()

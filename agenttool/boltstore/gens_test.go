@@ -27,8 +27,9 @@ func Corrupt(tx *bolt.Tx, key string, v []byte) error {
 	return p.records.Put([]byte(key), v)
 }
 
-// openTemp opens a store on a new file, closed when the test ends.
-func openTemp(t testing.TB) *Store {
+// OpenTemp opens a store on a new file, closed when the test ends: for
+// the package's tests, inside and out.
+func OpenTemp(t testing.TB) *Store {
 	t.Helper()
 	s, err := Open(filepath.Join(t.TempDir(), "keys.db"), nil)
 	if err != nil {
@@ -100,7 +101,7 @@ func gensLeft(s *Store) (names []string, records int) {
 // and counted by the sweep. A window is at most an eighth of the lifetime.
 func TestGenerationsDropSettledRecordsWholeWhenTheirWindowEnds(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = time.Hour
 	var keys []string
@@ -166,7 +167,7 @@ func mustHex(t *testing.T, s string) []byte {
 // changes where it belongs — never kept twice.
 func TestGenerationsHoldOnlyWhatTimeAloneEnds(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	scope := agenttool.Digest{7}
 	claim := func(key string, fence agenttool.Digest) uint64 {
@@ -227,7 +228,7 @@ func TestGenerationsHoldOnlyWhatTimeAloneEnds(t *testing.T) {
 // empty goes.
 func TestSweepStepsTakeTheOldestAcrossGenerations(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	var recs []storekit.Record
 	for i := range 40 {
@@ -298,7 +299,7 @@ func TestSweepStepsTakeTheOldestAcrossGenerations(t *testing.T) {
 // Export pages through every place in key order, whatever the page size.
 func TestExportMergesGenerationsByKey(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Now()
 	var recs []storekit.Record
 	var want []string
@@ -346,7 +347,7 @@ func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
 	for _, gens := range []int{0, 16, maxGenerations} {
 		b.Run(fmt.Sprintf("generations=%d", gens), func(b *testing.B) {
 			ctx := context.Background()
-			s := openTemp(b)
+			s := OpenTemp(b)
 			t0 := time.Unix(1_780_000_000, 0)
 			var recs []storekit.Record
 			for i := range gens {
@@ -377,7 +378,7 @@ func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
 // the time of its write, so lookups stay quick and nothing live goes.
 func TestGenerationsStayFewWithoutASweeper(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = 80 * time.Second // windows of 8 s
 	var last time.Time
@@ -434,7 +435,7 @@ func TestGenerationsOfRecordsWithoutASettlingTime(t *testing.T) {
 // must not stall calls behind a transaction of thousands of deletions.
 func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	if err := s.db.Update(func(tx *bolt.Tx) error {
 		for i := range 1000 { // as a file of schema 6 holds them
@@ -466,7 +467,7 @@ func TestSweepStepsDeleteOneByOneABoundedNumber(t *testing.T) {
 // not ended here.
 func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	now := time.Now()
 	var recs []storekit.Record
 	for i := range maxGenerations {
@@ -500,7 +501,7 @@ func TestGenerationsOutliveARecordFromTheFuture(t *testing.T) {
 // caller's clock comes back.
 func TestAWriteAheadOfTheClockDropsNoLiveGeneration(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Now().Truncate(time.Second)
 	const ttl = 80 * time.Second // windows of 8 s, the first ending 80 s from now
 	for i := range maxGenerations {
@@ -521,7 +522,7 @@ func TestAWriteAheadOfTheClockDropsNoLiveGeneration(t *testing.T) {
 // with the others, and they move when the record is next written.
 func TestSlotsOfPendingRecordsLiveApart(t *testing.T) {
 	ctx := context.Background()
-	s := openTemp(t)
+	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	fence := agenttool.Digest{5}
 	slot := slotKey(storekit.Slot{Tool: "t", Scope: fence})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,11 +34,7 @@ func TestSweep_CorruptRecordsNeverStopIt(t *testing.T) {
 		t.Run(fmt.Sprintf("steps of %d", limit), func(t *testing.T) {
 			ctx := context.Background()
 			t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-			s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := boltstore.OpenTemp(t)
 			var recs []agenttool.Record
 			for i := range 100 { // expire first
 				recs = append(recs, settledRecord(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0))
@@ -93,11 +88,7 @@ func TestSweep_CorruptRecordsNeverStopIt(t *testing.T) {
 func TestSweep_ImportRefusesUnknownThatExpires(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := boltstore.OpenTemp(t)
 	var unknown, settled []agenttool.Record
 	for i := range 100 {
 		r := settledRecord(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0)
@@ -129,11 +120,7 @@ func TestSweep_ImportRefusesUnknownThatExpires(t *testing.T) {
 // the store deletes one by one in a step.
 func TestASweepStoppedByItsBudgetReportsTheBacklogLeft(t *testing.T) {
 	ctx := context.Background()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := boltstore.OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	var recs []agenttool.Record
 	for i := range 2000 {

@@ -684,7 +684,7 @@ func placeFor(b *bolt.Bucket, r *storekit.Record, now time.Time) (place, error) 
 	switch {
 	case r.State == storekit.Pending:
 		return place{pending: true, records: b.Tx().Bucket(pendingBucket), expiry: b.Tx().Bucket(expiryBucket)}, nil
-	case plain(r, applied(b, r.Key)):
+	case plain(r) && !applied(b, r.Key):
 		settled := r.Updated
 		if settled.IsZero() {
 			settled = r.Created

@@ -53,13 +53,13 @@ var (
 	genExpiry  = []byte("expiry")
 )
 
-// plain reports whether r lives in a generation: settled, with a lifetime,
-// and in no index but the expiry index. applied is whether an effect
-// committed under its key (Store.Effect), whose entry a sweep deletes with
-// the record.
-func plain(r *storekit.Record, applied bool) bool {
+// plain reports whether r may live in a generation: settled, with a
+// lifetime, and in no index but the expiry index. It does so unless an
+// effect committed under its key (Store.Effect), whose entry a sweep
+// deletes with the record: placeFor asks the effects bucket only then.
+func plain(r *storekit.Record) bool {
 	return (r.State == storekit.Succeeded || r.State == storekit.Failed) && !r.Expires.IsZero() &&
-		!r.HoldsSlot() && !r.Beside() && !r.Open() && !applied
+		!r.HoldsSlot() && !r.Beside() && !r.Open()
 }
 
 // genName names the generation of a record that expires at exp, settled at

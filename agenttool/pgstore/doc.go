@@ -47,6 +47,16 @@
 // slot's holder, or the record beside the slot (FOR UPDATE). Recording the outcome is one UPDATE fenced
 // by the claim's token. Replays read without writing.
 //
+// The same two indexes find what awaits reconciliation: every pending or
+// unknown record with a fence scope holds its slot (records_slot), and
+// every one without (claimed under FenceOff, or by a version before slots)
+// is beside its session's slot (records_beside). Listing, counting and
+// the sweeper's takeover read the two indexes, whose entries are the open
+// records and the notices, however many settled records the table holds;
+// no index of its own keeps the open records, so that a claim and its
+// outcome write and check one index fewer: the table has three besides its
+// key, records_slot, records_beside, and records_expires for the sweep.
+//
 // # Group commit
 //
 // Claims of new keys and, apart, outcomes from one process share round

@@ -1,6 +1,9 @@
 package pgstore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Versions is the number of migrations this package knows: the version of
 // a schema it migrated.
@@ -45,3 +48,23 @@ func Pipeline(s *Store) { s.pipelined = true }
 // Alone makes s write every claim and outcome alone, as it did before its
 // group commit. Call it before s is used.
 func Alone(s *Store) { s.claims.off, s.outcomes.off = true, true }
+
+// Query is one of the store's statements, with arguments.
+type Query struct {
+	SQL  string
+	Args []any
+}
+
+// OpenRecordQueries are s's statements that read the open records — the
+// listings and the count of what awaits reconciliation, and the sweeper's
+// takeover — with arguments that ask each for every such record at now, of
+// tool (the takeover's statement is an UPDATE: explain it, do not run it).
+func OpenRecordQueries(s *Store, now time.Time, tool string, principal []byte) map[string]Query {
+	var none []byte
+	return map[string]Query{
+		"listUnknown":  {s.q.listUnknown, []any{now, "", none, 100, "", none}},
+		"listScope":    {s.q.listScope, []any{now, "", principal, 100, tool, none}},
+		"countUnknown": {s.q.countUnknown, nil},
+		"claimUnknown": {s.q.claimUnknown, []any{now, now, none, []string{tool}, 100, "sweeper", now.Add(time.Minute)}},
+	}
+}

@@ -69,6 +69,12 @@ var migrations = []string{
 	CREATE INDEX records_beside ON {s}.records (tool, session, key)
 		WHERE (state = 1 OR state = 4 OR notice_until IS NOT NULL) AND fence_scope IS DISTINCT FROM session;
 	DROP INDEX {s}.records_scope;`,
+	// 5: records_open goes. Every open record is found through the two
+	// indexes the fence keeps: one with a fence scope holds its slot
+	// (records_slot), one without (claimed under FenceOff, or by a
+	// version before slots) is beside its session's slot (records_beside).
+	// A claim and its outcome each keep one index fewer (open, below).
+	`DROP INDEX {s}.records_open;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`
@@ -83,6 +89,15 @@ const beside = `(b.state = 1 OR b.state = 4 OR b.notice_until IS NOT NULL) AND b
 
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
+
+// open holds every pending record and every unknown one, in the two
+// indexes that hold them: the slots' holders (records_slot: every open
+// record with a fence scope) and the records beside a slot (records_beside:
+// every open record without one, among others). Each arm is its index's
+// predicate, word for word, so that the planner reads the two indexes (a
+// BitmapOr) rather than the table; a query ANDs it with what it asks
+// (awaiting).
+const open = `((` + holdsSlot + `) OR ((state = 1 OR state = 4 OR notice_until IS NOT NULL) AND fence_scope IS DISTINCT FROM session))`
 
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
@@ -151,23 +166,23 @@ func newQueries(schema string) queries {
 		// first; rows another sweeper is deleting are skipped.
 		sweep: `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
 			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`,
-		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + `
+		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,
 		// listScope is listUnknown for one tool and principal, from the
-		// open records (records_open).
+		// open records (open).
 		count: `SELECT tool, state, retry_approved, count(*) FROM ` + t + `
 			WHERE $1::bytea IS NULL OR principal = $1 GROUP BY tool, state, retry_approved`,
 		// raiseTokens moves the token sequence past every token in the table.
 		raiseTokens: `SELECT setval('` + seq + `', GREATEST((SELECT COALESCE(max(token), 1) FROM ` + t + `), (SELECT last_value FROM ` + seq + `)))`,
-		// countUnknown reads the records_open index's records only.
-		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE (state = 1 OR (state = 4 AND NOT retry_approved)) AND state = 4`,
+		// countUnknown reads the open records only (open).
+		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE ` + open + ` AND state = 4 AND NOT retry_approved`,
 		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
-			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + `
+			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + ` AND ` + open + `
 			AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1, taken_over = true,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END
-			FROM (SELECT key, lease_expiry AS held_until, updated AS since FROM ` + t + ` WHERE ` + awaiting + ` AND updated < $2
+			FROM (SELECT key, lease_expiry AS held_until, updated AS since FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + ` AND updated < $2
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
 				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick
 			WHERE r.key = pick.key

@@ -1,0 +1,229 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
+)
+
+// openKinds makes one open record of each kind the open records' two
+// indexes share between them, in sessions of their own: an unknown action
+// and a running one (its lease lapsed by later) holding their session's
+// slot (records_slot), and the same without a fence scope, as under
+// FenceOff, beside their session's slot (records_beside). It returns their
+// keys, sorted, and the unknown ones.
+func openKinds(t *testing.T, s storekit.Store, now time.Time, principal storekit.Digest) (all, unknown []string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, k := range []struct {
+		key     string
+		fenced  bool
+		settled bool
+	}{{"unknown-in-slot", true, true}, {"unknown-apart", false, true}, {"pending-in-slot", true, false}, {"pending-apart", false, false}} {
+		session := storekit.Digest(sha256.Sum256([]byte(k.key)))
+		req := storekit.ClaimRequest{Key: k.key, Tool: "send_email", Principal: principal, Session: session,
+			Fingerprint: session, Owner: "owner-" + k.key, Now: now, Lease: time.Minute}
+		if k.fenced {
+			req.FenceScope = session
+		}
+		res, err := s.Claim(ctx, req)
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v, %v", k.key, res, err)
+		}
+		all = append(all, k.key)
+		if k.settled {
+			if err := s.Finish(ctx, storekit.FinishRequest{Key: k.key, Token: res.Record.Token, State: storekit.Unknown,
+				Attempts: 1, Now: now, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			unknown = append(unknown, k.key)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(unknown)
+	return all, unknown
+}
+
+// settle fills the records table of schema with n settled records, the
+// many a busy store keeps beside a few open ones, and updates the
+// planner's statistics.
+func settle(t *testing.T, url, schema string, n int, now time.Time, principal storekit.Digest) {
+	t.Helper()
+	records := pgx.Identifier{schema, "records"}.Sanitize()
+	admin(t, url, `INSERT INTO `+records+` (key, tool, state, principal, fingerprint, owner, token, attempts, outcome, created, updated, expires, session, fence_scope)
+		SELECT 'settled-' || i, 'send_email', 2, '\x`+hex.EncodeToString(principal[:])+`'::bytea, sha256(i::text::bytea), '', i, 1, '\x7b7d', '`+now.Format(time.RFC3339Nano)+`', '`+now.Format(time.RFC3339Nano)+`',
+			'`+now.Add(24*time.Hour).Format(time.RFC3339Nano)+`', sha256(i::text::bytea), sha256(i::text::bytea)
+		FROM generate_series(1, `+strconv.Itoa(n)+`) AS i`,
+		`ANALYZE `+records)
+}
+
+// Open records, the few a store keeps among many settled ones, are found
+// through the two indexes that hold them — the slots' holders and the open
+// records without a fence scope — and not by reading the table: the
+// listings, the count of unknown actions and the sweeper's takeover each
+// find every kind, and each plan, generic or custom, reads the two indexes.
+func TestOpenRecordsAreFoundThroughTheirIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.Open(t)
+	url := pgtest.URL(t)
+	now := time.Now()
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	all, unknown := openKinds(t, s, now, principal)
+	settle(t, url, s.Schema(), 20000, now, principal)
+	later := now.Add(2 * time.Minute) // the running ones' leases have lapsed
+
+	keys := func(recs []storekit.Record) []string {
+		var ks []string
+		for _, r := range recs {
+			ks = append(ks, r.Key)
+		}
+		return ks
+	}
+	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
+	if err != nil || !slices.Equal(keys(listed), all) {
+		t.Errorf("ListUnknown: %v, %v; want %v", keys(listed), err, all)
+	}
+	inScope, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later, Tool: "send_email", Principal: &principal})
+	if err != nil || !slices.Equal(keys(inScope), all) {
+		t.Errorf("ListUnknown of the tool and principal: %v, %v; want %v", keys(inScope), err, all)
+	}
+	if before, err := s.ListUnknown(ctx, storekit.ListRequest{Now: now}); err != nil || !slices.Equal(keys(before), unknown) {
+		t.Errorf("ListUnknown while the leases run: %v, %v; want %v", keys(before), err, unknown)
+	}
+	if n, err := s.CountUnknown(ctx); err != nil || n != len(unknown) {
+		t.Errorf("CountUnknown: %d, %v; want %d", n, err, len(unknown))
+	}
+
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		for name, q := range pgstore.OpenRecordQueries(s, later, "send_email", principal[:]) {
+			var plan []string
+			rows, err := conn.Query(ctx, "EXPLAIN "+q.SQL, q.Args...)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, "Seq Scan on records") || !strings.Contains(text, "records_slot") || !strings.Contains(text, "records_beside") {
+				t.Errorf("%s (%s) does not read the open records' two indexes alone:\n%s", name, mode, text)
+			}
+		}
+	}
+
+	taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
+		Now: later, Lease: time.Minute, Limit: 100, UpdatedBefore: later})
+	var took []string
+	for _, r := range taken {
+		took = append(took, r.Record.Key)
+	}
+	slices.Sort(took)
+	if err != nil || !slices.Equal(took, all) {
+		t.Errorf("ClaimUnknown: %v, %v; want %v", took, err, all)
+	}
+}
+
+// A schema the earlier version left keeps its open records through the
+// migration that dropped records_open: each kind is listed, counted and
+// taken over after it, and the migrated schema has the indexes of a new
+// one.
+func TestMigrationKeepsEveryOpenRecordFindable(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	older := olderSchema(t, url)
+	now := time.Now()
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	records := pgx.Identifier{older, "records"}.Sanitize()
+	var all []string
+	for _, k := range []struct {
+		key    string
+		state  int
+		fenced bool
+	}{{"unknown-in-slot", 4, true}, {"unknown-apart", 4, false}, {"pending-in-slot", 1, true}, {"pending-apart", 1, false}} {
+		fence := "NULL"
+		if k.fenced {
+			fence = "sha256('" + k.key + "'::bytea)"
+		}
+		admin(t, url, `INSERT INTO `+records+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, fence_scope)
+			VALUES ('`+k.key+`', 'send_email', `+strconv.Itoa(k.state)+`, '\x`+hex.EncodeToString(principal[:])+`'::bytea, sha256('fp'::bytea), 'owner', 1, '`+now.Add(time.Minute).Format(time.RFC3339Nano)+`', 1,
+				'`+now.Format(time.RFC3339Nano)+`', '`+now.Format(time.RFC3339Nano)+`', sha256('`+k.key+`'::bytea), `+fence+`)`)
+		all = append(all, k.key)
+	}
+	slices.Sort(all)
+	if _, _, err := pgstore.Migrate(ctx, &pgstore.Options{URL: url, Schema: older}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: older, NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	later := now.Add(2 * time.Minute)
+	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
+	var keys []string
+	for _, r := range listed {
+		keys = append(keys, r.Key)
+	}
+	if err != nil || !slices.Equal(keys, all) {
+		t.Errorf("ListUnknown after the migration: %v, %v; want %v", keys, err, all)
+	}
+	if n, err := s.CountUnknown(ctx); err != nil || n != 2 {
+		t.Errorf("CountUnknown after the migration: %d, %v; want 2", n, err)
+	}
+	taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
+		Now: later, Lease: time.Minute, Limit: 100, UpdatedBefore: later})
+	if err != nil || len(taken) != len(all) {
+		t.Errorf("ClaimUnknown after the migration took %d records, %v; want %d", len(taken), err, len(all))
+	}
+	fresh, _ := migrated(t, url)
+	if got, want := indexes(t, url, older), indexes(t, url, fresh); !slices.Equal(got, want) {
+		t.Errorf("the migrated schema's indexes:\n%s\nwant a new schema's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// indexes lists the definitions of the records table's indexes in schema,
+// without the schema's name.
+func indexes(t *testing.T, url, schema string) []string {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT replace(indexdef, $1, 'S') FROM pg_indexes WHERE schemaname = $2 AND tablename = 'records' ORDER BY indexname`,
+		schema+".", schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(defs) == 0 {
+		t.Fatalf("indexes of %s: %v, %v", schema, defs, err)
+	}
+	return defs
+}

@@ -74,7 +74,7 @@ var migrations = []string{
 	// (records_slot), one without (claimed under FenceOff, or by a
 	// version before slots) is beside its session's slot (records_beside).
 	// A claim and its outcome each keep one index fewer (open, below).
-	`DROP INDEX {s}.records_open;`,
+	`DROP INDEX IF EXISTS {s}.records_open;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`

@@ -27,6 +27,47 @@ func Corrupt(tx *bolt.Tx, key string, v []byte) error {
 	return p.records.Put([]byte(key), v)
 }
 
+// LayoutSix rewrites the store in tx as version 6 of the layout holds
+// it: every record in the records bucket (pending ones and settled ones
+// alike), every slot in the slots bucket, no generations and no pending
+// buckets: for tests of files written before generations.
+func LayoutSix(tx *bolt.Tx) error {
+	b := tx.Bucket(recordsBucket)
+	move := func(p place) error {
+		return p.records.ForEach(func(k, v []byte) error {
+			if v == nil {
+				return nil
+			}
+			rec, err := decode(k, v)
+			if err != nil {
+				return err
+			}
+			if err := b.Put(k, v); err != nil {
+				return err
+			}
+			if at := expiryAt(&rec); at != 0 {
+				return tx.Bucket(expiryBucket).Put(expiryKey(at, rec.Key), nil)
+			}
+			return nil
+		})
+	}
+	if err := move(place{records: tx.Bucket(pendingBucket)}); err != nil {
+		return err
+	}
+	if err := forEachGen(tx, move); err != nil {
+		return err
+	}
+	if err := tx.Bucket(pendingSlotsBucket).ForEach(func(k, v []byte) error { return tx.Bucket(slotsBucket).Put(k, v) }); err != nil {
+		return err
+	}
+	for _, name := range [][]byte{pendingBucket, pendingSlotsBucket, gensBucket} {
+		if err := tx.DeleteBucket(name); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(metaBucket).Put(schemaKey, []byte("6"))
+}
+
 // OpenTemp opens a store on a new file, closed when the test ends: for
 // the package's tests, inside and out.
 func OpenTemp(t testing.TB) *Store {

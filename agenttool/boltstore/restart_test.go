@@ -1,0 +1,357 @@
+package boltstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/testproc"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// restartActions is how many logical actions each run of
+// TestRestartHelper makes, the same ones every run: even ones send an
+// email to a destination outside the store, odd ones append a note
+// through Store.Effect.
+const restartActions = 400
+
+// sentLog is a destination outside the store: one request reference a
+// line, each written and synced before the tool returns.
+type sentLog string
+
+func (d sentLog) refs() []string {
+	b, _ := os.ReadFile(string(d))
+	return strings.Fields(string(b))
+}
+
+func (d sentLog) has(ref string) bool {
+	for _, r := range d.refs() {
+		if r == ref {
+			return true
+		}
+	}
+	return false
+}
+
+func (d sentLog) send(ref string) error {
+	f, err := os.OpenFile(string(d), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(ref + "\n"); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// TestRestartHelper makes every action of restartActions from 16
+// goroutines, printing "OPEN" once the store is open and "DONE i ref
+// status" as each call returns; with RETRYSAFE_RESTART_SWEEP it also runs
+// the sweeper, which settles what a killed process left pending and drops
+// generations; RETRYSAFE_RESTART_AHEAD sets the tools' clock ahead of the
+// machine's. TestEveryActionHasOneEffectAcrossKills kills it.
+func TestRestartHelper(t *testing.T) {
+	path := os.Getenv("RETRYSAFE_RESTART_DB")
+	if path == "" {
+		t.Skip("run by TestEveryActionHasOneEffectAcrossKills only")
+	}
+	dest := sentLog(os.Getenv("RETRYSAFE_RESTART_DEST"))
+	ahead, _ := time.ParseDuration(os.Getenv("RETRYSAFE_RESTART_AHEAD"))
+	s, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("OPEN")
+	opts := agenttool.Options{Store: s, Class: agenttool.Reconcilable, Lease: 10 * time.Second, KeyTTL: 40 * time.Second,
+		Retry:       agenttool.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond, MaxElapsed: time.Second},
+		WaitTimeout: 5 * time.Second, ClockSkew: -1, Now: func() time.Time { return time.Now().Add(ahead) }}
+	emailOpts := opts
+	emailOpts.Reconciler = reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		if dest.has(ref) {
+			return reconcile.AppliedWith([]byte(`"sent"`))
+		}
+		return reconcile.NotAppliedYet()
+	})
+	email, err := agenttool.New("send_email", "", func(ctx context.Context, in note) (string, error) {
+		if err := dest.send(agenttool.RequestRef(ctx)); err != nil {
+			return "", envelope.MarkDefinite(err, "")
+		}
+		return "sent", nil
+	}, emailOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notesOpts := opts
+	notesOpts.Reconciler = s.Reconciler()
+	notes, err := agenttool.New("append_note", "", func(ctx context.Context, in note) (json.RawMessage, error) {
+		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+			if err != nil {
+				return nil, err
+			}
+			n, _ := b.NextSequence()
+			return json.RawMessage(`"noted"`), b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text))
+		})
+	}, notesOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("RETRYSAFE_RESTART_SWEEP") != "" {
+		op, err := agenttool.NewOperator(s, email, notes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				op.SweepOnce(context.Background(), agenttool.SweeperOptions{Interval: 20 * time.Millisecond})
+				time.Sleep(time.Millisecond) // pacing only
+			}
+		}()
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < restartActions; i = int(next.Add(1) - 1) {
+				tool := email
+				if i%2 == 1 {
+					tool = notes
+				}
+				ctx := agenttool.WithScope(context.Background(), "tenant-1", fmt.Sprintf("session-%d", i))
+				env := tool.Invoke(ctx, fmt.Sprintf(`{"text":"action %d"}`, i))
+				code := ""
+				if env.Error != nil {
+					code = "/" + env.Error.Code
+				}
+				fmt.Printf("DONE %d %s %s%s\n", i, env.RequestRef, env.Status, code)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A run of TestRestartHelper: it is killed (SIGKILL) once stop says so,
+// or runs to its end; it returns the lines "DONE" printed.
+func runRestartHelper(t *testing.T, env []string, stop func(line string, done int) bool) []string {
+	t.Helper()
+	p := testproc.Start(t, "TestRestartHelper", env...)
+	var done []string
+	killed := false
+	for p.Lines.Scan() {
+		line := p.Lines.Text()
+		if rest, ok := strings.CutPrefix(line, "DONE "); ok {
+			done = append(done, rest)
+		}
+		if stop != nil && stop(line, len(done)) {
+			p.Kill()
+			killed = true
+			break
+		}
+	}
+	if err := p.Wait(); !killed && err != nil {
+		t.Fatalf("helper failed: %v\n%s", err, p.Stderr.String())
+	}
+	if stop != nil && !killed {
+		t.Fatalf("helper ended before it could be killed\n%s", p.Stderr.String())
+	}
+	return done
+}
+
+// TestEveryActionHasOneEffectAcrossKills kills a process while many
+// actions move between the places of the file (claimed into the pending
+// bucket, settled into generations or, with a committed effect, into the
+// records bucket), restarts it twice in quick succession (each Open ends
+// the leases of what it finds pending; the second is killed before any
+// sweep settles them), then again while calls and the sweeper take over
+// and settle the actions the kills left pending, and once more to the
+// end. Meanwhile generations end and are dropped, by writes when the file
+// holds many and by the sweeper. The first process's clock runs ahead of
+// the machine's, as a clock corrected after a crash would leave it. Every
+// action has exactly one effect at its destination and a truthful
+// success; the file passes bbolt's check; each record is in one place,
+// exported once and counted once.
+func TestEveryActionHasOneEffectAcrossKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 10 processes")
+	}
+	t.Run("layout 7", func(t *testing.T) { everyActionHasOneEffectAcrossKills(t, false) })
+	// The first process killed is of the build before generations: its
+	// file, of version 6, holds its pending records and their slots among
+	// the others, and is upgraded by the Open of the next.
+	t.Run("upgraded from layout 6", func(t *testing.T) { everyActionHasOneEffectAcrossKills(t, true) })
+}
+
+func everyActionHasOneEffectAcrossKills(t *testing.T, six bool) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys.db")
+	dest := sentLog(filepath.Join(dir, "sent.log"))
+	s, err := boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Generations ending while the processes run, and many that ended
+	// before: a write that starts one drops those.
+	now := time.Now()
+	var old []agenttool.Record
+	for i := range 2000 {
+		exp := now.Add(time.Duration(i%20)*300*time.Millisecond - 2*time.Second)
+		if i%3 == 0 {
+			exp = now.Add(-time.Duration(i) * time.Minute)
+		}
+		old = append(old, agenttool.Record{Key: fmt.Sprintf("old/%05d", i), Tool: "send_email", State: agenttool.Succeeded,
+			Token: uint64(i + 1), Attempts: 1, Outcome: []byte(`{"status":"success"}`),
+			Created: exp.Add(-8 * time.Second), Updated: exp.Add(-8 * time.Second), Expires: exp})
+	}
+	if err := s.Import(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	base := []string{"RETRYSAFE_RESTART_DB=" + path, "RETRYSAFE_RESTART_DEST=" + string(dest)}
+	sweep := append(base[:len(base):len(base)], "RETRYSAFE_RESTART_SWEEP=1")
+	afterDone := func(n int) func(string, int) bool { return func(_ string, done int) bool { return done >= n } }
+	atOpen := func(line string, _ int) bool { return line == "OPEN" }
+
+	runRestartHelper(t, append(base[:len(base):len(base)], "RETRYSAFE_RESTART_AHEAD=30s"), afterDone(150))
+	pending := pendingIn(t, path)
+	if pending == 0 {
+		t.Fatal("the first kill left no action pending")
+	}
+	t.Logf("pending after the first kill: %d", pending)
+	if six {
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Update(boltstore.LayoutSix); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+	}
+	runRestartHelper(t, sweep, atOpen)
+	runRestartHelper(t, sweep, atOpen)
+	t.Logf("pending after two quick restarts: %d", pendingIn(t, path))
+	runRestartHelper(t, sweep, afterDone(250))
+	t.Logf("pending after a kill while settling them: %d", pendingIn(t, path))
+	done := runRestartHelper(t, sweep, nil)
+
+	refs := map[int]string{}
+	for _, line := range done {
+		f := strings.Fields(line)
+		i, _ := strconv.Atoi(f[0])
+		if f[2] != string(envelope.Success) {
+			t.Errorf("action %d (%s), replayed after the kills: %s", i, f[1], f[2])
+		}
+		refs[i] = f[1]
+	}
+	if len(refs) != restartActions {
+		t.Fatalf("the last run answered %d actions, want %d", len(refs), restartActions)
+	}
+	sent := map[string]int{}
+	for _, r := range dest.refs() {
+		sent[r]++
+	}
+	s, err = boltstore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	noted := map[string]int{}
+	s.DB().View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			t.Errorf("after the kills: %v", err)
+		}
+		if b := tx.Bucket([]byte("notes")); b != nil {
+			b.ForEach(func(_, v []byte) error { noted[string(v)]++; return nil })
+		}
+		return nil
+	})
+	for i := range restartActions {
+		n := sent[refs[i]]
+		if i%2 == 1 {
+			n = noted[fmt.Sprintf("action %d", i)]
+		}
+		if n != 1 {
+			t.Errorf("action %d (%s) has %d effects", i, refs[i], n)
+		}
+	}
+	if len(sent) != restartActions/2 {
+		t.Errorf("%d emails sent, want %d", len(sent), restartActions/2)
+	}
+	ctx := context.Background()
+	seen := map[string]bool{}
+	exported := 0
+	for after := ""; ; {
+		page, next, err := s.Export(ctx, after, 97)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page {
+			if seen[r.Key] {
+				t.Errorf("%s exported twice", r.Key)
+			}
+			seen[r.Key] = true
+			exported++
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	for i, ref := range refs {
+		rec, err := s.Get(ctx, ref)
+		if err != nil || rec.State != agenttool.Succeeded || !seen[ref] {
+			t.Errorf("action %d: %+v, %v (exported: %v)", i, rec.State, err, seen[ref])
+		}
+	}
+	counts, err := s.Count(ctx, storekit.CountRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := 0
+	for _, c := range counts {
+		counted += c.Records
+	}
+	if counted != exported {
+		t.Errorf("Count counts %d records, Export lists %d", counted, exported)
+	}
+	if n, err := s.CountUnknown(ctx); err != nil || n != 0 {
+		t.Errorf("CountUnknown after every action succeeded: %d, %v", n, err)
+	}
+}
+
+// pendingIn counts the pending records of the store at path, opened
+// read-only (which ends no lease).
+func pendingIn(t *testing.T, path string) int {
+	t.Helper()
+	s, err := boltstore.Open(path, &boltstore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	counts, err := s.Count(context.Background(), storekit.CountRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range counts {
+		if c.State == agenttool.Pending {
+			n += c.Records
+		}
+	}
+	return n
+}

@@ -233,8 +233,16 @@ func everyActionHasOneEffectAcrossKills(t *testing.T, six bool) {
 	afterDone := func(n int) func(string, int) bool { return func(_ string, done int) bool { return done >= n } }
 	atOpen := func(line string, _ int) bool { return line == "OPEN" }
 
-	runRestartHelper(t, append(base[:len(base):len(base)], "RETRYSAFE_RESTART_AHEAD=30s"), afterDone(150))
-	pending := pendingIn(t, path)
+	first := runRestartHelper(t, append(base[:len(base):len(base)], "RETRYSAFE_RESTART_AHEAD=30s"), afterDone(150))
+	answered := map[string]bool{}
+	for _, line := range first {
+		answered[strings.Fields(line)[0]] = true
+	}
+	interrupted := 0 // the first action the kill interrupted
+	for answered[strconv.Itoa(interrupted)] {
+		interrupted++
+	}
+	pending, _ := pendingIn(t, path)
 	if pending == 0 {
 		t.Fatal("the first kill left no action pending")
 	}
@@ -251,9 +259,13 @@ func everyActionHasOneEffectAcrossKills(t *testing.T, six bool) {
 	}
 	runRestartHelper(t, sweep, atOpen)
 	runRestartHelper(t, sweep, atOpen)
-	t.Logf("pending after two quick restarts: %d", pendingIn(t, path))
-	runRestartHelper(t, sweep, afterDone(250))
-	t.Logf("pending after a kill while settling them: %d", pendingIn(t, path))
+	pending, _ = pendingIn(t, path)
+	t.Logf("pending after two quick restarts: %d", pending)
+	// Killed as the calls reach the actions the first kill interrupted,
+	// taking them over and settling them, beside the sweeper.
+	runRestartHelper(t, sweep, afterDone(interrupted+4))
+	pending, takenOver := pendingIn(t, path)
+	t.Logf("pending after a kill while settling them: %d, %d of them taken over", pending, takenOver)
 	done := runRestartHelper(t, sweep, nil)
 
 	refs, status := map[int]string{}, map[int]envelope.Status{}
@@ -351,26 +363,34 @@ func everyActionHasOneEffectAcrossKills(t *testing.T, six bool) {
 	}
 }
 
-// pendingIn counts the pending records of the store at path, opened
-// read-only (which ends no lease).
-func pendingIn(t *testing.T, path string) int {
+// pendingIn counts the pending records of the store at path, and those
+// among them taken over from a holder presumed dead, opening it read-only
+// (which ends no lease).
+func pendingIn(t *testing.T, path string) (pending, takenOver int) {
 	t.Helper()
 	s, err := boltstore.Open(path, &boltstore.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	counts, err := s.Count(context.Background(), storekit.CountRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, c := range counts {
-		if c.State == agenttool.Pending {
-			n += c.Records
+	for after := ""; ; {
+		page, next, err := s.Export(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, r := range page {
+			if r.State == agenttool.Pending {
+				pending++
+				if r.TakenOver {
+					takenOver++
+				}
+			}
+		}
+		if next == "" {
+			return pending, takenOver
+		}
+		after = next
 	}
-	return n
 }
 
 func withClass(o agenttool.Options, c agenttool.Class) agenttool.Options {

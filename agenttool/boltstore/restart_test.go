@@ -187,8 +187,10 @@ func runRestartHelper(t *testing.T, env []string, stop func(line string, done in
 // sweep settles them), then again while calls and the sweeper take over
 // and settle the actions the kills left pending, and once more to the
 // end. Meanwhile generations end and are dropped, by writes when the file
-// holds many and by the sweeper. The first process's clock runs ahead of
-// the machine's, as a clock corrected after a crash would leave it. Every
+// holds many and by the sweeper. The first process's clock runs ten minutes
+// ahead of the next ones', as a machine's clock set back after a crash
+// would leave it: its records and leases end later than the restarted
+// processes expect. Every
 // action has exactly one effect at its destination and a truthful
 // success; the file passes bbolt's check; each record is in one place,
 // exported once and counted once.
@@ -233,7 +235,7 @@ func everyActionHasOneEffectAcrossKills(t *testing.T, six bool) {
 	afterDone := func(n int) func(string, int) bool { return func(_ string, done int) bool { return done >= n } }
 	atOpen := func(line string, _ int) bool { return line == "OPEN" }
 
-	first := runRestartHelper(t, append(base[:len(base):len(base)], "RETRYSAFE_RESTART_AHEAD=30s"), afterDone(150))
+	first := runRestartHelper(t, append(base[:len(base):len(base)], "RETRYSAFE_RESTART_AHEAD=10m"), afterDone(150))
 	answered := map[string]bool{}
 	for _, line := range first {
 		answered[strings.Fields(line)[0]] = true

@@ -184,16 +184,20 @@ func runRestartHelper(t *testing.T, env []string, stop func(line string, done in
 // bucket, settled into generations or, with a committed effect, into the
 // records bucket), restarts it twice in quick succession (each Open ends
 // the leases of what it finds pending; the second is killed before any
-// sweep settles them), then again while calls and the sweeper take over
-// and settle the actions the kills left pending, and once more to the
-// end. Meanwhile generations end and are dropped, by writes when the file
-// holds many and by the sweeper. The first process's clock runs ten minutes
-// ahead of the next ones', as a machine's clock set back after a crash
-// would leave it: its records and leases end later than the restarted
-// processes expect. Every
-// action has exactly one effect at its destination and a truthful
-// success; the file passes bbolt's check; each record is in one place,
-// exported once and counted once.
+// sweep settles them), then again as calls and the sweeper take over and
+// settle the actions the kills left pending, and once more to the end.
+// Meanwhile generations end and are dropped, by writes when the file
+// holds many and by the sweeper. The first process's clock runs ten
+// minutes ahead of the next ones', as a machine's clock set back after a
+// crash would leave it: its records and leases end later than the
+// restarted processes expect.
+//
+// In the end no action has two effects; every action that can be asked
+// about, or whose effect committed with its record, succeeded with one;
+// an action sent at most once succeeded with one, or is unknown (its
+// sender was killed before it could know) and counted so. The file
+// passes bbolt's check; each record is in one place, exported once and
+// counted once.
 func TestEveryActionHasOneEffectAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 10 processes")

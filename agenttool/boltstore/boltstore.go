@@ -213,10 +213,14 @@ func initSchema(tx *bolt.Tx) error {
 
 // expireLeases ends the leases of pending records at Open. bbolt locks the
 // file to one process, so a pending record found at Open was left by a
-// process that is gone: its action is unknown now, not in a minute. Its
-// lease ends now (not in the past), so that a takeover still waits out a
-// request the dead process may have had in flight (AttemptTimeout plus
-// ClockSkew, from now) before it trusts "not applied".
+// process that is gone: its action is unknown now, not in a minute. A
+// lease that ends later ends now instead (not in the past), so that a
+// takeover still waits out a request the dead process may have had in
+// flight (AttemptTimeout plus ClockSkew, from now) before it trusts "not
+// applied". A lease that has already ended is left as it is: that wait
+// counts from its end by this machine's clock, so a clock that jumped
+// forward across the restart by more than ClockSkew shortens it, as it
+// does on every store (the caveat on clocks in agenttool's package doc).
 func expireLeases(tx *bolt.Tx) error {
 	b := tx.Bucket(recordsBucket)
 	var keys []string

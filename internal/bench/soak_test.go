@@ -45,3 +45,28 @@ func TestSoakAppliesNothingTwiceAndNeverLies(t *testing.T) {
 		}
 	}
 }
+
+// The soak's goals judge the ratios as measured, not as printed: a last
+// window at 0.897 of the first shows as 0.9 and misses the goal of 0.9; a
+// live heap at 1.504 times the first misses the goal of 1.5.
+func TestSoakGoalsJudgeTheRatiosAsMeasured(t *testing.T) {
+	for _, c := range []struct {
+		first, last      SoakWindow
+		throughput, heap bool
+	}{
+		{SoakWindow{CallsPerS: 5519.38, HeapLive: 2, Goroutines: 10}, SoakWindow{CallsPerS: 4949.93, HeapLive: 3.008, Goroutines: 15}, false, false},
+		{SoakWindow{CallsPerS: 5000, HeapLive: 2, Goroutines: 10}, SoakWindow{CallsPerS: 4500, HeapLive: 3, Goroutines: 15}, true, true},
+	} {
+		var res SoakResult
+		summarise(&res, []SoakWindow{c.first, c.last})
+		if got := res.Goals["throughput_last_vs_first_at_least_0.9"]; got != c.throughput {
+			t.Errorf("%v calls/s after %v (shown %v): throughput goal met %v, want %v", c.last.CallsPerS, c.first.CallsPerS, res.LastVsFirst.CallsPerS, got, c.throughput)
+		}
+		if got := res.Goals["heap_flat_live_last_at_most_1.5_first"]; got != c.heap {
+			t.Errorf("live heap %v after %v (shown %v): heap goal met %v, want %v", c.last.HeapLive, c.first.HeapLive, res.LastVsFirst.HeapLive, got, c.heap)
+		}
+		if got := res.Goals["goroutines_flat_last_at_most_1.5_first"]; !got {
+			t.Errorf("goroutines %d after %d: goal missed", c.last.Goroutines, c.first.Goroutines)
+		}
+	}
+}

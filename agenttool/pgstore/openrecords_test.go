@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,15 +58,22 @@ func openKinds(t *testing.T, s storekit.Store, now time.Time, principal storekit
 
 // settle fills the records table of schema with n settled records, the
 // many a busy store keeps beside a few open ones, and updates the
-// planner's statistics.
-func settle(t *testing.T, url, schema string, n int, now time.Time, principal storekit.Digest) {
+// planner's statistics if analyze; if not, the planner has none, as after
+// a restore or a major upgrade of the server until the table is analysed
+// (and autovacuum is kept from analysing it).
+func settle(t *testing.T, url, schema string, n int, now time.Time, principal storekit.Digest, analyze bool) {
 	t.Helper()
 	records := pgx.Identifier{schema, "records"}.Sanitize()
+	if !analyze {
+		admin(t, url, `ALTER TABLE `+records+` SET (autovacuum_enabled = false)`)
+	}
 	admin(t, url, `INSERT INTO `+records+` (key, tool, state, principal, fingerprint, owner, token, attempts, outcome, created, updated, expires, session, fence_scope)
 		SELECT 'settled-' || i, 'send_email', 2, '\x`+hex.EncodeToString(principal[:])+`'::bytea, sha256(i::text::bytea), '', i, 1, '\x7b7d', '`+now.Format(time.RFC3339Nano)+`', '`+now.Format(time.RFC3339Nano)+`',
 			'`+now.Add(24*time.Hour).Format(time.RFC3339Nano)+`', sha256(i::text::bytea), sha256(i::text::bytea)
-		FROM generate_series(1, `+strconv.Itoa(n)+`) AS i`,
-		`ANALYZE `+records)
+		FROM generate_series(1, `+strconv.Itoa(n)+`) AS i`)
+	if analyze {
+		admin(t, url, `ANALYZE `+records)
+	}
 }
 
 // Open records, the few a store keeps among many settled ones, are found
@@ -80,7 +88,7 @@ func TestOpenRecordsAreFoundThroughTheirIndexes(t *testing.T) {
 	now := time.Now()
 	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
 	all, unknown := openKinds(t, s, now, principal)
-	settle(t, url, s.Schema(), 20000, now, principal)
+	settle(t, url, s.Schema(), 20000, now, principal, true)
 	later := now.Add(2 * time.Minute) // the running ones' leases have lapsed
 
 	keys := func(recs []storekit.Record) []string {
@@ -105,37 +113,7 @@ func TestOpenRecordsAreFoundThroughTheirIndexes(t *testing.T) {
 		t.Errorf("CountUnknown: %d, %v; want %d", n, err, len(unknown))
 	}
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
-		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
-			t.Fatal(err)
-		}
-		for name, q := range pgstore.OpenRecordQueries(s, later, "send_email", principal[:]) {
-			var plan []string
-			rows, err := conn.Query(ctx, "EXPLAIN "+q.SQL, q.Args...)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, line)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			text := strings.Join(plan, "\n")
-			if strings.Contains(text, "Seq Scan on records") || !strings.Contains(text, "records_slot") || !strings.Contains(text, "records_beside") {
-				t.Errorf("%s (%s) does not read the open records' two indexes alone:\n%s", name, mode, text)
-			}
-		}
-	}
+	readOpenRecordsByIndex(t, url, s, later, principal)
 
 	taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
 		Now: later, Lease: time.Minute, Limit: 100, UpdatedBefore: later})
@@ -147,6 +125,104 @@ func TestOpenRecordsAreFoundThroughTheirIndexes(t *testing.T) {
 	if err != nil || !slices.Equal(took, all) {
 		t.Errorf("ClaimUnknown: %v, %v; want %v", took, err, all)
 	}
+}
+
+// The open records are read through their two indexes whatever the
+// planner knows of the table: with no statistics yet (a restored database,
+// or a server just upgraded, before the table is analysed), the listings,
+// the count of unknown actions and the sweeper's takeover still read the
+// two indexes, in their generic and custom plans, and not the table.
+func TestOpenRecordsAreFoundThroughTheirIndexesBeforeTheTableIsAnalysed(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.Open(t)
+	url := pgtest.URL(t)
+	now := time.Now()
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	all, unknown := openKinds(t, s, now, principal)
+	settle(t, url, s.Schema(), 20000, now, principal, false)
+	later := now.Add(2 * time.Minute)
+	readOpenRecordsByIndex(t, url, s, later, principal)
+	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
+	if err != nil || len(listed) != len(all) {
+		t.Errorf("ListUnknown: %d records, %v; want %d", len(listed), err, len(all))
+	}
+	if n, err := s.CountUnknown(ctx); err != nil || n != len(unknown) {
+		t.Errorf("CountUnknown: %d, %v; want %d", n, err, len(unknown))
+	}
+}
+
+// readOpenRecordsByIndex checks that the generic plan and the custom plan
+// of each statement that reads the open records of s
+// (pgstore.OpenRecordQueries) read the table through records_slot and
+// records_beside alone: no scan of the whole table, nor of its primary key
+// but by one key (the takeover's join). Each is prepared and explained as
+// EXECUTE, so that the generic plan is the one a prepared statement gets:
+// EXPLAIN of a statement with bound arguments plans it for their values.
+func readOpenRecordsByIndex(t *testing.T, url string, s *pgstore.Store, now time.Time, principal storekit.Digest) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	whole := regexp.MustCompile(`(?m)(Seq Scan on records|Index Scan using records_pkey on records|Bitmap Index Scan on records_pkey)$`)
+	for name, q := range pgstore.OpenRecordQueries(s, now, "send_email", principal[:]) {
+		if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+q.SQL); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		args := make([]string, len(q.Args))
+		for i, a := range q.Args {
+			args[i] = literal(t, a)
+		}
+		execute := "EXECUTE " + name
+		if len(args) > 0 {
+			execute += "(" + strings.Join(args, ", ") + ")"
+		}
+		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			text := strings.Join(plan, "\n")
+			if whole.MatchString(text) || !strings.Contains(text, "records_slot") || !strings.Contains(text, "records_beside") {
+				t.Errorf("%s (%s) does not read the open records' two indexes alone:\n%s", name, mode, text)
+			}
+		}
+	}
+}
+
+// literal is a as an SQL literal, for an EXECUTE.
+func literal(t *testing.T, a any) string {
+	t.Helper()
+	switch v := a.(type) {
+	case time.Time:
+		return "'" + v.Format(time.RFC3339Nano) + "'::timestamptz"
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case int:
+		return strconv.Itoa(v)
+	case []byte:
+		if v == nil {
+			return "NULL"
+		}
+		return `'\x` + hex.EncodeToString(v) + `'::bytea`
+	case []string:
+		quoted := make([]string, len(v))
+		for i, s := range v {
+			quoted[i] = literal(t, s)
+		}
+		return "ARRAY[" + strings.Join(quoted, ", ") + "]::text[]"
+	}
+	t.Fatalf("no literal for %T", a)
+	return ""
 }
 
 // A schema the earlier version left keeps its open records through the

@@ -74,18 +74,33 @@ var migrations = []string{
 	// (records_slot), one without (claimed under FenceOff, or by a
 	// version before slots) is beside its session's slot (records_beside).
 	// A claim and its outcome each keep one index fewer (open, below).
-	`DROP INDEX IF EXISTS {s}.records_open;`,
+	// The two are built again with the predicates of storekit's HoldsSlot
+	// and Beside word for word: a notice is kept by a succeeded record
+	// only. Besides saying exactly what the store decides by, that lets
+	// the planner see them small without statistics (after a restore or
+	// pg_upgrade, before ANALYZE): "notice_until IS NOT NULL" alone is
+	// taken to hold for nearly every row, and a reading of the open
+	// records by the two indexes was planned as a read of the table.
+	`DROP INDEX IF EXISTS {s}.records_open;
+	CREATE UNIQUE INDEX records_slot_5 ON {s}.records (tool, fence_scope)
+		WHERE fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL));
+	DROP INDEX {s}.records_slot;
+	ALTER INDEX {s}.records_slot_5 RENAME TO records_slot;
+	CREATE INDEX records_beside_5 ON {s}.records (tool, session, key)
+		WHERE (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session;
+	DROP INDEX {s}.records_beside;
+	ALTER INDEX {s}.records_beside_5 RENAME TO records_beside;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`
 
 // holdsSlot is the SQL form of storekit.Record.HoldsSlot, the predicate of
 // the records_slot index.
-const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR notice_until IS NOT NULL)`
+const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL))`
 
 // beside is the SQL form of storekit.Record.Beside, the predicate of the
 // records_beside index, for the records aliased b.
-const beside = `(b.state = 1 OR b.state = 4 OR b.notice_until IS NOT NULL) AND b.fence_scope IS DISTINCT FROM b.session`
+const beside = `(b.state = 1 OR b.state = 4 OR (b.state = 2 AND b.notice_until IS NOT NULL)) AND b.fence_scope IS DISTINCT FROM b.session`
 
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
@@ -97,7 +112,7 @@ const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_ex
 // predicate, word for word, so that the planner reads the two indexes (a
 // BitmapOr) rather than the table; a query ANDs it with what it asks
 // (awaiting).
-const open = `((` + holdsSlot + `) OR ((state = 1 OR state = 4 OR notice_until IS NOT NULL) AND fence_scope IS DISTINCT FROM session))`
+const open = `((` + holdsSlot + `) OR ((state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session))`
 
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string

@@ -154,7 +154,7 @@ func runIndexes(ctx context.Context, w io.Writer, asJSON bool, url string, n int
 		key1 := `$1`
 		if slices.Contains(v.Indexes, "records_beside") {
 			key1 = `CASE WHEN $9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8
-				AND (b.state = 1 OR b.state = 4 OR b.notice_until IS NOT NULL) AND b.fence_scope IS DISTINCT FROM b.session
+				AND (b.state = 1 OR b.state = 4 OR (b.state = 2 AND b.notice_until IS NOT NULL)) AND b.fence_scope IS DISTINCT FROM b.session
 				AND b.key <> $1 ORDER BY b.key LIMIT 1) THEN NULL ELSE $1 END`
 		}
 		if err := pool.QueryRow(ctx, `INSERT INTO `+t+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -302,4 +303,116 @@ func indexes(t *testing.T, url, schema string) []string {
 		t.Fatalf("indexes of %s: %v, %v", schema, defs, err)
 	}
 	return defs
+}
+
+// Two replicas' sweepers that take unknown actions over at once, while
+// claims and outcomes of other actions go on, take each one exactly once:
+// every open record of each kind is taken, by one of them.
+func TestSweepersOfTwoReplicasTakeEachOpenRecordOnce(t *testing.T) {
+	ctx := context.Background()
+	a := pgtest.Open(t)
+	url := pgtest.URL(t)
+	b, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: a.Schema(), NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	now := time.Now()
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	const n = 240
+	for i := range n {
+		key := "open-" + strconv.Itoa(i)
+		session := storekit.Digest(sha256.Sum256([]byte(key)))
+		req := storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: principal, Session: session,
+			Fingerprint: session, Owner: "crashed", Now: now, Lease: time.Minute}
+		switch i % 3 {
+		case 0: // the session's slot
+			req.FenceScope = session
+		case 1: // the principal's slot, one per tool: a tool of its own
+			req.FenceScope, req.Tool = principal, "send_email_"+strconv.Itoa(i)
+		} // 2: FenceOff
+		res, err := a.Claim(ctx, req)
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v, %v", key, res, err)
+		}
+		if i%2 == 0 { // unknown; the others stay pending, their lease lapsed by later
+			if err := a.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: storekit.Unknown,
+				Attempts: 1, Now: now, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	settle(t, url, a.Schema(), 5000, now, principal, true)
+	later := now.Add(2 * time.Minute)
+	var tools []string
+	for i := range n {
+		if i%3 == 1 {
+			tools = append(tools, "send_email_"+strconv.Itoa(i))
+		}
+	}
+	tools = append(tools, "send_email")
+
+	stop := make(chan struct{})
+	busy := make(chan error, 1)
+	go func() { // claims and outcomes of other actions meanwhile, on both replicas
+		defer close(busy)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s := []*pgstore.Store{a, b}[i%2]
+			key := "busy-" + strconv.Itoa(i)
+			session := storekit.Digest(sha256.Sum256([]byte("busy")))
+			res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: principal, Session: session,
+				Fingerprint: session, Owner: "busy", Now: later, Lease: time.Minute, FenceScope: session})
+			if err != nil || !res.Claimed {
+				busy <- fmt.Errorf("claim %s: %+v, %v", key, res, err)
+				return
+			}
+			if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: storekit.Succeeded,
+				Attempts: 1, Now: later, TTL: time.Hour}); err != nil {
+				busy <- err
+				return
+			}
+		}
+	}()
+	taken := make(chan []string, 4)
+	for i := range 4 {
+		s := []*pgstore.Store{a, b}[i%2]
+		go func() {
+			var mine []string
+			defer func() { taken <- mine }()
+			for {
+				got, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: tools, Owner: "sweeper-" + strconv.Itoa(i),
+					Now: later, Lease: time.Hour, Limit: 7, UpdatedBefore: later})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				for _, r := range got {
+					mine = append(mine, r.Record.Key)
+				}
+			}
+		}()
+	}
+	var all []string
+	for range 4 {
+		all = append(all, <-taken...)
+	}
+	close(stop)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(all)
+	if len(all) != n || len(slices.Compact(slices.Clone(all))) != n {
+		t.Errorf("the sweepers took %d records, %d of them distinct; want each of the %d open records once", len(all), len(slices.Compact(slices.Clone(all))), n)
+	}
+	if left, err := a.ListUnknown(ctx, storekit.ListRequest{Now: later}); err != nil || len(left) != 0 {
+		t.Errorf("awaiting reconciliation after the sweep: %d records, %v; want none", len(left), err)
+	}
 }

@@ -22,7 +22,7 @@
 // A new claim is one INSERT … ON CONFLICT DO NOTHING, and it answers the
 // unknown fence in the same statement: the unique partial index
 // records_slot, on (tool, fence_scope) over the records that hold their
-// scope's slot (pending, unknown, or settled with a notice), refuses the
+// scope's slot (pending, unknown, or succeeded with a notice), refuses the
 // row when another action of the tool and scope holds the slot, on every
 // replica alike. When there is nothing to fence the fence costs one entry
 // in that index and nothing else: no read of other records, no second

@@ -109,10 +109,10 @@ const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_ex
 // indexes that hold them: the slots' holders (records_slot: every open
 // record with a fence scope) and the records beside a slot (records_beside:
 // every open record without one, among others). Each arm is its index's
-// predicate, word for word, so that the planner reads the two indexes (a
-// BitmapOr) rather than the table; a query ANDs it with what it asks
-// (awaiting).
-const open = `((` + holdsSlot + `) OR ((state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session))`
+// predicate, word for word (beside's, unaliased), so that the planner reads
+// the two indexes (a BitmapOr) rather than the table; a query ANDs it with
+// what it asks (awaiting).
+var open = `((` + holdsSlot + `) OR (` + strings.ReplaceAll(beside, "b.", "") + `))`
 
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string

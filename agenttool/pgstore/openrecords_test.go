@@ -78,78 +78,62 @@ func settle(t *testing.T, url, schema string, n int, now time.Time, principal st
 }
 
 // Open records, the few a store keeps among many settled ones, are found
-// through the two indexes that hold them — the slots' holders and the open
-// records without a fence scope — and not by reading the table: the
+// through the two indexes that hold them — the slots' holders and the
+// records beside a slot — and not by reading the table, whatever the
+// planner knows of it: analysed, or with no statistics yet (a restored
+// database, or a server just upgraded, before the table is analysed). The
 // listings, the count of unknown actions and the sweeper's takeover each
 // find every kind, and each plan, generic or custom, reads the two indexes.
 func TestOpenRecordsAreFoundThroughTheirIndexes(t *testing.T) {
-	ctx := context.Background()
-	s := pgtest.Open(t)
-	url := pgtest.URL(t)
-	now := time.Now()
-	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
-	all, unknown := openKinds(t, s, now, principal)
-	settle(t, url, s.Schema(), 20000, now, principal, true)
-	later := now.Add(2 * time.Minute) // the running ones' leases have lapsed
+	for _, analysed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "analysed", false: "before ANALYZE"}[analysed], func(t *testing.T) {
+			ctx := context.Background()
+			s := pgtest.Open(t)
+			url := pgtest.URL(t)
+			now := time.Now()
+			principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+			all, unknown := openKinds(t, s, now, principal)
+			settle(t, url, s.Schema(), 20000, now, principal, analysed)
+			later := now.Add(2 * time.Minute) // the running ones' leases have lapsed
 
-	keys := func(recs []storekit.Record) []string {
-		var ks []string
-		for _, r := range recs {
-			ks = append(ks, r.Key)
-		}
-		return ks
-	}
-	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
-	if err != nil || !slices.Equal(keys(listed), all) {
-		t.Errorf("ListUnknown: %v, %v; want %v", keys(listed), err, all)
-	}
-	inScope, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later, Tool: "send_email", Principal: &principal})
-	if err != nil || !slices.Equal(keys(inScope), all) {
-		t.Errorf("ListUnknown of the tool and principal: %v, %v; want %v", keys(inScope), err, all)
-	}
-	if before, err := s.ListUnknown(ctx, storekit.ListRequest{Now: now}); err != nil || !slices.Equal(keys(before), unknown) {
-		t.Errorf("ListUnknown while the leases run: %v, %v; want %v", keys(before), err, unknown)
-	}
-	if n, err := s.CountUnknown(ctx); err != nil || n != len(unknown) {
-		t.Errorf("CountUnknown: %d, %v; want %d", n, err, len(unknown))
-	}
+			listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
+			if err != nil || !slices.Equal(keysOf(listed), all) {
+				t.Errorf("ListUnknown: %v, %v; want %v", keysOf(listed), err, all)
+			}
+			inScope, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later, Tool: "send_email", Principal: &principal})
+			if err != nil || !slices.Equal(keysOf(inScope), all) {
+				t.Errorf("ListUnknown of the tool and principal: %v, %v; want %v", keysOf(inScope), err, all)
+			}
+			if before, err := s.ListUnknown(ctx, storekit.ListRequest{Now: now}); err != nil || !slices.Equal(keysOf(before), unknown) {
+				t.Errorf("ListUnknown while the leases run: %v, %v; want %v", keysOf(before), err, unknown)
+			}
+			if n, err := s.CountUnknown(ctx); err != nil || n != len(unknown) {
+				t.Errorf("CountUnknown: %d, %v; want %d", n, err, len(unknown))
+			}
 
-	readOpenRecordsByIndex(t, url, s, later, principal)
+			readOpenRecordsByIndex(t, url, s, later, principal)
 
-	taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
-		Now: later, Lease: time.Minute, Limit: 100, UpdatedBefore: later})
-	var took []string
-	for _, r := range taken {
-		took = append(took, r.Record.Key)
-	}
-	slices.Sort(took)
-	if err != nil || !slices.Equal(took, all) {
-		t.Errorf("ClaimUnknown: %v, %v; want %v", took, err, all)
+			taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
+				Now: later, Lease: time.Minute, Limit: 100, UpdatedBefore: later})
+			var took []storekit.Record
+			for _, r := range taken {
+				took = append(took, r.Record)
+			}
+			if got := keysOf(took); err != nil || !slices.Equal(got, all) {
+				t.Errorf("ClaimUnknown: %v, %v; want %v", got, err, all)
+			}
+		})
 	}
 }
 
-// The open records are read through their two indexes whatever the
-// planner knows of the table: with no statistics yet (a restored database,
-// or a server just upgraded, before the table is analysed), the listings,
-// the count of unknown actions and the sweeper's takeover still read the
-// two indexes, in their generic and custom plans, and not the table.
-func TestOpenRecordsAreFoundThroughTheirIndexesBeforeTheTableIsAnalysed(t *testing.T) {
-	ctx := context.Background()
-	s := pgtest.Open(t)
-	url := pgtest.URL(t)
-	now := time.Now()
-	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
-	all, unknown := openKinds(t, s, now, principal)
-	settle(t, url, s.Schema(), 20000, now, principal, false)
-	later := now.Add(2 * time.Minute)
-	readOpenRecordsByIndex(t, url, s, later, principal)
-	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
-	if err != nil || len(listed) != len(all) {
-		t.Errorf("ListUnknown: %d records, %v; want %d", len(listed), err, len(all))
+// keysOf returns the records' keys, sorted.
+func keysOf(recs []storekit.Record) []string {
+	var ks []string
+	for _, r := range recs {
+		ks = append(ks, r.Key)
 	}
-	if n, err := s.CountUnknown(ctx); err != nil || n != len(unknown) {
-		t.Errorf("CountUnknown: %d, %v; want %d", n, err, len(unknown))
-	}
+	slices.Sort(ks)
+	return ks
 }
 
 // readOpenRecordsByIndex checks that the generic plan and the custom plan
@@ -263,12 +247,8 @@ func TestMigrationKeepsEveryOpenRecordFindable(t *testing.T) {
 	defer s.Close()
 	later := now.Add(2 * time.Minute)
 	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
-	var keys []string
-	for _, r := range listed {
-		keys = append(keys, r.Key)
-	}
-	if err != nil || !slices.Equal(keys, all) {
-		t.Errorf("ListUnknown after the migration: %v, %v; want %v", keys, err, all)
+	if err != nil || !slices.Equal(keysOf(listed), all) {
+		t.Errorf("ListUnknown after the migration: %v, %v; want %v", keysOf(listed), err, all)
 	}
 	if n, err := s.CountUnknown(ctx); err != nil || n != 2 {
 		t.Errorf("CountUnknown after the migration: %d, %v; want 2", n, err)

@@ -36,6 +36,7 @@ type soakRun struct {
 	lieSamples []string
 	failed     bitset // actions whose last envelope was definite_failure
 	lastWindow time.Time
+	owners     map[uintptr]int // liveHeapBy's cache
 }
 
 type shard struct {
@@ -120,11 +121,19 @@ func (r *soakRun) window(ss *soakStore, c storekit.Counter) SoakWindow {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	win.HeapInuse = mib(m.HeapInuse)
+	// A collection now, so that the live heap and its owners are the
+	// window's end's, not those of whenever the last one ran.
+	runtime.GC()
 	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(live)
 	if live[0].Value.Kind() == metrics.KindUint64 {
 		win.HeapLive = mib(live[0].Value.Uint64())
 	}
+	if r.owners == nil {
+		r.owners = map[uintptr]int{}
+	}
+	by := liveHeapBy(r.owners)
+	win.HeapRetrysafe, win.HeapEngine, win.HeapBench = by.Retrysafe, by.Engine, by.Bench
 	if n, err := ss.size(); err == nil {
 		win.FileMB = mib(uint64(n))
 	}

@@ -97,6 +97,13 @@
 // drops none), so that lookups stay quick; every other expired record
 // stays, and the file grows without bound.
 //
+// The process's memory follows the file too: bbolt's freelist keeps, for
+// each page in use that it handed out from free space, the transaction
+// that took it — about 30 bytes of heap for each 4 KB page in the soak
+// benchmark, under 1% of the file (some 75 MB for a 10 GB file). It grows
+// while the file does and stops with it; the heap of retrysafe's own code
+// stays flat.
+//
 // To give space back (after a burst, or when KeyTTL was shortened),
 // compact the file while no process has it open: bbolt's command line
 // copies the live pages into a new, dense file, keeping the bucket

@@ -1,0 +1,596 @@
+package agenttool_test
+
+// The scenarios other idempotency libraries and specifications test, played
+// against retrysafe's public API: AWS Lambda Powertools' idempotency utility
+// (Python, TypeScript, Java), the IETF draft "The Idempotency-Key HTTP
+// Header Field" and Stripe's idempotent requests, and Go's idempotency
+// middleware (Fiber's). Each test names the source of its scenario; where
+// retrysafe answers otherwise on purpose, its comment says why and where
+// the documentation says so.
+//
+// Every scenario runs on memstore, on a boltstore file (closed and opened
+// again where the scenario is a restart) and, when DATABASE_URL is set, on
+// a PostgreSQL schema of its own (opened a second time for another
+// replica). The destination counts its effects per request reference,
+// refuses a holder whose fencing token is stale, and can be asked what
+// became of a reference.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// payIn is a charge as a payment API takes it. Customer and amount tell one
+// charge from another (Powertools builds its key from a JMESPath subset of
+// the event; here trusted code names the identifying fields); the memo and
+// the tags are fingerprinted, not identifying.
+type payIn struct {
+	Customer string   `json:"customer"`
+	Amount   int      `json:"amount"`
+	Memo     string   `json:"memo,omitempty"`
+	Tags     []string `json:"tags,omitempty"`
+}
+
+type payOut struct {
+	Charge string `json:"charge"`
+	Amount int    `json:"amount"`
+}
+
+const (
+	lunchCharge  = `{"customer":"cus_ana","amount":1000,"memo":"lunch"}`
+	dinnerCharge = `{"customer":"cus_ana","amount":1000,"memo":"dinner"}` // the same key, another input
+)
+
+// ledger is the destination: a payment API that applies a charge per
+// request reference and counts it, keeps the highest fencing token it has
+// seen per reference and refuses an older one, honours the reference as an
+// idempotency key when keyed (a second request replays the first), and
+// answers what became of a reference (it is the tool's Reconciler).
+type ledger struct {
+	keyed bool
+
+	mu       sync.Mutex
+	effects  map[string]int
+	results  map[string]payOut
+	fence    map[string]uint64
+	inflight map[string]int
+	holds    map[int]*hold
+	pending  bool // the status API says pending for every reference
+	// step decides the n-th run (from 1): whether the charge is applied,
+	// and the error returned afterwards (or instead, if not applied).
+	step func(n int) (apply bool, err error)
+
+	runs   atomic.Int64
+	checks atomic.Int64
+}
+
+// hold pauses one run: started is closed when the run begins, and the run
+// goes on when release is closed (or its context ends, applying nothing).
+type hold struct {
+	started, release chan struct{}
+}
+
+func newLedger() *ledger {
+	return &ledger{effects: map[string]int{}, results: map[string]payOut{}, fence: map[string]uint64{},
+		inflight: map[string]int{}, holds: map[int]*hold{}}
+}
+
+// pause makes the n-th run wait until release is closed.
+func (l *ledger) pause(n int) *hold {
+	h := &hold{started: make(chan struct{}), release: make(chan struct{})}
+	l.mu.Lock()
+	l.holds[n] = h
+	l.mu.Unlock()
+	return h
+}
+
+func (l *ledger) setStep(step func(n int) (bool, error)) {
+	l.mu.Lock()
+	l.step = step
+	l.mu.Unlock()
+}
+
+func (l *ledger) setPending(p bool) {
+	l.mu.Lock()
+	l.pending = p
+	l.mu.Unlock()
+}
+
+func (l *ledger) charge(ctx context.Context, in payIn) (payOut, error) {
+	n := int(l.runs.Add(1))
+	info, _ := agenttool.CallInfoFrom(ctx)
+	ref := info.RequestRef
+	l.mu.Lock()
+	l.inflight[ref]++
+	h, step := l.holds[n], l.step
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.inflight[ref]--
+		l.mu.Unlock()
+	}()
+	if h != nil {
+		close(h.started)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return payOut{}, ctx.Err() // nothing applied, but the caller cannot know
+		}
+	}
+	apply, err := true, error(nil)
+	if step != nil {
+		apply, err = step(n)
+	}
+	if !apply {
+		return payOut{}, err
+	}
+	l.mu.Lock()
+	if info.Token < l.fence[ref] {
+		l.mu.Unlock()
+		return payOut{}, envelope.MarkDefinite(errors.New("a newer request holds this reference"), "stale_token")
+	}
+	l.fence[ref] = info.Token
+	out, done := l.results[ref]
+	if !done || !l.keyed {
+		out = payOut{Charge: "ch_" + strings.TrimPrefix(ref, "charge/")[:8], Amount: in.Amount}
+		l.effects[ref]++
+		l.results[ref] = out
+		done = false
+	}
+	l.mu.Unlock()
+	if done {
+		agenttool.DestinationReplayed(ctx)
+	}
+	return out, err
+}
+
+// Check is the destination's status API. It fences the reference at the
+// asker's token, so that a not-applied answer holds: no older request can
+// land after it.
+func (l *ledger) Check(ctx context.Context, req reconcile.Request) reconcile.Answer {
+	l.checks.Add(1)
+	info, _ := agenttool.CallInfoFrom(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if info.Token > l.fence[req.Ref] {
+		l.fence[req.Ref] = info.Token
+	}
+	switch {
+	case l.pending || l.inflight[req.Ref] > 0:
+		return reconcile.StillPending()
+	case l.effects[req.Ref] > 0:
+		b, _ := json.Marshal(l.results[req.Ref])
+		return reconcile.AppliedWith(b)
+	}
+	return reconcile.NotAppliedFenced()
+}
+
+func (l *ledger) count(ref string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.effects[ref]
+}
+
+func (l *ledger) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.effects {
+		n += c
+	}
+	return n
+}
+
+// wantEffects fails unless the destination applied exactly n charges in all
+// and at most one per reference.
+func (l *ledger) wantEffects(t *testing.T, n int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	total := 0
+	for ref, c := range l.effects {
+		if c > 1 {
+			t.Errorf("%s was charged %d times; at most one effect per action", ref, c)
+		}
+		total += c
+	}
+	if total != n {
+		t.Errorf("the destination applied %d charges, want %d (%d runs)", total, n, l.runs.Load())
+	}
+}
+
+var payRetry = agenttool.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond}
+
+// newPay guards l.charge: reconcilable through l unless opts say otherwise,
+// identified by customer and amount.
+func newPay(t *testing.T, l *ledger, opts agenttool.Options) *agenttool.Tool {
+	t.Helper()
+	if opts.Class == 0 {
+		opts.Class = agenttool.Reconcilable
+	}
+	if opts.Reconciler == nil && (opts.Class == agenttool.Reconcilable) {
+		opts.Reconciler = l
+	}
+	if opts.IdentifyingFields == nil {
+		opts.IdentifyingFields = []string{"customer", "amount"}
+	}
+	if opts.Retry == (agenttool.RetryPolicy{}) {
+		opts.Retry = payRetry
+	}
+	tool, err := agenttool.New("charge", "Charge a customer.", l.charge, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func anaCtx() context.Context {
+	return agenttool.WithScope(context.Background(), "tenant-1/ana", "conversation-1")
+}
+
+func wantEnv(t *testing.T, env envelope.Envelope, status envelope.Status, code string) {
+	t.Helper()
+	got := ""
+	if env.Error != nil {
+		got = env.Error.Code
+	}
+	if env.Status != status || got != code {
+		t.Fatalf("envelope %s\nwant status %s, code %q", env, status, code)
+	}
+}
+
+// wantSameResult fails unless two envelopes report one action's result.
+func wantSameResult(t *testing.T, got, first envelope.Envelope) {
+	t.Helper()
+	if got.RequestRef != first.RequestRef || string(got.Result) != string(first.Result) {
+		t.Fatalf("envelope %s\ndoes not report the first call's result %s", got, first)
+	}
+}
+
+// aheadClock is the wall clock moved ahead: another process whose call
+// comes after the first's lease lapsed, or a call after a key lifetime.
+type aheadClock struct {
+	mu    sync.Mutex
+	ahead time.Duration
+}
+
+func (c *aheadClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.ahead)
+}
+
+func (c *aheadClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.ahead += d
+	c.mu.Unlock()
+}
+
+// durable opens one store's data again: a restart of the process, or
+// another replica beside it.
+type durable struct {
+	t    *testing.T
+	kind string
+	open func() (agenttool.Store, func())
+
+	cur      agenttool.Store
+	closeCur func()
+}
+
+// eachStore runs a scenario on memstore, on a boltstore file and, when
+// DATABASE_URL is set, on a PostgreSQL schema of its own.
+func eachStore(t *testing.T, fn func(t *testing.T, d *durable)) {
+	t.Run("memstore", func(t *testing.T) {
+		m := memstore.New()
+		fn(t, &durable{t: t, kind: "memstore", open: func() (agenttool.Store, func()) { return m, func() {} }})
+	})
+	t.Run("boltstore", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "actions.db")
+		fn(t, &durable{t: t, kind: "boltstore", open: func() (agenttool.Store, func()) {
+			s, err := boltstore.Open(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, func() { s.Close() }
+		}})
+	})
+	t.Run("pgstore", func(t *testing.T) {
+		url := pgtest.URL(t)
+		schema := pgtest.Schema(t, url)
+		fn(t, &durable{t: t, kind: "pgstore", open: func() (agenttool.Store, func()) {
+			s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, func() { s.Close() }
+		}})
+	})
+}
+
+func (d *durable) openOnce() (agenttool.Store, func()) {
+	s, closeFn := d.open()
+	var once sync.Once
+	closeOnce := func() { once.Do(closeFn) }
+	d.t.Cleanup(closeOnce)
+	return s, closeOnce
+}
+
+// store is the store the scenario uses now.
+func (d *durable) store() agenttool.Store {
+	if d.cur == nil {
+		d.cur, d.closeCur = d.openOnce()
+	}
+	return d.cur
+}
+
+// restart closes the store and opens its data again, as a process that
+// starts after the last one ended. memstore keeps nothing across a
+// restart: its "restart" is the same store, as a second tool of the same
+// process sees it.
+func (d *durable) restart() agenttool.Store {
+	if d.kind == "memstore" {
+		return d.store()
+	}
+	if d.cur != nil {
+		d.closeCur()
+	}
+	d.cur, d.closeCur = d.openOnce()
+	return d.cur
+}
+
+// replica opens the data beside the store in use: another replica of the
+// service. A bbolt file belongs to one process, and memstore to its own:
+// for them, another tool in the same process.
+func (d *durable) replica() agenttool.Store {
+	if d.kind != "pgstore" {
+		return d.store()
+	}
+	s, _ := d.openOnce()
+	return s
+}
+
+// failingStore is a store that fails on purpose: its claims while
+// failClaim is set, and every write of a holder (recording an outcome,
+// giving the key back, renewing a lease) while failHolder is set — a store
+// that went away, or a process that died before it could write.
+type failingStore struct {
+	agenttool.Store
+	failClaim, failHolder atomic.Bool
+}
+
+var errStoreGone = errors.New("dial tcp 127.0.0.1:5432: connection refused")
+
+func (f *failingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if f.failClaim.Load() {
+		return storekit.ClaimResult{}, errStoreGone
+	}
+	return f.Store.Claim(ctx, r)
+}
+
+func (f *failingStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
+	if f.failHolder.Load() {
+		return errStoreGone
+	}
+	return f.Store.Finish(ctx, r)
+}
+
+func (f *failingStore) Release(ctx context.Context, key string, token uint64) error {
+	if f.failHolder.Load() {
+		return errStoreGone
+	}
+	return f.Store.Release(ctx, key, token)
+}
+
+func (f *failingStore) Renew(ctx context.Context, r storekit.RenewRequest) error {
+	if f.failHolder.Load() {
+		return errStoreGone
+	}
+	return f.Store.Renew(ctx, r)
+}
+
+// within waits for ch, failing the test if it takes longer than a bound
+// (the bound only catches a hang; it orders nothing).
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+var errReplyLost = errors.New("read tcp 127.0.0.1:443: connection reset by peer")
+
+// Powertools (a completed record returns its stored result; the handler is
+// not called), the IETF draft (a retry after the first request completed
+// gets its result) and Stripe (the first response is replayed exactly, with
+// the same body): a repeat of an action replays the envelope of its first
+// call without running the tool — when its members come in another order
+// or spacing (Powertools sorts the payload before hashing), and in another
+// process, where no local cache can answer: the store does.
+func TestARepeatedActionReplaysItsFirstResultWithoutRunning(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		first := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		if first.Replayed || first.Attempts != 1 || len(first.Result) == 0 {
+			t.Fatalf("first call %s; want a fresh success with its result", first)
+		}
+		again := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), "{ \"memo\": \"lunch\",\n \"amount\": 1000, \"customer\": \"cus_ana\" }")
+		wantEnv(t, again, envelope.Success, "")
+		wantSameResult(t, again, first)
+		if !again.Replayed || again.Attempts != first.Attempts {
+			t.Errorf("repeat %s; want the first envelope replayed", again)
+		}
+		later := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, later, envelope.Success, "")
+		wantSameResult(t, later, first)
+		if !later.Replayed {
+			t.Errorf("after a restart %s; want the first envelope replayed", later)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// The IETF draft ("respond with the result of the previously completed
+// operation, success or an error") and Stripe (an error the endpoint
+// returned is replayed for the key) replay failures too. Powertools deletes
+// the record when the handler raises, and Fiber does not keep a handler's
+// error, so that the next call runs. retrysafe follows the draft for a
+// definite refusal: it is an outcome of the action, recorded and replayed
+// word for word, also after a restart ("definite errors are recorded and
+// replayed", package doc); only failures that applied nothing and may pass
+// (transient ones) free the key, as the next test shows.
+func TestADefiniteRefusalIsRecordedAndReplayedWordForWord(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.setStep(func(int) (bool, error) {
+			return false, envelope.MarkDefinite(errors.New("your card was declined"), "card_declined")
+		})
+		first := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.DefiniteFailure, "card_declined")
+		if !strings.Contains(first.Error.Message, "your card was declined") {
+			t.Errorf("the refusal reads %q; want the destination's words", first.Error.Message)
+		}
+		again := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, again, envelope.DefiniteFailure, "card_declined")
+		if !again.Replayed || *again.Error != *first.Error || again.RequestRef != first.RequestRef {
+			t.Errorf("repeat %s\nwant the first refusal %s replayed", again, first)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1: a recorded refusal is replayed", l.runs.Load())
+		}
+		l.wantEffects(t, 0)
+	})
+}
+
+// Powertools deletes the record when the handler fails so that the next
+// call runs, and Fiber does not keep a failed response: a failure that
+// applied nothing must not hold the key. retrysafe does so for transient
+// failures (connection refused, 503): retried with the same key within the
+// call, and when retries run out the key is given back (definite_failure,
+// unavailable: nothing was applied), so the next call runs.
+func TestAFailureThatAppliedNothingFreesTheKeyForTheNextCall(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.setStep(func(n int) (bool, error) {
+			if n <= payRetry.MaxAttempts {
+				return false, &envelope.HTTPError{StatusCode: 503, Method: "POST"}
+			}
+			return true, nil
+		})
+		first := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.DefiniteFailure, envelope.CodeUnavailable)
+		if first.Attempts != payRetry.MaxAttempts {
+			t.Errorf("%d attempts, want %d (retries with the same key)", first.Attempts, payRetry.MaxAttempts)
+		}
+		next := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, next, envelope.Success, "")
+		if next.Replayed || next.RequestRef != first.RequestRef {
+			t.Errorf("next call %s; want a fresh success under the same reference", next)
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools deletes the record on any exception, also one raised after the
+// request went out, and the retry runs the effect again (the DESIGN's first
+// pitfalls); Stripe keeps a 500 for the key. retrysafe treats an error that
+// may have come after the effect as an unknown outcome and asks the
+// destination before anything runs again (README, "When the outcome is
+// unknown"): applied → success with the destination's result; pending →
+// unknown_outcome, replayed to repeats without running, until the
+// destination knows; not applied → one more attempt with the same key.
+func TestAnErrorAfterTheRequestLeftIsReconciledNotRunAgain(t *testing.T) {
+	t.Run("applied", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			l.setStep(func(n int) (bool, error) { return true, errReplyLost })
+			env := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.Success, "")
+			if !env.Reconciled || l.runs.Load() != 1 || len(env.Result) == 0 {
+				t.Errorf("%s after %d runs; want a reconciled success with the destination's result after one run", env, l.runs.Load())
+			}
+			l.wantEffects(t, 1)
+		})
+	})
+	t.Run("pending", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			l.setStep(func(n int) (bool, error) { return true, errReplyLost })
+			l.setPending(true)
+			first := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, first, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+			if first.Next != envelope.DoNotRetry {
+				t.Errorf("next %s, want do_not_retry", first.Next)
+			}
+			again := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(anaCtx(), lunchCharge)
+			if again.Status != envelope.UnknownOutcome || again.RequestRef != first.RequestRef {
+				t.Fatalf("repeat while the destination is still pending: %s; want unknown_outcome", again)
+			}
+			l.setPending(false)
+			settled := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, settled, envelope.Success, "")
+			if !settled.Reconciled || settled.RequestRef != first.RequestRef {
+				t.Errorf("once the destination knows: %s; want a reconciled success", settled)
+			}
+			if l.runs.Load() != 1 {
+				t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+			}
+			l.wantEffects(t, 1)
+		})
+	})
+	t.Run("not applied", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			l.setStep(func(n int) (bool, error) {
+				if n == 1 {
+					return false, errReplyLost
+				}
+				return true, nil
+			})
+			env := newPay(t, l, agenttool.Options{Store: d.store()}).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.Success, "")
+			if l.runs.Load() != 2 {
+				t.Errorf("the tool ran %d times, want 2 (the second after the destination said not applied)", l.runs.Load())
+			}
+			l.wantEffects(t, 1)
+		})
+	})
+	t.Run("at most once", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			l.setStep(func(n int) (bool, error) { return true, errReplyLost })
+			opts := agenttool.Options{Store: d.store(), Class: agenttool.AtMostOnce}
+			first := newPay(t, l, opts).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, first, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+			opts.Store = d.restart()
+			again := newPay(t, l, opts).Invoke(anaCtx(), lunchCharge)
+			if again.Status != envelope.UnknownOutcome || first.Next != envelope.AskHuman || again.Next != envelope.AskHuman {
+				t.Errorf("%s then %s; want unknown_outcome asking a human", first, again)
+			}
+			if l.runs.Load() != 1 {
+				t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+			}
+		})
+	})
+}

@@ -594,3 +594,142 @@ func TestAnErrorAfterTheRequestLeftIsReconciledNotRunAgain(t *testing.T) {
 		})
 	})
 }
+
+// Powertools' payload validation (IdempotencyValidationError), the IETF
+// draft's 422 and Stripe's refusal of a key reused with other parameters:
+// the same key with another input runs nothing and leaves the first
+// record as it was. Powertools validates only the fields its
+// payload_validation_jmespath names, and its Java, TypeScript and Python
+// versions each skipped the check on a path (an optimistic write that found
+// the record, a record served from the local cache); retrysafe
+// fingerprints the whole input and compares it on every path that meets an
+// existing record — settled, refused, unknown, or still running here or in
+// another replica — and on a refused call it does not wait for the first.
+func TestTheSameKeyWithAnotherInputIsRefusedAndRunsNothing(t *testing.T) {
+	type earlier struct {
+		name  string
+		state envelope.ActionState
+		// make brings the first action (lunchCharge) to its state and
+		// returns its envelope; done, if set, ends it afterwards.
+		make func(t *testing.T, l *ledger, tool *agenttool.Tool) (first envelope.Envelope, done func() envelope.Envelope)
+	}
+	cases := []earlier{
+		{name: "succeeded", state: envelope.ActionSucceeded, make: func(t *testing.T, l *ledger, tool *agenttool.Tool) (envelope.Envelope, func() envelope.Envelope) {
+			return tool.Invoke(anaCtx(), lunchCharge), nil
+		}},
+		{name: "failed", state: envelope.ActionFailed, make: func(t *testing.T, l *ledger, tool *agenttool.Tool) (envelope.Envelope, func() envelope.Envelope) {
+			l.setStep(func(int) (bool, error) {
+				return false, envelope.MarkDefinite(errors.New("your card was declined"), "card_declined")
+			})
+			defer l.setStep(nil)
+			return tool.Invoke(anaCtx(), lunchCharge), nil
+		}},
+		{name: "unknown", state: envelope.ActionUnknown, make: func(t *testing.T, l *ledger, tool *agenttool.Tool) (envelope.Envelope, func() envelope.Envelope) {
+			l.setStep(func(int) (bool, error) { return true, errReplyLost })
+			l.setPending(true)
+			first := tool.Invoke(anaCtx(), lunchCharge)
+			l.setStep(nil)
+			// The destination now knows; the refused call must still not
+			// be told so as if it were its own.
+			l.setPending(false)
+			return first, nil
+		}},
+		{name: "running", state: envelope.ActionRunning, make: func(t *testing.T, l *ledger, tool *agenttool.Tool) (envelope.Envelope, func() envelope.Envelope) {
+			h := l.pause(1)
+			out := make(chan envelope.Envelope, 1)
+			go func() { out <- tool.Invoke(anaCtx(), lunchCharge) }()
+			within(t, h.started, "the first charge to start")
+			return envelope.Envelope{}, func() envelope.Envelope {
+				close(h.release)
+				return <-out
+			}
+		}},
+	}
+	for _, c := range cases {
+		for _, where := range []string{"here", "in another replica"} {
+			t.Run(c.name+" "+where, func(t *testing.T) {
+				eachStore(t, func(t *testing.T, d *durable) {
+					l := newLedger()
+					opts := agenttool.Options{Store: d.store(), WaitTimeout: time.Minute}
+					tool := newPay(t, l, opts)
+					first, done := c.make(t, l, tool)
+					runs := l.runs.Load()
+					other := tool
+					if where != "here" {
+						opts.Store = d.replica()
+						other = newPay(t, l, opts)
+					}
+					answered := make(chan envelope.Envelope, 1)
+					go func() { answered <- other.Invoke(anaCtx(), dinnerCharge) }()
+					var refused envelope.Envelope
+					select {
+					case refused = <-answered:
+					case <-time.After(20 * time.Second):
+						t.Fatal("the call with other input waited for the first instead of being refused")
+					}
+					wantEnv(t, refused, envelope.DefiniteFailure, envelope.CodeKeyReused)
+					if refused.Earlier == nil || refused.Earlier.State != c.state {
+						t.Errorf("refusal %s; want earlier.state %s", refused, c.state)
+					}
+					if l.runs.Load() != runs {
+						t.Errorf("the refused call ran the tool")
+					}
+					if done != nil {
+						first = done()
+						wantEnv(t, first, envelope.Success, "")
+					}
+					if refused.RequestRef != first.RequestRef || (refused.Earlier != nil && refused.Earlier.RequestRef != first.RequestRef) {
+						t.Errorf("refusal %s names another action than %s", refused, first.RequestRef)
+					}
+					// The first record is untouched: its own input still
+					// meets it as it was.
+					runs = l.runs.Load()
+					again := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(anaCtx(), lunchCharge)
+					switch c.state {
+					case envelope.ActionUnknown:
+						wantEnv(t, again, envelope.Success, "")
+						if !again.Reconciled {
+							t.Errorf("the first action's resend %s; want it reconciled", again)
+						}
+					default:
+						if !again.Replayed || again.Status != first.Status || string(again.Result) != string(first.Result) {
+							t.Errorf("the first action's resend %s\nwant its first envelope %s replayed", again, first)
+						}
+					}
+					if l.runs.Load() != runs {
+						t.Errorf("the first action ran again")
+					}
+					if c.state == envelope.ActionFailed {
+						l.wantEffects(t, 0)
+					} else {
+						l.wantEffects(t, 1)
+					}
+				})
+			})
+		}
+	}
+}
+
+// Stripe and the IETF draft bind a client's key to one request. The closest
+// thing in retrysafe is an action id given by an orchestrator that owns
+// step ids (WithActionID): every call of the tool with it is one action,
+// and another input under it — another amount, not only another memo — is
+// refused, never charged as a second action nor replayed as the first.
+func TestAnActionIDWithAnotherInputIsRefusedAndRunsNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool := newPay(t, l, agenttool.Options{Store: d.store()})
+		step := agenttool.WithActionID(anaCtx(), "workflow-7/step-2")
+		first := tool.Invoke(step, lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		other := newPay(t, l, agenttool.Options{Store: d.restart()}).Invoke(step, `{"customer":"cus_ana","amount":2500,"memo":"lunch"}`)
+		wantEnv(t, other, envelope.DefiniteFailure, envelope.CodeKeyReused)
+		if other.RequestRef != first.RequestRef || other.Earlier == nil || other.Earlier.State != envelope.ActionSucceeded {
+			t.Errorf("refusal %s; want it to name %s, succeeded", other, first.RequestRef)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}

@@ -733,3 +733,185 @@ func TestAnActionIDWithAnotherInputIsRefusedAndRunsNothing(t *testing.T) {
 		l.wantEffects(t, 1)
 	})
 }
+
+// The IETF draft answers 409 to a request whose key is still being
+// processed ("no correction is required" before a retry), Powertools raises
+// IdempotencyAlreadyInProgressError while the in-progress record is live:
+// the second request runs nothing and is told to come back. retrysafe's
+// answer, when the call may not wait (WaitTimeout < 0): unknown_outcome
+// with code in_progress and next wait — here and in another replica — and
+// nothing is recorded for it: its retry, once the first is done, gets the
+// first's result.
+func TestARequestWhileTheFirstRunsIsToldToWaitAndRunsNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		opts := agenttool.Options{Store: d.store(), WaitTimeout: -1}
+		tool := newPay(t, l, opts)
+		opts.Store = d.replica()
+		beside := newPay(t, l, opts)
+		h := l.pause(1)
+		out := make(chan envelope.Envelope, 1)
+		go func() { out <- tool.Invoke(anaCtx(), lunchCharge) }()
+		within(t, h.started, "the first charge to start")
+		for name, tl := range map[string]*agenttool.Tool{"here": tool, "in another replica": beside} {
+			env := tl.Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.UnknownOutcome, envelope.CodeInProgress)
+			if env.Next != envelope.Wait || env.Replayed {
+				t.Errorf("%s: %s; want next wait", name, env)
+			}
+		}
+		close(h.release)
+		first := <-out
+		wantEnv(t, first, envelope.Success, "")
+		retry := beside.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, retry, envelope.Success, "")
+		wantSameResult(t, retry, first)
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Fiber's raciness test (a hundred requests with one key, one run, one
+// answer) and Powertools' concurrent invocations: callers of one action at
+// once, in two replicas, run the tool once, and every envelope reports that
+// one run — one of them fresh, the others replayed.
+func TestConcurrentCallsOfOneActionRunItOnceAndAgree(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		const callers = 16
+		l := newLedger()
+		var started atomic.Int64
+		allStarted := make(chan struct{})
+		opts := agenttool.Options{Store: d.store(), Hooks: agenttool.Hooks{
+			Start: func(ctx context.Context, _ agenttool.StartEvent) context.Context {
+				if started.Add(1) == callers {
+					close(allStarted)
+				}
+				return ctx
+			},
+		}}
+		tools := []*agenttool.Tool{newPay(t, l, opts)}
+		opts.Store = d.replica()
+		tools = append(tools, newPay(t, l, opts))
+		h := l.pause(1)
+		envs := make([]envelope.Envelope, callers)
+		var wg sync.WaitGroup
+		for i := range envs {
+			wg.Go(func() { envs[i] = tools[i%2].Invoke(anaCtx(), lunchCharge) })
+		}
+		within(t, h.started, "the charge to start")
+		within(t, allStarted, "every caller to start")
+		close(h.release)
+		wg.Wait()
+		fresh := 0
+		for _, env := range envs {
+			wantEnv(t, env, envelope.Success, "")
+			wantSameResult(t, env, envs[0])
+			if !env.Replayed {
+				fresh++
+			}
+		}
+		if fresh != 1 {
+			t.Errorf("%d envelopes say they ran the charge, want 1", fresh)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools expires an in-progress record after the Lambda's remaining
+// time and then runs the handler again (the DESIGN's "re-running a
+// timed-out call": users saw duplicate withdrawals); Fiber's lock and
+// entry simply lapse. In retrysafe a holder that died leaves its claim
+// pending; once its lease lapsed (or, for boltstore, when the file is
+// opened again) the action is unknown, never free: a reconcilable tool asks
+// the destination first and runs again only on a not-applied answer; a
+// keyed one retries with the same key, which the destination dedupes; an
+// at-most-once one waits for a person.
+func TestAHolderThatDiedIsReconciledNotRunAgain(t *testing.T) {
+	// dies runs the first process: it claims the charge, the destination
+	// applies it or not, and the process dies before it records anything.
+	dies := func(t *testing.T, d *durable, l *ledger, class agenttool.Class, applied bool) {
+		t.Helper()
+		dead := &failingStore{Store: d.store()}
+		dead.failHolder.Store(true)
+		if applied {
+			// What it answered before it died is still the truth.
+			env := newPay(t, l, agenttool.Options{Store: dead, Class: class}).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.Success, "")
+			return
+		}
+		// It dies in the middle of its request, before the charge.
+		h := l.pause(1)
+		ctx, kill := context.WithCancel(anaCtx())
+		out := make(chan struct{})
+		var last envelope.Envelope
+		go func() {
+			last = newPay(t, l, agenttool.Options{Store: dead, Class: class}).Invoke(ctx, lunchCharge)
+			close(out)
+		}()
+		within(t, h.started, "the first charge to start")
+		kill()
+		within(t, out, "the dying call to end")
+		if last.Status == envelope.Success {
+			t.Errorf("a call killed before the charge answered %s", last)
+		}
+	}
+	// later is the next process, started after the dead one's lease
+	// lapsed: its clock is past the lease, the attempt timeout and the
+	// clock skew the takeover waits for.
+	later := func(t *testing.T, d *durable, l *ledger, class agenttool.Class) *agenttool.Tool {
+		return newPay(t, l, agenttool.Options{Store: d.restart(), Class: class, Now: (&aheadClock{ahead: 5 * time.Minute}).Now})
+	}
+	t.Run("reconcilable, applied", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			dies(t, d, l, agenttool.Reconcilable, true)
+			env := later(t, d, l, agenttool.Reconcilable).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.Success, "")
+			if !env.Reconciled || l.runs.Load() != 1 {
+				t.Errorf("%s after %d runs; want the dead holder's charge reconciled, not run again", env, l.runs.Load())
+			}
+			l.wantEffects(t, 1)
+		})
+	})
+	t.Run("reconcilable, not applied", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			dies(t, d, l, agenttool.Reconcilable, false)
+			env := later(t, d, l, agenttool.Reconcilable).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.Success, "")
+			if l.runs.Load() != 2 || l.checks.Load() == 0 {
+				t.Errorf("%s after %d runs and %d checks; want one run after the destination said not applied", env, l.runs.Load(), l.checks.Load())
+			}
+			l.wantEffects(t, 1)
+		})
+	})
+	t.Run("keyed", func(t *testing.T) {
+		for _, applied := range []bool{true, false} {
+			eachStore(t, func(t *testing.T, d *durable) {
+				l := newLedger()
+				l.keyed = true
+				dies(t, d, l, agenttool.Keyed, applied)
+				env := later(t, d, l, agenttool.Keyed).Invoke(anaCtx(), lunchCharge)
+				wantEnv(t, env, envelope.Success, "")
+				l.wantEffects(t, 1)
+			})
+		}
+	})
+	t.Run("at most once", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, d *durable) {
+			l := newLedger()
+			dies(t, d, l, agenttool.AtMostOnce, true)
+			env := later(t, d, l, agenttool.AtMostOnce).Invoke(anaCtx(), lunchCharge)
+			wantEnv(t, env, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+			if env.Next != envelope.AskHuman || l.runs.Load() != 1 {
+				t.Errorf("%s after %d runs; want ask_human and no second run", env, l.runs.Load())
+			}
+			l.wantEffects(t, 1)
+		})
+	})
+}

@@ -365,13 +365,26 @@ func (d *durable) replica() agenttool.Store {
 	return s
 }
 
-// failingStore is a store that fails on purpose: its claims while
-// failClaim is set, and every write of a holder (recording an outcome,
-// giving the key back, renewing a lease) while failHolder is set — a store
-// that went away, or a process that died before it could write.
+// failingStore is a store that fails on purpose, one operation at a time:
+// a store that went away, or a process that died before it could write.
 type failingStore struct {
 	agenttool.Store
-	failClaim, failHolder atomic.Bool
+	failClaim, failFinish, failRelease, failRenew atomic.Bool
+}
+
+// die makes every write of a holder fail (recording an outcome, giving the
+// key back, renewing a lease): the holder's process is as good as dead.
+func (f *failingStore) die() {
+	f.failFinish.Store(true)
+	f.failRelease.Store(true)
+	f.failRenew.Store(true)
+}
+
+func (f *failingStore) heal() {
+	f.failClaim.Store(false)
+	f.failFinish.Store(false)
+	f.failRelease.Store(false)
+	f.failRenew.Store(false)
 }
 
 var errStoreGone = errors.New("dial tcp 127.0.0.1:5432: connection refused")
@@ -384,21 +397,21 @@ func (f *failingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (stor
 }
 
 func (f *failingStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
-	if f.failHolder.Load() {
+	if f.failFinish.Load() {
 		return errStoreGone
 	}
 	return f.Store.Finish(ctx, r)
 }
 
 func (f *failingStore) Release(ctx context.Context, key string, token uint64) error {
-	if f.failHolder.Load() {
+	if f.failRelease.Load() {
 		return errStoreGone
 	}
 	return f.Store.Release(ctx, key, token)
 }
 
 func (f *failingStore) Renew(ctx context.Context, r storekit.RenewRequest) error {
-	if f.failHolder.Load() {
+	if f.failRenew.Load() {
 		return errStoreGone
 	}
 	return f.Store.Renew(ctx, r)
@@ -837,7 +850,7 @@ func TestAHolderThatDiedIsReconciledNotRunAgain(t *testing.T) {
 	dies := func(t *testing.T, d *durable, l *ledger, class agenttool.Class, applied bool) {
 		t.Helper()
 		dead := &failingStore{Store: d.store()}
-		dead.failHolder.Store(true)
+		dead.die()
 		if applied {
 			// What it answered before it died is still the truth.
 			env := newPay(t, l, agenttool.Options{Store: dead, Class: class}).Invoke(anaCtx(), lunchCharge)
@@ -913,5 +926,205 @@ func TestAHolderThatDiedIsReconciledNotRunAgain(t *testing.T) {
 			}
 			l.wantEffects(t, 1)
 		})
+	})
+}
+
+// Powertools raises IdempotencyPersistenceLayerError when it cannot save the
+// in-progress record, and Fiber answers 500 when its lock or storage fails:
+// nothing runs. So does retrysafe (I4, fail closed): definite_failure,
+// store_unavailable, and the tool is not run; once the store is back, the
+// action runs once.
+func TestAStoreThatCannotClaimRunsNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		store := &failingStore{Store: d.store()}
+		store.failClaim.Store(true)
+		tool := newPay(t, l, agenttool.Options{Store: store})
+		env := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, env, envelope.DefiniteFailure, envelope.CodeStoreUnavailable)
+		if l.runs.Load() != 0 {
+			t.Fatalf("the tool ran %d times with a store that cannot claim", l.runs.Load())
+		}
+		store.failClaim.Store(false)
+		env = tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, env, envelope.Success, "")
+		if env.Replayed {
+			t.Errorf("%s; want the first run of the action", env)
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools raises IdempotencyPersistenceLayerError when it cannot save the
+// result after the handler ran, and Fiber answers 500 when it cannot save
+// the response: the caller hears of a failure though the effect happened,
+// and its retry may run it again (the DESIGN's "effect done, completion
+// write failed"). retrysafe answers the truth — success, with the result —
+// and a repeat never runs the charge again: while the record's lease is
+// live it is in progress, and once it lapsed the destination is asked.
+func TestAnOutcomeThatCannotBeRecordedIsStillTheTruthAndRunsOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		store := &failingStore{Store: d.store()}
+		store.failFinish.Store(true)
+		first := newPay(t, l, agenttool.Options{Store: store, WaitTimeout: 20 * time.Millisecond}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		if len(first.Result) == 0 {
+			t.Errorf("%s; want the charge's result", first)
+		}
+		store.heal()
+		again := newPay(t, l, agenttool.Options{Store: store, WaitTimeout: 20 * time.Millisecond}).Invoke(anaCtx(), lunchCharge)
+		switch {
+		case again.Status == envelope.Success:
+			wantSameResult(t, again, first)
+		case again.Status == envelope.UnknownOutcome && again.Error.Code == envelope.CodeInProgress:
+		default:
+			t.Errorf("a repeat while the first record's lease is live: %s; want success or in_progress", again)
+		}
+		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, later, envelope.Success, "")
+		if later.RequestRef != first.RequestRef {
+			t.Errorf("%s answers another action than %s", later, first.RequestRef)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools raises when it cannot delete the record after a failed
+// handler. In retrysafe a key that cannot be given back after attempts
+// that applied nothing is never read as free nor as done: the call says
+// nothing was applied, and the next call, once the lease lapsed, asks the
+// destination and charges once.
+func TestAKeyThatCannotBeGivenBackNeverLeadsToASecondEffect(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.setStep(func(n int) (bool, error) {
+			if n <= payRetry.MaxAttempts {
+				return false, &envelope.HTTPError{StatusCode: 503, Method: "POST"}
+			}
+			return true, nil
+		})
+		store := &failingStore{Store: d.store()}
+		store.failRelease.Store(true)
+		first := newPay(t, l, agenttool.Options{Store: store}).Invoke(anaCtx(), lunchCharge)
+		if first.Status != envelope.DefiniteFailure || first.Attempts != payRetry.MaxAttempts {
+			t.Fatalf("%s; want a definite failure after %d attempts: nothing was applied", first, payRetry.MaxAttempts)
+		}
+		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, later, envelope.Success, "")
+		if l.runs.Load() != int64(payRetry.MaxAttempts+1) {
+			t.Errorf("the tool ran %d times, want %d", l.runs.Load(), payRetry.MaxAttempts+1)
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// The IETF draft lets a resource expire keys and publish the policy, Stripe
+// keeps a key about 24 hours, Powertools runs the handler again once a
+// record's expiry passed, Fiber after its Lifetime: a repeat within the
+// lifetime is replayed, after it is a new action. So in retrysafe, with
+// Options.KeyTTL, across restarts; the new action's charge goes through
+// (its fencing token is above the expired action's, for a destination that
+// keeps tokens).
+func TestAnOutcomeIsReplayedForItsKeyLifetimeThenTheActionIsNew(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		clk := &aheadClock{}
+		opts := func(s agenttool.Store) agenttool.Options {
+			return agenttool.Options{Store: s, KeyTTL: time.Hour, Now: clk.Now}
+		}
+		first := newPay(t, l, opts(d.store())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		clk.Advance(59 * time.Minute)
+		inside := newPay(t, l, opts(d.restart())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, inside, envelope.Success, "")
+		if !inside.Replayed {
+			t.Errorf("within the key lifetime: %s; want a replay", inside)
+		}
+		clk.Advance(2 * time.Minute)
+		after := newPay(t, l, opts(d.restart())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, after, envelope.Success, "")
+		if after.Replayed || after.RequestRef != first.RequestRef {
+			t.Errorf("after the key lifetime: %s; want a new run under the same reference", after)
+		}
+		if l.runs.Load() != 2 || l.count(first.RequestRef) != 2 {
+			t.Errorf("%d runs, %d charges; want the expired action and the new one", l.runs.Load(), l.count(first.RequestRef))
+		}
+	})
+}
+
+// Powertools' DynamoDB TTL and the reapers of other libraries delete every
+// old record, in progress or not (the DESIGN's "reapers that delete
+// everything old"). An unknown outcome in retrysafe never expires: long
+// after the key lifetime, and after a sweep, a repeat still meets it and
+// asks the destination; it is not run as a new action.
+func TestAnUnknownOutcomeNeverExpires(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.setStep(func(n int) (bool, error) { return true, errReplyLost })
+		l.setPending(true)
+		clk := &aheadClock{}
+		opts := func(s agenttool.Store) agenttool.Options {
+			return agenttool.Options{Store: s, KeyTTL: time.Hour, Now: clk.Now}
+		}
+		first := newPay(t, l, opts(d.store())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+		clk.Advance(30 * 24 * time.Hour)
+		store := d.restart()
+		tool := newPay(t, l, opts(store))
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		open, err := op.Unknown(context.Background(), "", 0)
+		if err != nil || len(open) != 1 || open[0].Key != first.RequestRef {
+			t.Fatalf("unknown records after a month and a sweep: %v, %v; want %s", open, err, first.RequestRef)
+		}
+		again := tool.Invoke(anaCtx(), lunchCharge)
+		if again.Status != envelope.UnknownOutcome || again.RequestRef != first.RequestRef {
+			t.Errorf("a month later: %s; want the action still unknown", again)
+		}
+		l.setPending(false)
+		settled := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, settled, envelope.Success, "")
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Stripe keeps an idempotency key about 24 hours: a retry with the same key
+// after that is a new request to it. A keyed tool in retrysafe retries an
+// unknown action with its key only while the destination keeps it
+// (DestinationKeyTTL); past that, without a reconciler, it waits for a
+// person instead of charging again.
+func TestAKeyedActionIsNotRetriedOnceTheDestinationMayHaveForgottenItsKey(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.keyed = true
+		l.setStep(func(n int) (bool, error) { return true, errReplyLost })
+		clk := &aheadClock{}
+		opts := func(s agenttool.Store) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Keyed, Now: clk.Now}
+		}
+		first := newPay(t, l, opts(d.store())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+		runs := l.runs.Load()
+		clk.Advance(25 * time.Hour)
+		l.setStep(nil)
+		l.keyed = false // it forgot the key
+		later := newPay(t, l, opts(d.restart())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, later, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+		if later.Next != envelope.AskHuman || l.runs.Load() != runs {
+			t.Errorf("%s after %d more runs; want ask_human and no run", later, l.runs.Load()-runs)
+		}
+		l.wantEffects(t, 1)
 	})
 }

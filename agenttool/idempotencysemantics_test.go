@@ -1128,3 +1128,279 @@ func TestAKeyedActionIsNotRetriedOnceTheDestinationMayHaveForgottenItsKey(t *tes
 		l.wantEffects(t, 1)
 	})
 }
+
+// The IETF draft and Stripe take the key from the client (an
+// Idempotency-Key header) and Powertools from the event. retrysafe differs
+// on purpose (I3): the caller of an agent's tool is a model, which makes up
+// new keys on every turn, so trusted code makes the key and a key the model
+// supplies — in any spelling, or a request reference pasted from an earlier
+// answer — is refused and nothing is run or stored; with StripModelKeys the
+// field is dropped and cannot make a second action of the same charge.
+func TestAKeyTheModelSuppliesIsRefusedAndRunsNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool := newPay(t, l, agenttool.Options{Store: d.store()})
+		for _, in := range []string{
+			`{"customer":"cus_ana","amount":1000,"memo":"lunch","Idempotency-Key":"8e03978e-40d5-43e8-bc93-6894a57f9324"}`,
+			`{"customer":"cus_ana","amount":1000,"memo":"lunch","idempotency_key":"8e03978e-40d5-43e8-bc93-6894a57f9324"}`,
+			`{"customer":"cus_ana","amount":1000,"memo":"lunch","request_id":"req-1"}`,
+		} {
+			env := tool.Invoke(anaCtx(), in)
+			wantEnv(t, env, envelope.DefiniteFailure, envelope.CodeModelSuppliedKey)
+		}
+		first := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		if first.Replayed {
+			t.Errorf("%s: the refused calls stored something", first)
+		}
+		pasted := tool.Invoke(anaCtx(), `{"customer":"cus_ana","amount":1000,"memo":"`+first.RequestRef+`"}`)
+		wantEnv(t, pasted, envelope.DefiniteFailure, envelope.CodeModelSuppliedKey)
+
+		strip := newPay(t, l, agenttool.Options{Store: d.store(), ModelKeys: agenttool.StripModelKeys})
+		again := strip.Invoke(anaCtx(), `{"customer":"cus_ana","amount":1000,"memo":"lunch","idempotency_key":"a-new-key-every-turn"}`)
+		wantEnv(t, again, envelope.Success, "")
+		if !again.Replayed || again.RequestRef != first.RequestRef {
+			t.Errorf("with the model's key stripped: %s; want the first charge replayed", again)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Stripe scopes keys to an account, and the IETF draft's security section
+// asks for a composite key with attributes of the client, so that one
+// client cannot reach another's cached response. In retrysafe the key is
+// bound to the principal (I6): one input, even under one action id, is two
+// actions for two principals; neither is replayed to the other, nor shown
+// to an operator narrowed to the other.
+func TestOneActionOfTwoPrincipalsIsTwoActionsNeverReplayedAcross(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		store := d.store()
+		tool := newPay(t, l, agenttool.Options{Store: store})
+		ana := agenttool.WithActionID(agenttool.WithScope(context.Background(), "tenant-1/ana", "conversation-1"), "order-42")
+		bob := agenttool.WithActionID(agenttool.WithScope(context.Background(), "tenant-2/bob", "conversation-1"), "order-42")
+		forAna := tool.Invoke(ana, lunchCharge)
+		forBob := tool.Invoke(bob, lunchCharge)
+		wantEnv(t, forAna, envelope.Success, "")
+		wantEnv(t, forBob, envelope.Success, "")
+		if forBob.Replayed || forBob.RequestRef == forAna.RequestRef || string(forBob.Result) == string(forAna.Result) {
+			t.Errorf("bob's charge %s\nanswers with ana's %s", forBob, forAna)
+		}
+		for who, ctx := range map[string]context.Context{"ana": ana, "bob": bob} {
+			env := tool.Invoke(ctx, lunchCharge)
+			want := map[string]envelope.Envelope{"ana": forAna, "bob": forBob}[who]
+			wantEnv(t, env, envelope.Success, "")
+			wantSameResult(t, env, want)
+		}
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op.ForPrincipal("tenant-2/bob").Show(context.Background(), forAna.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Errorf("bob's operator sees ana's record: %v", err)
+		}
+		if l.runs.Load() != 2 {
+			t.Errorf("the tool ran %d times, want 2", l.runs.Load())
+		}
+		l.wantEffects(t, 2)
+	})
+}
+
+// Powertools keys each idempotent function by its name, so two functions
+// given one payload both run. In retrysafe the key is bound to the tool: a
+// charge and a refund with one input are two actions, each run once.
+func TestOneInputToTwoToolsIsTwoActions(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		charge := newPay(t, l, agenttool.Options{Store: d.store()})
+		refund, err := agenttool.New("refund", "Refund a customer.", l.charge, agenttool.Options{
+			Store: d.store(), Class: agenttool.Reconcilable, Reconciler: l, IdentifyingFields: []string{"customer", "amount"}, Retry: payRetry,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			for _, tool := range []*agenttool.Tool{charge, refund} {
+				wantEnv(t, tool.Invoke(anaCtx(), lunchCharge), envelope.Success, "")
+			}
+		}
+		if l.runs.Load() != 2 {
+			t.Errorf("the tools ran %d times, want 2", l.runs.Load())
+		}
+		l.wantEffects(t, 2)
+	})
+}
+
+// Powertools raises IdempotencyKeyError when the fields its key is built
+// from are missing (raise_on_no_idempotency_key), and Stripe saves no
+// result for a request that failed validation: the corrected request runs.
+// retrysafe refuses an action without its identifying values
+// (invalid_input), runs and stores nothing, and the corrected call is the
+// action's first.
+func TestAnActionWithoutItsIdentifyingValuesIsRefusedAndNothingStored(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool := newPay(t, l, agenttool.Options{Store: d.store()})
+		for _, in := range []string{
+			`{"customer":"   ","amount":1000,"memo":"lunch"}`,
+			`{"customer":null,"amount":1000,"memo":"lunch"}`,
+			`{"amount":1000,"memo":"lunch"}`,
+			`{}`,
+		} {
+			env := tool.Invoke(anaCtx(), in)
+			wantEnv(t, env, envelope.DefiniteFailure, envelope.CodeInvalidInput)
+			if env.Next != envelope.FixInput {
+				t.Errorf("%s: next %s, want fix_input", in, env.Next)
+			}
+		}
+		if l.runs.Load() != 0 {
+			t.Fatalf("the tool ran %d times on input without its identifying values", l.runs.Load())
+		}
+		env := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, env, envelope.Success, "")
+		if env.Replayed {
+			t.Errorf("%s: a refused call stored something", env)
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools once took falsy values (0, False) for a missing key. In
+// retrysafe only null, "", [] and {} are empty: an amount of 0 identifies an
+// action like any other, runs once and is replayed.
+func TestZeroIsAValueThatIdentifiesAnAction(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool := newPay(t, l, agenttool.Options{Store: d.store()})
+		zero := `{"customer":"cus_ana","amount":0,"memo":"card check"}`
+		first := tool.Invoke(anaCtx(), zero)
+		wantEnv(t, first, envelope.Success, "")
+		again := tool.Invoke(anaCtx(), zero)
+		wantEnv(t, again, envelope.Success, "")
+		wantSameResult(t, again, first)
+		if !again.Replayed || l.runs.Load() != 1 {
+			t.Errorf("%s after %d runs; want the zero charge replayed", again, l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools tests a handler that mutates its event (it passes a copy), and
+// the DESIGN's "key computed twice" pitfall wrote the completion under
+// another key than the claim. A tool that changes its input in retrysafe
+// changes neither the key nor the fingerprint: they are derived once, up
+// front, and the repeat is replayed.
+func TestAToolThatChangesItsInputKeepsItsKey(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		meddling := func(ctx context.Context, in payIn) (payOut, error) {
+			for i := range in.Tags {
+				in.Tags[i] = "changed by the tool"
+			}
+			in.Tags = append(in.Tags, "added by the tool")
+			in.Customer, in.Memo = "cus_someone_else", ""
+			return l.charge(ctx, in)
+		}
+		tool, err := agenttool.New("charge", "Charge a customer.", meddling, agenttool.Options{
+			Store: d.store(), Class: agenttool.Reconcilable, Reconciler: l, Retry: payRetry,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := `{"customer":"cus_ana","amount":1000,"memo":"lunch","tags":["team","friday"]}`
+		first := tool.Invoke(anaCtx(), in)
+		wantEnv(t, first, envelope.Success, "")
+		again := tool.Invoke(anaCtx(), in)
+		wantEnv(t, again, envelope.Success, "")
+		wantSameResult(t, again, first)
+		if !again.Replayed || l.runs.Load() != 1 {
+			t.Errorf("%s after %d runs; want the first charge replayed", again, l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Fiber's middleware leaves safe methods alone (GET is never cached) and
+// Powertools can be disabled per function: a read has no effect to protect.
+// A ReadOnly tool in retrysafe runs on every call, stores nothing and is
+// never replayed.
+func TestAReadOnlyToolRunsEveryTimeAndKeepsNothing(t *testing.T) {
+	var runs atomic.Int64
+	look, err := agenttool.New("balance", "Read a customer's balance.", func(ctx context.Context, in struct {
+		Customer string `json:"customer"`
+	}) (int64, error) {
+		return runs.Add(1), nil
+	}, agenttool.Options{Class: agenttool.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		env := look.Invoke(anaCtx(), `{"customer":"cus_ana"}`)
+		wantEnv(t, env, envelope.Success, "")
+		if env.Replayed || string(env.Result) != string(rune('1'+i)) {
+			t.Errorf("read %d: %s; want a fresh read", i+1, env)
+		}
+	}
+}
+
+// Stripe answers a retry with the same key by replaying the first result,
+// and the IETF draft answers 409 while the first request is still being
+// processed. A keyed tool in retrysafe retries an attempt whose reply was
+// lost with the same key: the destination's replay is the action's one
+// effect. If every retry meets a 409 or a refusal, the first attempt may
+// still have landed: the call must not say that nothing was applied.
+func TestAKeyedRetryAfterALostReplyChargesOnceAndNeverSaysNothingHappened(t *testing.T) {
+	conflict := &envelope.HTTPError{StatusCode: 409, Method: "POST", Message: "a request with this key is being processed"}
+	reused := &envelope.HTTPError{StatusCode: 422, Method: "POST", Message: "this key was used with another request"}
+	cases := []struct {
+		name  string
+		retry error // what the destination answers the retries
+		want  envelope.Status
+	}{
+		{name: "replayed by the destination", retry: nil, want: envelope.Success},
+		{name: "409 until the retries run out", retry: conflict, want: envelope.UnknownOutcome},
+		{name: "422 on the retry", retry: reused, want: envelope.UnknownOutcome},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, d *durable) {
+				l := newLedger()
+				l.keyed = true
+				l.setStep(func(n int) (bool, error) {
+					if n == 1 {
+						return true, errReplyLost
+					}
+					return c.retry == nil, c.retry
+				})
+				opts := agenttool.Options{Store: d.store(), Class: agenttool.Keyed}
+				env := newPay(t, l, opts).Invoke(anaCtx(), lunchCharge)
+				if env.Status != c.want {
+					t.Fatalf("%s\nwant %s: the first attempt was charged", env, c.want)
+				}
+				l.wantEffects(t, 1)
+				if c.want == envelope.Success {
+					l.mu.Lock()
+					want, _ := json.Marshal(l.results[env.RequestRef])
+					l.mu.Unlock()
+					if string(env.Result) != string(want) {
+						t.Errorf("result %s, want the first charge's %s", env.Result, want)
+					}
+					return
+				}
+				// The destination is done with the first request: the
+				// next call's retry with the same key is answered by it.
+				l.setStep(nil)
+				opts.Store = d.restart()
+				later := newPay(t, l, opts).Invoke(anaCtx(), lunchCharge)
+				wantEnv(t, later, envelope.Success, "")
+				if later.RequestRef != env.RequestRef {
+					t.Errorf("%s answers another action than %s", later, env.RequestRef)
+				}
+				l.wantEffects(t, 1)
+			})
+		})
+	}
+}

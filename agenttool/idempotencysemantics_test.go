@@ -1404,3 +1404,133 @@ func TestAKeyedRetryAfterALostReplyChargesOnceAndNeverSaysNothingHappened(t *tes
 		})
 	}
 }
+
+// Powertools raises IdempotencyAlreadyInProgressError to a second request
+// and, when the first fails, deletes the record so that the next request
+// runs. A call of retrysafe that waits for the first call of its action
+// (WaitTimeout) gets the first's outcome when it ends: its success or its
+// refusal replayed, its unknown outcome without a second run; and only
+// when the first applied nothing and gave the key back does the waiting
+// call run the action itself, once. Here and in another replica.
+func TestACallWaitingForTheFirstGetsItsOutcome(t *testing.T) {
+	cases := []struct {
+		name string
+		// first is the destination's answer to the first call's attempts.
+		first      func(n int) (bool, error)
+		wantFirst  envelope.Status
+		wantWaiter envelope.Status
+		waiterRuns bool
+		effects    int
+	}{
+		{name: "succeeded", first: nil, wantFirst: envelope.Success, wantWaiter: envelope.Success, effects: 1},
+		{name: "refused", first: func(int) (bool, error) {
+			return false, envelope.MarkDefinite(errors.New("your card was declined"), "card_declined")
+		}, wantFirst: envelope.DefiniteFailure, wantWaiter: envelope.DefiniteFailure},
+		{name: "unknown", first: func(int) (bool, error) { return true, errReplyLost },
+			wantFirst: envelope.UnknownOutcome, wantWaiter: envelope.UnknownOutcome, effects: 1},
+		{name: "gave the key back", first: func(n int) (bool, error) {
+			if n <= payRetry.MaxAttempts {
+				return false, &envelope.HTTPError{StatusCode: 503, Method: "POST"}
+			}
+			return true, nil
+		}, wantFirst: envelope.DefiniteFailure, wantWaiter: envelope.Success, waiterRuns: true, effects: 1},
+	}
+	for _, c := range cases {
+		for _, where := range []string{"here", "in another replica"} {
+			t.Run(c.name+" "+where, func(t *testing.T) {
+				eachStore(t, func(t *testing.T, d *durable) {
+					l := newLedger()
+					l.setStep(c.first)
+					if c.name == "unknown" {
+						l.setPending(true)
+					}
+					opts := agenttool.Options{Store: d.store(), WaitTimeout: time.Minute}
+					tool := newPay(t, l, opts)
+					waiter := tool
+					if where != "here" {
+						opts.Store = d.replica()
+						waiter = newPay(t, l, opts)
+					}
+					h := l.pause(1)
+					firstOut := make(chan envelope.Envelope, 1)
+					go func() { firstOut <- tool.Invoke(anaCtx(), lunchCharge) }()
+					within(t, h.started, "the first charge to start")
+					waited := make(chan envelope.Envelope, 1)
+					go func() { waited <- waiter.Invoke(anaCtx(), lunchCharge) }()
+					close(h.release)
+					first := <-firstOut
+					if first.Status != c.wantFirst {
+						t.Fatalf("first call %s; want %s", first, c.wantFirst)
+					}
+					runs := l.runs.Load()
+					second := <-waited
+					if second.Status != c.wantWaiter || second.RequestRef != first.RequestRef {
+						t.Fatalf("waiting call %s\nwant %s for the first's action (first: %s)", second, c.wantWaiter, first)
+					}
+					ranAgain := l.runs.Load() > runs
+					if c.waiterRuns {
+						// It ran after the first gave the key back, or it
+						// met the key free and ran before it waited at all.
+						if second.Replayed {
+							t.Errorf("waiting call %s; the first applied nothing, so it did not replay a result", second)
+						}
+					} else {
+						if ranAgain {
+							t.Errorf("the waiting call ran the tool again")
+						}
+						if c.wantWaiter != envelope.UnknownOutcome && (!second.Replayed || string(second.Result) != string(first.Result) ||
+							(first.Error != nil && *second.Error != *first.Error)) {
+							t.Errorf("waiting call %s\nwant the first's envelope replayed: %s", second, first)
+						}
+					}
+					l.wantEffects(t, c.effects)
+				})
+			})
+		}
+	}
+}
+
+// Powertools deletes the record when the handler raises, so a handler that
+// fails after its effect runs again on the retry. A Go tool that panics
+// after its effect leaves retrysafe's call with no answer (the panic goes
+// to the caller), and its action is neither free nor done: a repeat while
+// the lease lasts is in progress, and once the lease lapsed the destination
+// is asked and the charge is not run again.
+func TestAToolThatPanicsAfterItsEffectIsReconciledNotRunAgain(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		panicky := func(ctx context.Context, in payIn) (payOut, error) {
+			out, err := l.charge(ctx, in)
+			if l.runs.Load() == 1 {
+				panic("payments client: unexpected end of JSON input")
+			}
+			return out, err
+		}
+		build := func(opts agenttool.Options) *agenttool.Tool {
+			opts.Class, opts.Reconciler, opts.Retry, opts.IdentifyingFields = agenttool.Reconcilable, l, payRetry, []string{"customer", "amount"}
+			tool, err := agenttool.New("charge", "Charge a customer.", panicky, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tool
+		}
+		tool := build(agenttool.Options{Store: d.store(), WaitTimeout: 20 * time.Millisecond})
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the tool's panic did not reach the caller")
+				}
+			}()
+			env := tool.Invoke(anaCtx(), lunchCharge)
+			t.Fatalf("the call answered %s", env)
+		}()
+		again := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, again, envelope.UnknownOutcome, envelope.CodeInProgress)
+		later := build(agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, later, envelope.Success, "")
+		if !later.Reconciled || l.runs.Load() != 1 {
+			t.Errorf("%s after %d runs; want the charge reconciled, not run again", later, l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}

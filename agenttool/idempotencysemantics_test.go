@@ -82,8 +82,11 @@ type ledger struct {
 
 // hold pauses one run: started is closed when the run begins, and the run
 // goes on when release is closed (or its context ends, applying nothing).
+// A stalled run is a paused process: it has not sent its request yet, and
+// does not look at its context until it is released.
 type hold struct {
 	started, release chan struct{}
+	stalled          bool
 }
 
 func newLedger() *ledger {
@@ -91,12 +94,20 @@ func newLedger() *ledger {
 		inflight: map[string]int{}, holds: map[int]*hold{}}
 }
 
-// pause makes the n-th run wait until release is closed.
+// pause makes the n-th run wait, at the destination, until release is
+// closed.
 func (l *ledger) pause(n int) *hold {
 	h := &hold{started: make(chan struct{}), release: make(chan struct{})}
 	l.mu.Lock()
 	l.holds[n] = h
 	l.mu.Unlock()
+	return h
+}
+
+// stall pauses the process of the n-th run before its request leaves.
+func (l *ledger) stall(n int) *hold {
+	h := l.pause(n)
+	h.stalled = true
 	return h
 }
 
@@ -117,8 +128,15 @@ func (l *ledger) charge(ctx context.Context, in payIn) (payOut, error) {
 	info, _ := agenttool.CallInfoFrom(ctx)
 	ref := info.RequestRef
 	l.mu.Lock()
-	l.inflight[ref]++
 	h, step := l.holds[n], l.step
+	l.mu.Unlock()
+	if h != nil && h.stalled {
+		close(h.started)
+		<-h.release
+		h = nil
+	}
+	l.mu.Lock()
+	l.inflight[ref]++
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
@@ -1532,5 +1550,63 @@ func TestAToolThatPanicsAfterItsEffectIsReconciledNotRunAgain(t *testing.T) {
 			t.Errorf("%s after %d runs; want the charge reconciled, not run again", later, l.runs.Load())
 		}
 		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools expires an in-progress record by the Lambda's remaining time,
+// and when that guess is wrong the handler runs twice at once; any lease
+// ends while its holder may be paused (a GC, a VM migration). In retrysafe
+// a call that finds a lease lapsed takes the action over, and a
+// destination that keeps the fencing token refuses the paused holder's
+// late request (the DESIGN's "a paused holder"): one charge, and the
+// paused call, when it wakes, answers with what became of the action.
+func TestAPausedHolderIsFencedOutByTheDestination(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		paused := newPay(t, l, agenttool.Options{Store: d.store()})
+		h := l.stall(1)
+		out := make(chan envelope.Envelope, 1)
+		go func() { out <- paused.Invoke(anaCtx(), lunchCharge) }()
+		within(t, h.started, "the first call to stall")
+		// Another replica, after the paused holder's lease lapsed.
+		taker := newPay(t, l, agenttool.Options{Store: d.replica(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now})
+		took := taker.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, took, envelope.Success, "")
+		close(h.release)
+		woke := <-out
+		wantEnv(t, woke, envelope.Success, "")
+		wantSameResult(t, woke, took)
+		if l.runs.Load() != 2 {
+			t.Errorf("%d runs, want 2 (the stalled one refused by the destination)", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Stripe charges again for a request with another key, whatever its
+// parameters: the client decides what is new. retrysafe differs on purpose
+// (README, "What counts as one action"): its caller is a model that repeats
+// itself, so in one scope the same charge is one action however often it is
+// asked for, and a genuine second charge needs a new session or an action
+// id from trusted code.
+func TestTheSameChargeInOneConversationIsOneAction(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool := newPay(t, l, agenttool.Options{Store: d.store()})
+		first := tool.Invoke(anaCtx(), lunchCharge)
+		again := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, again, envelope.Success, "")
+		if !again.Replayed || again.RequestRef != first.RequestRef {
+			t.Errorf("the same charge asked for again in one conversation: %s; want it replayed", again)
+		}
+		nextConversation := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1/ana", "conversation-2"), lunchCharge)
+		secondOrder := tool.Invoke(agenttool.WithActionID(anaCtx(), "msg-8812"), lunchCharge)
+		for _, env := range []envelope.Envelope{nextConversation, secondOrder} {
+			wantEnv(t, env, envelope.Success, "")
+			if env.Replayed || env.RequestRef == first.RequestRef {
+				t.Errorf("%s; want a new action", env)
+			}
+		}
+		l.wantEffects(t, 3)
 	})
 }

@@ -1074,6 +1074,72 @@ func TestAnOutcomeIsReplayedForItsKeyLifetimeThenTheActionIsNew(t *testing.T) {
 	})
 }
 
+// Two idempotency layers with two lifetimes: a keyed destination (Stripe)
+// may keep a key longer than retrysafe keeps the outcome. A call after
+// the key lifetime is then a new action to retrysafe, and the destination
+// answers it with the charge it made for the key: the envelope says so
+// (replayed, nothing repeated), and nothing is charged twice.
+func TestADestinationThatStillKeepsTheKeyAnswersTheActionAfterItsLifetime(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.keyed = true
+		clk := &aheadClock{}
+		opts := func(s agenttool.Store) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Keyed, KeyTTL: time.Hour, Now: clk.Now}
+		}
+		first := newPay(t, l, opts(d.store())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		clk.Advance(2 * time.Hour)
+		after := newPay(t, l, opts(d.restart())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, after, envelope.Success, "")
+		wantSameResult(t, after, first)
+		if !after.Replayed {
+			t.Errorf("%s; want it to say the destination replayed the first charge", after)
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools hashes the JSON of the payload, sorted, so that the same data
+// in another order is one key; the IETF draft allows one Idempotency-Key
+// field and no more. retrysafe reads the input as the tool will: inputs the
+// tool cannot tell apart (the same members in another order, 1000 written
+// 1000.0 or 1e3, an empty optional member left out or not) are one action,
+// replayed, never a second charge; and an input that says two things at
+// once (a member given twice) is refused.
+func TestInputsTheToolCannotTellApartAreOneAction(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool := newPay(t, l, agenttool.Options{Store: d.store()})
+		first := tool.Invoke(anaCtx(), `{"customer":"cus_ana","amount":1000}`)
+		wantEnv(t, first, envelope.Success, "")
+		for _, in := range []string{
+			`{"amount":1000,"customer":"cus_ana"}`,
+			`{"customer":"cus_ana","amount":1000.0}`,
+			`{"customer":"cus_ana","amount":1e3}`,
+			`{"customer":"cus_ana","amount":1000,"memo":""}`,
+			`{"customer":"cus_ana","amount":1000,"tags":[]}`,
+		} {
+			env := tool.Invoke(anaCtx(), in)
+			wantEnv(t, env, envelope.Success, "")
+			if !env.Replayed {
+				t.Errorf("%s\n-> %s; want the first charge replayed", in, env)
+			}
+			wantSameResult(t, env, first)
+		}
+		for _, in := range []string{
+			`{"customer":"cus_ana","customer":"cus_bob","amount":1000}`,
+			`{"customer":"cus_bob","amount":1000,"amount":2000}`,
+		} {
+			wantEnv(t, tool.Invoke(anaCtx(), in), envelope.DefiniteFailure, envelope.CodeInvalidInput)
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
 // Powertools' DynamoDB TTL and the reapers of other libraries delete every
 // old record, in progress or not (the DESIGN's "reapers that delete
 // everything old"). An unknown outcome in retrysafe never expires: long
@@ -1108,9 +1174,17 @@ func TestAnUnknownOutcomeNeverExpires(t *testing.T) {
 		if again.Status != envelope.UnknownOutcome || again.RequestRef != first.RequestRef {
 			t.Errorf("a month later: %s; want the action still unknown", again)
 		}
+		// Settled a month late, by the sweeper: the key lifetime runs from
+		// the settlement, so the repeat that follows is replayed.
 		l.setPending(false)
+		if r, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{}); err != nil || r.Applied != 1 {
+			t.Fatalf("sweep %+v, %v; want the charge found applied", r, err)
+		}
 		settled := tool.Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, settled, envelope.Success, "")
+		if !settled.Replayed || !settled.Reconciled {
+			t.Errorf("after the sweeper settled it: %s; want the reconciled charge replayed", settled)
+		}
 		if l.runs.Load() != 1 {
 			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
 		}

@@ -68,6 +68,7 @@ type ledger struct {
 	mu       sync.Mutex
 	effects  map[string]int
 	results  map[string]payOut
+	memos    map[string]string // the memo of the request charged, per reference
 	fence    map[string]uint64
 	inflight map[string]int
 	holds    map[int]*hold
@@ -90,7 +91,7 @@ type hold struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{effects: map[string]int{}, results: map[string]payOut{}, fence: map[string]uint64{},
+	return &ledger{effects: map[string]int{}, results: map[string]payOut{}, memos: map[string]string{}, fence: map[string]uint64{},
 		inflight: map[string]int{}, holds: map[int]*hold{}}
 }
 
@@ -168,7 +169,7 @@ func (l *ledger) charge(ctx context.Context, in payIn) (payOut, error) {
 	if !done || !l.keyed {
 		out = payOut{Charge: "ch_" + strings.TrimPrefix(ref, "charge/")[:8], Amount: in.Amount}
 		l.effects[ref]++
-		l.results[ref] = out
+		l.results[ref], l.memos[ref] = out, in.Memo
 		done = false
 	}
 	l.mu.Unlock()
@@ -1683,4 +1684,81 @@ func TestTheSameChargeInOneConversationIsOneAction(t *testing.T) {
 		}
 		l.wantEffects(t, 3)
 	})
+}
+
+// The payload validation of Powertools and the IETF draft, under load:
+// callers of one key with two inputs (lunch and dinner) at once, in two
+// replicas, while the first run succeeds or fails and gives the key back.
+// The key is charged at most once, and a success is only ever answered to
+// a caller whose input is the one charged — never another input's result.
+func TestConcurrentCallsWithTwoInputsForOneKeyNeverAnswerForTheOther(t *testing.T) {
+	for _, first := range []string{"succeeds", "gives the key back"} {
+		t.Run(first, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, d *durable) {
+				const callers = 16
+				l := newLedger()
+				if first != "succeeds" {
+					l.setStep(func(n int) (bool, error) {
+						if n <= payRetry.MaxAttempts {
+							return false, &envelope.HTTPError{StatusCode: 503, Method: "POST"}
+						}
+						return true, nil
+					})
+				}
+				var started atomic.Int64
+				allStarted := make(chan struct{})
+				opts := agenttool.Options{Store: d.store(), WaitTimeout: time.Minute, Hooks: agenttool.Hooks{
+					Start: func(ctx context.Context, _ agenttool.StartEvent) context.Context {
+						if started.Add(1) == callers {
+							close(allStarted)
+						}
+						return ctx
+					},
+				}}
+				tools := []*agenttool.Tool{newPay(t, l, opts)}
+				opts.Store = d.replica()
+				tools = append(tools, newPay(t, l, opts))
+				h := l.pause(1)
+				inputs := []string{lunchCharge, dinnerCharge}
+				memos := []string{"lunch", "dinner"}
+				envs := make([]envelope.Envelope, callers)
+				var wg sync.WaitGroup
+				for i := range envs {
+					wg.Go(func() { envs[i] = tools[i%2].Invoke(anaCtx(), inputs[(i/2)%2]) })
+				}
+				within(t, h.started, "the first charge to start")
+				within(t, allStarted, "every caller to start")
+				close(h.release)
+				wg.Wait()
+				l.wantEffects(t, 1)
+				ref := envs[0].RequestRef
+				l.mu.Lock()
+				charged, result := l.memos[ref], l.results[ref]
+				l.mu.Unlock()
+				want, _ := json.Marshal(result)
+				successes := 0
+				for i, env := range envs {
+					if env.RequestRef != ref {
+						t.Fatalf("caller %d answered for %s, not the key %s", i, env.RequestRef, ref)
+					}
+					switch env.Status {
+					case envelope.Success:
+						successes++
+						if memos[(i/2)%2] != charged || string(env.Result) != string(want) {
+							t.Errorf("caller %d asked for %s and was told %s; the charge was for %s", i, memos[(i/2)%2], env, charged)
+						}
+					case envelope.DefiniteFailure:
+						if c := env.Error.Code; c != envelope.CodeKeyReused && c != envelope.CodeUnavailable {
+							t.Errorf("caller %d: %s", i, env)
+						}
+					default:
+						t.Errorf("caller %d: %s", i, env)
+					}
+				}
+				if successes == 0 {
+					t.Errorf("no caller was told of the charge")
+				}
+			})
+		})
+	}
 }

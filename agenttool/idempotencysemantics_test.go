@@ -1762,3 +1762,56 @@ func TestConcurrentCallsWithTwoInputsForOneKeyNeverAnswerForTheOther(t *testing.
 		})
 	}
 }
+
+// orderDesk is an existing text tool (a langchaingo tools.Tool, by its
+// method set) that places orders at the ledger.
+type orderDesk struct{ l *ledger }
+
+func (orderDesk) Name() string        { return "place_order" }
+func (orderDesk) Description() string { return "Place an order." }
+
+func (o orderDesk) Call(ctx context.Context, input string) (string, error) {
+	var in payIn
+	if err := json.Unmarshal([]byte(input), &in); err != nil {
+		return "", envelope.MarkDefinite(err, "bad_order")
+	}
+	out, err := o.l.charge(ctx, in)
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(out)
+	return string(b), nil
+}
+
+// Powertools' key from a JMESPath subset of the event with the rest
+// validated, for a tool retrysafe wraps as it is (Wrap): the identifying
+// fields make the key, everything else the model sends is fingerprinted —
+// another memo, or a member the tool ignores (a "nonce" a model adds to
+// make a new request) — and refused, not run as a new action; the same
+// input in another order or spacing is replayed.
+func TestAWrappedToolRefusesItsKeyWithAnotherInputAndRunsNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		tool, err := agenttool.Wrap(orderDesk{l}, agenttool.Options{Store: d.store(), Class: agenttool.Reconcilable, Reconciler: l,
+			IdentifyingFields: []string{"customer", "amount"}, Retry: payRetry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := tool.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		again := tool.Invoke(anaCtx(), ` { "memo" : "lunch" , "customer":"cus_ana", "amount":1000 } `)
+		wantEnv(t, again, envelope.Success, "")
+		wantSameResult(t, again, first)
+		for _, in := range []string{dinnerCharge, `{"customer":"cus_ana","amount":1000,"memo":"lunch","nonce":"7f3a"}`} {
+			env := tool.Invoke(anaCtx(), in)
+			wantEnv(t, env, envelope.DefiniteFailure, envelope.CodeKeyReused)
+			if env.Earlier == nil || env.Earlier.State != envelope.ActionSucceeded {
+				t.Errorf("%s; want earlier.state succeeded", env)
+			}
+		}
+		if l.runs.Load() != 1 {
+			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}

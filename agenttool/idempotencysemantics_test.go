@@ -1815,3 +1815,127 @@ func TestAWrappedToolRefusesItsKeyWithAnotherInputAndRunsNothing(t *testing.T) {
 		l.wantEffects(t, 1)
 	})
 }
+
+// Stripe: a retry with the key of a request that may have been processed
+// is answered by the destination; until it is, the client cannot know. A
+// keyed tool's later call of an action left unknown retries with the same
+// key; when those retries meet 503s or a 422, an earlier call's attempt may
+// still have charged: the call says the outcome is unknown, never that
+// nothing was applied — on every store, across restarts.
+func TestALaterCallOfAnUnknownKeyedActionNeverSaysNothingHappened(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		l.keyed = true
+		l.setStep(func(n int) (bool, error) { return true, errReplyLost })
+		opts := func(s agenttool.Store) agenttool.Options {
+			return agenttool.Options{Store: s, Class: agenttool.Keyed}
+		}
+		first := newPay(t, l, opts(d.store())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+		for _, answer := range []error{
+			&envelope.HTTPError{StatusCode: 503, Method: "POST"},
+			&envelope.HTTPError{StatusCode: 422, Method: "POST", Message: "this key was used with another request"},
+			envelope.MarkDefinite(errors.New("no such customer"), "no_customer"),
+		} {
+			l.setStep(func(int) (bool, error) { return false, answer })
+			env := newPay(t, l, opts(d.restart())).Invoke(anaCtx(), lunchCharge)
+			if env.Status != envelope.UnknownOutcome {
+				t.Errorf("a later call whose retries met %v: %s\nwant unknown_outcome: the first call's attempt was charged", answer, env)
+			}
+		}
+		l.setStep(nil)
+		env := newPay(t, l, opts(d.restart())).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, env, envelope.Success, "")
+		if env.RequestRef != first.RequestRef {
+			t.Errorf("%s answers another action than %s", env, first.RequestRef)
+		}
+		l.wantEffects(t, 1)
+	})
+}
+
+// Powertools' answer to a record stuck in progress is to delete it from the
+// table by hand, which lets the next call run whatever happened. In
+// retrysafe a person settles an unknown action through the Operator, bound
+// to the attempt they looked at: found not applied, the next calls — two at
+// once, in two replicas — charge once with the same key; found applied,
+// the next call replays the person's finding; a finding about an attempt
+// that is no longer the record's settles nothing.
+func TestAnOperatorsFindingSettlesTheActionOnce(t *testing.T) {
+	for _, finding := range []string{"not applied", "applied", "stale"} {
+		t.Run(finding, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, d *durable) {
+				l := newLedger()
+				l.setStep(func(n int) (bool, error) { return finding == "applied", errReplyLost })
+				// Nothing can ask this destination: people settle its unknown outcomes.
+				settledByPeople := func(store agenttool.Store) *agenttool.Tool {
+					tool, err := agenttool.New("charge", "Charge a customer.", l.charge, agenttool.Options{
+						Store: store, Class: agenttool.Reconcilable, SettledByOperators: true,
+						IdentifyingFields: []string{"customer", "amount"}, Retry: payRetry,
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tool
+				}
+				store := d.store()
+				tool := settledByPeople(store)
+				first := tool.Invoke(anaCtx(), lunchCharge)
+				wantEnv(t, first, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
+				l.setStep(nil)
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec, err := op.Show(context.Background(), first.RequestRef)
+				if err != nil || rec.State != agenttool.Unknown {
+					t.Fatalf("record %+v, %v; want it unknown", rec, err)
+				}
+				ctx := context.Background()
+				switch finding {
+				case "not applied":
+					err = op.ResolveNotApplied(ctx, first.RequestRef, rec.Attempts, "ops@example.com", "not in the payment log")
+				case "applied":
+					err = op.ResolveApplied(ctx, first.RequestRef, rec.Attempts, json.RawMessage(`{"charge":"ch_found","amount":1000}`), "ops@example.com", "in the payment log")
+				case "stale":
+					err = op.ResolveNotApplied(ctx, first.RequestRef, rec.Attempts-1, "ops@example.com", "looked at an older attempt")
+					if !errors.Is(err, agenttool.ErrStale) {
+						t.Fatalf("a finding about another attempt: %v; want ErrStale", err)
+					}
+					err = nil
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				runs := l.runs.Load()
+				beside := settledByPeople(d.replica())
+				envs := make([]envelope.Envelope, 2)
+				var wg sync.WaitGroup
+				for i, tl := range []*agenttool.Tool{tool, beside} {
+					wg.Go(func() { envs[i] = tl.Invoke(anaCtx(), lunchCharge) })
+				}
+				wg.Wait()
+				for _, env := range envs {
+					switch finding {
+					case "not applied":
+						wantEnv(t, env, envelope.Success, "")
+						wantSameResult(t, env, envs[0])
+					case "applied":
+						wantEnv(t, env, envelope.Success, "")
+						if string(env.Result) != `{"charge":"ch_found","amount":1000}` {
+							t.Errorf("%s; want the operator's finding", env)
+						}
+					case "stale":
+						if env.Status != envelope.UnknownOutcome {
+							t.Errorf("%s; want the action still unknown", env)
+						}
+					}
+				}
+				ran := l.runs.Load() - runs
+				if want := map[string]int64{"not applied": 1}[finding]; ran != want {
+					t.Errorf("the tool ran %d times after the finding, want %d", ran, want)
+				}
+				l.wantEffects(t, map[string]int{"not applied": 1, "applied": 1}[finding])
+			})
+		})
+	}
+}

@@ -1939,3 +1939,52 @@ func TestAnOperatorsFindingSettlesTheActionOnce(t *testing.T) {
 		})
 	}
 }
+
+// silentDesk is a text tool that answers with nothing.
+type silentDesk struct{ runs *atomic.Int64 }
+
+func (silentDesk) Name() string        { return "ping" }
+func (silentDesk) Description() string { return "Ping a customer." }
+
+func (s silentDesk) Call(context.Context, string) (string, error) {
+	s.runs.Add(1)
+	return "", nil
+}
+
+// Powertools' TypeScript and Java versions had to fix the replay of a
+// handler that returned nothing. A tool of retrysafe whose result is null,
+// or an empty text, is replayed as exactly that, from every store and
+// after a restart.
+func TestAnEmptyResultIsReplayedAsItWas(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		var runs atomic.Int64
+		tools := func(store agenttool.Store) (*agenttool.Tool, *agenttool.Tool) {
+			null, err := agenttool.New("notify", "Notify a customer.", func(ctx context.Context, in payIn) (*payOut, error) {
+				runs.Add(1)
+				return nil, nil
+			}, agenttool.Options{Store: store, Class: agenttool.Keyed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, err := agenttool.Wrap(silentDesk{&runs}, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return null, text
+		}
+		null, text := tools(d.store())
+		firsts := []envelope.Envelope{null.Invoke(anaCtx(), lunchCharge), text.Invoke(anaCtx(), "ping Ana")}
+		null, text = tools(d.restart())
+		agains := []envelope.Envelope{null.Invoke(anaCtx(), lunchCharge), text.Invoke(anaCtx(), "ping Ana")}
+		for i, want := range []string{"null", `""`} {
+			wantEnv(t, firsts[i], envelope.Success, "")
+			wantEnv(t, agains[i], envelope.Success, "")
+			if !agains[i].Replayed || string(firsts[i].Result) != want || string(agains[i].Result) != want {
+				t.Errorf("%s then %s; want %s, replayed as %s", firsts[i], agains[i], want, want)
+			}
+		}
+		if runs.Load() != 2 {
+			t.Errorf("the tools ran %d times, want 2", runs.Load())
+		}
+	})
+}

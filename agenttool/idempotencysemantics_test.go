@@ -206,16 +206,6 @@ func (l *ledger) count(ref string) int {
 	return l.effects[ref]
 }
 
-func (l *ledger) total() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, c := range l.effects {
-		n += c
-	}
-	return n
-}
-
 // wantEffects fails unless the destination applied exactly n charges in all
 // and at most one per reference.
 func (l *ledger) wantEffects(t *testing.T, n int) {

@@ -2,9 +2,9 @@ package agenttool_test
 
 // The scenarios other idempotency libraries and specifications test, played
 // against retrysafe's public API: AWS Lambda Powertools' idempotency utility
-// (Python, TypeScript, Java), the IETF draft "The Idempotency-Key HTTP
-// Header Field" and Stripe's idempotent requests, and Go's idempotency
-// middleware (Fiber's). Each test names the source of its scenario; where
+// (Python, TypeScript, Java) and its issue tracker, the IETF draft "The
+// Idempotency-Key HTTP Header Field" and Stripe's idempotent requests, and
+// Go's idempotency middleware (Fiber's). Each test names the source of its scenario; where
 // retrysafe answers otherwise on purpose, its comment says why and where
 // the documentation says so.
 //
@@ -445,7 +445,9 @@ var errReplyLost = errors.New("read tcp 127.0.0.1:443: connection reset by peer"
 // the same body): a repeat of an action replays the envelope of its first
 // call without running the tool — when its members come in another order
 // or spacing (Powertools sorts the payload before hashing), and in another
-// process, where no local cache can answer: the store does.
+// process, where no local cache can answer (Powertools' local cache once
+// answered in progress for a completed record,
+// powertools-lambda-typescript#2311): the store does.
 func TestARepeatedActionReplaysItsFirstResultWithoutRunning(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
@@ -846,8 +848,8 @@ func TestConcurrentCallsOfOneActionRunItOnceAndAgree(t *testing.T) {
 
 // Powertools expires an in-progress record after the Lambda's remaining
 // time and then runs the handler again (the DESIGN's "re-running a
-// timed-out call": users saw duplicate withdrawals); Fiber's lock and
-// entry simply lapse. In retrysafe a holder that died leaves its claim
+// timed-out call": users saw duplicate withdrawals); Fiber's entries
+// expire after their Lifetime. In retrysafe a holder that died leaves its claim
 // pending; once its lease lapsed (or, for boltstore, when the file is
 // opened again) the action is unknown, never free: a reconcilable tool asks
 // the destination first and runs again only on a not-applied answer; a
@@ -1131,9 +1133,10 @@ func TestInputsTheToolCannotTellApartAreOneAction(t *testing.T) {
 	})
 }
 
-// Powertools' DynamoDB TTL and the reapers of other libraries delete every
-// old record, in progress or not (the DESIGN's "reapers that delete
-// everything old"). An unknown outcome in retrysafe never expires: long
+// A time to live that deletes every old record, in progress or not
+// (DynamoDB's on Powertools' table; the DESIGN's "reapers that delete
+// everything old"), frees an action nobody knows the outcome of. An
+// unknown outcome in retrysafe never expires: long
 // after the key lifetime, and after a sweep, a repeat still meets it and
 // asks the destination; it is not run as a new action.
 func TestAnUnknownOutcomeNeverExpires(t *testing.T) {
@@ -1317,12 +1320,14 @@ func TestOneInputToTwoToolsIsTwoActions(t *testing.T) {
 	})
 }
 
-// Powertools raises IdempotencyKeyError when the fields its key is built
-// from are missing (raise_on_no_idempotency_key), and Stripe saves no
-// result for a request that failed validation: the corrected request runs.
-// retrysafe refuses an action without its identifying values
-// (invalid_input), runs and stores nothing, and the corrected call is the
-// action's first.
+// Powertools hashed a missing key as null, so that every request without
+// it shared one record and got the first one's result
+// (powertools-lambda-typescript#1501, powertools-lambda-python#2465,
+// powertools-lambda-java#1200); it raises IdempotencyKeyError when told
+// to (raise_on_no_idempotency_key). Stripe saves no result for a request
+// that failed validation: the corrected request runs. retrysafe refuses an
+// action without its identifying values (invalid_input), runs and stores
+// nothing, and the corrected call is the action's first.
 func TestAnActionWithoutItsIdentifyingValuesIsRefusedAndNothingStored(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
@@ -1351,9 +1356,9 @@ func TestAnActionWithoutItsIdentifyingValuesIsRefusedAndNothingStored(t *testing
 	})
 }
 
-// Powertools once took falsy values (0, False) for a missing key. In
-// retrysafe only null, "", [] and {} are empty: an amount of 0 identifies an
-// action like any other, runs once and is replayed.
+// Powertools tests that falsy values (0, False) are not taken for a
+// missing key. In retrysafe only null, "", [] and {} are empty: an amount
+// of 0 identifies an action like any other, runs once and is replayed.
 func TestZeroIsAValueThatIdentifiesAnAction(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
@@ -1406,8 +1411,8 @@ func TestAToolThatChangesItsInputKeepsItsKey(t *testing.T) {
 	})
 }
 
-// Fiber's middleware leaves safe methods alone (GET is never cached) and
-// Powertools can be disabled per function: a read has no effect to protect.
+// Fiber's middleware leaves safe methods alone (a GET is never cached): a
+// read has no effect to protect.
 // A ReadOnly tool in retrysafe runs on every call, stores nothing and is
 // never replayed.
 func TestAReadOnlyToolRunsEveryTimeAndKeepsNothing(t *testing.T) {
@@ -1618,9 +1623,10 @@ func TestAToolThatPanicsAfterItsEffectIsReconciledNotRunAgain(t *testing.T) {
 	})
 }
 
-// Powertools expires an in-progress record by the Lambda's remaining time,
-// and when that guess is wrong the handler runs twice at once; any lease
-// ends while its holder may be paused (a GC, a VM migration). In retrysafe
+// Powertools lets another invocation run once an in-progress record's
+// expiry (the Lambda's remaining time) has passed, trusting that the first
+// is gone; but any lease can end while its holder is only paused (a GC, a
+// VM migration). In retrysafe
 // a call that finds a lease lapsed takes the action over, and a
 // destination that keeps the fencing token refuses the paused holder's
 // late request (the DESIGN's "a paused holder"): one charge, and the
@@ -1843,8 +1849,8 @@ func TestALaterCallOfAnUnknownKeyedActionNeverSaysNothingHappened(t *testing.T) 
 	})
 }
 
-// Powertools' answer to a record stuck in progress is to delete it from the
-// table by hand, which lets the next call run whatever happened. In
+// With Powertools, a record stuck in progress expires, or is deleted from
+// the table by hand, and the next call runs whatever happened. In
 // retrysafe a person settles an unknown action through the Operator, bound
 // to the attempt they looked at: found not applied, the next calls — two at
 // once, in two replicas — charge once with the same key; found applied,
@@ -1930,22 +1936,27 @@ func TestAnOperatorsFindingSettlesTheActionOnce(t *testing.T) {
 	}
 }
 
-// silentDesk is a text tool that answers with nothing.
-type silentDesk struct{ runs *atomic.Int64 }
+// falsyDesk is a text tool whose answers are falsy: nothing, 0, false, an
+// empty object or list.
+type falsyDesk struct{ runs *atomic.Int64 }
 
-func (silentDesk) Name() string        { return "ping" }
-func (silentDesk) Description() string { return "Ping a customer." }
+var falsyAnswers = map[string]string{"say nothing": "", "say zero": "0", "say false": "false", "say {}": "{}", "say []": "[]"}
 
-func (s silentDesk) Call(context.Context, string) (string, error) {
-	s.runs.Add(1)
-	return "", nil
+func (falsyDesk) Name() string        { return "answer" }
+func (falsyDesk) Description() string { return "Answer a customer." }
+
+func (f falsyDesk) Call(_ context.Context, in string) (string, error) {
+	f.runs.Add(1)
+	return falsyAnswers[in], nil
 }
 
-// Powertools' TypeScript and Java versions had to fix the replay of a
-// handler that returned nothing. A tool of retrysafe whose result is null,
-// or an empty text, is replayed as exactly that, from every store and
-// after a restart.
-func TestAnEmptyResultIsReplayedAsItWas(t *testing.T) {
+// Powertools did not store a falsy response (0, False, "", {}, []) and ran
+// the function again on the repeat (powertools-lambda-python#8090), and its
+// response hook and Middy middleware mishandled a function that returned
+// nothing (#5150, powertools-lambda-typescript#2987). A tool of retrysafe
+// whose result is null, nothing, 0, false, {} or [] is recorded, and
+// replayed as exactly that, from every store and after a restart.
+func TestAFalsyResultIsReplayedAsItWas(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		var runs atomic.Int64
 		tools := func(store agenttool.Store) (*agenttool.Tool, *agenttool.Tool) {
@@ -1956,25 +1967,35 @@ func TestAnEmptyResultIsReplayedAsItWas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			text, err := agenttool.Wrap(silentDesk{&runs}, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
+			text, err := agenttool.Wrap(falsyDesk{&runs}, agenttool.Options{Store: store, Class: agenttool.Keyed, TextInput: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return null, text
 		}
+		want := map[string]string{"say nothing": `""`, "say zero": "0", "say false": "false", "say {}": "{}", "say []": "[]"}
 		null, text := tools(d.store())
-		firsts := []envelope.Envelope{null.Invoke(anaCtx(), lunchCharge), text.Invoke(anaCtx(), "ping Ana")}
+		first := null.Invoke(anaCtx(), lunchCharge)
+		firsts := map[string]envelope.Envelope{}
+		for in := range want {
+			firsts[in] = text.Invoke(anaCtx(), in)
+		}
 		null, text = tools(d.restart())
-		agains := []envelope.Envelope{null.Invoke(anaCtx(), lunchCharge), text.Invoke(anaCtx(), "ping Ana")}
-		for i, want := range []string{"null", `""`} {
-			wantEnv(t, firsts[i], envelope.Success, "")
-			wantEnv(t, agains[i], envelope.Success, "")
-			if !agains[i].Replayed || string(firsts[i].Result) != want || string(agains[i].Result) != want {
-				t.Errorf("%s then %s; want %s, replayed as %s", firsts[i], agains[i], want, want)
+		again := null.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		wantEnv(t, again, envelope.Success, "")
+		if !again.Replayed || string(first.Result) != "null" || string(again.Result) != "null" {
+			t.Errorf("%s then %s; want null, replayed as null", first, again)
+		}
+		for in, w := range want {
+			env := text.Invoke(anaCtx(), in)
+			wantEnv(t, env, envelope.Success, "")
+			if !env.Replayed || string(firsts[in].Result) != w || string(env.Result) != w {
+				t.Errorf("%q: %s then %s; want %s, replayed as %s", in, firsts[in], env, w, w)
 			}
 		}
-		if runs.Load() != 2 {
-			t.Errorf("the tools ran %d times, want 2", runs.Load())
+		if runs.Load() != int64(1+len(want)) {
+			t.Errorf("the tools ran %d times, want %d", runs.Load(), 1+len(want))
 		}
 	})
 }

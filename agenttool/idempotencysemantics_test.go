@@ -624,8 +624,10 @@ func TestAnErrorAfterTheRequestLeftIsReconciledNotRunAgain(t *testing.T) {
 // the same key with another input runs nothing and leaves the first
 // record as it was. Powertools validates only the fields its
 // payload_validation_jmespath names, and its Java, TypeScript and Python
-// versions each skipped the check on a path (an optimistic write that found
-// the record, a record served from the local cache); retrysafe
+// versions each skipped the check on a path: the record an optimistic
+// write found (powertools-lambda-java#2260, powertools-lambda-typescript
+// #2058, powertools-lambda-python#3781), a record cached before it was
+// validated (powertools-lambda-python#3821). retrysafe
 // fingerprints the whole input and compares it on every path that meets an
 // existing record — settled, refused, unknown, or still running here or in
 // another replica — and on a refused call it does not wait for the first.

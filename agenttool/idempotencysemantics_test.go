@@ -2001,3 +2001,32 @@ func TestAFalsyResultIsReplayedAsItWas(t *testing.T) {
 		}
 	})
 }
+
+// The payload validation path Powertools' Java version skipped met an
+// in-progress record; one whose holder died (its lease lapsed) is met too:
+// another input under its key is refused, nothing runs, the record is left
+// for the action's own resend, which asks the destination first.
+func TestTheSameKeyWithAnotherInputIsRefusedWhenTheHolderDied(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		dead := &failingStore{Store: d.store()}
+		dead.die()
+		first := newPay(t, l, agenttool.Options{Store: dead}).Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, first, envelope.Success, "")
+		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now})
+		refused := later.Invoke(anaCtx(), dinnerCharge)
+		wantEnv(t, refused, envelope.DefiniteFailure, envelope.CodeKeyReused)
+		if refused.Earlier == nil || refused.Earlier.RequestRef != first.RequestRef || refused.Earlier.State == envelope.ActionFailed {
+			t.Errorf("refusal %s; want it to name %s, not failed", refused, first.RequestRef)
+		}
+		if l.runs.Load() != 1 || l.checks.Load() != 0 {
+			t.Errorf("the refused call ran the tool or asked the destination (%d runs, %d checks)", l.runs.Load(), l.checks.Load())
+		}
+		resend := later.Invoke(anaCtx(), lunchCharge)
+		wantEnv(t, resend, envelope.Success, "")
+		if !resend.Reconciled || l.runs.Load() != 1 {
+			t.Errorf("the first action's resend %s after %d runs; want it reconciled, not run again", resend, l.runs.Load())
+		}
+		l.wantEffects(t, 1)
+	})
+}

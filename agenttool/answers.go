@@ -69,6 +69,10 @@ type answer struct {
 func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 	name, fence := t.name, t.cfg.Fence
 	env := envelope.Envelope{Version: envelope.Version, Tool: name, RequestRef: ref, Attempts: a.attempts, Replayed: a.replayed}
+	// notThisCall is the note of a call that never reached the store's
+	// record: it did nothing, but the action it repeats may have been done
+	// by an earlier call, so the model must not tell the user it failed.
+	const notThisCall = "Nothing was done by this call. An earlier call of the same action, if there was one, may have done it: do not tell the user it failed."
 	fail := func(code, msg string, next envelope.Next, note string) {
 		env.Status, env.Next, env.Note = envelope.DefiniteFailure, next, note
 		env.Error = &envelope.Error{Code: code, Message: msg}
@@ -106,10 +110,10 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 	case reasonInvalidInput:
 		env.Status, env.Next, env.Error = envelope.DefiniteFailure, envelope.FixInput, a.input
 	case reasonCancelled:
-		fail(envelope.CodeCancelled, fmt.Sprintf("the call was cancelled before the tool ran: %v", a.err), envelope.Wait, "")
+		fail(envelope.CodeCancelled, fmt.Sprintf("the call was cancelled before the tool ran: %v", a.err), envelope.Wait, notThisCall+" Call again to find out.")
 	case reasonStoreUnavailable:
 		fail(envelope.CodeStoreUnavailable, fmt.Sprintf("the idempotency store could not be used, so the tool was not run: %v", a.err),
-			envelope.Wait, "Nothing was done. Try again later.")
+			envelope.Wait, notThisCall+" Try again later to find out.")
 	case reasonOtherPrincipal:
 		fail(envelope.CodeScopeMismatch, "this request reference belongs to another principal; nothing was run", envelope.DoNotRetry, "")
 	case reasonOtherTool:

@@ -2030,3 +2030,32 @@ func TestTheSameKeyWithAnotherInputIsRefusedWhenTheHolderDied(t *testing.T) {
 		l.wantEffects(t, 1)
 	})
 }
+
+// A repeat of an action already done that cannot reach the store — its
+// context cancelled before it ran, or the store down — answers
+// definite_failure for itself (I4: nothing ran), but its note must not let
+// the model tell the user the action failed: the earlier call did it.
+func TestARepeatThatCannotReachTheStoreDoesNotSayTheActionFailed(t *testing.T) {
+	eachStore(t, func(t *testing.T, d *durable) {
+		l := newLedger()
+		store := &failingStore{Store: d.store()}
+		tool := newPay(t, l, agenttool.Options{Store: store})
+		wantEnv(t, tool.Invoke(anaCtx(), lunchCharge), envelope.Success, "")
+
+		cancelled, cancel := context.WithCancel(anaCtx())
+		cancel()
+		store.failClaim.Store(true)
+		for _, c := range []struct {
+			name string
+			ctx  context.Context
+			code string
+		}{{"cancelled", cancelled, envelope.CodeCancelled}, {"store down", anaCtx(), envelope.CodeStoreUnavailable}} {
+			env := tool.Invoke(c.ctx, lunchCharge)
+			wantEnv(t, env, envelope.DefiniteFailure, c.code)
+			if !strings.Contains(env.Note, "earlier call of the same action") || !strings.Contains(env.Note, "do not tell the user it failed") {
+				t.Errorf("%s: note %q; want it to say an earlier call may have done the action, and not to report a failure", c.name, env.Note)
+			}
+		}
+		l.wantEffects(t, 1)
+	})
+}

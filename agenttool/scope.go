@@ -87,7 +87,10 @@ func labelFrom(ctx context.Context) string {
 // identifying fields, to tell one logical action from another. Use it when an
 // orchestrator (a workflow engine, a job queue) owns stable step ids. The key
 // stays bound to the tool, the principal and the session, and the input's
-// fingerprint is still compared on every reuse.
+// fingerprint is still compared on every reuse. An empty id means none:
+// the identifying fields make the key, as without WithActionID. Any other
+// id is used byte for byte, spaces included ("step-1" and "step-1 " are two
+// actions), so pass the orchestrator's id as it stores it.
 func WithActionID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, actionKey, id)
 }

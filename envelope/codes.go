@@ -16,9 +16,11 @@ const (
 	// Nothing ran; the first record is untouched.
 	CodeKeyReused = "key_reused_with_different_input"
 	// CodeStoreUnavailable: the key could not be claimed or read, so the tool
-	// was not run (fail closed).
+	// was not run (fail closed). An earlier call of the same action may
+	// have done it; the envelope's note says so.
 	CodeStoreUnavailable = "store_unavailable"
-	// CodeCancelled: the caller's context ended before the tool ran.
+	// CodeCancelled: the caller's context ended before the tool ran. As
+	// with CodeStoreUnavailable, an earlier call may have done the action.
 	CodeCancelled = "cancelled"
 	// CodeRejected: the tool reported a definite failure without a code of
 	// its own.

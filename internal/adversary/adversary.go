@@ -23,7 +23,8 @@ import (
 // Plan is one logical action and the ways the adversary restates it.
 type Plan struct {
 	Tool string
-	// Base is the model's correct call: one JSON object of strings.
+	// Base is the model's correct call: one JSON object of strings and
+	// numbers.
 	Base string
 	// Reworded is the same action in other words, sent once after the
 	// first unknown outcome (a model "fixing" its request).
@@ -34,7 +35,7 @@ type Plan struct {
 // in order: each either is the same action (and must be replayed or
 // refused) or is not acceptable input (and must be refused).
 func (p Plan) Variants() []string {
-	names, values := members(p.Base)
+	names, values, lits := members(p.Base)
 	obj := func(pairs ...string) string { // name, raw JSON value, ...
 		var b strings.Builder
 		b.WriteByte('{')
@@ -50,7 +51,7 @@ func (p Plan) Variants() []string {
 	base := func(extra ...string) string {
 		var pairs []string
 		for i, n := range names {
-			pairs = append(pairs, n, quote(values[i]))
+			pairs = append(pairs, n, lits[i])
 		}
 		return obj(append(pairs, extra...)...)
 	}
@@ -63,7 +64,7 @@ func (p Plan) Variants() []string {
 				}
 				continue
 			}
-			pairs = append(pairs, n, quote(values[i]))
+			pairs = append(pairs, n, lits[i])
 		}
 		return obj(pairs...)
 	}
@@ -72,22 +73,28 @@ func (p Plan) Variants() []string {
 	// Reordered and spaced out.
 	var rev []string
 	for i := len(names) - 1; i >= 0; i-- {
-		rev = append(rev, fmt.Sprintf(" %s : %s ", quote(names[i]), quote(values[i])))
+		rev = append(rev, fmt.Sprintf(" %s : %s ", quote(names[i]), lits[i]))
 	}
 	out = append(out, "\n{"+strings.Join(rev, ",\n")+"}\n")
 	// Member names in another case, alone and beside the real one.
-	out = append(out, with(0, title(names[0]), quote(values[0])))
+	out = append(out, with(0, title(names[0]), lits[0]))
 	var upper []string
 	for i, n := range names {
-		upper = append(upper, strings.ToUpper(n), quote(values[i]))
+		upper = append(upper, strings.ToUpper(n), lits[i])
 	}
 	out = append(out, obj(upper...))
-	out = append(out, obj(append([]string{names[0], quote("decoy")}, pairs(names, values, title(names[0]))...)...))
-	out = append(out, with(0, "ſ"+names[0][1:], quote(values[0])))
+	out = append(out, obj(append([]string{names[0], quote("decoy")}, pairs(names, lits, title(names[0]))...)...))
+	out = append(out, with(0, "ſ"+names[0][1:], lits[0]))
 	// Null members added.
 	out = append(out, base(strings.ToUpper(names[len(names)-1]), "null"), base("cc", "null"))
 	// Cosmetic variants of every value.
 	for i, v := range values {
+		if lits[i] != quote(v) { // a number: the same value written otherwise
+			for _, w := range []string{quote(v), v + ".0", v + "e0", " " + v} {
+				out = append(out, with(i, names[i], w))
+			}
+			continue
+		}
 		for _, w := range []string{v + " ", " " + v, strings.ReplaceAll(v, " ", "  "), strings.ReplaceAll(v, " ", "\u00a0"),
 			strings.ToUpper(v), titleWords(v), v + "\n", "\u200b" + v, fullWidth(v)} {
 			if w != v {
@@ -110,10 +117,10 @@ func (p Plan) Variants() []string {
 	return append(out, p.Base) // and once more as it was
 }
 
-func pairs(names, values []string, first string) []string {
-	out := []string{first, quote(values[0])}
+func pairs(names, lits []string, first string) []string {
+	out := []string{first, lits[0]}
 	for i := 1; i < len(names); i++ {
-		out = append(out, names[i], quote(values[i]))
+		out = append(out, names[i], lits[i])
 	}
 	return out
 }
@@ -139,11 +146,11 @@ func (p Plan) Script() demo.Script {
 			}
 			if err == nil && last.RequestRef != "" && !pasted {
 				pasted = true
-				names, values := members(p.Base)
+				names, _, lits := members(p.Base)
 				var b strings.Builder
 				b.WriteString("{")
 				for i, name := range names {
-					fmt.Fprintf(&b, "%s:%s,", quote(name), quote(values[i]))
+					fmt.Fprintf(&b, "%s:%s,", quote(name), lits[i])
 				}
 				fmt.Fprintf(&b, `"reference":%s}`, quote(last.RequestRef))
 				return call(b.String())
@@ -211,22 +218,29 @@ func Check(envs []envelope.Envelope, eff Effects, want int) []string {
 	return bad
 }
 
-// members reads a flat JSON object of strings, keeping its order.
-func members(obj string) (names, values []string) {
+// members reads a flat JSON object of strings and numbers, keeping its
+// order: each member's name, its value (a string's text, a number's
+// digits) and its value as JSON.
+func members(obj string) (names, values, lits []string) {
 	dec := json.NewDecoder(strings.NewReader(obj))
+	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		panic("adversary: the base call is not a JSON object: " + obj)
 	}
 	for dec.More() {
 		n, _ := dec.Token()
 		v, _ := dec.Token()
-		s, ok := v.(string)
-		if !ok {
-			panic("adversary: the base call has a member that is not a string: " + obj)
+		switch v := v.(type) {
+		case string:
+			values, lits = append(values, v), append(lits, quote(v))
+		case json.Number:
+			values, lits = append(values, v.String()), append(lits, v.String())
+		default:
+			panic("adversary: the base call has a member that is neither a string nor a number: " + obj)
 		}
-		names, values = append(names, n.(string)), append(values, s)
+		names = append(names, n.(string))
 	}
-	return names, values
+	return names, values, lits
 }
 
 func quote(s string) string {

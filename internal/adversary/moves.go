@@ -154,6 +154,9 @@ func (m *mind) next(turn int, read []Exchange) ([]call, string) {
 // learn reads one envelope about the action.
 func (a *act) learn(e envelope.Envelope) {
 	a.last = string(e.Status)
+	if e.Error != nil {
+		a.last += ", " + e.Error.Code
+	}
 	for _, ref := range []string{e.RequestRef, earlierRef(e)} {
 		if ref != "" && !contains(a.refs, ref) {
 			a.refs = append(a.refs, ref)
@@ -236,13 +239,20 @@ func keyInText(base string, n int) string {
 	return b.String()
 }
 
-// answer is the model's final answer: what it read last of each action.
+// answer is the model's final answer: what it learnt of each action.
 func (m *mind) answer() string {
 	var parts []string
 	for _, a := range m.acts {
-		parts = append(parts, fmt.Sprintf("%s: %s", a.plan.Tool, a.last))
+		switch {
+		case a.done:
+			parts = append(parts, a.plan.Tool+": done")
+		case a.unknown:
+			parts = append(parts, a.plan.Tool+": it may have happened; it is being verified")
+		default:
+			parts = append(parts, fmt.Sprintf("%s: not done (%s)", a.plan.Tool, a.last))
+		}
 	}
-	return "Done. " + strings.Join(parts, "; ") + "."
+	return strings.Join(parts, "; ") + "."
 }
 
 func earlierRef(e envelope.Envelope) string {

@@ -35,14 +35,16 @@ func (c claim) String() string {
 //
 // A Ledger is not safe for concurrent use.
 type Ledger struct {
-	Tool string
-	refs map[string]claim
-	bad  []string
+	Tool    string
+	refs    map[string]claim
+	results map[string]string // the result each applied reference was reported with
+	bad     []string
 
 	unknownSeen bool   // an unknown outcome was read: an effect may land later, on its own
 	unknownThen bool   // one was read before the current group
 	before      int    // the effects before the current group
 	fresh       int    // fresh successes in the current group
+	replays     int    // replayed successes in the current group
 	mayApply    int    // calls of the current group that may have applied the effect
 	first, n    int    // the current group's first envelope; envelopes read
 	last        string // the last envelope read
@@ -50,7 +52,7 @@ type Ledger struct {
 
 // NewLedger returns an empty ledger for tool's envelopes.
 func NewLedger(tool string) *Ledger {
-	return &Ledger{Tool: tool, refs: map[string]claim{}}
+	return &Ledger{Tool: tool, refs: map[string]claim{}, results: map[string]string{}}
 }
 
 // Read takes the next envelope of the run. Envelopes of other tools (a
@@ -79,9 +81,25 @@ func (l *Ledger) Read(e envelope.Envelope) {
 		}
 		l.refs[ref] = c
 	}
+	result := func(ref string, r []byte) { // one action has one result, however often it is told
+		if ref == "" || len(r) == 0 {
+			return
+		}
+		if was, ok := l.results[ref]; ok && was != string(r) {
+			say("reports %s with the result %s, after %s", ref, r, was)
+		}
+		l.results[ref] = string(r)
+	}
+	if e.Earlier != nil && e.Earlier.State == envelope.ActionSucceeded {
+		result(e.Earlier.RequestRef, e.Earlier.Result)
+	}
 	switch e.Status {
 	case envelope.Success:
 		set(e.RequestRef, applied)
+		result(e.RequestRef, e.Result)
+		if e.Replayed {
+			l.replays++
+		}
 		if !e.Replayed && !e.Reconciled {
 			l.fresh++
 			l.mayApply++
@@ -122,7 +140,9 @@ func (l *Ledger) EndGroup(after int) {
 		}
 		l.bad = append(l.bad, fmt.Sprintf("%s (the last %s): %s", which, l.last, fmt.Sprintf(format, args...)))
 	}
-	defer func() { l.before, l.first, l.fresh, l.mayApply, l.unknownThen = after, l.n, 0, 0, l.unknownSeen }()
+	defer func() {
+		l.before, l.first, l.fresh, l.replays, l.mayApply, l.unknownThen = after, l.n, 0, 0, 0, l.unknownSeen
+	}()
 	var yes, maybe int
 	for _, c := range l.refs {
 		switch c {
@@ -145,6 +165,9 @@ func (l *Ledger) EndGroup(after int) {
 		}
 		if l.fresh > added {
 			say("%d fresh successes, but the effects went from %d to %d", l.fresh, l.before, after)
+		}
+		if l.replays > 0 && l.n-l.first == 1 && l.before == 0 {
+			say("a replayed success, but the destination had no effect before this call")
 		}
 	}
 }

@@ -24,6 +24,10 @@ func env(status envelope.Status, ref string, opts ...func(*envelope.Envelope)) e
 
 func replayed(e *envelope.Envelope) { e.Replayed = true }
 
+func result(r string) func(*envelope.Envelope) {
+	return func(e *envelope.Envelope) { e.Result = []byte(r) }
+}
+
 func earlier(ref string, s envelope.ActionState, code string) func(*envelope.Envelope) {
 	return func(e *envelope.Envelope) {
 		e.Earlier = &envelope.Earlier{RequestRef: ref, State: s}
@@ -82,6 +86,13 @@ func TestTheLedgerHoldsEnvelopesToTheDestination(t *testing.T) {
 			{[]envelope.Envelope{env(envelope.UnknownOutcome, A)}, 0},
 			{[]envelope.Envelope{env(envelope.DefiniteFailure, B, earlier(A, envelope.ActionSucceeded, envelope.CodeEarlierApplied))}, 0},
 		}, "say 1 actions were applied, but the destination has 0"},
+		{"a replay of nothing", []step{
+			{[]envelope.Envelope{env(envelope.Success, A, replayed)}, 1},
+		}, "the destination had no effect before this call"},
+		{"another result for one action", []step{
+			{[]envelope.Envelope{env(envelope.Success, A, result(`{"id":1}`))}, 1},
+			{[]envelope.Envelope{env(envelope.Success, A, replayed, result(`{"id":2}`))}, 1},
+		}, `with the result {"id":2}, after {"id":1}`},
 		{"a tool that does not exist ran", []step{
 			{[]envelope.Envelope{func() envelope.Envelope { e := env(envelope.Success, A); e.Tool = "send_mail"; return e }()}, 0},
 		}, "does not exist did not fail"},

@@ -11,12 +11,18 @@ import (
 // and both sides of MCP — parallel and repeated calls, restated and
 // reworded bookings, malformed arguments, pasted references, tools that do
 // not exist — gets one booking under every fault (none without a token),
-// and every envelope it reads is true.
+// and every envelope it reads is true; also with a loop that runs each
+// message's calls at once (adversary.ConcurrentLoop), which sends them to
+// the MCP server at once.
 func TestAnAdversarialModelOverTheWireGetsOneEffectPerAction(t *testing.T) {
-	for fault, want := range map[string]int{"lost-response": 1, "duplicate-delivery": 1, "none": 1, "unauthenticated": 0} {
-		for seed := range uint64(2) {
-			t.Run(fmt.Sprintf("%s/seed-%d", fault, seed), func(t *testing.T) {
-				adversary.RunWire(t, example, adversary.WireRun{Plan: bookingPlan, Fault: fault, Want: want, Seed: seed})
+	for i, fault := range []string{"lost-response", "duplicate-delivery", "none", "unauthenticated"} {
+		want := 1
+		if fault == "unauthenticated" {
+			want = 0 // nothing runs without a token
+		}
+		for _, concurrent := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/at-once-%t", fault, concurrent), func(t *testing.T) {
+				adversary.RunWire(t, example, adversary.WireRun{Plan: bookingPlan, Fault: fault, Want: want, Seed: uint64(60 + i), Concurrent: concurrent})
 			})
 		}
 	}

@@ -10,12 +10,14 @@ import (
 // An adversarial model over the OpenAI wire format — parallel and repeated
 // calls, restated and reworded notes, malformed arguments, pasted
 // references, tools that do not exist — appends one note (none to a closed
-// incident), and every envelope it reads is true.
+// incident), and every envelope it reads is true; also with a loop that
+// runs each message's calls at once (adversary.ConcurrentLoop).
 func TestAnAdversarialModelOverTheWireGetsOneEffectPerAction(t *testing.T) {
-	for fault, want := range map[string]int{"none": 1, "closed-incident": 0} {
-		for seed := range uint64(2) {
-			t.Run(fmt.Sprintf("%s/seed-%d", fault, seed), func(t *testing.T) {
-				adversary.RunWire(t, example, adversary.WireRun{Plan: notesPlan, Fault: fault, Want: want, Seed: seed})
+	for i, fault := range []string{"none", "closed-incident"} {
+		want := map[string]int{"none": 1, "closed-incident": 0}[fault]
+		for _, concurrent := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/at-once-%t", fault, concurrent), func(t *testing.T) {
+				adversary.RunWire(t, example, adversary.WireRun{Plan: notesPlan, Fault: fault, Want: want, Seed: uint64(50 + i), Concurrent: concurrent})
 			})
 		}
 	}

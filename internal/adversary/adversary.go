@@ -6,6 +6,13 @@
 // unknown outcome. It drives the example agents through the real
 // langchaingo executor, and [Check] says whether the destination and the
 // envelopes stayed truthful.
+//
+// [Model] is the same adversary behind OpenAI's Chat Completions wire
+// format, for the examples' -llm openai path: several tool calls in each
+// message, chosen with seeded randomness, and moves made on what it reads
+// (see [Move]). [RunWire] runs an example against it, and a [Ledger] holds
+// every envelope the model read to the destination's effects and the
+// store.
 package adversary
 
 import (

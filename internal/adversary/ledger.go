@@ -35,7 +35,14 @@ func (c claim) String() string {
 //
 // A Ledger is not safe for concurrent use.
 type Ledger struct {
-	Tool    string
+	Tool string
+	// Unordered says that the calls of a group ran at once, so that the
+	// order of their envelopes says nothing: what they say of a reference
+	// is taken together, the strongest claim first (applied, maybe, not
+	// applied), when the group ends.
+	Unordered bool
+
+	group   map[string]claim // the current group's claims, when Unordered
 	refs    map[string]claim
 	results map[string]string // the result each applied reference was reported with
 	bad     []string
@@ -52,7 +59,7 @@ type Ledger struct {
 
 // NewLedger returns an empty ledger for tool's envelopes.
 func NewLedger(tool string) *Ledger {
-	return &Ledger{Tool: tool, refs: map[string]claim{}, results: map[string]string{}}
+	return &Ledger{Tool: tool, refs: map[string]claim{}, results: map[string]string{}, group: map[string]claim{}}
 }
 
 // Read takes the next envelope of the run. Envelopes of other tools (a
@@ -73,13 +80,13 @@ func (l *Ledger) Read(e envelope.Envelope) {
 		return
 	}
 	set := func(ref string, c claim) {
-		if ref == "" {
-			return
+		switch {
+		case ref == "":
+		case l.Unordered:
+			l.group[ref] = max(l.group[ref], c)
+		default:
+			l.claim(ref, c, say)
 		}
-		if l.refs[ref] == applied && c != applied {
-			say("says %s is %s, after an envelope said it was applied", ref, c)
-		}
-		l.refs[ref] = c
 	}
 	result := func(ref string, r []byte) { // one action has one result, however often it is told
 		if ref == "" || len(r) == 0 {
@@ -129,6 +136,14 @@ func (l *Ledger) Read(e envelope.Envelope) {
 	}
 }
 
+// claim records what an envelope says of ref.
+func (l *Ledger) claim(ref string, c claim, say func(string, ...any)) {
+	if l.refs[ref] == applied && c != applied {
+		say("says %s is %s, after an envelope said it was applied", ref, c)
+	}
+	l.refs[ref] = c
+}
+
 // EndGroup closes a group of envelopes (one call's, or one message's)
 // with after, the tool's effects at the destination counted after it,
 // and checks them against the ledger.
@@ -140,6 +155,10 @@ func (l *Ledger) EndGroup(after int) {
 		}
 		l.bad = append(l.bad, fmt.Sprintf("%s (the last %s): %s", which, l.last, fmt.Sprintf(format, args...)))
 	}
+	for _, ref := range slices.Sorted(maps.Keys(l.group)) {
+		l.claim(ref, l.group[ref], say)
+	}
+	clear(l.group)
 	defer func() {
 		l.before, l.first, l.fresh, l.replays, l.mayApply, l.unknownThen = after, l.n, 0, 0, 0, l.unknownSeen
 	}()

@@ -40,12 +40,10 @@ var (
 // its transcript, where the APIs log each invoice and message they make.
 func TestAnAdversarialModelOverTheWireGetsOneInvoiceAndOneMessageFromTheStarter(t *testing.T) {
 	bin := buildStarter(t)
-	for _, fault := range []string{"lost-responses", "none"} {
-		for seed := range uint64(2) {
-			t.Run(fmt.Sprintf("%s/seed-%d", fault, seed), func(t *testing.T) {
-				runStarter(t, bin, fault, seed)
-			})
-		}
+	for i, fault := range []string{"lost-responses", "none"} {
+		t.Run(fault, func(t *testing.T) {
+			runStarter(t, bin, fault, uint64(70+i))
+		})
 	}
 }
 

@@ -27,6 +27,9 @@ type WireRun struct {
 	Seed uint64
 	// RewordAtOnce: see [ModelOptions].
 	RewordAtOnce bool
+	// Concurrent replaces the example's loop with [ConcurrentLoop], which
+	// runs each message's calls at once (and counts effects per message).
+	Concurrent bool
 	// PerMessage says that the example counts the destination's effects
 	// once per assistant message, after all its calls, rather than after
 	// each call (a loop that records a message's envelopes together).
@@ -44,6 +47,9 @@ func RunWire(t *testing.T, ex demo.Example, r WireRun) *Model {
 	m := NewModel(ModelOptions{Seed: r.Seed, RewordAtOnce: r.RewordAtOnce}, r.Plan)
 	getenv := m.Start(t)
 	ex.MaxIterations = m.mind.maxTurns + 4
+	if r.Concurrent {
+		ex.Loop, r.PerMessage = ConcurrentLoop, true
+	}
 	db := filepath.Join(t.TempDir(), "retrysafe.db")
 	var out bytes.Buffer
 	sum, err := demo.Run(context.Background(), ex, []string{"-llm", "openai", "-fault", r.Fault, "-db", db}, &out, getenv)
@@ -58,6 +64,7 @@ func RunWire(t *testing.T, ex demo.Example, r WireRun) *Model {
 	turns, miss := alignWire(sum.Envelopes, log)
 	bad = append(bad, miss...)
 	l := NewLedger(r.Plan.Tool)
+	l.Unordered = r.Concurrent
 	for i, e := range sum.Envelopes {
 		l.Read(e)
 		if !r.PerMessage || i+1 == len(sum.Envelopes) || turns[i+1] != turns[i] {

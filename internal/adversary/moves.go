@@ -101,6 +101,27 @@ func repertoire(i int, p Plan) [][]call {
 	for _, extra := range []string{`"cc":""`, `"cc":[]`, `"cc":{}`, `"reply_to":null`} { // empty members
 		out = append(out, one(Same, withMember(b, extra, false)))
 	}
+	names, values, lits := members(b)
+	last := len(names) - 1
+	// A member twice, with its value and with another: never read as the
+	// first or the last of them.
+	out = append(out,
+		one(Malformed, withMember(b, quote(names[last])+":"+lits[last], false)),
+		one(Malformed, withMember(b, quote(names[last])+":"+quote("someone else"), false)),
+		one(Malformed, withMember(b, quote(names[last])+":"+quote("someone else"), true)))
+	// A number where the tool takes a string.
+	for i := range names {
+		if lits[i] == quote(values[i]) {
+			out = append(out, one(Malformed, strings.Replace(b, quote(names[i])+":"+lits[i], quote(names[i])+":1234", 1)))
+			break
+		}
+	}
+	// Names and values written with JSON escapes: the same text.
+	escaped := strings.Replace(b, quote(names[0]), `"\u`+fmt.Sprintf("%04x", names[0][0])+names[0][1:]+`"`, 1)
+	out = append(out, one(Same, escaped))
+	if v := values[last]; lits[last] == quote(v) && len(v) > 0 {
+		out = append(out, one(Same, strings.Replace(b, lits[last], `"`+fmt.Sprintf("\\u%04x", v[0])+strings.TrimPrefix(lits[last][1:], v[:1]), 1)))
+	}
 	return out
 }
 

@@ -110,9 +110,9 @@ func repertoire(i int, p Plan) [][]call {
 		one(Malformed, withMember(b, quote(names[last])+":"+quote("someone else"), false)),
 		one(Malformed, withMember(b, quote(names[last])+":"+quote("someone else"), true)))
 	// A number where the tool takes a string.
-	for i := range names {
-		if lits[i] == quote(values[i]) {
-			out = append(out, one(Malformed, strings.Replace(b, quote(names[i])+":"+lits[i], quote(names[i])+":1234", 1)))
+	for j := range names {
+		if lits[j] == quote(values[j]) {
+			out = append(out, one(Malformed, strings.Replace(b, quote(names[j])+":"+lits[j], quote(names[j])+":1234", 1)))
 			break
 		}
 	}

@@ -142,6 +142,21 @@ type faultyStore struct {
 	failClaim, failFinish, failRelease, failRenew, failList atomic.Bool
 }
 
+// die makes every write of a holder fail (recording an outcome, giving the
+// key back, renewing a lease): the holder's process is as good as dead.
+func (f *faultyStore) die() {
+	f.failFinish.Store(true)
+	f.failRelease.Store(true)
+	f.failRenew.Store(true)
+}
+
+// heal makes every operation work again.
+func (f *faultyStore) heal() {
+	for _, b := range []*atomic.Bool{&f.failClaim, &f.failFinish, &f.failRelease, &f.failRenew, &f.failList} {
+		b.Store(false)
+	}
+}
+
 func (f *faultyStore) ListUnknown(ctx context.Context, r storekit.ListRequest) ([]storekit.Record, error) {
 	if f.failList.Load() {
 		return nil, errStoreDown

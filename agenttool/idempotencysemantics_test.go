@@ -30,7 +30,6 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
-	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -372,58 +371,6 @@ func (d *durable) replica() agenttool.Store {
 	}
 	s, _ := d.openOnce()
 	return s
-}
-
-// failingStore is a store that fails on purpose, one operation at a time:
-// a store that went away, or a process that died before it could write.
-type failingStore struct {
-	agenttool.Store
-	failClaim, failFinish, failRelease, failRenew atomic.Bool
-}
-
-// die makes every write of a holder fail (recording an outcome, giving the
-// key back, renewing a lease): the holder's process is as good as dead.
-func (f *failingStore) die() {
-	f.failFinish.Store(true)
-	f.failRelease.Store(true)
-	f.failRenew.Store(true)
-}
-
-func (f *failingStore) heal() {
-	f.failClaim.Store(false)
-	f.failFinish.Store(false)
-	f.failRelease.Store(false)
-	f.failRenew.Store(false)
-}
-
-var errStoreGone = errors.New("dial tcp 127.0.0.1:5432: connection refused")
-
-func (f *failingStore) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	if f.failClaim.Load() {
-		return storekit.ClaimResult{}, errStoreGone
-	}
-	return f.Store.Claim(ctx, r)
-}
-
-func (f *failingStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
-	if f.failFinish.Load() {
-		return errStoreGone
-	}
-	return f.Store.Finish(ctx, r)
-}
-
-func (f *failingStore) Release(ctx context.Context, key string, token uint64) error {
-	if f.failRelease.Load() {
-		return errStoreGone
-	}
-	return f.Store.Release(ctx, key, token)
-}
-
-func (f *failingStore) Renew(ctx context.Context, r storekit.RenewRequest) error {
-	if f.failRenew.Load() {
-		return errStoreGone
-	}
-	return f.Store.Renew(ctx, r)
 }
 
 // within waits for ch, failing the test if it takes longer than a bound
@@ -862,7 +809,7 @@ func TestAHolderThatDiedIsReconciledNotRunAgain(t *testing.T) {
 	// applies it or not, and the process dies before it records anything.
 	dies := func(t *testing.T, d *durable, l *ledger, class agenttool.Class, applied bool) {
 		t.Helper()
-		dead := &failingStore{Store: d.store()}
+		dead := &faultyStore{Store: d.store()}
 		dead.die()
 		if applied {
 			// What it answered before it died is still the truth.
@@ -950,7 +897,7 @@ func TestAHolderThatDiedIsReconciledNotRunAgain(t *testing.T) {
 func TestAStoreThatCannotClaimRunsNothing(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
-		store := &failingStore{Store: d.store()}
+		store := &faultyStore{Store: d.store()}
 		store.failClaim.Store(true)
 		tool := newPay(t, l, agenttool.Options{Store: store})
 		env := tool.Invoke(anaCtx(), lunchCharge)
@@ -978,7 +925,7 @@ func TestAStoreThatCannotClaimRunsNothing(t *testing.T) {
 func TestAnOutcomeThatCannotBeRecordedIsStillTheTruthAndRunsOnce(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
-		store := &failingStore{Store: d.store()}
+		store := &faultyStore{Store: d.store()}
 		store.failFinish.Store(true)
 		first := newPay(t, l, agenttool.Options{Store: store, WaitTimeout: 20 * time.Millisecond}).Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, first, envelope.Success, "")
@@ -1020,7 +967,7 @@ func TestAKeyThatCannotBeGivenBackNeverLeadsToASecondEffect(t *testing.T) {
 			}
 			return true, nil
 		})
-		store := &failingStore{Store: d.store()}
+		store := &faultyStore{Store: d.store()}
 		store.failRelease.Store(true)
 		first := newPay(t, l, agenttool.Options{Store: store}).Invoke(anaCtx(), lunchCharge)
 		if first.Status != envelope.DefiniteFailure || first.Attempts != payRetry.MaxAttempts {
@@ -2009,7 +1956,7 @@ func TestAFalsyResultIsReplayedAsItWas(t *testing.T) {
 func TestTheSameKeyWithAnotherInputIsRefusedWhenTheHolderDied(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
-		dead := &failingStore{Store: d.store()}
+		dead := &faultyStore{Store: d.store()}
 		dead.die()
 		first := newPay(t, l, agenttool.Options{Store: dead}).Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, first, envelope.Success, "")
@@ -2038,7 +1985,7 @@ func TestTheSameKeyWithAnotherInputIsRefusedWhenTheHolderDied(t *testing.T) {
 func TestARepeatThatCannotReachTheStoreDoesNotSayTheActionFailed(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
-		store := &failingStore{Store: d.store()}
+		store := &faultyStore{Store: d.store()}
 		tool := newPay(t, l, agenttool.Options{Store: store})
 		wantEnv(t, tool.Invoke(anaCtx(), lunchCharge), envelope.Success, "")
 

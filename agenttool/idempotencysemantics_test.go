@@ -207,6 +207,14 @@ func (l *ledger) count(ref string) int {
 
 // wantEffects fails unless the destination applied exactly n charges in all
 // and at most one per reference.
+// wantRuns checks that the tool ran n times.
+func (l *ledger) wantRuns(t *testing.T, n int64) {
+	t.Helper()
+	if got := l.runs.Load(); got != n {
+		t.Errorf("the tool ran %d times, want %d", got, n)
+	}
+}
+
 func (l *ledger) wantEffects(t *testing.T, n int) {
 	t.Helper()
 	l.mu.Lock()
@@ -269,25 +277,6 @@ func wantSameResult(t *testing.T, got, first envelope.Envelope) {
 	if got.RequestRef != first.RequestRef || string(got.Result) != string(first.Result) {
 		t.Fatalf("envelope %s\ndoes not report the first call's result %s", got, first)
 	}
-}
-
-// aheadClock is the wall clock moved ahead: another process whose call
-// comes after the first's lease lapsed, or a call after a key lifetime.
-type aheadClock struct {
-	mu    sync.Mutex
-	ahead time.Duration
-}
-
-func (c *aheadClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.ahead)
-}
-
-func (c *aheadClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.ahead += d
-	c.mu.Unlock()
 }
 
 // durable opens one store's data again: a restart of the process, or
@@ -415,9 +404,7 @@ func TestARepeatedActionReplaysItsFirstResultWithoutRunning(t *testing.T) {
 		if !later.Replayed {
 			t.Errorf("after a restart %s; want the first envelope replayed", later)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -524,9 +511,7 @@ func TestAnErrorAfterTheRequestLeftIsReconciledNotRunAgain(t *testing.T) {
 			if !settled.Reconciled || settled.RequestRef != first.RequestRef {
 				t.Errorf("once the destination knows: %s; want a reconciled success", settled)
 			}
-			if l.runs.Load() != 1 {
-				t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-			}
+			l.wantRuns(t, 1)
 			l.wantEffects(t, 1)
 		})
 	})
@@ -559,9 +544,7 @@ func TestAnErrorAfterTheRequestLeftIsReconciledNotRunAgain(t *testing.T) {
 			if again.Status != envelope.UnknownOutcome || first.Next != envelope.AskHuman || again.Next != envelope.AskHuman {
 				t.Errorf("%s then %s; want unknown_outcome asking a human", first, again)
 			}
-			if l.runs.Load() != 1 {
-				t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-			}
+			l.wantRuns(t, 1)
 		})
 	})
 }
@@ -700,9 +683,7 @@ func TestAnActionIDWithAnotherInputIsRefusedAndRunsNothing(t *testing.T) {
 		if other.RequestRef != first.RequestRef || other.Earlier == nil || other.Earlier.State != envelope.ActionSucceeded {
 			t.Errorf("refusal %s; want it to name %s, succeeded", other, first.RequestRef)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -739,9 +720,7 @@ func TestARequestWhileTheFirstRunsIsToldToWaitAndRunsNothing(t *testing.T) {
 		retry := beside.Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, retry, envelope.Success, "")
 		wantSameResult(t, retry, first)
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -788,9 +767,7 @@ func TestConcurrentCallsOfOneActionRunItOnceAndAgree(t *testing.T) {
 		if fresh != 1 {
 			t.Errorf("%d envelopes say they ran the charge, want 1", fresh)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -837,7 +814,7 @@ func TestAHolderThatDiedIsReconciledNotRunAgain(t *testing.T) {
 	// lapsed: its clock is past the lease, the attempt timeout and the
 	// clock skew the takeover waits for.
 	later := func(t *testing.T, d *durable, l *ledger, class agenttool.Class) *agenttool.Tool {
-		return newPay(t, l, agenttool.Options{Store: d.restart(), Class: class, Now: (&aheadClock{ahead: 5 * time.Minute}).Now})
+		return newPay(t, l, agenttool.Options{Store: d.restart(), Class: class, Now: (&jumpClock{ahead: 5 * time.Minute}).Now})
 	}
 	t.Run("reconcilable, applied", func(t *testing.T) {
 		eachStore(t, func(t *testing.T, d *durable) {
@@ -941,14 +918,12 @@ func TestAnOutcomeThatCannotBeRecordedIsStillTheTruthAndRunsOnce(t *testing.T) {
 		default:
 			t.Errorf("a repeat while the first record's lease is live: %s; want success or in_progress", again)
 		}
-		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
+		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&jumpClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, later, envelope.Success, "")
 		if later.RequestRef != first.RequestRef {
 			t.Errorf("%s answers another action than %s", later, first.RequestRef)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -973,7 +948,7 @@ func TestAKeyThatCannotBeGivenBackNeverLeadsToASecondEffect(t *testing.T) {
 		if first.Status != envelope.DefiniteFailure || first.Attempts != payRetry.MaxAttempts {
 			t.Fatalf("%s; want a definite failure after %d attempts: nothing was applied", first, payRetry.MaxAttempts)
 		}
-		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
+		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&jumpClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, later, envelope.Success, "")
 		if l.runs.Load() != int64(payRetry.MaxAttempts+1) {
 			t.Errorf("the tool ran %d times, want %d", l.runs.Load(), payRetry.MaxAttempts+1)
@@ -992,7 +967,7 @@ func TestAKeyThatCannotBeGivenBackNeverLeadsToASecondEffect(t *testing.T) {
 func TestAnOutcomeIsReplayedForItsKeyLifetimeThenTheActionIsNew(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
-		clk := &aheadClock{}
+		clk := &jumpClock{}
 		opts := func(s agenttool.Store) agenttool.Options {
 			return agenttool.Options{Store: s, KeyTTL: time.Hour, Now: clk.Now}
 		}
@@ -1025,7 +1000,7 @@ func TestADestinationThatStillKeepsTheKeyAnswersTheActionAfterItsLifetime(t *tes
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
 		l.keyed = true
-		clk := &aheadClock{}
+		clk := &jumpClock{}
 		opts := func(s agenttool.Store) agenttool.Options {
 			return agenttool.Options{Store: s, Class: agenttool.Keyed, KeyTTL: time.Hour, Now: clk.Now}
 		}
@@ -1075,9 +1050,7 @@ func TestInputsTheToolCannotTellApartAreOneAction(t *testing.T) {
 		} {
 			wantEnv(t, tool.Invoke(anaCtx(), in), envelope.DefiniteFailure, envelope.CodeInvalidInput)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -1093,7 +1066,7 @@ func TestAnUnknownOutcomeNeverExpires(t *testing.T) {
 		l := newLedger()
 		l.setStep(func(n int) (bool, error) { return true, errReplyLost })
 		l.setPending(true)
-		clk := &aheadClock{}
+		clk := &jumpClock{}
 		opts := func(s agenttool.Store) agenttool.Options {
 			return agenttool.Options{Store: s, KeyTTL: time.Hour, Now: clk.Now}
 		}
@@ -1128,9 +1101,7 @@ func TestAnUnknownOutcomeNeverExpires(t *testing.T) {
 		if !settled.Replayed || !settled.Reconciled {
 			t.Errorf("after the sweeper settled it: %s; want the reconciled charge replayed", settled)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -1145,7 +1116,7 @@ func TestAKeyedActionIsNotRetriedOnceTheDestinationMayHaveForgottenItsKey(t *tes
 		l := newLedger()
 		l.keyed = true
 		l.setStep(func(n int) (bool, error) { return true, errReplyLost })
-		clk := &aheadClock{}
+		clk := &jumpClock{}
 		opts := func(s agenttool.Store) agenttool.Options {
 			return agenttool.Options{Store: s, Class: agenttool.Keyed, Now: clk.Now}
 		}
@@ -1197,9 +1168,7 @@ func TestAKeyTheModelSuppliesIsRefusedAndRunsNothing(t *testing.T) {
 		if !again.Replayed || again.RequestRef != first.RequestRef {
 			t.Errorf("with the model's key stripped: %s; want the first charge replayed", again)
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -1237,9 +1206,7 @@ func TestOneActionOfTwoPrincipalsIsTwoActionsNeverReplayedAcross(t *testing.T) {
 		if _, err := op.ForPrincipal("tenant-2/bob").Show(context.Background(), forAna.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
 			t.Errorf("bob's operator sees ana's record: %v", err)
 		}
-		if l.runs.Load() != 2 {
-			t.Errorf("the tool ran %d times, want 2", l.runs.Load())
-		}
+		l.wantRuns(t, 2)
 		l.wantEffects(t, 2)
 	})
 }
@@ -1563,7 +1530,7 @@ func TestAToolThatPanicsAfterItsEffectIsReconciledNotRunAgain(t *testing.T) {
 		}()
 		again := tool.Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, again, envelope.UnknownOutcome, envelope.CodeInProgress)
-		later := build(agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
+		later := build(agenttool.Options{Store: d.restart(), Now: (&jumpClock{ahead: 5 * time.Minute}).Now}).Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, later, envelope.Success, "")
 		if !later.Reconciled || l.runs.Load() != 1 {
 			t.Errorf("%s after %d runs; want the charge reconciled, not run again", later, l.runs.Load())
@@ -1589,7 +1556,7 @@ func TestAPausedHolderIsFencedOutByTheDestination(t *testing.T) {
 		go func() { out <- paused.Invoke(anaCtx(), lunchCharge) }()
 		within(t, h.started, "the first call to stall")
 		// Another replica, after the paused holder's lease lapsed.
-		taker := newPay(t, l, agenttool.Options{Store: d.replica(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now})
+		taker := newPay(t, l, agenttool.Options{Store: d.replica(), Now: (&jumpClock{ahead: 5 * time.Minute}).Now})
 		took := taker.Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, took, envelope.Success, "")
 		close(h.release)
@@ -1754,9 +1721,7 @@ func TestAWrappedToolRefusesItsKeyWithAnotherInputAndRunsNothing(t *testing.T) {
 				t.Errorf("%s; want earlier.state succeeded", env)
 			}
 		}
-		if l.runs.Load() != 1 {
-			t.Errorf("the tool ran %d times, want 1", l.runs.Load())
-		}
+		l.wantRuns(t, 1)
 		l.wantEffects(t, 1)
 	})
 }
@@ -1960,7 +1925,7 @@ func TestTheSameKeyWithAnotherInputIsRefusedWhenTheHolderDied(t *testing.T) {
 		dead.die()
 		first := newPay(t, l, agenttool.Options{Store: dead}).Invoke(anaCtx(), lunchCharge)
 		wantEnv(t, first, envelope.Success, "")
-		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&aheadClock{ahead: 5 * time.Minute}).Now})
+		later := newPay(t, l, agenttool.Options{Store: d.restart(), Now: (&jumpClock{ahead: 5 * time.Minute}).Now})
 		refused := later.Invoke(anaCtx(), dinnerCharge)
 		wantEnv(t, refused, envelope.DefiniteFailure, envelope.CodeKeyReused)
 		if refused.Earlier == nil || refused.Earlier.RequestRef != first.RequestRef || refused.Earlier.State == envelope.ActionFailed {

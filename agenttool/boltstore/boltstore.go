@@ -126,6 +126,10 @@ func Open(path string, opts *Options) (*Store, error) {
 			db.Close()
 			return nil, fmt.Errorf("boltstore: %s: %w", path, err)
 		}
+		if err := buildFilters(db); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("boltstore: %s: reading the generations' keys: %w", path, err)
+		}
 		return &Store{db: db, path: path, readOnly: true}, nil
 	}
 	if o.KeepSchema {
@@ -137,6 +141,10 @@ func Open(path string, opts *Options) (*Store, error) {
 	if err := db.Update(initSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("boltstore: %s: %w", path, err)
+	}
+	if err := buildFilters(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("boltstore: %s: reading the generations' keys: %w", path, err)
 	}
 	return &Store{db: db, path: path, writes: groupCommit{db: db}}, nil
 }
@@ -246,7 +254,11 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the file. Later calls fail, and guarded tools using the store
 // answer store_unavailable.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	err := s.db.Close()
+	forgetFilters(s.db)
+	return err
+}
 
 // DB returns the underlying bbolt database, for effects that must commit in
 // the same transaction as their record (see [Store.Effect]) and for

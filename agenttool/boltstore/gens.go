@@ -97,6 +97,12 @@ type place struct {
 // find returns the place of key: the records bucket b, the pending bucket,
 // a generation, or none (records nil) if the key has no record.
 func find(b *bolt.Bucket, key []byte) (place, []byte) {
+	return findWith(b, key, filtersOf(b.Tx()))
+}
+
+// findWith is find, skipping the generations whose filter in fs says the
+// key is not there (nil: walking every generation).
+func findWith(b *bolt.Bucket, key []byte, fs *filters) (place, []byte) {
 	if v := b.Get(key); v != nil {
 		return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, v
 	}
@@ -109,10 +115,19 @@ func find(b *bolt.Bucket, key []byte) (place, []byte) {
 	if gens == nil {
 		return place{}, nil
 	}
+	var h uint64
+	if fs != nil {
+		h = fs.hash(key)
+	}
 	c := gens.Cursor()
 	for name, v := c.First(); name != nil; name, v = c.Next() {
 		if v != nil {
 			continue
+		}
+		if fs != nil {
+			if f := fs.usable(b.Tx(), name); f != nil && !f.mayHold(h) {
+				continue
+			}
 		}
 		g := gens.Bucket(name)
 		r := g.Bucket(genRecords)
@@ -155,6 +170,9 @@ func genFor(tx *bolt.Tx, name []byte, now time.Time) (place, error) {
 		if _, err := g.CreateBucket(genExpiry); err != nil {
 			return place{}, err
 		}
+		if fs := filtersOf(tx); fs != nil {
+			fs.made(tx, name)
+		}
 	}
 	return place{gen: name, records: g.Bucket(genRecords), expiry: g.Bucket(genExpiry)}, nil
 }
@@ -165,6 +183,9 @@ func (p place) put(key, v []byte) error {
 	if p.gen != nil && p.records.Get(key) == nil {
 		if err := p.records.SetSequence(p.records.Sequence() + 1); err != nil {
 			return err
+		}
+		if fs := filtersOf(p.records.Tx()); fs != nil {
+			fs.added(p.gen, key)
 		}
 	}
 	return p.records.Put(key, v)
@@ -205,6 +226,9 @@ func dropEnded(tx *bolt.Tx, now time.Time) (int, error) {
 			ended = append(ended, bytes.Clone(name))
 		}
 	}
+	if fs := filtersOf(tx); fs != nil {
+		fs.ended(tx, now.Unix())
+	}
 	n := 0
 	for _, name := range ended {
 		n += int(gens.Bucket(name).Bucket(genRecords).Sequence())
@@ -219,6 +243,9 @@ func dropEnded(tx *bolt.Tx, now time.Time) (int, error) {
 func dropGen(gens *bolt.Bucket, name []byte) error {
 	if err := gens.DeleteBucket(name); err != nil {
 		return err
+	}
+	if fs := filtersOf(gens.Tx()); fs != nil {
+		fs.dropped(gens.Tx(), name)
 	}
 	return gens.SetSequence(max(gens.Sequence(), 1) - 1)
 }

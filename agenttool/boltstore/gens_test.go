@@ -381,36 +381,49 @@ func TestExportMergesGenerationsByKey(t *testing.T) {
 }
 
 // A lookup of a key with no record — every new action's claim makes one —
-// tries every generation: its cost against their number. With a sweeper, a
-// store holds eight to seventeen per lifetime in use; without one, writes
-// keep them to maxGenerations and those not yet ended.
+// must learn that no generation holds it: its cost against their number
+// and size, with the generations' filters and walking every generation's
+// tree. With a sweeper, a store holds eight to seventeen generations per
+// lifetime in use; without one, writes keep them to maxGenerations and
+// those not yet ended.
 func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
-	for _, gens := range []int{0, 16, maxGenerations} {
-		b.Run(fmt.Sprintf("generations=%d", gens), func(b *testing.B) {
-			ctx := context.Background()
-			s := OpenTemp(b)
-			t0 := time.Unix(1_780_000_000, 0)
-			var recs []storekit.Record
-			for i := range gens {
-				// Lifetimes of 80 s: windows of 8 s, one record in each.
-				at := t0.Add(time.Duration(i) * 8 * time.Second)
-				recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%d", i), Tool: "t", State: agenttool.Succeeded, Token: uint64(i + 1),
-					Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(80 * time.Second)})
+	for _, c := range []struct{ gens, each int }{{0, 0}, {16, 1}, {16, 4000}, {maxGenerations, 1}} {
+		for _, walk := range []bool{false, true} {
+			name := fmt.Sprintf("generations=%d/records=%d/filters", c.gens, c.gens*c.each)
+			if walk {
+				name = fmt.Sprintf("generations=%d/records=%d/walk", c.gens, c.gens*c.each)
 			}
-			if err := s.Import(ctx, recs); err != nil {
-				b.Fatal(err)
-			}
-			if names, _ := gensLeft(s); len(names) != gens {
-				b.Fatalf("%d generations, want %d", len(names), gens)
-			}
-			b.ResetTimer()
-			for i := range b.N {
-				if _, err := s.Get(ctx, fmt.Sprintf("new/%d", i)); !errors.Is(err, storekit.ErrNotFound) {
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				s := OpenTemp(b)
+				t0 := time.Unix(1_780_000_000, 0)
+				var recs []storekit.Record
+				for i := range c.gens {
+					// Lifetimes of 80 s: windows of 8 s.
+					at := t0.Add(time.Duration(i) * 8 * time.Second)
+					for j := range c.each {
+						recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%d/%d", i, j), Tool: "t", State: agenttool.Succeeded, Token: 1,
+							Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(80 * time.Second)})
+					}
+				}
+				if err := s.Import(ctx, recs); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/lookup")
-		})
+				if names, _ := gensLeft(s); len(names) != c.gens {
+					b.Fatalf("%d generations, want %d", len(names), c.gens)
+				}
+				if walk {
+					forgetFilters(s.db)
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					if _, err := s.Get(ctx, fmt.Sprintf("new/%d", i)); !errors.Is(err, storekit.ErrNotFound) {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/lookup")
+			})
+		}
 	}
 }
 

@@ -14,8 +14,13 @@ const heapProfileRate = 4 << 10
 
 // heapShares is the live heap by whose code allocated it, in MiB.
 type heapShares struct {
-	// Retrysafe is what retrysafe's packages allocated and still hold.
+	// Retrysafe is what retrysafe's packages allocated and still hold,
+	// apart from Filters.
 	Retrysafe float64
+	// Filters are boltstore's filters of its generations' keys: about 1.3
+	// bytes a record the file holds in generations, so they grow with the
+	// file, as bbolt's bookkeeping does, and stop with it.
+	Filters float64
 	// Engine is what the store's database library allocated: bbolt's
 	// page bookkeeping, pgx's connections and statement caches.
 	Engine float64
@@ -34,7 +39,12 @@ const (
 	ownerRetrysafe
 	ownerEngine
 	ownerBench
+	ownerFilters
 )
+
+// filtersFunc allocates the filters of boltstore's generations (see
+// heapShares.Filters).
+const filtersFunc = "github.com/retrysafe/retrysafe/agenttool/boltstore.newBloom"
 
 // benchPackage is this package's path, by which its functions are named
 // in its tests (and "main." in the command).
@@ -47,6 +57,8 @@ func ownerOf(fn string) int {
 	switch {
 	case strings.HasPrefix(fn, "main."), strings.HasPrefix(fn, benchPackage+"."), strings.HasPrefix(fn, benchPackage+"_test."):
 		return ownerBench
+	case fn == filtersFunc:
+		return ownerFilters
 	case strings.HasPrefix(fn, "github.com/retrysafe/retrysafe/"):
 		return ownerRetrysafe
 	case strings.HasPrefix(fn, "go.etcd.io/bbolt"), strings.HasPrefix(fn, "github.com/jackc/"):
@@ -72,7 +84,7 @@ func liveHeapBy(owners map[uintptr]int) heapShares {
 		}
 	}
 	rate := float64(runtime.MemProfileRate)
-	var by [4]float64
+	var by [5]float64
 	for i := range recs {
 		r := &recs[i]
 		bytes, objects := float64(r.InUseBytes()), float64(r.InUseObjects())
@@ -84,7 +96,7 @@ func liveHeapBy(owners map[uintptr]int) heapShares {
 		}
 		by[stackOwner(r.Stack(), owners)] += bytes
 	}
-	return heapShares{Retrysafe: mib(uint64(by[ownerRetrysafe])), Engine: mib(uint64(by[ownerEngine])),
+	return heapShares{Retrysafe: mib(uint64(by[ownerRetrysafe])), Filters: mib(uint64(by[ownerFilters])), Engine: mib(uint64(by[ownerEngine])),
 		Bench: mib(uint64(by[ownerBench])), Other: mib(uint64(by[ownerNone]))}
 }
 

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/internal/canonjson"
 )
 
@@ -13,6 +20,8 @@ func TestOwnerOfAFunctionIsItsModule(t *testing.T) {
 		"main.(*mailbox).send": ownerBench,
 		"github.com/retrysafe/retrysafe/agenttool.(*Tool).invoke":           ownerRetrysafe,
 		"github.com/retrysafe/retrysafe/agenttool/boltstore.(*Store).Claim": ownerRetrysafe,
+		"github.com/retrysafe/retrysafe/agenttool/boltstore.newBloom":       ownerFilters,
+		"github.com/retrysafe/retrysafe/agenttool/boltstore.newBloomish":    ownerRetrysafe,
 		"go.etcd.io/bbolt/internal/freelist.(*hashMap).Allocate":            ownerEngine,
 		"go.etcd.io/bbolt.(*node).spill":                                    ownerEngine,
 		"github.com/jackc/pgx/v5/pgconn.(*PgConn).ReceiveMessage":           ownerEngine,
@@ -68,5 +77,46 @@ func TestLiveHeapIsToldApartByOwner(t *testing.T) {
 	}
 	if d := after.Engine - before.Engine; d > 0.5 {
 		t.Errorf("the engines' live heap grew by %.2f MiB with no engine running", d)
+	}
+}
+
+// boltstore's filters of its generations are counted apart from the rest
+// of retrysafe's heap, at about the bits a key they are sized for.
+func TestTheFiltersOfGenerationsAreCountedApart(t *testing.T) {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	// Sampled every 64 KiB, not every 4: the import's many small
+	// allocations are not what this counts, and the filters' are large.
+	runtime.MemProfileRate = 64 << 10
+	runtime.GC()
+	owners := map[uintptr]int{}
+	before := liveHeapBy(owners)
+
+	ctx := context.Background()
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "keys.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n, batch = 200_000, 5_000
+	at := time.Now()
+	for i := 0; i < n; i += batch {
+		recs := make([]storekit.Record, 0, batch)
+		for j := i; j < i+batch; j++ {
+			recs = append(recs, storekit.Record{Key: fmt.Sprintf("send_email/%d", j), Tool: "send_email", State: agenttool.Succeeded, Token: 1,
+				Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(time.Hour)})
+		}
+		if err := s.Import(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	after := liveHeapBy(owners)
+
+	// 200,000 keys at 10 bits: 0.24 MiB in one filter sized for them, up to
+	// twice that in filters grown as the import went.
+	got := after.Filters - before.Filters
+	t.Logf("filters of %d records: %.2f MiB (%.2f bytes a record); retrysafe's other heap grew by %.2f MiB", n, got, got*(1<<20)/n, after.Retrysafe-before.Retrysafe)
+	if got < 0.22 || got > 0.55 {
+		t.Errorf("the filters of %d records were counted at %.2f MiB, want 0.24–0.48 MiB", n, got)
 	}
 }

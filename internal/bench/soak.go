@@ -103,7 +103,8 @@ type SoakRatios struct {
 	HeapInuse  float64 `json:"heap_inuse"`
 	HeapLive   float64 `json:"heap_live"`
 	// HeapRetrysafe is the live heap that retrysafe's own code holds
-	// (SoakWindow.HeapRetrysafe), the median of the last third of the
+	// (SoakWindow.HeapRetrysafe: without boltstore's filters, which
+	// grow with the file's records and are shown apart), the median of the last third of the
 	// windows over that of the first third: it is mostly the calls in
 	// flight when the window ended, which one window catches at 0.2 MB
 	// and the next at 0.5, so single windows would judge the moment, not
@@ -125,8 +126,11 @@ type SoakWindow struct {
 	// The live heap by whose code allocated it (innermost frame of the
 	// allocation's stack): retrysafe's packages; the store's database
 	// library (bbolt, or pgx); the benchmark's own destination and
-	// latencies. The rest is the runtime's.
+	// latencies. The rest is the runtime's. HeapRetrysafe leaves out
+	// HeapFilters, boltstore's filters of its generations' keys, which
+	// grow with the records the file holds (heapShares.Filters).
 	HeapRetrysafe float64 `json:"heap_retrysafe_mb"`
+	HeapFilters   float64 `json:"heap_filters_mb"`
 	HeapEngine    float64 `json:"heap_engine_mb"`
 	HeapBench     float64 `json:"heap_bench_mb"`
 	FileMB        float64 `json:"file_mb"`     // the bbolt file; the records table with its indexes on PostgreSQL
@@ -266,7 +270,7 @@ func soakOne(lines io.Writer, kind, dir string, cfg soakConfig) (SoakResult, err
 
 	fmt.Fprintln(lines)
 	fmt.Fprintln(lines, strings.Join([]string{kind + "store t s", "calls/s", "p50 ms", "p99 ms", "goroutines", "heap in use MB",
-		"live heap MB: all, retrysafe's, " + engineName(kind) + "'s", "file MB", "unknown (max)", "passes", "pass max s", "deleted", "checked"}, " | "))
+		"live heap MB: all, retrysafe's (+ its filters), " + engineName(kind) + "'s", "file MB", "unknown (max)", "passes", "pass max s", "deleted", "checked"}, " | "))
 	var windows []SoakWindow
 	var commits boltCommits
 	if ss.db != nil {
@@ -277,8 +281,8 @@ func soakOne(lines io.Writer, kind, dir string, cfg soakConfig) (SoakResult, err
 		<-tick.C
 		win := r.window(ss, counter)
 		windows = append(windows, win)
-		fmt.Fprintf(lines, "%s %.0f | %.0f | %.1f | %.1f | %d | %.1f | %.1f, %.1f, %.1f | %.1f | %d (%d) | %d | %.2f | %d | %d\n",
-			kind, win.EndS, win.CallsPerS, win.P50Ms, win.P99Ms, win.Goroutines, win.HeapInuse, win.HeapLive, win.HeapRetrysafe, win.HeapEngine,
+		fmt.Fprintf(lines, "%s %.0f | %.0f | %.1f | %.1f | %d | %.1f | %.1f, %.1f (+%.1f), %.1f | %.1f | %d (%d) | %d | %.2f | %d | %d\n",
+			kind, win.EndS, win.CallsPerS, win.P50Ms, win.P99Ms, win.Goroutines, win.HeapInuse, win.HeapLive, win.HeapRetrysafe, win.HeapFilters, win.HeapEngine,
 			win.FileMB, win.Unknown, win.UnknownMax, win.Passes, win.PassMaxS, win.Deleted, win.Checked)
 		if ss.db != nil && cfg.BoltStats {
 			now := readBoltCommits(ss.db)
@@ -335,11 +339,11 @@ func soakOne(lines io.Writer, kind, dir string, cfg soakConfig) (SoakResult, err
 	res.Lies, res.LieSamples = r.lies, r.lieSamples
 	r.lieMu.Unlock()
 	summarise(&res, windows)
-	fmt.Fprintf(lines, "%sstore: %d calls, %d effects, %d duplicates, %d lies; throughput last/first %.2f; unknown: peak of the first minute %d, at the end %d, after %d passes alone %d; windows after the first without checks %d; expired left at the end %d (a pass deleted at most %d in the last window); goroutines %d → %d, live heap %.1f → %.1f MB (%s's %.1f → %.1f MB), retrysafe's %.2f → %.2f MB (medians of the first and last thirds)\n",
+	fmt.Fprintf(lines, "%sstore: %d calls, %d effects, %d duplicates, %d lies; throughput last/first %.2f; unknown: peak of the first minute %d, at the end %d, after %d passes alone %d; windows after the first without checks %d; expired left at the end %d (a pass deleted at most %d in the last window); goroutines %d → %d, live heap %.1f → %.1f MB (%s's %.1f → %.1f MB), retrysafe's %.2f → %.2f MB (medians of the first and last thirds) and its filters %.1f → %.1f MB\n",
 		kind, res.Calls, res.Effects, res.Duplicates, res.Lies, res.LastVsFirst.CallsPerS, res.UnknownPeakFirstMinute, res.UnknownAtEnd,
 		res.DrainPasses, res.UnknownAfterDrain, res.WindowsWithoutChecks, res.ExpiredLeft, res.PassStep,
 		res.First.Goroutines, res.Last.Goroutines, res.First.HeapLive, res.Last.HeapLive,
-		engineName(kind), res.First.HeapEngine, res.Last.HeapEngine, res.RetrysafeHeapFirst, res.RetrysafeHeapLast)
+		engineName(kind), res.First.HeapEngine, res.Last.HeapEngine, res.RetrysafeHeapFirst, res.RetrysafeHeapLast, res.First.HeapFilters, res.Last.HeapFilters)
 	return res, nil
 }
 

@@ -133,7 +133,7 @@ func (r *soakRun) window(ss *soakStore, c storekit.Counter) SoakWindow {
 		r.owners = map[uintptr]int{}
 	}
 	by := liveHeapBy(r.owners)
-	win.HeapRetrysafe, win.HeapEngine, win.HeapBench = by.Retrysafe, by.Engine, by.Bench
+	win.HeapRetrysafe, win.HeapFilters, win.HeapEngine, win.HeapBench = by.Retrysafe, by.Filters, by.Engine, by.Bench
 	if n, err := ss.size(); err == nil {
 		win.FileMB = mib(uint64(n))
 	}

@@ -1,0 +1,312 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+)
+
+// A generation's filter answers "maybe" for every key it was given, grown
+// past its size or not, and "not here" for nearly every other key.
+func TestAGenerationFilterSaysMaybeForEveryKeyItHoldsAndFewItLacks(t *testing.T) {
+	fs := &filters{seed: maphash.MakeSeed()}
+	const n = 200_000
+	for _, c := range []struct {
+		name   string
+		room   int
+		parts  int
+		maxFPR float64
+	}{
+		{"sized for its keys", n, 1, 0.02},
+		{"grown from the least size", 0, 8, 0.10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newGenFilter(0, c.room)
+			for i := range n {
+				f.add(fs.hash(fmt.Appendf(nil, "send_email/%d", i)))
+			}
+			if got := len(*f.parts.Load()); got != c.parts {
+				t.Errorf("%d parts, want %d", got, c.parts)
+			}
+			for i := range n {
+				if !f.mayHold(fs.hash(fmt.Appendf(nil, "send_email/%d", i))) {
+					t.Fatalf("key %d was added and the filter says it is not there", i)
+				}
+			}
+			maybe := 0
+			for i := range n {
+				if f.mayHold(fs.hash(fmt.Appendf(nil, "book_seat/%d", i))) {
+					maybe++
+				}
+			}
+			rate := float64(maybe) / n
+			t.Logf("%d keys it lacks answered maybe: %.2f%%", maybe, 100*rate)
+			if rate > c.maxFPR {
+				t.Errorf("%.2f%% of the keys it lacks answered maybe, want at most %.0f%%", 100*rate, 100*c.maxFPR)
+			}
+		})
+	}
+}
+
+// lookupsAgree fails the test if a lookup that uses the filters finds any
+// of keys elsewhere than one that walks every generation, in tx.
+func lookupsAgree(t *testing.T, tx *bolt.Tx, keys []string, when string) {
+	t.Helper()
+	fs := filtersOf(tx)
+	if fs == nil {
+		t.Fatalf("%s: the store has no filters", when)
+	}
+	b := tx.Bucket(recordsBucket)
+	for _, k := range keys {
+		p, v := findWith(b, []byte(k), fs)
+		want, wantV := findWith(b, []byte(k), nil)
+		if !bytes.Equal(v, wantV) || !p.same(want) {
+			t.Fatalf("%s: %s found in generation %x (%d bytes) with the filters, in %x (%d bytes) walking every generation",
+				when, k, p.gen, len(v), want.gen, len(wantV))
+		}
+	}
+}
+
+// The promise rests on this: a lookup that skips a generation on its
+// filter's word skips one that does not hold the key, whatever wrote the
+// generation — settling writes, moves out of and into generations, imports,
+// writes rolled back, sweeps that drop generations, a clock that goes back
+// and makes a dropped generation again, a reopened file.
+func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	rng := rand.New(rand.NewPCG(7, 24))
+	t0 := time.Unix(1_780_000_000, 0)
+	now := t0
+	var keys []string
+	settled := map[string]uint64{} // key → token, for the keys now pending
+	lifetimes := []time.Duration{8 * time.Second, 80 * time.Second, 10 * time.Minute}
+	for step := range 1500 {
+		now = now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		switch op := rng.IntN(100); {
+		case op < 50: // a new action, settled at once
+			key := fmt.Sprintf("k/%d", len(keys))
+			keys = append(keys, key)
+			settle(t, s, "t", key, now, lifetimes[rng.IntN(len(lifetimes))])
+		case op < 60: // a new action left pending, or unknown then settled (moves)
+			key := fmt.Sprintf("k/%d", len(keys))
+			keys = append(keys, key)
+			res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
+			if err != nil || !res.Claimed {
+				t.Fatalf("claim %s: %+v %v", key, res, err)
+			}
+			settled[key] = res.Record.Token
+		case op < 70: // a pending action settles: it moves into a generation
+			for key, token := range settled {
+				state := agenttool.Succeeded
+				if rng.IntN(2) == 0 {
+					state = agenttool.Failed
+				}
+				if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: token, State: state, Attempts: 1,
+					Outcome: []byte(`{}`), Now: now, TTL: lifetimes[rng.IntN(len(lifetimes))]}); err != nil {
+					t.Fatal(err)
+				}
+				delete(settled, key)
+				break
+			}
+		case op < 75: // the clock goes back by up to two minutes
+			now = now.Add(-time.Duration(rng.IntN(120)) * time.Second)
+		case op < 82: // a sweep drops the generations that ended, or deletes a step of records
+			limit := []int{0, 0, 1, 50}[rng.IntN(4)]
+			if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: now.Add(time.Duration(rng.IntN(200)) * time.Second), Limit: limit}); err != nil {
+				t.Fatal(err)
+			}
+		case op < 87: // an import into generations, some of them new
+			var recs []storekit.Record
+			for range 1 + rng.IntN(20) {
+				key := fmt.Sprintf("k/%d", len(keys))
+				keys = append(keys, key)
+				at := now.Add(-time.Duration(rng.IntN(60)) * time.Second)
+				recs = append(recs, storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
+					Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(lifetimes[rng.IntN(len(lifetimes))])})
+			}
+			if err := s.Import(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+		case op < 95: // a write that puts keys in generations, then rolls back
+			var rolled []string
+			err := s.db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(recordsBucket)
+				for range 1 + rng.IntN(5) {
+					key := fmt.Sprintf("rolled/%d/%d", step, len(rolled))
+					rolled = append(rolled, key)
+					exp := now.Add(lifetimes[rng.IntN(len(lifetimes))] + time.Duration(rng.IntN(600))*time.Second)
+					r := storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
+						Outcome: []byte(`{}`), Created: now, Updated: now, Expires: exp}
+					if err := saveAt(b, &r, nil, time.Time{}); err != nil {
+						return err
+					}
+				}
+				return errRollback
+			})
+			if !errors.Is(err, errRollback) {
+				t.Fatal(err)
+			}
+			keys = append(keys, rolled...)
+		default: // the process restarts
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if s, err = Open(path, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if step%50 == 0 || step == 1499 {
+			s.db.View(func(tx *bolt.Tx) error {
+				lookupsAgree(t, tx, keys, fmt.Sprintf("step %d", step))
+				return nil
+			})
+		}
+	}
+	names, held := gensLeft(s)
+	if len(names) < 8 || held < 300 {
+		t.Errorf("the run left %d generations holding %d records: too few to tell", len(names), held)
+	}
+
+	// Once every generation has ended and gone, no filter is left in
+	// memory, not even those of generations made by writes rolled back.
+	if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: now.Add(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := gensLeft(s); len(names) != 0 {
+		t.Fatalf("generations %v outlived the sweep", names)
+	}
+	s.db.View(func(tx *bolt.Tx) error {
+		if left := *filtersOf(tx).gens.Load(); len(left) != 0 {
+			t.Errorf("%d filters outlived their generations", len(left))
+		}
+		return nil
+	})
+}
+
+// A reader whose snapshot was taken before a generation was dropped, and
+// made again by a write whose clock went back, still finds the records the
+// old generation held: the new generation's filter knows only its own.
+func TestAReaderOfAnOlderSnapshotFindsWhatItsGenerationHeld(t *testing.T) {
+	ctx := context.Background()
+	s := OpenTemp(t)
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = 80 * time.Second // windows of 8 s
+	// Free pages first, which the writes below take: bbolt cannot grow
+	// its map of the file while a reader holds it.
+	var filler []storekit.Record
+	for i := range 2000 {
+		at := t0.Add(-time.Hour)
+		filler = append(filler, storekit.Record{Key: fmt.Sprintf("filler/%d", i), Tool: "t", State: agenttool.Succeeded, Token: 1,
+			Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(ttl)})
+	}
+	if err := s.Import(ctx, filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s, "t", "old", t0, ttl)
+	gen := places(t, s, "old")[0]
+
+	reader, err := s.db.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback()
+
+	if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: t0.Add(ttl + time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := gensLeft(s); len(names) != 0 {
+		t.Fatalf("the sweep left generations %v", names)
+	}
+	settle(t, s, "t", "new", t0, ttl) // the clock went back: the same window again
+	if got := places(t, s, "new")[0]; got != gen {
+		t.Fatalf("the new record went to %s, not to the dropped generation %s again", got, gen)
+	}
+
+	if _, v := find(reader.Bucket(recordsBucket), []byte("old")); v == nil {
+		t.Fatal("a reader of the snapshot before the drop lost a record its generation held")
+	}
+	lookupsAgree(t, reader, []string{"old", "new"}, "the older snapshot")
+}
+
+// Lookups read the filters while the writer adds to them, makes and drops
+// generations: every record settled before a lookup began is found (run
+// with -race).
+func TestLookupsFindWhatSettledWhileTheWriterChangesTheFilters(t *testing.T) {
+	ctx := context.Background()
+	s := OpenTemp(t)
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = 16 * time.Second // windows of 2 s
+	var mu sync.Mutex
+	var done []string
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				n := len(done)
+				var key string
+				if n > 0 {
+					key = done[n-1-rng.IntN(min(n, 50))]
+				}
+				mu.Unlock()
+				if key == "" {
+					continue
+				}
+				if _, err := s.Get(ctx, key); err != nil {
+					errs <- fmt.Errorf("%s, settled before the lookup began: %w", key, err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 3000 {
+		now := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		key := fmt.Sprintf("k/%d", i)
+		settle(t, s, "t", key, now, ttl)
+		mu.Lock()
+		done = append(done, key)
+		mu.Unlock()
+		if i%200 == 199 {
+			// Drops the generations that ended more than a lifetime ago:
+			// never those of the last 50 keys, which readers look up.
+			if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: now.Add(-ttl)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -310,3 +310,53 @@ func TestLookupsFindWhatSettledWhileTheWriterChangesTheFilters(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Open builds the generations' filters by reading every key the
+// generations hold: what that adds to Open, against the file's records.
+func BenchmarkOpenBuildsTheFilters(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		path := filepath.Join(b.TempDir(), "keys.db")
+		s, err := Open(path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Unix(1_780_000_000, 0)
+		const batch = 5_000
+		for i := 0; i < n; i += batch {
+			var recs []storekit.Record
+			for j := i; j < i+batch; j++ {
+				// 16 generations of windows of 8 s, as the soak's.
+				at := t0.Add(time.Duration(j%16) * 8 * time.Second)
+				recs = append(recs, storekit.Record{Key: fmt.Sprintf("send_email/%032x", j), Tool: "send_email", State: agenttool.Succeeded,
+					Token: 1, Attempts: 1, Outcome: []byte(`{"id":"m-1"}`), Created: at, Updated: at, Expires: at.Add(80 * time.Second)})
+			}
+			if err := s.Import(context.Background(), recs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s.Close()
+		b.Run(fmt.Sprintf("records=%d/open", n), func(b *testing.B) {
+			for b.Loop() {
+				s, err := Open(path, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/open")
+		})
+		b.Run(fmt.Sprintf("records=%d/filters", n), func(b *testing.B) {
+			s, err := Open(path, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for b.Loop() {
+				if err := buildFilters(s.db); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/build")
+		})
+	}
+}

@@ -32,10 +32,10 @@ import (
 // as do all records of files written before generations, and is swept one
 // by one through the expiry index. A record is in exactly one place; a
 // write that changes where it belongs moves it. A lookup tries the records
-// bucket, the pending bucket, then each generation: with a sweeper, eight
-// to seventeen per lifetime in use; without one, a write that starts a
-// generation first drops those that have ended once maxGenerations are in
-// the file.
+// bucket, the pending bucket, then each generation whose filter may hold
+// the key (filter.go): with a sweeper, eight to seventeen per lifetime in
+// use; without one, a write that starts a generation first drops those
+// that have ended once maxGenerations are in the file.
 
 // pendingBucket holds the pending records: the records every call claims
 // and settles, apart from those that stay (unknown outcomes, notices), so

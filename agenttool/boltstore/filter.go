@@ -131,14 +131,17 @@ func (fs *filters) usable(tx *bolt.Tx, name []byte) *genFilter {
 }
 
 // made gives generation name, which tx makes, a new filter, sized as the
-// fullest of the others.
+// fullest of those of generations as wide: windows of one width hold the
+// records of about one lifetime, as many as the load makes in a window.
 func (fs *filters) made(tx *bolt.Tx, name []byte) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	old := *fs.gens.Load()
 	room := 0
-	for _, f := range old {
-		room = max(room, f.keys)
+	for k, f := range old {
+		if sameWidth(k, name) {
+			room = max(room, f.keys)
+		}
 	}
 	m := make(map[string]*genFilter, len(old)+1)
 	for k, f := range old {
@@ -146,6 +149,11 @@ func (fs *filters) made(tx *bolt.Tx, name []byte) {
 	}
 	m[string(name)] = newGenFilter(tx.ID(), room)
 	fs.gens.Store(&m)
+}
+
+// sameWidth reports whether two generations' windows are as wide.
+func sameWidth(a string, b []byte) bool {
+	return len(a) == len(b) && len(b) > 0 && a[len(a)-1] == b[len(b)-1]
 }
 
 // dropped forgets the filter of generation name once tx, which drops it,

@@ -60,6 +60,41 @@ func TestAGenerationFilterSaysMaybeForEveryKeyItHoldsAndFewItLacks(t *testing.T)
 	}
 }
 
+// A new generation's filter is sized for as many keys as the fullest
+// generation of its width holds — records of about the same lifetime —
+// not for those of a busier lifetime's windows, nor for no more than the
+// least when one of its width holds many.
+func TestANewGenerationsFilterIsSizedAsTheFullestOfItsWidth(t *testing.T) {
+	ctx := context.Background()
+	s := OpenTemp(t)
+	t0 := time.Unix(1_780_000_000, 0)
+	var recs []storekit.Record
+	for i := range 5000 {
+		// Lifetimes of 80 s: windows of 8 s, all in one.
+		recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%d", i), Tool: "t", State: agenttool.Succeeded, Token: 1,
+			Attempts: 1, Outcome: []byte(`{}`), Created: t0, Updated: t0, Expires: t0.Add(80 * time.Second)})
+	}
+	if err := s.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, s, "t", "long", t0, time.Hour)                        // windows of 256 s
+	settle(t, s, "t", "short", t0.Add(time.Minute), 80*time.Second) // a later window of 8 s
+	rooms := map[string]int{}
+	s.db.View(func(tx *bolt.Tx) error {
+		for name, f := range *filtersOf(tx).gens.Load() {
+			rooms[fmt.Sprintf("%x", name)] = (*f.parts.Load())[0].room
+		}
+		return nil
+	})
+	at := places(t, s, "k/0", "long", "short")
+	if got := rooms[at[1]]; got != filterMin {
+		t.Errorf("the first generation of windows of 256 s has a filter sized for %d keys, want %d", got, filterMin)
+	}
+	if got := rooms[at[2]]; got < 5000 {
+		t.Errorf("a generation of windows of 8 s, beside one of 5,000 records, has a filter sized for %d keys", got)
+	}
+}
+
 // lookupsAgree fails the test if a lookup that uses the filters finds any
 // of keys elsewhere than one that walks every generation, in tx.
 func lookupsAgree(t *testing.T, tx *bolt.Tx, keys []string, when string) {

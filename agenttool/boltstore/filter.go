@@ -33,6 +33,12 @@ import (
 //     generation is empty); one that drops a generation forgets its filter
 //     once it has committed (and a sweep, the filters of every generation
 //     that ended, of which a write that rolled back may have left some).
+//   - A lookup uses a filter only once the write that made it has
+//     committed: a write that drops a generation and makes it again (a
+//     sweep and a settling write whose clocks disagree, in one batch),
+//     then rolls back, leaves the old generation in the file, and its
+//     filter replaced by one that knows none of its keys. bbolt gives a
+//     rolled-back write's id to the next, so the id alone cannot tell.
 //   - A lookup uses a filter only if it was made no later than the
 //     transaction it runs in (by transaction id): a reader whose snapshot
 //     still holds a generation dropped and made again since — the same
@@ -69,9 +75,10 @@ type filters struct {
 // genFilter is the filter of one generation. Only the writer changes it
 // (bbolt runs one write transaction at a time); lookups read it at once.
 type genFilter struct {
-	made  int // the transaction that made the generation, or read it at Open
-	keys  int // keys added: the writer's alone
-	parts atomic.Pointer[[]*bloom]
+	made      int         // the transaction that made the generation, or read it at Open
+	committed atomic.Bool // that transaction committed (or it read at Open)
+	keys      int         // keys added: the writer's alone
+	parts     atomic.Pointer[[]*bloom]
 }
 
 // bloom is one blocked Bloom filter, sized for room keys. A generation's
@@ -100,6 +107,7 @@ func buildFilters(db *bolt.DB) error {
 	err := db.View(func(tx *bolt.Tx) error {
 		return forEachGen(tx, func(p place) error {
 			f := newGenFilter(tx.ID(), int(p.records.Sequence()))
+			f.committed.Store(true)
 			c := p.records.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				f.add(fs.hash(k))
@@ -124,15 +132,16 @@ func (fs *filters) hash(key []byte) uint64 { return maphash.Bytes(fs.seed, key) 
 // usable returns the filter of generation name if tx may trust it, nil if
 // tx must walk the generation.
 func (fs *filters) usable(tx *bolt.Tx, name []byte) *genFilter {
-	if f := (*fs.gens.Load())[string(name)]; f != nil && f.made <= tx.ID() {
+	if f := (*fs.gens.Load())[string(name)]; f != nil && f.committed.Load() && f.made <= tx.ID() {
 		return f
 	}
 	return nil
 }
 
 // made gives generation name, which tx makes, a new filter, sized as the
-// fullest of those of generations as wide: windows of one width hold the
-// records of about one lifetime, as many as the load makes in a window.
+// fullest of those of generations as wide (windows of one width hold the
+// records of about one lifetime, as many as the load makes in a window),
+// that lookups use once tx has committed.
 func (fs *filters) made(tx *bolt.Tx, name []byte) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -147,8 +156,10 @@ func (fs *filters) made(tx *bolt.Tx, name []byte) {
 	for k, f := range old {
 		m[k] = f
 	}
-	m[string(name)] = newGenFilter(tx.ID(), room)
+	f := newGenFilter(tx.ID(), room)
+	m[string(name)] = f
 	fs.gens.Store(&m)
+	tx.OnCommit(func() { f.committed.Store(true) })
 }
 
 // sameWidth reports whether two generations' windows are as wide.

@@ -117,8 +117,9 @@ func lookupsAgree(t *testing.T, tx *bolt.Tx, keys []string, when string) {
 // The promise rests on this: a lookup that skips a generation on its
 // filter's word skips one that does not hold the key, whatever wrote the
 // generation — settling writes, moves out of and into generations, imports,
-// writes rolled back, sweeps that drop generations, a clock that goes back
-// and makes a dropped generation again, a reopened file.
+// writes rolled back (some of which dropped generations and made them
+// again), sweeps that drop generations, a clock that goes back and makes a
+// dropped generation again, a reopened file.
 func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "keys.db")
@@ -184,10 +185,18 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 			var rolled []string
 			err := s.db.Update(func(tx *bolt.Tx) error {
 				b := tx.Bucket(recordsBucket)
+				if rng.IntN(2) == 0 {
+					// First it drops the generations that end within
+					// minutes (a sweep whose clock runs ahead, in the
+					// batch), which the keys below may make again.
+					if _, err := dropEnded(tx, now.Add(time.Duration(rng.IntN(600))*time.Second)); err != nil {
+						return err
+					}
+				}
 				for range 1 + rng.IntN(5) {
 					key := fmt.Sprintf("rolled/%d/%d", step, len(rolled))
 					rolled = append(rolled, key)
-					exp := now.Add(lifetimes[rng.IntN(len(lifetimes))] + time.Duration(rng.IntN(600))*time.Second)
+					exp := now.Add(lifetimes[rng.IntN(len(lifetimes))] + time.Duration(rng.IntN(600)-300)*time.Second)
 					r := storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
 						Outcome: []byte(`{}`), Created: now, Updated: now, Expires: exp}
 					if err := saveAt(b, &r, nil, time.Time{}); err != nil {
@@ -393,5 +402,133 @@ func BenchmarkOpenBuildsTheFilters(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/build")
 		})
+	}
+}
+
+// writeQueue lines up writes behind a held commit, so that they share one
+// batch of the group commit, in the order queued.
+type writeQueue struct {
+	t  *testing.T
+	s  *Store
+	wg sync.WaitGroup
+}
+
+// holder is a write that holds the writer, inside its transaction, from
+// when it runs (running is closed) until release.
+type holder struct {
+	running, released chan struct{}
+}
+
+func (q *writeQueue) holder() *holder {
+	return &holder{make(chan struct{}), make(chan struct{})}
+}
+
+func (h *holder) write(*bolt.Tx) error {
+	close(h.running)
+	<-h.released
+	return nil
+}
+
+func (h *holder) release() { close(h.released) }
+
+// queue runs call, which writes once, and returns once its write is queued
+// behind the held commit.
+func (q *writeQueue) queue(call func()) {
+	q.t.Helper()
+	q.s.writes.mu.Lock()
+	before := len(q.s.writes.queue)
+	q.s.writes.mu.Unlock()
+	q.wg.Go(call)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		q.s.writes.mu.Lock()
+		queued := len(q.s.writes.queue)
+		q.s.writes.mu.Unlock()
+		if queued > before {
+			return
+		}
+		if time.Now().After(deadline) {
+			q.t.Fatal("a write did not queue behind the held commit")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A batch that drops a generation (a sweep whose clock runs ahead) and
+// makes it again (a settling write whose clock is behind), then rolls back
+// because a later write of the batch failed, leaves the generation in the
+// file as it was: a claim of a settled action in it, run again alone,
+// replays the action and never claims it anew — which would run the tool
+// a second time.
+func TestAClaimRunAgainAfterABatchRolledBackReplaysWhatItsGenerationHolds(t *testing.T) {
+	ctx := context.Background()
+	s := OpenTemp(t)
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = time.Hour
+	settledAt := t0.Add(30 * time.Second)
+	const n = 5
+	tokens := map[string]uint64{}
+	for _, key := range []string{"a/0", "a/1", "a/2", "a/3", "a/4", "later"} {
+		res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "A", Now: t0, Lease: time.Minute})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %s: %+v %v", key, res, err)
+		}
+		tokens[key] = res.Record.Token
+	}
+	finish := func(key string) error {
+		return s.Finish(ctx, storekit.FinishRequest{Key: key, Token: tokens[key], State: agenttool.Succeeded, Attempts: 1,
+			Outcome: []byte(`{}`), Now: settledAt, TTL: ttl})
+	}
+
+	q := &writeQueue{t: t, s: s}
+	first := q.holder()
+	q.wg.Go(func() { s.writes.update(ctx, first.write) })
+	<-first.running
+	// The holder settles a/0…a/4 late, after their leases ended, in a
+	// batch held open while other callers, who found the leases ended,
+	// queue claims that must write.
+	finished := make([]error, n)
+	for i := range n {
+		q.queue(func() { finished[i] = finish(fmt.Sprintf("a/%d", i)) })
+	}
+	settling := q.holder()
+	q.queue(func() { s.writes.update(ctx, settling.write) })
+	first.release()
+	<-settling.running
+
+	claims := make([]storekit.ClaimResult, n)
+	claimErrs := make([]error, n)
+	for i := range n {
+		q.queue(func() {
+			claims[i], claimErrs[i] = s.Claim(ctx, storekit.ClaimRequest{Key: fmt.Sprintf("a/%d", i), Tool: "t", Owner: "B",
+				Now: t0.Add(2 * time.Minute), Lease: time.Minute})
+		})
+	}
+	// In the same batch: a sweep whose clock runs hours ahead drops the
+	// generation of a/0…a/4; a settling write whose clock is behind makes
+	// it again; a write fails, and the batch rolls back.
+	var swept, settled, failed error
+	q.queue(func() { _, swept = s.Sweep(ctx, storekit.SweepRequest{Now: t0.Add(3 * time.Hour)}) })
+	q.queue(func() { settled = finish("later") })
+	errBoom := errors.New("boom")
+	q.queue(func() { failed = s.writes.update(ctx, func(*bolt.Tx) error { return errBoom }) })
+	settling.release()
+	q.wg.Wait()
+
+	for i, err := range finished {
+		if err != nil {
+			t.Fatalf("settling a/%d: %v", i, err)
+		}
+	}
+	if swept != nil || settled != nil || !errors.Is(failed, errBoom) {
+		t.Fatalf("sweep: %v; settling later: %v; the failing write: %v", swept, settled, failed)
+	}
+	for i := range n {
+		if claimErrs[i] != nil {
+			t.Fatalf("claim of a/%d: %v", i, claimErrs[i])
+		}
+		if c := claims[i]; c.Claimed || c.Record.State != agenttool.Succeeded {
+			t.Errorf("a/%d, settled before its claim ran: claimed %v, state %v; want its success replayed, not a second run",
+				i, c.Claimed, c.Record.State)
+		}
 	}
 }

@@ -30,9 +30,10 @@ import (
 //     generation's filter (place.put): there is no other way into a
 //     generation, for a claim's settling write, a move or an import alike.
 //   - A write that makes a generation gives it a new, empty filter (the
-//     generation is empty); one that drops a generation forgets its filter
-//     once it has committed (and a sweep, the filters of every generation
-//     that ended, of which a write that rolled back may have left some).
+//     generation is empty); one that drops a generation forgets the filter
+//     it had once the write has committed (and a sweep, the filters of
+//     every generation that ended, of which a write that rolled back may
+//     have left some), but not one made since.
 //   - A lookup uses a filter only once the write that made it has
 //     committed: a write that drops a generation and makes it again (a
 //     sweep and a settling write whose clocks disagree, in one batch),
@@ -45,14 +46,15 @@ import (
 //     window, after the clock went back — walks its tree.
 //   - A generation without a filter is walked.
 //
-// The filters take about 1.3 bytes a record in generations, in the heap of
-// the process that has the file open (bbolt lets one process write it);
+// The filters take 1.3 to 1.9 bytes a record in generations, in the heap
+// of the process that has the file open (bbolt lets one process write it);
 // building them at Open reads every key in the generations once.
 
 // filterBits is the bits a filter spends on each key it is sized for. Six
 // of them are set a key, all in one 512-bit block: about one key in a
 // hundred that the generation does not hold is answered "maybe"
-// (TestGenerationFilterSaysMaybeForFewKeysItLacks measures it).
+// (TestAGenerationFilterSaysMaybeForEveryKeyItHoldsAndFewItLacks measures
+// it).
 const (
 	filterBits  = 10
 	filterK     = 6
@@ -168,48 +170,42 @@ func sameWidth(a string, b []byte) bool {
 }
 
 // dropped forgets the filter of generation name once tx, which drops it,
-// has committed, unless a later write has made the generation again.
+// has committed, unless a write has made the generation again since.
 func (fs *filters) dropped(tx *bolt.Tx, name []byte) {
-	key := string(name)
-	f := (*fs.gens.Load())[key]
-	if f == nil {
-		return
+	if f := (*fs.gens.Load())[string(name)]; f != nil {
+		gone := map[string]*genFilter{string(name): f}
+		tx.OnCommit(func() { fs.forget(gone) })
 	}
-	tx.OnCommit(func() {
-		fs.mu.Lock()
-		defer fs.mu.Unlock()
-		old := *fs.gens.Load()
-		if old[key] != f {
-			return
-		}
-		m := make(map[string]*genFilter, len(old))
-		for k, g := range old {
-			if k != key {
-				m[k] = g
-			}
-		}
-		fs.gens.Store(&m)
-	})
 }
 
 // ended forgets, once tx has committed, the filters of the generations
 // whose window ended by end (Unix seconds), which tx drops: with them go
 // those of generations made by writes that rolled back. A filter made
-// after tx stays.
+// since (later in tx, or by a later write) stays.
 func (fs *filters) ended(tx *bolt.Tx, end int64) {
-	id := tx.ID()
-	tx.OnCommit(func() {
-		fs.mu.Lock()
-		defer fs.mu.Unlock()
-		old := *fs.gens.Load()
-		m := make(map[string]*genFilter, len(old))
-		for k, f := range old {
-			if genEnd([]byte(k)) > end || f.made > id {
-				m[k] = f
-			}
+	gone := map[string]*genFilter{}
+	for k, f := range *fs.gens.Load() {
+		if genEnd([]byte(k)) <= end {
+			gone[k] = f
 		}
-		fs.gens.Store(&m)
-	})
+	}
+	if len(gone) > 0 {
+		tx.OnCommit(func() { fs.forget(gone) })
+	}
+}
+
+// forget drops each filter of gone that is still its generation's.
+func (fs *filters) forget(gone map[string]*genFilter) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	old := *fs.gens.Load()
+	m := make(map[string]*genFilter, len(old))
+	for k, f := range old {
+		if gone[k] != f {
+			m[k] = f
+		}
+	}
+	fs.gens.Store(&m)
 }
 
 // added adds key, which the writer puts in generation name, to its filter.

@@ -532,3 +532,38 @@ func TestAClaimRunAgainAfterABatchRolledBackReplaysWhatItsGenerationHolds(t *tes
 		}
 	}
 }
+
+// A write that drops a generation and makes it again (a sweep ahead of a
+// settling write's clock, in one batch) leaves the new generation its
+// filter: its lookups skip it as they skip the others.
+func TestAGenerationMadeAgainByTheWriteThatDroppedItKeepsItsFilter(t *testing.T) {
+	s := OpenTemp(t)
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = 80 * time.Second // windows of 8 s
+	settle(t, s, "t", "old", t0, ttl)
+	gen := mustHex(t, places(t, s, "old")[0])
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute)); err != nil || n != 1 {
+			return fmt.Errorf("dropped %d records: %v", n, err)
+		}
+		r := storekit.Record{Key: "new", Tool: "t", State: agenttool.Succeeded, Token: 2, Attempts: 1, Outcome: []byte(`{}`),
+			Created: t0, Updated: t0, Expires: t0.Add(ttl)}
+		return saveAt(tx.Bucket(recordsBucket), &r, nil, time.Time{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := places(t, s, "old", "new"); got[0] != "" || got[1] != fmt.Sprintf("%x", gen) {
+		t.Fatalf("old in %q, new in %q: want old gone, new in %x again", got[0], got[1], gen)
+	}
+	s.db.View(func(tx *bolt.Tx) error {
+		f := filtersOf(tx).usable(tx, gen)
+		switch {
+		case f == nil:
+			t.Error("the generation made again has no filter a lookup may use: every lookup walks it")
+		case !f.mayHold(filtersOf(tx).hash([]byte("new"))):
+			t.Error("the generation's filter lacks the key it holds")
+		}
+		return nil
+	})
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
@@ -566,4 +567,87 @@ func TestAGenerationMadeAgainByTheWriteThatDroppedItKeepsItsFilter(t *testing.T)
 		}
 		return nil
 	})
+}
+
+// openCapped opens a store whose file may not grow past maxSize bytes
+// (bbolt's MaxSize): a commit that needs more fails, after the write's
+// functions ran.
+func openCapped(t *testing.T, maxSize int) *Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "capped.db")
+	o := boltOptions(Options{LockTimeout: time.Second})
+	o.MaxSize = maxSize
+	db, err := bolt.Open(path, 0o600, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(initSchema); err != nil {
+		t.Fatal(err)
+	}
+	if err := buildFilters(db); err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{db: db, path: path, writes: groupCommit{db: db}}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A write that drops a generation and makes it again, then fails to
+// commit (the file may not grow), leaves the generation in the file as it
+// was, beside a filter that knows none of its keys. bbolt runs no commit
+// handler of a commit that failed, and gives its id to the next write,
+// which commits: a claim of a settled action in the generation still
+// replays it, and never claims it anew.
+func TestAClaimAfterACommitThatFailedReplaysWhatItsGenerationHolds(t *testing.T) {
+	ctx := context.Background()
+	s := openCapped(t, 1<<20)
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = 80 * time.Second // windows of 8 s
+	settle(t, s, "t", "old", t0, ttl)
+	gen := places(t, s, "old")[0]
+
+	failedID := -1
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		failedID = tx.ID()
+		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute)); err != nil || n != 1 {
+			return fmt.Errorf("dropped %d records: %v", n, err)
+		}
+		r := storekit.Record{Key: "new", Tool: "t", State: agenttool.Succeeded, Token: 2, Attempts: 1, Outcome: []byte(`{}`),
+			Created: t0, Updated: t0, Expires: t0.Add(ttl)}
+		if err := saveAt(tx.Bucket(recordsBucket), &r, nil, time.Time{}); err != nil {
+			return err
+		}
+		// More than the file may hold: the commit fails.
+		scratch, err := tx.CreateBucket([]byte("scratch"))
+		if err != nil {
+			return err
+		}
+		return scratch.Put([]byte("big"), make([]byte, 2<<20))
+	})
+	if !errors.Is(err, berrors.ErrMaxSizeReached) {
+		t.Fatalf("the write that made the generation again committed with %v; want its commit to fail for want of room", err)
+	}
+	if got := places(t, s, "old", "new"); got[0] != gen || got[1] != "" {
+		t.Fatalf("after the failed commit, old is in %q and new in %q; want old in %s and no new", got[0], got[1], gen)
+	}
+	nextID := -1
+	if err := s.db.Update(func(tx *bolt.Tx) error { nextID = tx.ID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if nextID != failedID {
+		t.Fatalf("the write after the failed commit has id %d, the failed one had %d: the test no longer sees an id given twice", nextID, failedID)
+	}
+
+	s.db.View(func(tx *bolt.Tx) error {
+		lookupsAgree(t, tx, []string{"old", "new"}, "after the failed commit")
+		return nil
+	})
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: "old", Tool: "t", Owner: "B", Now: t0.Add(time.Second), Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed || res.Record.State != agenttool.Succeeded {
+		t.Errorf("old, settled before the failed commit: claimed %v, state %v; want its success replayed, not a second run",
+			res.Claimed, res.Record.State)
+	}
 }

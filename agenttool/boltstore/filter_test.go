@@ -569,14 +569,15 @@ func TestAGenerationMadeAgainByTheWriteThatDroppedItKeepsItsFilter(t *testing.T)
 	})
 }
 
-// openCapped opens a store whose file may not grow past maxSize bytes
-// (bbolt's MaxSize): a commit that needs more fails, after the write's
-// functions ran.
-func openCapped(t *testing.T, maxSize int) *Store {
+// openCapped opens the store at path with a file that may not grow past
+// maxSize bytes (bbolt's MaxSize), mapped whole from the start: a commit
+// that needs more fails, after the write's functions ran, and a reader held
+// open never stops a write remapping the file.
+func openCapped(t *testing.T, path string, maxSize int) *Store {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "capped.db")
 	o := boltOptions(Options{LockTimeout: time.Second})
 	o.MaxSize = maxSize
+	o.InitialMmapSize = maxSize
 	db, err := bolt.Open(path, 0o600, o)
 	if err != nil {
 		t.Fatal(err)
@@ -587,9 +588,7 @@ func openCapped(t *testing.T, maxSize int) *Store {
 	if err := buildFilters(db); err != nil {
 		t.Fatal(err)
 	}
-	s := &Store{db: db, path: path, writes: groupCommit{db: db}}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return &Store{db: db, path: path, writes: groupCommit{db: db}}
 }
 
 // A write that drops a generation and makes it again, then fails to
@@ -600,7 +599,8 @@ func openCapped(t *testing.T, maxSize int) *Store {
 // replays it, and never claims it anew.
 func TestAClaimAfterACommitThatFailedReplaysWhatItsGenerationHolds(t *testing.T) {
 	ctx := context.Background()
-	s := openCapped(t, 1<<20)
+	s := openCapped(t, filepath.Join(t.TempDir(), "capped.db"), 1<<20)
+	defer s.Close()
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = 80 * time.Second // windows of 8 s
 	settle(t, s, "t", "old", t0, ttl)
@@ -650,4 +650,191 @@ func TestAClaimAfterACommitThatFailedReplaysWhatItsGenerationHolds(t *testing.T)
 		t.Errorf("old, settled before the failed commit: claimed %v, state %v; want its success replayed, not a second run",
 			res.Claimed, res.Record.State)
 	}
+}
+
+// What a lookup may skip, in every snapshot a reader holds, not only the
+// last: readers begun between writes stay open across writes that settle,
+// move, import, sweep, make generations again with a clock gone back, roll
+// back, or fail to commit (the file may not grow: bbolt then gives the
+// write's id to the next), and each finds every key where a lookup that
+// walks every generation finds it. A claim of a settled key replays it.
+func TestALookupInAnOpenSnapshotSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	const maxSize = 16 << 20
+	s := openCapped(t, path, maxSize)
+	defer func() { s.Close() }()
+	var readers []*bolt.Tx
+	release := func() {
+		for _, r := range readers {
+			r.Rollback()
+		}
+		readers = nil
+	}
+	defer release()
+	tooBig := make([]byte, maxSize+1)
+	rng := rand.New(rand.NewPCG(11, 5))
+	t0 := time.Unix(1_780_000_000, 0)
+	now := t0
+	var keys []string
+	settledAt := map[string]time.Time{} // settled keys, and until when they hold
+	// horizon is the latest time of a write that committed: a write may
+	// drop the generations that ended by its time, so only a key that
+	// holds past it must be found, whatever the clock did since.
+	horizon := t0
+	pending := map[string]uint64{}
+	lifetimes := []time.Duration{8 * time.Second, 80 * time.Second, 10 * time.Minute}
+	failedCommits, rolledBack, replayed := 0, 0, 0
+	// mess is a write that drops the generations ending within minutes (a
+	// sweep whose clock runs ahead) and settles keys whose clock is behind,
+	// which may make them again.
+	mess := func(tx *bolt.Tx, step int) error {
+		if _, err := dropEnded(tx, now.Add(time.Duration(rng.IntN(600))*time.Second)); err != nil {
+			return err
+		}
+		for i := range 1 + rng.IntN(5) {
+			key := fmt.Sprintf("mess/%d/%d", step, i)
+			keys = append(keys, key)
+			exp := now.Add(lifetimes[rng.IntN(len(lifetimes))] + time.Duration(rng.IntN(600)-300)*time.Second)
+			r := storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
+				Outcome: []byte(`{}`), Created: now, Updated: now, Expires: exp}
+			if err := saveAt(tx.Bucket(recordsBucket), &r, nil, time.Time{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for step := range 800 {
+		now = now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		switch op := rng.IntN(100); {
+		case op < 35: // a new action, settled at once
+			key := fmt.Sprintf("k/%d", len(keys))
+			keys = append(keys, key)
+			ttl := lifetimes[rng.IntN(len(lifetimes))]
+			settle(t, s, "t", key, now, ttl)
+			settledAt[key] = now.Add(ttl)
+		case op < 42: // a new action left pending
+			key := fmt.Sprintf("k/%d", len(keys))
+			keys = append(keys, key)
+			res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
+			if err != nil || !res.Claimed {
+				t.Fatalf("claim %s: %+v %v", key, res, err)
+			}
+			pending[key] = res.Record.Token
+		case op < 50: // a pending action settles: it moves into a generation
+			for key, token := range pending {
+				ttl := lifetimes[rng.IntN(len(lifetimes))]
+				if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: token, State: agenttool.Succeeded, Attempts: 1,
+					Outcome: []byte(`{}`), Now: now, TTL: ttl}); err != nil {
+					t.Fatal(err)
+				}
+				delete(pending, key)
+				settledAt[key] = now.Add(ttl)
+				break
+			}
+		case op < 55: // the clock goes back by up to two minutes
+			now = now.Add(-time.Duration(rng.IntN(120)) * time.Second)
+		case op < 62: // a sweep
+			limit := []int{0, 0, 1, 50}[rng.IntN(4)]
+			at := now.Add(time.Duration(rng.IntN(200)) * time.Second)
+			if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: at, Limit: limit}); err != nil {
+				t.Fatal(err)
+			}
+			horizon = maxTime(horizon, at)
+		case op < 66: // an import into generations, some of them new
+			var recs []storekit.Record
+			for range 1 + rng.IntN(20) {
+				key := fmt.Sprintf("k/%d", len(keys))
+				keys = append(keys, key)
+				at := now.Add(-time.Duration(rng.IntN(60)) * time.Second)
+				recs = append(recs, storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
+					Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(lifetimes[rng.IntN(len(lifetimes))])})
+			}
+			if err := s.Import(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+		case op < 74: // such a write, rolled back
+			err := s.db.Update(func(tx *bolt.Tx) error {
+				if err := mess(tx, step); err != nil {
+					return err
+				}
+				return errRollback
+			})
+			if !errors.Is(err, errRollback) {
+				t.Fatal(err)
+			}
+			rolledBack++
+		case op < 82: // such a write, whose commit fails
+			err := s.db.Update(func(tx *bolt.Tx) error {
+				if err := mess(tx, step); err != nil {
+					return err
+				}
+				scratch, err := tx.CreateBucketIfNotExists([]byte("scratch"))
+				if err != nil {
+					return err
+				}
+				return scratch.Put([]byte("big"), tooBig)
+			})
+			if !errors.Is(err, berrors.ErrMaxSizeReached) {
+				t.Fatalf("a write that needs more than the file may hold: %v", err)
+			}
+			failedCommits++
+		case op < 95: // a reader begins, and stays open
+			r, err := s.db.Begin(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readers = append(readers, r)
+			if len(readers) > 4 {
+				readers[0].Rollback()
+				readers = readers[1:]
+			}
+		default: // the process restarts
+			release()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openCapped(t, path, maxSize)
+		}
+		horizon = maxTime(horizon, now)
+		if step%40 == 39 {
+			for _, r := range readers {
+				lookupsAgree(t, r, keys, fmt.Sprintf("step %d, in the snapshot of write %d", step, r.ID()))
+			}
+			s.db.View(func(tx *bolt.Tx) error {
+				lookupsAgree(t, tx, keys, fmt.Sprintf("step %d", step))
+				return nil
+			})
+			tried := 0
+			for key, until := range settledAt { // in no order
+				if !until.After(horizon) {
+					continue
+				}
+				if tried++; tried > 40 {
+					break
+				}
+				res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "B", Now: now, Lease: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Claimed {
+					t.Fatalf("step %d: %s, settled until %v, was claimed anew at %v: its tool would run again", step, key, until, now)
+				}
+				replayed++
+			}
+		}
+	}
+	if failedCommits < 20 || rolledBack < 20 || replayed < 300 {
+		t.Errorf("%d commits failed, %d writes rolled back, %d claims replayed: too few to tell", failedCommits, rolledBack, replayed)
+	}
+	if names, held := gensLeft(s); len(names) < 8 || held < 200 {
+		t.Errorf("the run left %d generations holding %d records: too few to tell", len(names), held)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -39,7 +39,11 @@ var effectsBucket = []byte("retrysafe/effects")
 // unless fn classified it otherwise. A panic in fn rolls back this write
 // only and is reported as a definite error (code effect_panicked) to this
 // caller; the other writes of its batch commit. A failed commit leaves the
-// outcome unknown.
+// outcome unknown. A commit handler that fn registers (tx.OnCommit) runs
+// after the commit, and one that panics does not stop the store: each
+// write of that transaction, durable, is answered with an error wrapping
+// ErrCommitHandlerPanicked, and this call's action is settled through the
+// reconciler, as after any failed commit.
 //
 // Once the effect has committed, the key cannot be released nor recorded as
 // failed, whatever the tool reports afterwards: the store answers

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,6 +245,80 @@ func TestPanickingEffectFailsOnlyItsOwnWrite(t *testing.T) {
 		t.Errorf("%d notes, want %d", got, n-n/4)
 	}
 	// The store still works.
+	if env := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1", "later"), `{"text":"after"}`); env.Status != envelope.Success {
+		t.Errorf("after the panics: %s", env)
+	}
+}
+
+// A commit handler that an effect's callback registers runs after the
+// commit, where no recovery of the write's own reaches it. One that
+// panics leaves the store working, and no call whose effect committed is
+// told it was not applied.
+func TestACommitHandlerThatPanicsNeitherStopsTheStoreNorDeniesTheEffect(t *testing.T) {
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "notes.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tool, err := agenttool.New("append_note", "", func(ctx context.Context, in note) (json.RawMessage, error) {
+		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			if in.Text == "boom" {
+				tx.OnCommit(func() { panic("the commit handler's bug") })
+			}
+			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+			if err != nil {
+				return nil, err
+			}
+			return json.RawMessage(`{}`), b.Put([]byte(in.Text+"/"+agenttool.RequestRef(ctx)), nil)
+		})
+	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	envs := make([]envelope.Envelope, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		text := "note-" + strconv.Itoa(i)
+		if i%4 == 0 {
+			text = "boom"
+		}
+		ctx := agenttool.WithScope(context.Background(), "tenant-1", "s-"+strconv.Itoa(i))
+		wg.Go(func() {
+			defer func() { recover() }() // as a server recovers a handler's panic
+			envs[i] = tool.Invoke(ctx, `{"text":"`+text+`"}`)
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store's writes stopped after a commit handler panicked")
+	}
+	// A call whose claim shared the transaction is told the store failed
+	// and the tool did not run — true: it did not — and a later call of
+	// its action settles it. One whose effect committed is never told it
+	// failed.
+	written := map[string]bool{}
+	s.DB().View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("notes")).ForEach(func(k, _ []byte) error {
+			written[string(k[strings.IndexByte(string(k), '/')+1:])] = true
+			return nil
+		})
+	})
+	applied := 0
+	for i, env := range envs {
+		switch {
+		case written[env.RequestRef] && env.Status == envelope.DefiniteFailure:
+			t.Errorf("call %d, whose effect committed, was told it failed: %s", i, env.Status)
+		case written[env.RequestRef]:
+			applied++
+		}
+	}
+	if applied < n/4 {
+		t.Errorf("%d of %d effects committed, fewer than the calls whose handler panicked", applied, n)
+	}
 	if env := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1", "later"), `{"text":"after"}`); env.Status != envelope.Success {
 		t.Errorf("after the panics: %s", env)
 	}

@@ -91,7 +91,7 @@ func (g *groupCommit) leadBatch() {
 
 func (g *groupCommit) commit(batch []*write) {
 	if len(batch) > 1 {
-		err := g.db.Update(func(tx *bolt.Tx) error {
+		err := g.update1(func(tx *bolt.Tx) error {
 			for _, w := range batch {
 				if err := w.run(tx); err != nil {
 					return errRollback
@@ -99,8 +99,9 @@ func (g *groupCommit) commit(batch []*write) {
 			}
 			return nil
 		})
-		if err == nil {
+		if err == nil || errors.Is(err, ErrCommitHandlerPanicked) {
 			for _, w := range batch {
+				w.err = err
 				close(w.done)
 			}
 			return
@@ -108,9 +109,24 @@ func (g *groupCommit) commit(batch []*write) {
 		// Every write runs again alone, the failing one included.
 	}
 	for _, w := range batch {
-		w.err = g.db.Update(w.run)
+		w.err = g.update1(w.run)
 		close(w.done)
 	}
+}
+
+// update1 runs one write transaction. A panic that escapes it comes from
+// a commit handler that a write's function registered (tx.OnCommit), which
+// bbolt runs after the commit, outside run's recovery: it is returned as
+// an error wrapping ErrCommitHandlerPanicked, so that every writer of the
+// transaction is answered and the next batch runs, instead of the store's
+// writes waiting forever on a leader that is gone.
+func (g *groupCommit) update1(fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrCommitHandlerPanicked, r, debug.Stack())
+		}
+	}()
+	return g.db.Update(fn)
 }
 
 // run runs the write's function. A panic in it (a callback of
@@ -130,3 +146,11 @@ func (w *write) run(tx *bolt.Tx) (err error) {
 // ErrPanicked is wrapped by the error of a write whose function panicked;
 // nothing of that write was committed.
 var ErrPanicked = errors.New("boltstore: a write's function panicked")
+
+// ErrCommitHandlerPanicked is wrapped by the error of each write of a
+// transaction after which a commit handler panicked (one that a function
+// given to [Store.Effect] registered with tx.OnCommit). bbolt runs commit
+// handlers once the transaction has committed: the writes are durable,
+// and their callers are told only that the outcome is uncertain, which a
+// guarded call settles through its reconciler, never as not applied.
+var ErrCommitHandlerPanicked = errors.New("boltstore: the transaction committed, then a commit handler panicked")

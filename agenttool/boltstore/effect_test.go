@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,10 +261,14 @@ func TestACommitHandlerThatPanicsNeitherStopsTheStoreNorDeniesTheEffect(t *testi
 		t.Fatal(err)
 	}
 	defer s.Close()
+	var panicked atomic.Int32
 	tool, err := agenttool.New("append_note", "", func(ctx context.Context, in note) (json.RawMessage, error) {
 		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
 			if in.Text == "boom" {
-				tx.OnCommit(func() { panic("the commit handler's bug") })
+				tx.OnCommit(func() {
+					panicked.Add(1)
+					panic("the commit handler's bug")
+				})
 			}
 			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
 			if err != nil {
@@ -307,17 +312,13 @@ func TestACommitHandlerThatPanicsNeitherStopsTheStoreNorDeniesTheEffect(t *testi
 			return nil
 		})
 	})
-	applied := 0
 	for i, env := range envs {
-		switch {
-		case written[env.RequestRef] && env.Status == envelope.DefiniteFailure:
+		if written[env.RequestRef] && env.Status == envelope.DefiniteFailure {
 			t.Errorf("call %d, whose effect committed, was told it failed: %s", i, env.Status)
-		case written[env.RequestRef]:
-			applied++
 		}
 	}
-	if applied < n/4 {
-		t.Errorf("%d of %d effects committed, fewer than the calls whose handler panicked", applied, n)
+	if panicked.Load() == 0 {
+		t.Error("no commit handler ran: the test exercised nothing")
 	}
 	if env := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-1", "later"), `{"text":"after"}`); env.Status != envelope.Success {
 		t.Errorf("after the panics: %s", env)

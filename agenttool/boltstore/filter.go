@@ -79,7 +79,6 @@ type filters struct {
 type genFilter struct {
 	made      int         // the transaction that made the generation, or read it at Open
 	committed atomic.Bool // that transaction committed (or it read at Open)
-	keys      int         // keys added: the writer's alone
 	parts     atomic.Pointer[[]*bloom]
 }
 
@@ -151,7 +150,7 @@ func (fs *filters) made(tx *bolt.Tx, name []byte) {
 	room := 0
 	for k, f := range old {
 		if sameWidth(k, name) {
-			room = max(room, f.keys)
+			room = max(room, f.keys())
 		}
 	}
 	m := make(map[string]*genFilter, len(old)+1)
@@ -232,7 +231,15 @@ func (f *genFilter) add(h uint64) {
 	}
 	last.add(h)
 	last.keys++
-	f.keys++
+}
+
+// keys returns how many keys were added to f: the writer's to call.
+func (f *genFilter) keys() int {
+	n := 0
+	for _, b := range *f.parts.Load() {
+		n += b.keys
+	}
+	return n
 }
 
 // mayHold reports false if the generation does not hold the key of hash h.

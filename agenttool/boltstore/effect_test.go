@@ -192,6 +192,35 @@ func TestAnAppliedEffectIsNeverReleased(t *testing.T) {
 // A panic in an Effect callback fails its own write only: it is reported to
 // its own caller, the writes that shared its transaction commit, and the
 // store keeps working.
+// noteAtOnce calls tool n times at once, each in a session of its own,
+// every fourth with the text "boom", and fails with wedged unless every
+// call returns within 10 s. A panic that reaches a caller is recovered, as
+// a server recovers a handler's, and leaves that call's envelope empty.
+func noteAtOnce(t *testing.T, tool *agenttool.Tool, n int, wedged string) []envelope.Envelope {
+	t.Helper()
+	envs := make([]envelope.Envelope, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		text := "note-" + strconv.Itoa(i)
+		if i%4 == 0 {
+			text = "boom"
+		}
+		ctx := agenttool.WithScope(context.Background(), "tenant-1", "s-"+strconv.Itoa(i))
+		wg.Go(func() {
+			defer func() { recover() }()
+			envs[i] = tool.Invoke(ctx, `{"text":"`+text+`"}`)
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal(wedged)
+	}
+	return envs
+}
+
 func TestPanickingEffectFailsOnlyItsOwnWrite(t *testing.T) {
 	s, err := boltstore.Open(filepath.Join(t.TempDir(), "notes.db"), nil)
 	if err != nil {
@@ -214,23 +243,7 @@ func TestPanickingEffectFailsOnlyItsOwnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 16
-	envs := make([]envelope.Envelope, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		text := "note-" + strconv.Itoa(i)
-		if i%4 == 0 {
-			text = "boom"
-		}
-		ctx := agenttool.WithScope(context.Background(), "tenant-1", "s-"+strconv.Itoa(i))
-		wg.Go(func() { envs[i] = tool.Invoke(ctx, `{"text":"`+text+`"}`) })
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the store is wedged after a panicking callback")
-	}
+	envs := noteAtOnce(t, tool, n, "the store is wedged after a panicking callback")
 	for i, env := range envs {
 		if i%4 == 0 {
 			if env.Status != envelope.DefiniteFailure || env.Error.Code != "effect_panicked" {
@@ -281,26 +294,7 @@ func TestACommitHandlerThatPanicsNeitherStopsTheStoreNorDeniesTheEffect(t *testi
 		t.Fatal(err)
 	}
 	const n = 16
-	envs := make([]envelope.Envelope, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		text := "note-" + strconv.Itoa(i)
-		if i%4 == 0 {
-			text = "boom"
-		}
-		ctx := agenttool.WithScope(context.Background(), "tenant-1", "s-"+strconv.Itoa(i))
-		wg.Go(func() {
-			defer func() { recover() }() // as a server recovers a handler's panic
-			envs[i] = tool.Invoke(ctx, `{"text":"`+text+`"}`)
-		})
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the store's writes stopped after a commit handler panicked")
-	}
+	envs := noteAtOnce(t, tool, n, "the store's writes stopped after a commit handler panicked")
 	// A call whose claim shared the transaction is told the store failed
 	// and the tool did not run — true: it did not — and a later call of
 	// its action settles it. One whose effect committed is never told it

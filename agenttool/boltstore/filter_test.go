@@ -72,8 +72,7 @@ func TestANewGenerationsFilterIsSizedAsTheFullestOfItsWidth(t *testing.T) {
 	var recs []storekit.Record
 	for i := range 5000 {
 		// Lifetimes of 80 s: windows of 8 s, all in one.
-		recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%d", i), Tool: "t", State: agenttool.Succeeded, Token: 1,
-			Attempts: 1, Outcome: []byte(`{}`), Created: t0, Updated: t0, Expires: t0.Add(80 * time.Second)})
+		recs = append(recs, succeeded(fmt.Sprintf("k/%d", i), t0, 80*time.Second))
 	}
 	if err := s.Import(ctx, recs); err != nil {
 		t.Fatal(err)
@@ -171,17 +170,7 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 				t.Fatal(err)
 			}
 		case op < 87: // an import into generations, some of them new
-			var recs []storekit.Record
-			for range 1 + rng.IntN(20) {
-				key := fmt.Sprintf("k/%d", len(keys))
-				keys = append(keys, key)
-				at := now.Add(-time.Duration(rng.IntN(60)) * time.Second)
-				recs = append(recs, storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
-					Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(lifetimes[rng.IntN(len(lifetimes))])})
-			}
-			if err := s.Import(ctx, recs); err != nil {
-				t.Fatal(err)
-			}
+			keys = importSome(t, s, rng, now, lifetimes, keys)
 		case op < 95: // a write that puts keys in generations, then rolls back
 			var rolled []string
 			err := s.db.Update(func(tx *bolt.Tx) error {
@@ -198,8 +187,7 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 					key := fmt.Sprintf("rolled/%d/%d", step, len(rolled))
 					rolled = append(rolled, key)
 					exp := now.Add(lifetimes[rng.IntN(len(lifetimes))] + time.Duration(rng.IntN(600)-300)*time.Second)
-					r := storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
-						Outcome: []byte(`{}`), Created: now, Updated: now, Expires: exp}
+					r := succeeded(key, now, exp.Sub(now))
 					if err := saveAt(b, &r, nil, time.Time{}); err != nil {
 						return err
 					}
@@ -246,6 +234,23 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 	})
 }
 
+// importSome imports 1 to 20 new records, settled up to a minute before now
+// with one of lifetimes, and returns keys with theirs.
+func importSome(t *testing.T, s *Store, rng *rand.Rand, now time.Time, lifetimes []time.Duration, keys []string) []string {
+	t.Helper()
+	var recs []storekit.Record
+	for range 1 + rng.IntN(20) {
+		key := fmt.Sprintf("k/%d", len(keys))
+		keys = append(keys, key)
+		at := now.Add(-time.Duration(rng.IntN(60)) * time.Second)
+		recs = append(recs, succeeded(key, at, lifetimes[rng.IntN(len(lifetimes))]))
+	}
+	if err := s.Import(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
 // A reader whose snapshot was taken before a generation was dropped, and
 // made again by a write whose clock went back, still finds the records the
 // old generation held: the new generation's filter knows only its own.
@@ -259,8 +264,7 @@ func TestAReaderOfAnOlderSnapshotFindsWhatItsGenerationHeld(t *testing.T) {
 	var filler []storekit.Record
 	for i := range 2000 {
 		at := t0.Add(-time.Hour)
-		filler = append(filler, storekit.Record{Key: fmt.Sprintf("filler/%d", i), Tool: "t", State: agenttool.Succeeded, Token: 1,
-			Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(ttl)})
+		filler = append(filler, succeeded(fmt.Sprintf("filler/%d", i), at, ttl))
 	}
 	if err := s.Import(ctx, filler); err != nil {
 		t.Fatal(err)
@@ -547,8 +551,8 @@ func TestAGenerationMadeAgainByTheWriteThatDroppedItKeepsItsFilter(t *testing.T)
 		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute)); err != nil || n != 1 {
 			return fmt.Errorf("dropped %d records: %v", n, err)
 		}
-		r := storekit.Record{Key: "new", Tool: "t", State: agenttool.Succeeded, Token: 2, Attempts: 1, Outcome: []byte(`{}`),
-			Created: t0, Updated: t0, Expires: t0.Add(ttl)}
+		r := succeeded("new", t0, ttl)
+		r.Token = 2
 		return saveAt(tx.Bucket(recordsBucket), &r, nil, time.Time{})
 	})
 	if err != nil {
@@ -612,8 +616,8 @@ func TestAClaimAfterACommitThatFailedReplaysWhatItsGenerationHolds(t *testing.T)
 		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute)); err != nil || n != 1 {
 			return fmt.Errorf("dropped %d records: %v", n, err)
 		}
-		r := storekit.Record{Key: "new", Tool: "t", State: agenttool.Succeeded, Token: 2, Attempts: 1, Outcome: []byte(`{}`),
-			Created: t0, Updated: t0, Expires: t0.Add(ttl)}
+		r := succeeded("new", t0, ttl)
+		r.Token = 2
 		if err := saveAt(tx.Bucket(recordsBucket), &r, nil, time.Time{}); err != nil {
 			return err
 		}
@@ -696,8 +700,7 @@ func TestALookupInAnOpenSnapshotSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 			key := fmt.Sprintf("mess/%d/%d", step, i)
 			keys = append(keys, key)
 			exp := now.Add(lifetimes[rng.IntN(len(lifetimes))] + time.Duration(rng.IntN(600)-300)*time.Second)
-			r := storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
-				Outcome: []byte(`{}`), Created: now, Updated: now, Expires: exp}
+			r := succeeded(key, now, exp.Sub(now))
 			if err := saveAt(tx.Bucket(recordsBucket), &r, nil, time.Time{}); err != nil {
 				return err
 			}
@@ -742,17 +745,7 @@ func TestALookupInAnOpenSnapshotSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 			}
 			horizon = maxTime(horizon, at)
 		case op < 66: // an import into generations, some of them new
-			var recs []storekit.Record
-			for range 1 + rng.IntN(20) {
-				key := fmt.Sprintf("k/%d", len(keys))
-				keys = append(keys, key)
-				at := now.Add(-time.Duration(rng.IntN(60)) * time.Second)
-				recs = append(recs, storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
-					Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(lifetimes[rng.IntN(len(lifetimes))])})
-			}
-			if err := s.Import(ctx, recs); err != nil {
-				t.Fatal(err)
-			}
+			keys = importSome(t, s, rng, now, lifetimes, keys)
 		case op < 74: // such a write, rolled back
 			err := s.db.Update(func(tx *bolt.Tx) error {
 				if err := mess(tx, step); err != nil {

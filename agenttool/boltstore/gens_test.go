@@ -95,6 +95,13 @@ func settle(t *testing.T, s *Store, tool, key string, now time.Time, ttl time.Du
 	}
 }
 
+// succeeded is a record of key that succeeded at at, with a lifetime of
+// life: what a settling write or an import puts in a generation.
+func succeeded(key string, at time.Time, life time.Duration) storekit.Record {
+	return storekit.Record{Key: key, Tool: "t", State: agenttool.Succeeded, Token: 1, Attempts: 1,
+		Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(life)}
+}
+
 // places returns, for each key, where its record lives: "records",
 // "pending", a generation's name in hex, or "" if it has none; and fails if a key has
 // records in two places.
@@ -402,8 +409,7 @@ func BenchmarkLookupOfANewKeyAmongGenerations(b *testing.B) {
 					// Lifetimes of 80 s: windows of 8 s.
 					at := t0.Add(time.Duration(i) * 8 * time.Second)
 					for j := range c.each {
-						recs = append(recs, storekit.Record{Key: fmt.Sprintf("k/%d/%d", i, j), Tool: "t", State: agenttool.Succeeded, Token: 1,
-							Attempts: 1, Outcome: []byte(`{}`), Created: at, Updated: at, Expires: at.Add(80 * time.Second)})
+						recs = append(recs, succeeded(fmt.Sprintf("k/%d/%d", i, j), at, 80*time.Second))
 					}
 				}
 				if err := s.Import(ctx, recs); err != nil {

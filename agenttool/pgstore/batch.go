@@ -174,7 +174,7 @@ func deliver[Req, Ans, Row any](s *Store, batch []*gathered[Req, Ans], key func(
 	rctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
 	found := map[string]Row{}
-	rerr := s.each(rctx, lookup, []any{keys}, func(rows pgx.Rows) error {
+	rerr := s.each(rctx, lookup, []any{s.replan, keys}, func(rows pgx.Rows) error {
 		var r Row
 		k, err := scan(rows, &r)
 		found[k] = r
@@ -309,7 +309,7 @@ func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault f
 	}
 	written := make(map[string]bool, n)
 	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
-		rows, err := conn.Query(ctx, s.q.finishMany, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
+		rows, err := conn.Query(ctx, s.q.finishMany, s.replan, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
 		if err != nil {
 			return err
 		}

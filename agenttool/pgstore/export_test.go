@@ -68,3 +68,30 @@ func OpenRecordQueries(s *Store, now time.Time, tool string, principal []byte) m
 		"claimUnknown": {s.q.claimUnknown, []any{now, now, none, []string{tool}, 100, "sweeper", now.Add(time.Minute)}},
 	}
 }
+
+// BatchQueries are s's statements that write a group commit's batch — the
+// claims of new keys and the outcomes — with arguments for a batch of keys,
+// each of tool, principal and session (an INSERT and an UPDATE: explain
+// them, do not run them).
+func BatchQueries(s *Store, now time.Time, tool string, principal, session []byte, keys []string) map[string]Query {
+	n := len(keys)
+	tools, owners, labels := make([]string, n), make([]string, n), make([]string, n)
+	digests, outcomes := make([][]byte, n), make([][]byte, n)
+	times, later := make([]time.Time, n), make([]time.Time, n)
+	tokens, states, attempts, approved := make([]int64, n), make([]int16, n), make([]int32, n), make([]bool, n)
+	for i := range n {
+		tools[i], owners[i], digests[i], outcomes[i] = tool, "owner", principal, []byte("{}")
+		times[i], later[i] = now, now.Add(time.Hour)
+		tokens[i], states[i], attempts[i] = 1, 2, 1
+	}
+	sessions := make([][]byte, n)
+	for i := range sessions {
+		sessions[i] = session
+	}
+	var none []byte
+	var noTimes []time.Time
+	return map[string]Query{
+		"insertMany": {s.q.insertMany, []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels}},
+		"finishMany": {s.q.finishMany, []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}},
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,13 +70,21 @@ func settle(t *testing.T, url, schema string, n int, now time.Time, principal st
 	if !analyze {
 		admin(t, url, `ALTER TABLE `+records+` SET (autovacuum_enabled = false)`)
 	}
+	fill(t, url, schema, n, now, principal)
+	if analyze {
+		admin(t, url, `ANALYZE `+records)
+	}
+}
+
+// fill inserts n settled records into the records table of schema, and
+// nothing else: no statement that would make the server plan anew.
+func fill(t *testing.T, url, schema string, n int, now time.Time, principal storekit.Digest) {
+	t.Helper()
+	records := pgx.Identifier{schema, "records"}.Sanitize()
 	admin(t, url, `INSERT INTO `+records+` (key, tool, state, principal, fingerprint, owner, token, attempts, outcome, created, updated, expires, session, fence_scope)
 		SELECT 'settled-' || i, 'send_email', 2, '\x`+hex.EncodeToString(principal[:])+`'::bytea, sha256(i::text::bytea), '', i, 1, '\x7b7d', '`+now.Format(time.RFC3339Nano)+`', '`+now.Format(time.RFC3339Nano)+`',
 			'`+now.Add(24*time.Hour).Format(time.RFC3339Nano)+`', sha256(i::text::bytea), sha256(i::text::bytea)
 		FROM generate_series(1, `+strconv.Itoa(n)+`) AS i`)
-	if analyze {
-		admin(t, url, `ANALYZE `+records)
-	}
 }
 
 // Open records, the few a store keeps among many settled ones, are found
@@ -140,10 +150,22 @@ func keysOf(recs []storekit.Record) []string {
 // of each statement that reads the open records of s
 // (pgstore.OpenRecordQueries) read the table through records_slot and
 // records_beside alone: no scan of the whole table, nor of its primary key
-// but by one key (the takeover's join). Each is prepared and explained as
-// EXECUTE, so that the generic plan is the one a prepared statement gets:
-// EXPLAIN of a statement with bound arguments plans it for their values.
+// but by one key (the takeover's join).
 func readOpenRecordsByIndex(t *testing.T, url string, s *pgstore.Store, now time.Time, principal storekit.Digest) {
+	t.Helper()
+	whole := regexp.MustCompile(`(?m)(Seq Scan on records|Index Scan using records_pkey on records|Bitmap Index Scan on records_pkey)$`)
+	for name, plan := range plans(t, url, pgstore.OpenRecordQueries(s, now, "send_email", principal[:])) {
+		if whole.MatchString(plan) || !strings.Contains(plan, "records_slot") || !strings.Contains(plan, "records_beside") {
+			t.Errorf("%s does not read the open records' two indexes alone:\n%s", name, plan)
+		}
+	}
+}
+
+// plans returns the generic plan and the custom plan of each of queries,
+// by name and plan_cache_mode. Each is prepared and explained as EXECUTE,
+// so that the generic plan is the one a prepared statement gets: EXPLAIN
+// of a statement with bound arguments plans it for their values.
+func plans(t *testing.T, url string, queries map[string]pgstore.Query) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
@@ -151,24 +173,16 @@ func readOpenRecordsByIndex(t *testing.T, url string, s *pgstore.Store, now time
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	whole := regexp.MustCompile(`(?m)(Seq Scan on records|Index Scan using records_pkey on records|Bitmap Index Scan on records_pkey)$`)
-	for name, q := range pgstore.OpenRecordQueries(s, now, "send_email", principal[:]) {
+	out := map[string]string{}
+	for name, q := range queries {
 		if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+q.SQL); err != nil {
 			t.Fatalf("%s: %v", name, err)
-		}
-		args := make([]string, len(q.Args))
-		for i, a := range q.Args {
-			args[i] = literal(t, a)
-		}
-		execute := "EXECUTE " + name
-		if len(args) > 0 {
-			execute += "(" + strings.Join(args, ", ") + ")"
 		}
 		for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 			if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute)
+			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute(t, name, q.Args))
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -176,12 +190,51 @@ func readOpenRecordsByIndex(t *testing.T, url string, s *pgstore.Store, now time
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			text := strings.Join(plan, "\n")
-			if whole.MatchString(text) || !strings.Contains(text, "records_slot") || !strings.Contains(text, "records_beside") {
-				t.Errorf("%s (%s) does not read the open records' two indexes alone:\n%s", name, mode, text)
-			}
+			out[name+" ("+mode+")"] = strings.Join(plan, "\n")
 		}
 	}
+	return out
+}
+
+// A group commit's batch finds the rows it writes by their keys, however
+// many the table holds and whatever the planner knows of it: with no
+// statistics — a new table, or one restored or upgraded and not yet
+// analysed — a batch of outcomes that joined its keys to a scan of the
+// whole table would read every row for each batch until autovacuum first
+// analysed it.
+func TestABatchReadsItsRowsByKey(t *testing.T) {
+	for _, analysed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "analysed", false: "before ANALYZE"}[analysed], func(t *testing.T) {
+			s := pgtest.Open(t)
+			url := pgtest.URL(t)
+			now := time.Now()
+			principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+			settle(t, url, s.Schema(), 20000, now, principal, analysed)
+			keys := make([]string, 24)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("batch-%d", i)
+			}
+			whole := regexp.MustCompile(`(?m)Seq Scan on records( |$)`)
+			for name, plan := range plans(t, url, pgstore.BatchQueries(s, now, "send_email", principal[:], principal[:], keys)) {
+				if whole.MatchString(plan) {
+					t.Errorf("%s reads the whole table:\n%s", name, plan)
+				}
+			}
+		})
+	}
+}
+
+// execute is the EXECUTE of the prepared statement name with args.
+func execute(t *testing.T, name string, args []any) string {
+	t.Helper()
+	if len(args) == 0 {
+		return "EXECUTE " + name
+	}
+	lits := make([]string, len(args))
+	for i, a := range args {
+		lits[i] = literal(t, a)
+	}
+	return "EXECUTE " + name + "(" + strings.Join(lits, ", ") + ")"
 }
 
 // literal is a as an SQL literal, for an EXECUTE.
@@ -200,14 +253,140 @@ func literal(t *testing.T, a any) string {
 		}
 		return `'\x` + hex.EncodeToString(v) + `'::bytea`
 	case []string:
-		quoted := make([]string, len(v))
-		for i, s := range v {
-			quoted[i] = literal(t, s)
-		}
-		return "ARRAY[" + strings.Join(quoted, ", ") + "]::text[]"
+		return array(t, v, "text")
+	case [][]byte:
+		return array(t, v, "bytea")
+	case []time.Time:
+		return array(t, v, "timestamptz")
+	case []int64:
+		return array(t, v, "int8")
+	case []int32:
+		return array(t, v, "int4")
+	case []int16:
+		return array(t, v, "int2")
+	case []bool:
+		return array(t, v, "bool")
+	case int64, int32, int16, bool:
+		return fmt.Sprint(v)
 	}
 	t.Fatalf("no literal for %T", a)
 	return ""
+}
+
+// A store that began on an empty table keeps no plan made for it: once the
+// table holds many rows (and the server has not analysed it since), each
+// statement that its connection keeps prepared and that reads the table
+// by anything but one key — a batch's outcomes, the open records' reads,
+// the sweep — still finds its rows through an index. A plan made for the
+// empty table read it whole: kept, it read every row at each batch until
+// autovacuum first analysed the table.
+func TestAStoreThatGrewKeepsNoPlanMadeForItsEmptyTable(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	// One connection: the one that runs everything, and is looked at.
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url + "&pool_max_conns=1", Schema: pgtest.Schema(t, url)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	admin(t, url, `ALTER TABLE `+pgx.Identifier{s.Schema(), "records"}.Sanitize()+` SET (autovacuum_enabled = false)`)
+
+	// More runs of each than the server plans afresh before it may keep
+	// a generic plan (five), on the empty table.
+	for round := range 8 {
+		keys := []string{fmt.Sprintf("a-%d", round), fmt.Sprintf("b-%d", round), fmt.Sprintf("c-%d", round)}
+		pgstore.GatherClaims(s, len(keys), 0)
+		pgstore.GatherOutcomes(s, len(keys), 0)
+		var wg sync.WaitGroup
+		for _, key := range keys {
+			wg.Go(func() {
+				session := storekit.Digest(sha256.Sum256([]byte(key)))
+				res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: principal, Session: session,
+					FenceScope: session, Fingerprint: session, Owner: "owner", Now: now, Lease: time.Minute})
+				if err != nil || !res.Claimed {
+					t.Errorf("claim %s: %+v, %v", key, res, err)
+					return
+				}
+				if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: storekit.Succeeded,
+					Attempts: 1, Now: now, TTL: time.Hour}); err != nil {
+					t.Errorf("finish %s: %v", key, err)
+				}
+			})
+		}
+		wg.Wait()
+		if _, err := s.ListUnknown(ctx, storekit.ListRequest{Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ListUnknown(ctx, storekit.ListRequest{Now: now, Tool: "send_email", Principal: &principal}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CountUnknown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
+			Now: now, Lease: time.Minute, Limit: 100, UpdatedBefore: now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Sweep(ctx, storekit.SweepRequest{Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(t, url, s.Schema(), 20000, now, principal)
+
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, "SELECT name, statement FROM pg_prepared_statements")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prepared, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Name, SQL string }])
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := pgstore.BatchQueries(s, now, "send_email", principal[:], principal[:], []string{"x", "y", "z"})
+	maps.Copy(queries, pgstore.OpenRecordQueries(s, now, "send_email", principal[:]))
+	whole := regexp.MustCompile(`(?m)Seq Scan on records( |$)`)
+	looked := 0
+	for _, p := range prepared {
+		for name, q := range queries {
+			if p.SQL != q.SQL {
+				continue
+			}
+			looked++
+			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute(t, p.Name, q.Args))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if text := strings.Join(plan, "\n"); whole.MatchString(text) {
+				t.Errorf("the store's connection keeps a plan of %s that reads the whole table of %d rows:\n%s", name, 20000, text)
+			}
+		}
+	}
+	if looked == 0 {
+		t.Fatalf("none of the statements looked for is prepared on the store's connection (%d are)", len(prepared))
+	}
+}
+
+// array is v as an SQL array literal of type typ, NULL if v is nil.
+func array[E any](t *testing.T, v []E, typ string) string {
+	t.Helper()
+	if v == nil {
+		return "NULL::" + typ + "[]"
+	}
+	quoted := make([]string, len(v))
+	for i, e := range v {
+		quoted[i] = literal(t, e)
+	}
+	return "ARRAY[" + strings.Join(quoted, ", ") + "]::" + typ + "[]"
 }
 
 // A schema the earlier version left keeps its open records through the

@@ -68,6 +68,9 @@ type Store struct {
 	schema    string
 	q         queries
 	noMigrate bool // Open checks the schema, never changes it
+	// replan is the mode of the statements whose plan depends on the
+	// table's size (replanned).
+	replan pgx.QueryExecMode
 
 	claims   *groupCommit[storekit.ClaimRequest, int64] // claims of new keys (groupcommit.go)
 	outcomes *groupCommit[outcome, bool]                // Finish's fenced UPDATEs
@@ -149,6 +152,7 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly}
 	s.newGroupCommits()
 	if s.pool != nil {
+		s.replan = replanned(s.pool.Config().ConnConfig.DefaultQueryExecMode)
 		return s, nil
 	}
 	url := o.URL
@@ -170,6 +174,7 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
 	s.pool, s.ownsPool = pool, true
+	s.replan = replanned(cfg.ConnConfig.DefaultQueryExecMode)
 	return s, nil
 }
 
@@ -253,7 +258,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		}
 		var occs []storekit.Record
 		if req.FenceScope != (storekit.Digest{}) {
-			holder, err := scanRecord(tx.QueryRow(ctx, s.q.occupantForUpdate, req.Tool, req.FenceScope[:]))
+			holder, err := scanRecord(tx.QueryRow(ctx, s.q.occupantForUpdate, s.replan, req.Tool, req.FenceScope[:]))
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return s.wrap("read the slot of", req.Key, err)
 			}
@@ -262,7 +267,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			}
 		}
 		if req.FencedBySession() {
-			rows, err := tx.Query(ctx, s.q.besideForUpdate, req.Tool, req.Session[:], req.Key)
+			rows, err := tx.Query(ctx, s.q.besideForUpdate, s.replan, req.Tool, req.Session[:], req.Key)
 			if err != nil {
 				return s.wrap("read the records beside the slot of", req.Key, err)
 			}
@@ -374,7 +379,7 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 	if req.Principal != nil {
 		principal = req.Principal[:]
 	}
-	rows, err := s.pool.Query(ctx, s.q.count, principal)
+	rows, err := s.pool.Query(ctx, s.q.count, s.replan, principal)
 	if err != nil {
 		return nil, s.wrap("count", "", err)
 	}
@@ -416,7 +421,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 	checkSlots := func(q querier) error {
 		return storekit.CheckImportSlots(recs, func(sl storekit.Slot) (string, error) {
 			var key string
-			err := q.QueryRow(ctx, s.q.slotHolder, sl.Tool, sl.Scope[:]).Scan(&key)
+			err := q.QueryRow(ctx, s.q.slotHolder, s.replan, sl.Tool, sl.Scope[:]).Scan(&key)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return "", nil
 			}
@@ -457,7 +462,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 // CountUnknown implements storekit.Counter, from the index of open records.
 func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 	var n int64
-	if err := s.pool.QueryRow(ctx, s.q.countUnknown).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.countUnknown, s.replan).Scan(&n); err != nil {
 		return 0, s.wrap("count", "", err)
 	}
 	return int(n), nil
@@ -474,7 +479,7 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	if limit <= 0 {
 		limit = sweepStep
 	}
-	tag, err := s.pool.Exec(ctx, s.q.sweep, req.Now, limit)
+	tag, err := s.pool.Exec(ctx, s.q.sweep, s.replan, req.Now, limit)
 	if err != nil {
 		return 0, s.wrap("sweep", "", err)
 	}
@@ -495,13 +500,13 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]st
 		session = req.Session[:]
 	}
 	if req.Tool != "" && req.Principal != nil {
-		rows, err := s.pool.Query(ctx, s.q.listScope, req.Now, req.After, principal, limit, req.Tool, session)
+		rows, err := s.pool.Query(ctx, s.q.listScope, s.replan, req.Now, req.After, principal, limit, req.Tool, session)
 		if err != nil {
 			return nil, s.wrap("list", "", err)
 		}
 		return s.collect(rows)
 	}
-	rows, err := s.pool.Query(ctx, s.q.listUnknown, req.Now, req.After, principal, limit, req.Tool, session)
+	rows, err := s.pool.Query(ctx, s.q.listUnknown, s.replan, req.Now, req.After, principal, limit, req.Tool, session)
 	if err != nil {
 		return nil, s.wrap("list", "", err)
 	}
@@ -518,7 +523,7 @@ func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownReque
 	if req.Principal != nil {
 		principal = req.Principal[:]
 	}
-	rows, err := s.pool.Query(ctx, s.q.claimUnknown, req.Now, req.UpdatedBefore, principal, req.Tools, req.Limit,
+	rows, err := s.pool.Query(ctx, s.q.claimUnknown, s.replan, req.Now, req.UpdatedBefore, principal, req.Tools, req.Limit,
 		req.Owner, leaseEnd(req.Now.Add(req.Lease)))
 	if err != nil {
 		return nil, s.wrap("claim unknown", "", err)

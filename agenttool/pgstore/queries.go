@@ -114,6 +114,23 @@ const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_ex
 // what it asks (awaiting).
 var open = `((` + holdsSlot + `) OR (` + strings.ReplaceAll(beside, "b.", "") + `))`
 
+// replanned returns the mode in which a pool whose statements run in mode
+// runs the statements whose best plan depends on how many rows the table
+// holds: each planned when it runs, for the table as it is then. A
+// connection keeps the plan of a statement it prepared (mode
+// QueryExecModeCacheStatement, pgx's default), and a plan made while the
+// table was new and small reads it whole — a batch of outcomes joined its
+// keys to a scan of the table — and would go on reading every row at each
+// batch until the server next analysed the table. The other modes plan each
+// statement when it runs already. The statements that find one row by its
+// key keep the pool's mode.
+func replanned(mode pgx.QueryExecMode) pgx.QueryExecMode {
+	if mode == pgx.QueryExecModeCacheStatement {
+		return pgx.QueryExecModeCacheDescribe
+	}
+	return mode
+}
+
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
 }

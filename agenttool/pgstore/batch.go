@@ -3,6 +3,7 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +67,7 @@ type outcome struct {
 	updated       time.Time
 	expires       *time.Time
 	retryApproved bool
-	resolution    []byte
+	resolution    json.RawMessage // encodeResolution
 	leaseExpiry   *time.Time
 	noticeUntil   *time.Time
 }
@@ -294,7 +295,7 @@ func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault f
 	tokens := make([]int64, n)
 	states := make([]int16, n)
 	attempts := make([]int32, n)
-	outcomes, resolutions := make([][]byte, n), make([][]byte, n)
+	outcomes, resolutions := make([][]byte, n), make([]json.RawMessage, n)
 	updated := make([]time.Time, n)
 	expires, leases, notices := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	approved := make([]bool, n)
@@ -305,7 +306,7 @@ func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault f
 		expires[i], leases[i], notices[i], approved[i] = o.expires, o.leaseExpiry, o.noticeUntil, o.retryApproved
 	}
 	if fault == faultRow {
-		resolutions[n/2] = []byte(`{"note":"\u0000"}`) // jsonb cannot hold NUL: the database refuses the row
+		resolutions[n/2] = json.RawMessage(`{"note":"\u0000"}`) // jsonb cannot hold NUL: the database refuses the row
 	}
 	written := make(map[string]bool, n)
 	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
@@ -332,7 +333,7 @@ func (s *Store) finishPipelined(ctx context.Context, batch []*outcomeBatch, faul
 		o := &w.req
 		res := o.resolution
 		if fault == faultRow && i == len(batch)/2 {
-			res = []byte(`{"note":"\u0000"}`)
+			res = json.RawMessage(`{"note":"\u0000"}`)
 		}
 		b.Queue(s.q.finish, o.key, o.token, o.state, o.attempts, o.outcome, o.updated, o.expires, o.retryApproved, res, o.leaseExpiry, o.noticeUntil)
 	}

@@ -64,7 +64,11 @@
 // outcomes, the open records' reads, the sweep — are planned when they
 // run instead, for the table as it is then: a plan made while the table
 // was new read it whole, and a connection that kept it read every row at
-// each batch until the server first analysed the table.
+// each batch until the server first analysed the table. The store works in
+// each of pgx's query modes (default_query_exec_mode in the URL, or the
+// mode of the pool given), the simple protocol included; with the default
+// mode and no cache of descriptions (description_cache_capacity=0), those
+// statements are described at each run.
 //
 // # Group commit
 //

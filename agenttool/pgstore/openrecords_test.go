@@ -390,53 +390,152 @@ func array[E any](t *testing.T, v []E, typ string) string {
 	return "ARRAY[" + strings.Join(quoted, ", ") + "]::" + typ + "[]"
 }
 
-// A schema the earlier version left keeps its open records through the
-// migration that dropped records_open: each kind is listed, counted and
-// taken over after it, and the migrated schema has the indexes of a new
-// one.
+// A schema any earlier version left keeps its open records findable
+// through the migrations since, and only them: after migrating a schema of
+// each version, the listings (a read-only store's), the count of unknown
+// actions and the sweeper's takeover find each pending record whose lease
+// lapsed and each unknown one not approved for another attempt — in the
+// slot of their session, beside it, or in a session of the version before
+// sessions — and none that does not await reconciliation, of another tool
+// or of another principal where they ask for one. The migrated schema has
+// the indexes of a new one.
 func TestMigrationKeepsEveryOpenRecordFindable(t *testing.T) {
+	for version := 1; version < pgstore.Versions; version++ {
+		t.Run("from version "+strconv.Itoa(version), func(t *testing.T) {
+			keepsOpenRecordsFindable(t, version)
+		})
+	}
+}
+
+func keepsOpenRecordsFindable(t *testing.T, version int) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
-	older := olderSchema(t, url)
-	now := time.Now()
-	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
-	records := pgx.Identifier{older, "records"}.Sanitize()
-	var all []string
-	for _, k := range []struct {
-		key    string
-		state  int
-		fenced bool
-	}{{"unknown-in-slot", 4, true}, {"unknown-apart", 4, false}, {"pending-in-slot", 1, true}, {"pending-apart", 1, false}} {
-		fence := "NULL"
-		if k.fenced {
-			fence = "sha256('" + k.key + "'::bytea)"
-		}
-		admin(t, url, `INSERT INTO `+records+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, fence_scope)
-			VALUES ('`+k.key+`', 'send_email', `+strconv.Itoa(k.state)+`, '\x`+hex.EncodeToString(principal[:])+`'::bytea, sha256('fp'::bytea), 'owner', 1, '`+now.Add(time.Minute).Format(time.RFC3339Nano)+`', 1,
-				'`+now.Format(time.RFC3339Nano)+`', '`+now.Format(time.RFC3339Nano)+`', sha256('`+k.key+`'::bytea), `+fence+`)`)
-		all = append(all, k.key)
+	older := pgtest.Schema(t, url)
+	if _, _, err := pgstore.MigrateTo(ctx, &pgstore.Options{URL: url, Schema: older}, version); err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(all)
+	now := time.Now()
+	later := now.Add(2 * time.Minute)
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	other := storekit.Digest(sha256.Sum256([]byte("tenant-2/bo")))
+	records := pgx.Identifier{older, "records"}.Sanitize()
+	ts := func(t time.Time) string { return "'" + t.Format(time.RFC3339Nano) + "'" }
+	type kind struct {
+		key, tool string
+		principal storekit.Digest
+		state     int
+		approved  bool
+		lease     time.Time // pending: lapsed by later, or not
+		session   string    // its session's name, from version 2 on
+		fenced    bool      // it holds its session's slot, from version 4 on
+		notice    bool      // succeeded, with a notice that outlives later
+		awaiting  bool      // at later
+	}
+	kinds := []kind{
+		{key: "unknown-in-slot", state: 4, session: "s1", fenced: true, awaiting: true},
+		{key: "unknown-apart", state: 4, session: "s2", awaiting: true},
+		{key: "pending-in-slot", state: 1, lease: now, session: "s3", fenced: true, awaiting: true},
+		{key: "pending-apart", state: 1, lease: now, session: "s4", awaiting: true},
+		{key: "unknown-beside-pending", state: 4, session: "s3", awaiting: true},
+		{key: "unknown-of-another-tool", tool: "charge_card", state: 4, session: "s5", fenced: true, awaiting: true},
+		{key: "unknown-of-another-principal", principal: other, state: 4, session: "s6", fenced: true, awaiting: true},
+		{key: "unknown-approved", state: 4, approved: true, session: "s7", fenced: true},
+		{key: "pending-live", state: 1, lease: later.Add(time.Hour), session: "s8", fenced: true},
+		{key: "succeeded-with-notice", state: 2, session: "s9", fenced: true, notice: true},
+		{key: "failed", state: 3, session: "s10"},
+	}
+	for i, k := range kinds {
+		if k.tool == "" {
+			kinds[i].tool = "send_email"
+		}
+		if k.principal == (storekit.Digest{}) {
+			kinds[i].principal = principal
+		}
+	}
+	for _, k := range kinds {
+		cols := `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, expires, retry_approved`
+		lease, expires := "NULL", ts(now.Add(time.Hour))
+		if k.state == 1 {
+			lease, expires = ts(k.lease), "NULL"
+		}
+		// The record that holds a session's slot is the latest of its
+		// session for migration 4, which gave the slots.
+		updated := now
+		if !k.fenced {
+			updated = now.Add(-time.Second)
+		}
+		vals := `'` + k.key + `', '` + k.tool + `', ` + strconv.Itoa(k.state) + `, '\x` + hex.EncodeToString(k.principal[:]) + `'::bytea, sha256('fp'::bytea), 'owner', 1, ` +
+			lease + `, 1, ` + ts(now) + `, ` + ts(updated) + `, ` + expires + `, ` + strconv.FormatBool(k.approved)
+		if version >= 2 {
+			cols += `, session`
+			vals += `, sha256('` + k.session + `'::bytea)`
+		}
+		if version >= 4 {
+			cols += `, fence_scope, notice_until`
+			fence, notice := "NULL", "NULL"
+			if k.fenced {
+				fence = `sha256('` + k.session + `'::bytea)`
+			}
+			if k.notice {
+				notice = ts(later.Add(time.Hour))
+			}
+			vals += `, ` + fence + `, ` + notice
+		}
+		admin(t, url, `INSERT INTO `+records+` (`+cols+`) VALUES (`+vals+`)`)
+	}
 	if _, _, err := pgstore.Migrate(ctx, &pgstore.Options{URL: url, Schema: older}); err != nil {
 		t.Fatal(err)
 	}
+	reader, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: older, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
 	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: older, NoMigrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	later := now.Add(2 * time.Minute)
-	listed, err := s.ListUnknown(ctx, storekit.ListRequest{Now: later})
-	if err != nil || !slices.Equal(keysOf(listed), all) {
-		t.Errorf("ListUnknown after the migration: %v, %v; want %v", keysOf(listed), err, all)
+
+	want := func(of func(kind) bool) []string {
+		var keys []string
+		for _, k := range kinds {
+			if k.awaiting && of(k) {
+				keys = append(keys, k.key)
+			}
+		}
+		slices.Sort(keys)
+		return keys
 	}
-	if n, err := s.CountUnknown(ctx); err != nil || n != 2 {
-		t.Errorf("CountUnknown after the migration: %d, %v; want 2", n, err)
+	mine := func(k kind) bool { return k.tool == "send_email" && k.principal == principal }
+	for _, l := range []struct {
+		name string
+		req  storekit.ListRequest
+		want []string
+	}{
+		{"every tool and principal", storekit.ListRequest{Now: later}, want(func(kind) bool { return true })},
+		{"one principal", storekit.ListRequest{Now: later, Principal: &principal}, want(func(k kind) bool { return k.principal == principal })},
+		{"one tool", storekit.ListRequest{Now: later, Tool: "send_email"}, want(func(k kind) bool { return k.tool == "send_email" })},
+		{"one tool and principal", storekit.ListRequest{Now: later, Tool: "send_email", Principal: &principal}, want(mine)},
+	} {
+		listed, err := reader.ListUnknown(ctx, l.req)
+		if err != nil || !slices.Equal(keysOf(listed), l.want) {
+			t.Errorf("ListUnknown of %s after the migration: %v, %v; want %v", l.name, keysOf(listed), err, l.want)
+		}
 	}
-	taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Owner: "sweeper",
+	unknown := want(func(k kind) bool { return k.state == 4 })
+	if n, err := reader.CountUnknown(ctx); err != nil || n != len(unknown) {
+		t.Errorf("CountUnknown after the migration: %d, %v; want %d (%v)", n, err, len(unknown), unknown)
+	}
+	taken, err := s.ClaimUnknown(ctx, storekit.ClaimUnknownRequest{Tools: []string{"send_email"}, Principal: &principal, Owner: "sweeper",
 		Now: later, Lease: time.Minute, Limit: 100, UpdatedBefore: later})
-	if err != nil || len(taken) != len(all) {
-		t.Errorf("ClaimUnknown after the migration took %d records, %v; want %d", len(taken), err, len(all))
+	var keys []string
+	for _, c := range taken {
+		keys = append(keys, c.Record.Key)
+	}
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, want(mine)) {
+		t.Errorf("ClaimUnknown after the migration took %v, %v; want %v", keys, err, want(mine))
 	}
 	fresh, _ := migrated(t, url)
 	if got, want := indexes(t, url, older), indexes(t, url, fresh); !slices.Equal(got, want) {

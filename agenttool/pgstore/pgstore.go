@@ -152,7 +152,7 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly}
 	s.newGroupCommits()
 	if s.pool != nil {
-		s.replan = replanned(s.pool.Config().ConnConfig.DefaultQueryExecMode)
+		s.replan = replanned(s.pool.Config().ConnConfig)
 		return s, nil
 	}
 	url := o.URL
@@ -174,7 +174,7 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
 	s.pool, s.ownsPool = pool, true
-	s.replan = replanned(cfg.ConnConfig.DefaultQueryExecMode)
+	s.replan = replanned(cfg.ConnConfig)
 	return s, nil
 }
 
@@ -727,7 +727,11 @@ func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 	return &r, nil
 }
 
-func encodeResolution(r *storekit.Resolution) ([]byte, error) {
+// encodeResolution is r as the value of the resolution column: JSON, which
+// pgx sends as such in every query mode (a []byte would go as bytea's text
+// where the statement is not described: QueryExecModeExec, the simple
+// protocol).
+func encodeResolution(r *storekit.Resolution) (json.RawMessage, error) {
 	if r == nil {
 		return nil, nil
 	}

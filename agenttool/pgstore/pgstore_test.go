@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
@@ -39,6 +40,57 @@ func TestConformance(t *testing.T) {
 		},
 		Gather: gather,
 	})
+}
+
+// A store given a pool that runs its statements in another of pgx's query
+// modes keeps every promise: the simple protocol (which a pooler in
+// transaction mode needs), a statement described at each run or not at
+// all, and the default mode with the cache of descriptions turned off
+// (description_cache_capacity=0), with which the statements planned at
+// each run cannot use pgx's cache of descriptions either.
+func TestConformanceInEveryQueryMode(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		set  func(*pgx.ConnConfig)
+	}{
+		{"simple_protocol", func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol }},
+		{"exec", func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeExec }},
+		{"describe_exec", func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeDescribeExec }},
+		{"cache_describe", func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe }},
+		{"cache_statement without descriptions", func(c *pgx.ConnConfig) { c.DescriptionCacheCapacity = 0 }},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			url := pgtest.URL(t)
+			open := func(t *testing.T, schema string) agenttool.Store {
+				cfg, err := pgxpool.ParseConfig(url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mode.set(cfg.ConnConfig)
+				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
+				s, err := pgstore.Open(context.Background(), &pgstore.Options{Pool: pool, Schema: schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			schema := func(s agenttool.Store) string { return s.(*pgstore.Store).Schema() }
+			storetest.Run(t, storetest.Harness{
+				Open: func(t *testing.T) agenttool.Store { return open(t, pgtest.Schema(t, url)) },
+				Kill: func(t *testing.T, s agenttool.Store) { s.(*pgstore.Store).Pool().Close() },
+				Reopen: func(t *testing.T, s agenttool.Store) agenttool.Store {
+					s.(*pgstore.Store).Pool().Close()
+					return open(t, schema(s))
+				},
+				Twin:   func(t *testing.T, s agenttool.Store) agenttool.Store { return open(t, schema(s)) },
+				Gather: gather,
+			})
+		})
+	}
 }
 
 // The batches of the group commit written as pipelined single statements

@@ -130,12 +130,17 @@ const open = `(state = 1 OR (state = 4 AND NOT retry_approved))`
 // keys to a scan of the table — and would go on reading every row at each
 // batch until the server next analysed the table. The other modes plan each
 // statement when it runs already. The statements that find one row by its
-// key keep the pool's mode.
-func replanned(mode pgx.QueryExecMode) pgx.QueryExecMode {
-	if mode == pgx.QueryExecModeCacheStatement {
+// key keep the pool's mode. A pool whose description cache is off
+// (description_cache_capacity=0) cannot run QueryExecModeCacheDescribe:
+// its statements are described at each run instead.
+func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
+	switch {
+	case cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement:
+		return cfg.DefaultQueryExecMode
+	case cfg.DescriptionCacheCapacity > 0:
 		return pgx.QueryExecModeCacheDescribe
 	}
-	return mode
+	return pgx.QueryExecModeDescribeExec
 }
 
 type queries struct {

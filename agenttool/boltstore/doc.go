@@ -117,8 +117,8 @@
 // each page in use that it handed out from free space, the transaction
 // that took it — about 30 bytes of heap for each 4 KB page in the soak
 // benchmark, under 1% of the file (some 75 MB for a 10 GB file) — and the
-// generations' filters take 1.3 to 1.9 bytes a record they hold (1.0 to
-// 1.3 MB at the end of a soak; a filter sized at Open takes 1.3, one grown
+// generations' filters take 1.3 to 1.9 bytes a record they hold (0.8 to
+// 1.4 MB at the end of a soak; a filter sized at Open takes 1.3, one grown
 // with its generation up to twice that). Both grow while the file does
 // and stop with it; the rest of retrysafe's heap stays flat.
 //

@@ -121,9 +121,9 @@ const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_ex
 // it with what it asks (awaiting).
 const open = `(state = 1 OR (state = 4 AND NOT retry_approved))`
 
-// replanned returns the mode in which a pool whose statements run in mode
-// runs the statements whose best plan depends on how many rows the table
-// holds: each planned when it runs, for the table as it is then. A
+// replanned returns the mode in which a pool of connections configured as
+// cfg runs the statements whose best plan depends on how many rows the
+// table holds: each planned when it runs, for the table as it is then. A
 // connection keeps the plan of a statement it prepared (mode
 // QueryExecModeCacheStatement, pgx's default), and a plan made while the
 // table was new and small reads it whole — a batch of outcomes joined its

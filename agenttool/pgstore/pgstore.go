@@ -149,32 +149,30 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 	if !schemaName.MatchString(o.Schema) {
 		return nil, fmt.Errorf("pgstore: schema name %q: use lower-case letters, digits and underscores", o.Schema)
 	}
-	s := &Store{pool: o.Pool, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly}
+	pool, owns := o.Pool, false
+	if pool == nil {
+		url := o.URL
+		if url == "" {
+			url = os.Getenv("DATABASE_URL")
+		}
+		if url == "" {
+			return nil, errors.New("pgstore: no database: set Options.URL or the DATABASE_URL environment variable")
+		}
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: %w", err)
+		}
+		if o.ReadOnly {
+			cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+		}
+		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("pgstore: %w", err)
+		}
+		owns = true
+	}
+	s := &Store{pool: pool, ownsPool: owns, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly,
+		replan: replanned(pool.Config().ConnConfig)}
 	s.newGroupCommits()
-	if s.pool != nil {
-		s.replan = replanned(s.pool.Config().ConnConfig)
-		return s, nil
-	}
-	url := o.URL
-	if url == "" {
-		url = os.Getenv("DATABASE_URL")
-	}
-	if url == "" {
-		return nil, errors.New("pgstore: no database: set Options.URL or the DATABASE_URL environment variable")
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
-	}
-	if o.ReadOnly {
-		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
-	}
-	s.pool, s.ownsPool = pool, true
-	s.replan = replanned(cfg.ConnConfig)
 	return s, nil
 }
 

@@ -138,17 +138,13 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 		now = now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
 		switch op := rng.IntN(100); {
 		case op < 50: // a new action, settled at once
-			key := fmt.Sprintf("k/%d", len(keys))
-			keys = append(keys, key)
+			var key string
+			keys, key = newKey(keys)
 			settle(t, s, "t", key, now, lifetimes[rng.IntN(len(lifetimes))])
 		case op < 60: // a new action left pending, or unknown then settled (moves)
-			key := fmt.Sprintf("k/%d", len(keys))
-			keys = append(keys, key)
-			res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
-			if err != nil || !res.Claimed {
-				t.Fatalf("claim %s: %+v %v", key, res, err)
-			}
-			settled[key] = res.Record.Token
+			var key string
+			keys, key = newKey(keys)
+			settled[key] = claimNew(t, s, key, now)
 		case op < 70: // a pending action settles: it moves into a generation
 			for key, token := range settled {
 				state := agenttool.Succeeded
@@ -234,14 +230,30 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 	})
 }
 
+// newKey returns keys with the property tests' next key added, and that key.
+func newKey(keys []string) ([]string, string) {
+	key := fmt.Sprintf("k/%d", len(keys))
+	return append(keys, key), key
+}
+
+// claimNew claims key, new, and returns its token: the action runs.
+func claimNew(t *testing.T, s *Store, key string, now time.Time) uint64 {
+	t.Helper()
+	res, err := s.Claim(context.Background(), storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim %s: %+v %v", key, res, err)
+	}
+	return res.Record.Token
+}
+
 // importSome imports 1 to 20 new records, settled up to a minute before now
 // with one of lifetimes, and returns keys with theirs.
 func importSome(t *testing.T, s *Store, rng *rand.Rand, now time.Time, lifetimes []time.Duration, keys []string) []string {
 	t.Helper()
 	var recs []storekit.Record
 	for range 1 + rng.IntN(20) {
-		key := fmt.Sprintf("k/%d", len(keys))
-		keys = append(keys, key)
+		var key string
+		keys, key = newKey(keys)
 		at := now.Add(-time.Duration(rng.IntN(60)) * time.Second)
 		recs = append(recs, succeeded(key, at, lifetimes[rng.IntN(len(lifetimes))]))
 	}
@@ -711,19 +723,15 @@ func TestALookupInAnOpenSnapshotSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 		now = now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
 		switch op := rng.IntN(100); {
 		case op < 35: // a new action, settled at once
-			key := fmt.Sprintf("k/%d", len(keys))
-			keys = append(keys, key)
+			var key string
+			keys, key = newKey(keys)
 			ttl := lifetimes[rng.IntN(len(lifetimes))]
 			settle(t, s, "t", key, now, ttl)
 			settledAt[key] = now.Add(ttl)
 		case op < 42: // a new action left pending
-			key := fmt.Sprintf("k/%d", len(keys))
-			keys = append(keys, key)
-			res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "t", Owner: "o", Now: now, Lease: time.Minute})
-			if err != nil || !res.Claimed {
-				t.Fatalf("claim %s: %+v %v", key, res, err)
-			}
-			pending[key] = res.Record.Token
+			var key string
+			keys, key = newKey(keys)
+			pending[key] = claimNew(t, s, key, now)
 		case op < 50: // a pending action settles: it moves into a generation
 			for key, token := range pending {
 				ttl := lifetimes[rng.IntN(len(lifetimes))]

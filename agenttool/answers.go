@@ -28,6 +28,7 @@ const (
 	reasonReplayUnreadable                      // a recorded outcome that cannot be read (a.state)
 	reasonReplaced                              // this action was replaced by another (a.other)
 	reasonUnknownAwaits                         // the action's outcome is unknown and awaits reconciliation
+	reasonStoreWentBack                         // the store went back in time (a failover) and may have lost the action's record
 	reasonApprovalPending                       // the same, and the approver has not allowed anything (a.why)
 	reasonInProgress                            // another call runs this action
 	reasonEarlierRunning                        // another action of the tool in the scope runs (a.other)
@@ -155,6 +156,10 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 			envelope.AskHuman, note)
 	case reasonUnknownAwaits:
 		unknown(envelope.CodeOutcomeUnknown, "an earlier attempt of this action has an unknown outcome and awaits reconciliation")
+	case reasonStoreWentBack:
+		unknown(envelope.CodeOutcomeUnknown, fmt.Sprintf("%v, so this call did not run it", errStoreWentBack))
+		env.Next, env.Note = envelope.AskHuman, fmt.Sprintf("The service that remembers actions failed over a short while ago and may have lost its record of this one: "+
+			"it may already have been done. Do not call %s again for it; ask a person to confirm reference %s.", name, ref)
 	case reasonApprovalPending:
 		unknown(envelope.CodeOutcomeUnknown, a.why)
 	case reasonInProgress:

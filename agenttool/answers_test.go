@@ -43,6 +43,7 @@ func sampleAnswers() []struct {
 		{"replaced, the other running", answer{reason: reasonReplaced, attempts: 1, other: other}},
 		{"replaced, the other done", answer{reason: reasonReplaced, attempts: 1, other: done, result: result}},
 		{"unknown, awaits reconciliation", answer{reason: reasonUnknownAwaits, attempts: 1, replayed: true}},
+		{"store went back", answer{reason: reasonStoreWentBack, replayed: true}},
 		{"approval pending", answer{reason: reasonApprovalPending, attempts: 1, why: "the outcome is unknown and awaits a person's decision", replayed: true}},
 		{"in progress", answer{reason: reasonInProgress, attempts: 1}},
 		{"earlier running", answer{reason: reasonEarlierRunning, other: other}},

@@ -232,6 +232,10 @@ func (c *call) request(fp Digest) {
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
+		// Only the claim keeps their actions from running twice: it must
+		// survive a failover, and a store that went back does not trust
+		// a missing record.
+		Unkeyed: cfg.Class == AtMostOnce || cfg.Class == Reconcilable,
 	}
 	switch cfg.Fence {
 	case FenceSession:
@@ -279,6 +283,10 @@ func (c *call) claim() outcome {
 		c.begin(res)
 		if res.TookOver {
 			c.cause = errEarlierAttempt
+			if res.Lost {
+				c.cause = errStoreWentBack
+				c.lostRecord(req.Now)
+			}
 			if cfg.Class == Keyed && c.facts().forgotten {
 				c.cause = errKeyForgotten
 				// Without a reconciler, the record goes back as it was.
@@ -302,11 +310,22 @@ func (c *call) claim() outcome {
 		if cfg.Class != AtMostOnce || cfg.Approver == nil {
 			c.replayed(Unknown)
 		}
+		if res.Lost {
+			c.lostRecord(req.Now)
+			return c.answer(claimUnknown, answer{reason: reasonStoreWentBack, attempts: rec.Attempts, replayed: true})
+		}
 		return c.answer(claimUnknown, answer{reason: reasonUnknownAwaits, attempts: rec.Attempts, replayed: true})
 	case Pending:
 		return c.answer(claimRunning, answer{reason: reasonInProgress, attempts: rec.Attempts})
 	}
 	return c.storeFailed(fmt.Errorf("record in state %v: %w", res.Record.State, ErrCorrupt))
+}
+
+// lostRecord tells whoever runs the application that the store may have
+// lost the call's record: the action is held as unknown.
+func (c *call) lostRecord(now time.Time) {
+	c.t.cfg.logger.Warn("retrysafe: the store went back in time a short while ago and has no record of this action: it may have lost it, so the action is treated as unknown",
+		"tool", c.t.name, "ref", c.ref, "at", now)
 }
 
 // blockedBy answers a claim that another action's hold on the scope's

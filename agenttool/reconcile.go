@@ -14,6 +14,10 @@ import (
 // earlier call (or a process that died), not from this call's attempt.
 var errEarlierAttempt = errors.New("an earlier attempt of this action has an unknown outcome")
 
+// errStoreWentBack is the cause given when the store had no record of the
+// action but may have lost it (storekit.ClaimResult.Lost).
+var errStoreWentBack = errors.New("the store of idempotency keys went back in time a short while ago (a failover to a standby that may not have had its last writes) and may have lost this action's record")
+
 // errCheckTimeout is the cause of a check's context that ran out of time.
 var errCheckTimeout = errors.New("the check's time (CheckTimeout) ran out")
 

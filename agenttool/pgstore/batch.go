@@ -98,12 +98,21 @@ func (s *Store) newGroupCommits() {
 // its slot is held.
 func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int64, error) {
 	var token int64
-	err := s.pool.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-		leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label).Scan(&token)
-	if errors.Is(err, pgx.ErrNoRows) || besideRefused(err) {
+	cut, need := s.gate(req)
+	warned, err := s.onConn(ctx, noFault, func(conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
+			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label, cut, need, s.hears).Scan(&token)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || besideRefused(err):
 		return 0, nil
+	case err != nil:
+		return 0, err
+	case warned && req.Unkeyed:
+		s.giveBack(req.Key, token)
+		return 0, notDurable(req.Key)
 	}
-	return token, err
+	return token, nil
 }
 
 // besideRefused reports whether err is the insert's refusal of a claim
@@ -131,7 +140,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 	if s.pipelined {
 		write = s.insertPipelined
 	}
-	tokens, err := write(ctx, batch, fault)
+	tokens, warned, err := write(ctx, batch, fault)
 	type pending struct {
 		owner string
 		token int64
@@ -145,6 +154,17 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 			w.ans = p.token
 			return p.owner == w.req.Owner // it committed: the record is its own
 		})
+	if !warned {
+		return
+	}
+	// A warning met the batch's commit (failover.go): its Unkeyed claims
+	// may not have reached the synchronous standby.
+	for _, w := range batch {
+		if w.req.Unkeyed && w.err == nil && !w.alone && w.ans != 0 {
+			s.giveBack(w.req.Key, w.ans)
+			w.ans, w.err = 0, notDurable(w.req.Key)
+		}
+	}
 }
 
 // deliver answers each writer of a batch from what the batch's write
@@ -194,23 +214,26 @@ func deliver[Req, Ans, Row any](s *Store, batch []*gathered[Req, Ans], key func(
 	}
 }
 
-func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, error) {
+func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, bool, error) {
 	n := len(batch)
 	keys, tools, owners, labels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	principals, fps, sessions, scopes := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	leases, created := make([]time.Time, n), make([]time.Time, n)
+	cuts, needs := make([]*time.Time, n), make([]bool, n)
 	for i, w := range batch {
 		r := &w.req
 		keys[i], tools[i], owners[i], labels[i] = r.Key, r.Tool, r.Owner, r.Label
 		principals[i], fps[i], sessions[i], scopes[i] = r.Principal[:], r.Fingerprint[:], r.Session[:], nullDigest(r.FenceScope)
 		leases[i], created[i] = leaseEnd(r.Now.Add(r.Lease)), r.Now
+		cuts[i], needs[i] = s.gate(r)
 	}
 	if fault == faultRow {
 		labels[n/2] = "\x00" // text cannot hold NUL: the database refuses the row
 	}
 	tokens := make(map[string]int64, n)
-	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
-		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels)
+	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
+			cuts, needs, s.hears)
 		if err != nil {
 			return err
 		}
@@ -225,10 +248,10 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 		}
 		return rows.Err()
 	})
-	return tokens, err
+	return tokens, warned, err
 }
 
-func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, error) {
+func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, bool, error) {
 	b := &pgx.Batch{}
 	for i, w := range batch {
 		r := &w.req
@@ -236,11 +259,12 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		if fault == faultRow && i == len(batch)/2 {
 			label = "\x00"
 		}
+		cut, need := s.gate(r)
 		b.Queue(s.q.insert, r.Key, r.Tool, r.Principal[:], r.Fingerprint[:], r.Owner,
-			leaseEnd(r.Now.Add(r.Lease)), r.Now, r.Session[:], nullDigest(r.FenceScope), label)
+			leaseEnd(r.Now.Add(r.Lease)), r.Now, r.Session[:], nullDigest(r.FenceScope), label, cut, need, s.hears)
 	}
 	tokens := make(map[string]int64, len(batch))
-	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		br := conn.SendBatch(ctx, b)
 		var first error
 		for _, w := range batch {
@@ -259,7 +283,7 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		}
 		return first
 	})
-	return tokens, err
+	return tokens, warned, err
 }
 
 func (s *Store) finishMany(ctx context.Context, batch []*outcomeBatch) {
@@ -309,7 +333,7 @@ func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault f
 		resolutions[n/2] = json.RawMessage(`{"note":"\u0000"}`) // jsonb cannot hold NUL: the database refuses the row
 	}
 	written := make(map[string]bool, n)
-	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+	_, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		rows, err := conn.Query(ctx, s.q.finishMany, s.replan, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
 		if err != nil {
 			return err
@@ -338,7 +362,7 @@ func (s *Store) finishPipelined(ctx context.Context, batch []*outcomeBatch, faul
 		b.Queue(s.q.finish, o.key, o.token, o.state, o.attempts, o.outcome, o.updated, o.expires, o.retryApproved, res, o.leaseExpiry, o.noticeUntil)
 	}
 	written := make(map[string]bool, len(batch))
-	err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+	_, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		br := conn.SendBatch(ctx, b)
 		var first error
 		for _, w := range batch {
@@ -368,22 +392,26 @@ func refusedWhole(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// onConn runs fn on a connection of the pool, with the failpoint fault.
-func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) error) error {
+// onConn runs fn on a connection of the pool, with the failpoint fault,
+// and reports whether the connection received a warning meanwhile (when
+// the pool counts them: failover.go).
+func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) error) (warned bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Release()
 	if fault == faultLostBeforeCommit {
 		conn.Conn().Close(ctx)
 	}
+	pc := conn.Conn().PgConn()
+	before := warnings(pc)
 	err = fn(conn)
 	if fault == faultLostAfterCommit && err == nil {
 		conn.Conn().Close(ctx)
-		return fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
+		return false, fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
 	}
-	return err
+	return warnings(pc) > before, err
 }
 
 // each runs a query and calls fn on each row.

@@ -91,7 +91,8 @@ func BatchQueries(s *Store, now time.Time, tool string, principal, session []byt
 	var none []byte
 	var noTimes []time.Time
 	return map[string]Query{
-		"insertMany": {s.q.insertMany, []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels}},
+		"insertMany": {s.q.insertMany, []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels,
+			later, approved, false}},
 		"finishMany": {s.q.finishMany, []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}},
 	}
 }

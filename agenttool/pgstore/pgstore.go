@@ -43,6 +43,25 @@ type Options struct {
 	// the operator command's list, show and stats, under a role that may
 	// only read. A Pool given in Options is used as it is.
 	ReadOnly bool
+	// AcceptAsyncStandbys lets the claims of at-most-once and reconcilable
+	// tools go on where the primary streams to a standby asynchronously.
+	// Without it they are refused before the tool acts
+	// (storekit.ErrNotDurable, with what to change): a failover to such a
+	// standby loses the claims of the primary's last moments, and an
+	// action whose claim was lost runs again when it is retried after the
+	// failover window. Keyed tools go on either way: their destination
+	// dedupes the key. docs/stores.md, "High availability", says what each
+	// setup guarantees.
+	AcceptAsyncStandbys bool
+	// FailoverWindow is how long after the store notices a new timeline (a
+	// standby was promoted) a claim that finds no record of its key does
+	// not take it for a new action, as its record may have been lost: a
+	// reconcilable tool asks its destination first, and, with
+	// AcceptAsyncStandbys, an at-most-once tool answers unknown_outcome
+	// (without it, an at-most-once claim is made only where it is durable,
+	// and a missing record means a new action). 0 means
+	// DefaultFailoverWindow; a negative window turns it off.
+	FailoverWindow time.Duration
 }
 
 // Errors of a schema Open will not work with as it is.
@@ -71,6 +90,11 @@ type Store struct {
 	// replan is the mode of the statements whose plan depends on the
 	// table's size (replanned).
 	replan pgx.QueryExecMode
+	// Failover (failover.go): whether the pool's connections count their
+	// warnings, and the options.
+	hears       bool
+	acceptAsync bool
+	window      time.Duration
 
 	claims   *groupCommit[storekit.ClaimRequest, int64] // claims of new keys (groupcommit.go)
 	outcomes *groupCommit[outcome, bool]                // Finish's fenced UPDATEs
@@ -165,13 +189,21 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 		if o.ReadOnly {
 			cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 		}
+		ConfigurePool(cfg)
 		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("pgstore: %w", err)
 		}
 		owns = true
 	}
+	switch {
+	case o.FailoverWindow == 0:
+		o.FailoverWindow = DefaultFailoverWindow
+	case o.FailoverWindow < 0:
+		o.FailoverWindow = 0
+	}
+	cc := pool.Config().ConnConfig
 	s := &Store{pool: pool, ownsPool: owns, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly,
-		replan: replanned(pool.Config().ConnConfig)}
+		replan: replanned(cc), hears: hearsWarnings(cc), acceptAsync: o.AcceptAsyncStandbys, window: o.FailoverWindow}
 	s.newGroupCommits()
 	return s, nil
 }
@@ -248,8 +280,34 @@ var errAgain = errors.New("claim again")
 // occupants (its slot's holder and, for a claim fenced by session, the
 // records beside that slot), locked FOR UPDATE. again reports rows that vanished or
 // appeared before they could be locked: the claim starts over.
+//
+// It first reads the server's replication (failover.go), and records a
+// new timeline: an Unkeyed claim is refused where it would not be durable
+// where a failover can go, and one whose key has no record within the
+// failover window is decided as a record the store may have lost.
 func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res storekit.ClaimResult, again bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	env, err := s.catchUp(ctx, req.Now)
+	if err != nil {
+		return storekit.ClaimResult{}, false, err
+	}
+	since, lost := env.wentBack(req.Now)
+	lost = lost && s.distrustsAbsence(&req)
+	// Only a claim the store grants must be durable: a replay, or a claim
+	// held back, is answered wherever the store stands.
+	durable := func() error {
+		if !req.Unkeyed {
+			return nil
+		}
+		return env.UnkeyedClaims()
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
+	}
+	defer conn.Release()
+	pc := conn.Conn().PgConn()
+	before := warnings(pc)
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
 		existing, err := s.get(ctx, tx, req.Key, true)
 		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
 			return err
@@ -275,15 +333,28 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			}
 			occs = append(occs, beside...)
 		}
-		if existing == nil && len(occs) == 0 && req.Replace == nil {
-			again = true // released or swept meanwhile, or the slot was freed: insert again
-			return nil
+		if existing == nil && len(occs) == 0 && req.Replace == nil && !lost {
+			// Released or swept meanwhile, or the slot was freed, or the
+			// store has just recorded a new timeline: insert again.
+			again = true
+			return durable()
 		}
-		d, err := storekit.DecideClaim(existing, occs, req, func() (uint64, error) { return s.nextToken(ctx, tx) })
+		next := func() (uint64, error) { return s.nextToken(ctx, tx) }
+		var d storekit.ClaimDecision
+		if existing == nil && lost {
+			d, err = storekit.DecideLost(since, occs, req, next)
+		} else {
+			d, err = storekit.DecideClaim(existing, occs, req, next)
+		}
 		if err != nil {
 			return err
 		}
 		res = d.Result
+		if res.Claimed {
+			if err := durable(); err != nil {
+				return err
+			}
+		}
 		for i := range d.Occupants {
 			if err := s.put(ctx, tx, &d.Occupants[i]); err != nil {
 				return err
@@ -309,6 +380,10 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	}
 	if err != nil {
 		return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
+	}
+	if res.Claimed && req.Unkeyed && warnings(pc) > before {
+		s.giveBack(req.Key, int64(res.Record.Token))
+		return storekit.ClaimResult{}, false, notDurable(req.Key)
 	}
 	return res, again, nil
 }
@@ -426,7 +501,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 			return key, err
 		})
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
 		if err := checkSlots(tx); err != nil {
 			return err
 		}
@@ -516,6 +591,11 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]st
 func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownRequest) ([]storekit.ClaimResult, error) {
 	if req.Lease <= 0 || req.Limit <= 0 {
 		return nil, fmt.Errorf("pgstore: claim unknown with lease %v and limit %d: %w", req.Lease, req.Limit, storekit.ErrInvalidRequest)
+	}
+	// A takeover hands out tokens: on the timeline the store recorded
+	// (failover.go).
+	if _, err := s.catchUp(ctx, req.Now); err != nil {
+		return nil, err
 	}
 	var principal []byte
 	if req.Principal != nil {

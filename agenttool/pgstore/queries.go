@@ -100,6 +100,33 @@ var migrations = []string{
 	// server's time by the third minute. A claim writes one index entry
 	// more for it.
 	`CREATE INDEX records_open ON {s}.records (key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
+	// 7: the timeline the store works on (failover.go). A promoted standby
+	// starts a new timeline, and may not have received the last writes
+	// of the primary it replaces: every statement that hands out a token
+	// or makes a new claim checks that the server's timeline is the one
+	// recorded here, and a store that finds another records it (and
+	// when it noticed it) with notice_timeline, which moves the token
+	// sequence past every token the old timeline could have handed out.
+	// Any role may read the timeline; the function, which only the
+	// owner of the sequence could write, runs with its owner's rights
+	// and does nothing but record the server's own timeline.
+	`CREATE TABLE {s}.timeline (
+		one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+		timeline bigint NOT NULL,
+		noticed  timestamptz NOT NULL
+	);
+	INSERT INTO {s}.timeline (timeline, noticed) VALUES (` + serverTimeline + `, '-infinity');
+	GRANT SELECT ON {s}.timeline TO PUBLIC;
+	CREATE FUNCTION {s}.notice_timeline(at timestamptz) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp AS $$
+	BEGIN
+		INSERT INTO {s}.timeline AS t (one, timeline, noticed) VALUES (true, ` + serverTimeline + `, at)
+			ON CONFLICT (one) DO UPDATE SET timeline = excluded.timeline, noticed = excluded.noticed
+			WHERE t.timeline <> excluded.timeline;
+		IF FOUND THEN
+			PERFORM setval('{s}.tokens', (SELECT last_value FROM {s}.tokens) + ` + tokenJump + `);
+		END IF;
+	END $$;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`
@@ -145,11 +172,26 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
+	environment, noticeTimeline                                                                                                                                                                                                                                    string
 }
 
 func newQueries(schema string) queries {
 	t := pgx.Identifier{schema, "records"}.Sanitize()
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
+	tl := pgx.Identifier{schema, "timeline"}.Sanitize()
+	// onTimeline holds when the server's timeline is the one the store
+	// recorded, and, where the time $cut is not null, the store noticed
+	// it at or before $cut (failover.go).
+	onTimeline := func(cut string) string {
+		return `EXISTS (SELECT FROM ` + tl + ` WHERE timeline = ` + serverTimeline + ` AND (` + cut + `::timestamptz IS NULL OR noticed <= ` + cut + `))`
+	}
+	// durable holds when a claim whose $need is set is durable where a
+	// failover can go: the primary waits for a synchronous standby (and
+	// the store hears, $hears, when such a wait is cancelled), or no
+	// standby is in sight.
+	durable := func(need, hears string) string {
+		return `(NOT ` + need + ` OR (current_setting('synchronous_standby_names') <> '' AND ` + hears + `) OR NOT ` + standbysInSight + `)`
+	}
 	return queries{
 		// insert claims a new key: it inserts nothing if the key exists,
 		// or if another record holds the slot of $2 and $9 (records_slot).
@@ -159,18 +201,30 @@ func newQueries(schema string) queries {
 		// besideRefused): the claim then decides on the locked path. (The
 		// look is in VALUES: as INSERT … SELECT … WHERE, the statement cost
 		// a lone call about a quarter more.)
+		//
+		// The claim is made only where it may be (the gate of
+		// failover.go): on the timeline the store recorded, not within
+		// the failover window for an Unkeyed claim ($11, the latest
+		// notice it trusts), and durable where a failover can go ($12,
+		// $13); otherwise it writes the null key too, and the locked path
+		// finds out why. Its commit waits as synchronous_commit = on at
+		// least (syncOn) whatever the session's setting.
 		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
-			VALUES (CASE WHEN $9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
-				AND b.key <> $1 ORDER BY b.key LIMIT 1) THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9)
+			VALUES (CASE WHEN ($9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
+				AND b.key <> $1 ORDER BY b.key LIMIT 1))
+				OR NOT (` + syncOn + ` AND ` + onTimeline("$11") + ` AND ` + durable("$12::bool", "$13::bool") + `)
+				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9)
 			ON CONFLICT DO NOTHING RETURNING token`,
 		// insertMany is insert for many keys at once (group commit): it
 		// returns the keys it inserted, and their tokens.
 		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
 			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope
-			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[])
-				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label)
-			WHERE v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
-				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL
+			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
+				$11::timestamptz[], $12::bool[])
+				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need)
+			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
+				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
+				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need", "$13::bool") + `
 			ON CONFLICT DO NOTHING RETURNING key, token`,
 		// besideForUpdate finds the records of tool $1 and session $2
 		// beside its session's slot, other than $3.
@@ -185,7 +239,7 @@ func newQueries(schema string) queries {
 			resolution = COALESCE(v.resolution, r.resolution), notice_until = v.notice_until
 			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
 				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
-			WHERE r.key = v.key AND r.token = v.token AND r.state = 1
+			WHERE r.key = v.key AND r.token = v.token AND r.state = 1 AND ` + syncOn + `
 			RETURNING r.key`,
 		// tokensOf finds what a batch of outcomes whose reply was lost wrote.
 		tokensOf:          `SELECT key, token, state FROM ` + t + ` WHERE key = ANY($1)`,
@@ -202,10 +256,10 @@ func newQueries(schema string) queries {
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11
-			WHERE key = $1 AND token = $2 AND state = 1`,
-		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1`,
+			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
+		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4
-			WHERE key = $1 AND token = $2 AND state = 1`,
+			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		// sweep deletes one step, found by the records_expires index, oldest
 		// first; rows another sweeper is deleting are skipped.
 		sweep: `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
@@ -229,8 +283,16 @@ func newQueries(schema string) queries {
 			FROM (SELECT key, lease_expiry AS held_until, updated AS since FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + ` AND updated < $2
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
 				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick
-			WHERE r.key = pick.key
+			WHERE r.key = pick.key AND ` + syncOn + `
 			RETURNING ` + prefixed("r.", columns) + `, pick.held_until, pick.since`,
+		// environment reads what the store decides durability and the
+		// failover window by (failover.go).
+		environment: `SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + serverTimeline + ` END,
+			t.timeline, t.noticed, current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			(SELECT count(*) FROM pg_stat_get_wal_senders() w WHERE w.pid NOT IN (` + logicalSenders + `)),
+			(SELECT count(*) FROM pg_get_replication_slots() s WHERE s.slot_type = 'physical')
+			FROM (SELECT) one LEFT JOIN ` + tl + ` t ON true`,
+		noticeTimeline: `SELECT ` + pgx.Identifier{schema, "notice_timeline"}.Sanitize() + `($1)`,
 	}
 }
 

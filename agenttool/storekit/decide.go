@@ -73,14 +73,52 @@ type ClaimDecision struct {
 // they await reconciliation ([Record.AwaitsReconciliation]): an action
 // beside the slot approved for a retry itself waits for the holder's, so
 // that two approved actions never wait on each other.
+//
+// A store that went back in time a short while ago decides a missing
+// record of an Unkeyed claim with [DecideLost] instead.
 func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
+	return decideClaim(existing, false, occupants, req, nextToken)
+}
+
+// DecideLost decides the claim of a key that has no record in a store
+// that may have lost it: the store went back in time at since (a failover
+// to a standby that had not received the primary's last writes, noticed
+// then) a short while ago, and req is Unkeyed. Absence proves nothing
+// then: the key is decided as if its record were pending under a holder
+// that died at since (or at req.Now, if since is later), with no attempt
+// counted — the rules of a lapsed lease:
+//
+//   - req.TakeOver (a reconcilable tool with a reconciler): taken over,
+//     TookOver with HeldUntil since: the destination is asked first;
+//   - otherwise: recorded unknown, and returned as found (nothing runs
+//     until a reconciler, an approver or an operator settles it).
+//
+// The presumed record holds no slot yet: the slot's holder, and the
+// records beside it, hold the claim back as they hold back a new one
+// (ClaimResult.Blocked, nothing written). ClaimResult.Lost is set.
+func DecideLost(since time.Time, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
+	if req.Now.Before(since) {
+		since = req.Now
+	}
+	presumed := Record{
+		Key: req.Key, Tool: req.Tool, State: Pending, Principal: req.Principal, Session: req.Session,
+		Fingerprint: req.Fingerprint, LeaseExpiry: since, Created: since, Updated: since, FenceScope: req.FenceScope,
+	}
+	d, err := decideClaim(&presumed, true, occupants, req, nextToken)
+	if d.Result.Blocked == nil {
+		d.Result.Lost = true
+	}
+	return d, err
+}
+
+func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.Lease <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}
 	if req.Replace != nil && req.Replace.TTL <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
 	}
-	inSlot := existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
+	inSlot := !lost && existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
 	// An approved retry of the slot's holder is a new write of the scope.
 	retry := inSlot && existing.State == Unknown && existing.RetryApproved
 	var held []Record
@@ -96,9 +134,9 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 		}
 		held = append(held, o)
 	}
-	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimDecision, error) {
-		var d ClaimDecision
-		var replaces string
+	// occupy decides each record held: closed by req.Replace, its ended
+	// notice cleared, or holding the claim back (blocked).
+	occupy := func() (d ClaimDecision, replaces string, blocked bool) {
 		for _, o := range held {
 			switch {
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
@@ -113,8 +151,15 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 				o.NoticeUntil = time.Time{}
 				d.Occupants = append(d.Occupants, o)
 			default:
-				return ClaimDecision{Result: ClaimResult{Blocked: &o}}, nil
+				return ClaimDecision{Result: ClaimResult{Blocked: &o}}, "", true
 			}
+		}
+		return d, replaces, false
+	}
+	claim := func(tookOver, retry bool, attempts int, created time.Time) (ClaimDecision, error) {
+		d, replaces, blocked := occupy()
+		if blocked {
+			return d, nil
 		}
 		var heldUntil, since time.Time
 		if tookOver {
@@ -178,9 +223,22 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 			return found(ClaimResult{Record: *existing})
 		}
 		// The dead holder claimed in order to attempt: count its attempt,
-		// whose outcome nobody knows.
+		// whose outcome nobody knows. A record presumed lost counts none:
+		// nobody knows that it was ever claimed.
+		attempts := existing.Attempts + 1
+		if lost {
+			attempts = existing.Attempts
+		}
 		if req.TakeOver {
-			return claim(true, false, existing.Attempts+1, existing.Created)
+			return claim(true, false, attempts, existing.Created)
+		}
+		var d ClaimDecision
+		var replaces string
+		if lost { // it holds no slot yet
+			var blocked bool
+			if d, replaces, blocked = occupy(); blocked {
+				return d, nil
+			}
 		}
 		tok, err := nextToken()
 		if err != nil {
@@ -190,8 +248,12 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 		// until when the dead holder's attempt may have been in flight.
 		rec := *existing
 		rec.State, rec.Token, rec.Owner, rec.Updated = Unknown, tok, "", req.Now
-		rec.Attempts++
-		return ClaimDecision{Result: ClaimResult{Record: rec}, Write: true}, nil
+		rec.Attempts = attempts
+		if lost {
+			rec.Label, rec.Replaces = req.Label, replaces
+		}
+		d.Result, d.Write = ClaimResult{Record: rec}, true
+		return d, nil
 	case Unknown:
 		if existing.RetryApproved {
 			return claim(false, true, existing.Attempts, existing.Created)

@@ -25,6 +25,12 @@ var (
 	// failed, because an effect committed under it (boltstore.Store.Effect).
 	// The action happened, whatever the tool reported afterwards.
 	ErrEffectApplied = errors.New("an effect is recorded under this key")
+	// ErrNotDurable: the store refused an Unkeyed claim that it could not
+	// make durable where a failover can go (pgstore: a primary that streams
+	// to a standby asynchronously, or a commit whose wait for its
+	// synchronous standby was cancelled). The tool must not act: a failover
+	// could lose the claim, and a retry would then run the action again.
+	ErrNotDurable = errors.New("the claim would not survive a failover")
 )
 
 // CorruptRecordError reports a record that a store could not read while

@@ -324,6 +324,15 @@ type ClaimRequest struct {
 	// the slot, which was found not applied: that record is closed as failed
 	// (Record.ReplacedBy) in the claim's transaction.
 	Replace *Replacement
+	// Unkeyed is set on the claims of a tool whose destination does not
+	// dedupe by the key (at-most-once, reconcilable): the claim alone keeps
+	// a second attempt from running. A store that a failover could take
+	// back in time grants such a claim only once it is durable where a
+	// failover can go ([ErrNotDurable] otherwise), and, a short while after
+	// it went back, does not trust a missing record to mean a new action
+	// ([DecideLost]). A keyed tool's destination dedupes whatever the store
+	// lost.
+	Unkeyed bool
 }
 
 // Replacement names the action a claim goes on in place of, as the caller
@@ -385,6 +394,14 @@ type ClaimResult struct {
 	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
 	// record (Record is then zero).
 	Blocked *Record
+	// Lost is set when the store had no record of the key but may have
+	// lost it: it went back in time a short while before (a failover to a
+	// standby that had not received the primary's last writes), and the
+	// claim is Unkeyed. The claim was decided as if the key's record were
+	// pending under a holder that died when the store went back
+	// ([DecideLost]): taken over (TookOver, with HeldUntil that time), or,
+	// for a claim that may not take over, recorded unknown.
+	Lost bool
 	// Record is the record after the claim.
 	Record Record
 }

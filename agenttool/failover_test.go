@@ -1,0 +1,117 @@
+package agenttool_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// wentBack is a store that went back in time at since, as a database
+// does when a standby that had not received the primary's last writes is
+// promoted: for an Unkeyed claim it finds no record of, it decides as
+// storekit.DecideLost does (a record pending under a holder that died at
+// since), by putting that record in place, unknown, before the claim.
+// pgstore's failover tests play the same with real servers.
+type wentBack struct {
+	*memstore.Store
+	since time.Time
+	mu    sync.Mutex
+}
+
+func (w *wentBack) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !req.Unkeyed {
+		return w.Store.Claim(ctx, req)
+	}
+	if _, err := w.Get(ctx, req.Key); !errors.Is(err, storekit.ErrNotFound) {
+		return w.Store.Claim(ctx, req)
+	}
+	presumed := storekit.Record{Key: req.Key, Tool: req.Tool, State: storekit.Unknown, Principal: req.Principal, Session: req.Session,
+		Fingerprint: req.Fingerprint, LeaseExpiry: w.since, Created: w.since, Updated: w.since, FenceScope: req.FenceScope, Token: 1}
+	if err := w.Import(ctx, []storekit.Record{presumed}); err != nil {
+		return storekit.ClaimResult{}, err
+	}
+	res, err := w.Store.Claim(ctx, req)
+	res.Lost = err == nil && res.Blocked == nil
+	return res, err
+}
+
+// After a failover that may have lost an action's record, a missing record
+// is not taken for a new action: an at-most-once tool does not run and
+// says why, a reconcilable one asks its destination first, and a keyed one
+// goes on under the same key, which its destination dedupes.
+func TestLostRecordsAfterAFailoverAreNotNewActions(t *testing.T) {
+	since := time.Now().Add(-time.Minute)
+	open := func() *wentBack { return &wentBack{Store: memstore.New(), since: since} }
+
+	t.Run("at-most-once: unknown_outcome, the tool does not run", func(t *testing.T) {
+		m := &mailServer{}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.AtMostOnce})
+		env := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.UnknownOutcome)
+		if m.runs.Load() != 0 {
+			t.Fatalf("the tool ran %d times after the store went back; want 0", m.runs.Load())
+		}
+		if env.Next != envelope.AskHuman || env.Error == nil || env.Error.Code != envelope.CodeOutcomeUnknown || !strings.Contains(env.Note, "failed over") {
+			t.Errorf("envelope %s: want outcome_unknown, ask_human, and a note that says the store failed over", env)
+		}
+		// The same action asked again: still unknown, until a person settles it.
+		again := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, again, envelope.UnknownOutcome)
+		if m.runs.Load() != 0 {
+			t.Fatalf("the tool ran on the second call")
+		}
+	})
+
+	for _, tc := range []struct {
+		name    string
+		answer  reconcile.Answer
+		runs    int
+		status  envelope.Status
+		recon   bool
+		effects int
+	}{
+		{"reconcilable, found applied: success, reconciled, not run", reconcile.AppliedWith([]byte(`{"message_id":"<x>"}`)), 0, envelope.Success, true, 0},
+		{"reconcilable, found not applied: run once", reconcile.NotAppliedYet(), 1, envelope.Success, false, 1},
+		{"reconcilable, no answer: unknown, not run", reconcile.StillPending(), 0, envelope.UnknownOutcome, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &mailServer{}
+			var asked []reconcile.Request
+			check := reconcile.RequestFunc(func(ctx context.Context, req reconcile.Request) reconcile.Answer {
+				asked = append(asked, req)
+				return tc.answer
+			})
+			tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check})
+			env := tool.Invoke(scoped(), emailToAna)
+			mustStatus(t, env, tc.status)
+			if len(asked) == 0 {
+				t.Fatal("the destination was not asked before the tool ran")
+			}
+			if int(m.runs.Load()) != tc.runs || m.count() != tc.effects || env.Reconciled != tc.recon {
+				t.Errorf("runs %d, effects %d, reconciled %v; want %d, %d, %v; envelope %s", m.runs.Load(), m.count(), env.Reconciled,
+					tc.runs, tc.effects, tc.recon, env)
+			}
+		})
+	}
+
+	t.Run("keyed: goes on under the same key", func(t *testing.T) {
+		m := &mailServer{dedupe: true}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Keyed})
+		env := tool.Invoke(scoped(), emailToAna)
+		mustStatus(t, env, envelope.Success)
+		if m.runs.Load() != 1 || m.count() != 1 {
+			t.Errorf("runs %d, effects %d; want 1 and 1", m.runs.Load(), m.count())
+		}
+	})
+}

@@ -1,0 +1,590 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// pair is a primary and its streaming standby, and a connection string
+// that names both and takes whichever takes writes, as an application
+// behind a failover does (target_session_attrs=read-write).
+type pair struct {
+	primary, standby *pgtest.Server
+}
+
+func newPair(t *testing.T) *pair {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts two PostgreSQL servers")
+	}
+	p := &pair{primary: pgtest.StartServer(t)}
+	p.standby = p.primary.Standby(t)
+	return p
+}
+
+// url names both servers, with the schema's user and extra parameters.
+func (p *pair) url(t *testing.T, params ...string) string {
+	t.Helper()
+	u, err := url.Parse(p.primary.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", p.primary.Port(), p.standby.Port())
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Set("connect_timeout", "2")
+	for i := 0; i+1 < len(params); i += 2 {
+		q.Set(params[i], params[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// as is p.url with the user of roleURL.
+func (p *pair) as(t *testing.T, roleURL string) string {
+	t.Helper()
+	r, err := url.Parse(roleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(p.url(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = r.User
+	return u.String()
+}
+
+// caughtUp waits until the standby has replayed what the primary wrote.
+func (p *pair) caughtUp(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pc, err := pgx.Connect(ctx, p.primary.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(ctx)
+	var lsn string
+	if err := pc.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pgx.Connect(ctx, p.standby.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(ctx)
+	for {
+		var done bool
+		if err := sc.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the standby did not catch up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// failOver kills the primary, as a machine that dies, and promotes the
+// standby.
+func (p *pair) failOver(t *testing.T) {
+	t.Helper()
+	p.primary.Kill(t)
+	p.standby.Promote(t)
+}
+
+func claimReq(key string, now time.Time, unkeyed bool) storekit.ClaimRequest {
+	return storekit.ClaimRequest{Key: key, Tool: "pay", Principal: storekit.Digest{1}, Session: storekit.Digest{2},
+		Fingerprint: storekit.Digest{3}, Owner: "o-" + key, Now: now, Lease: time.Minute, Unkeyed: unkeyed}
+}
+
+// A fencing token is never handed out twice, across a promotion too: the
+// claims of the old primary's last moments, which the standby never
+// received, had tokens the new primary must not hand out again, or a
+// paused holder's late request would pass a destination's token check.
+func TestTokensAreNeverHandedOutTwiceAcrossAPromotion(t *testing.T) {
+	p := newPair(t)
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, &pgstore.Options{URL: p.url(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	seen := map[uint64]string{}
+	var highest uint64
+	claim := func(key string) uint64 {
+		t.Helper()
+		res, err := store.Claim(ctx, claimReq(key, time.Now(), false))
+		if err != nil {
+			t.Fatalf("claim %s: %v", key, err)
+		}
+		if !res.Claimed {
+			t.Fatalf("claim %s: not granted: %+v", key, res)
+		}
+		tok := res.Record.Token
+		if other, ok := seen[tok]; ok {
+			t.Fatalf("token %d handed out twice: to %s and to %s", tok, other, key)
+		}
+		seen[tok] = key
+		return tok
+	}
+	for i := range 20 {
+		claim(fmt.Sprintf("pay/before-%d", i))
+	}
+	p.caughtUp(t)
+	p.primary.PauseSender(t)
+	for i := range 200 {
+		highest = max(highest, claim(fmt.Sprintf("pay/unreplicated-%d", i)))
+	}
+	before := p.primary.Timeline(t)
+	p.failOver(t)
+	if after := p.standby.Timeline(t); after <= before {
+		t.Fatalf("timeline %d after the promotion, %d before", after, before)
+	}
+	for i := range 50 {
+		key := fmt.Sprintf("pay/after-%d", i)
+		var tok uint64
+		for attempt := 0; ; attempt++ { // the pool reconnects to the new primary
+			res, err := store.Claim(ctx, claimReq(key, time.Now(), false))
+			if err == nil {
+				tok = res.Record.Token
+				break
+			}
+			if attempt > 100 {
+				t.Fatalf("claim %s on the new primary: %v", key, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if tok <= highest {
+			t.Fatalf("token %d handed out on the new timeline; the old one handed out up to %d", tok, highest)
+		}
+		if other, ok := seen[tok]; ok {
+			t.Fatalf("token %d handed out twice: to %s and to %s", tok, other, key)
+		}
+		seen[tok] = key
+	}
+	r, err := store.Replication(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeline != r.Recorded || r.Noticed.IsZero() {
+		t.Errorf("replication %+v: want the new timeline recorded, and when it was noticed", r)
+	}
+	// A reconcilable claim of an unreplicated key on the new primary is
+	// not granted as new within the failover window: its record may have
+	// been lost, and the destination is asked first.
+	req := claimReq("pay/unreplicated-7", time.Now(), true)
+	req.TakeOver = true
+	res, err := store.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Lost || !res.TookOver || !res.Claimed || res.HeldUntil.IsZero() {
+		t.Errorf("claim of a key the failover lost: %+v; want it taken over as lost, held until the failover was noticed", res)
+	}
+}
+
+// destination keeps the effects of the failover test's tools, by request
+// reference, and which phase made each.
+type destination struct {
+	mu      sync.Mutex
+	effects map[string][]int // ref → the phases of its effects
+	phase   atomic.Int32
+}
+
+func (d *destination) apply(ref string, dedupe bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dedupe && len(d.effects[ref]) > 0 {
+		return
+	}
+	d.effects[ref] = append(d.effects[ref], int(d.phase.Load()))
+}
+
+func (d *destination) of(ref string) []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.effects[ref])
+}
+
+type chargeInput struct {
+	ID int `json:"id"`
+}
+
+// appReplica is one process of the application: its store and its tools,
+// one of each class.
+type appReplica struct {
+	store *pgstore.Store
+	tools map[string]*agenttool.Tool
+}
+
+func openAppReplica(t *testing.T, url string, dest *destination, opts pgstore.Options) *appReplica {
+	t.Helper()
+	opts.URL, opts.NoMigrate = url, true
+	store, err := pgstore.Open(context.Background(), &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	r := &appReplica{store: store, tools: map[string]*agenttool.Tool{}}
+	act := func(dedupe bool) func(context.Context, chargeInput) (string, error) {
+		return func(ctx context.Context, in chargeInput) (string, error) {
+			ref := agenttool.RequestRef(ctx)
+			dest.apply(ref, dedupe)
+			return ref, nil
+		}
+	}
+	check := reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
+		if len(dest.of(ref)) > 0 {
+			return reconcile.AppliedWith([]byte(`"` + ref + `"`))
+		}
+		return reconcile.NotAppliedYet()
+	})
+	base := agenttool.Options{Store: store, Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 1}}
+	for name, o := range map[string]agenttool.Options{
+		"charge":  {Class: agenttool.AtMostOnce},
+		"book":    {Class: agenttool.Reconcilable, Reconciler: check},
+		"invoice": {Class: agenttool.Keyed},
+	} {
+		o.Store, o.Lease, o.WaitTimeout, o.Retry = base.Store, base.Lease, base.WaitTimeout, base.Retry
+		tool, err := agenttool.New(name, "A test action.", act(name == "invoice"), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.tools[name] = tool
+	}
+	return r
+}
+
+// failoverAction is one logical action of the failover test, and what its calls
+// answered.
+type failoverAction struct {
+	tool string
+	id   int
+	ref  string
+	envs []envelope.Envelope
+}
+
+func (a *failoverAction) call(r *appReplica, timeout time.Duration) envelope.Envelope {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ctx = agenttool.WithScope(ctx, "tenant-1", fmt.Sprintf("conversation-%d", a.id))
+	env := r.tools[a.tool].Invoke(ctx, fmt.Sprintf(`{"id":%d}`, a.id))
+	a.ref = env.RequestRef
+	a.envs = append(a.envs, env)
+	return env
+}
+
+// At most one effect per action, and envelopes that never lie, across a
+// failover to a promoted standby: several replicas of the application
+// call actions of every class while the standby falls behind (its WAL
+// sender paused), the primary dies (SIGKILL), the standby is promoted,
+// and every action is called again — by the replicas that were running,
+// whose pools reconnect to the new primary, and by one restarted across
+// the failover — as agents retrying after errors do.
+func TestOneEffectPerActionAcrossAFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		synchronous bool
+		accept      bool
+	}{
+		{"asynchronous, default options", false, false},
+		{"asynchronous, the risk accepted", false, true},
+		{"synchronous", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t)
+			if tc.synchronous {
+				p.primary.Synchronous(t, true)
+			}
+			admin := p.url(t)
+			if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: admin}); err != nil {
+				t.Fatal(err)
+			}
+			// The application runs under a role with rights on the tables
+			// alone, as docs/stores.md grants them.
+			appURL := p.as(t, pgtest.Role(t, p.primary.URL(), appGrants...))
+			p.caughtUp(t)
+			dest := &destination{effects: map[string][]int{}}
+			dest.phase.Store(1)
+			opts := pgstore.Options{AcceptAsyncStandbys: tc.accept}
+			replicas := []*appReplica{openAppReplica(t, appURL, dest, opts), openAppReplica(t, appURL, dest, opts), openAppReplica(t, appURL, dest, opts)}
+
+			// Phase 1: 12 callers, every action called once; a while in,
+			// the standby stops receiving, and a while later the primary dies.
+			var actions []*failoverAction
+			for id := range 400 {
+				for _, tool := range []string{"charge", "book", "invoice"} {
+					actions = append(actions, &failoverAction{tool: tool, id: id})
+				}
+			}
+			work := make(chan *failoverAction)
+			var wg sync.WaitGroup
+			var called atomic.Int64
+			for c := range 12 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for a := range work {
+						a.call(replicas[c%len(replicas)], 3*time.Second)
+						called.Add(1)
+					}
+				}()
+			}
+			// Once the standby stops receiving, a synchronous primary's
+			// commits wait: a caller each is enough to be in flight.
+			extra := 300
+			if tc.synchronous {
+				extra = 12
+			}
+			var issued []*failoverAction
+			paused := 0
+			for _, a := range actions {
+				if paused == 0 && called.Load() >= 150 {
+					p.primary.PauseSender(t)
+					paused = len(issued)
+				}
+				if paused > 0 && len(issued) >= paused+extra {
+					break
+				}
+				work <- a
+				issued = append(issued, a)
+			}
+			p.failOver(t)
+			close(work)
+			wg.Wait()
+			dest.phase.Store(2)
+
+			// Phase 2: every action called again until it answers other
+			// than store_unavailable or in_progress (a claim in flight at
+			// the crash keeps its lease until it lapses).
+			replicas[2].store.Close()
+			replicas[2] = openAppReplica(t, appURL, dest, opts)
+			deadline := time.Now().Add(30 * time.Second)
+			for i, a := range issued {
+				for {
+					env := a.call(replicas[i%len(replicas)], 3*time.Second)
+					transient := env.Error != nil && (env.Error.Code == envelope.CodeStoreUnavailable || env.Error.Code == envelope.CodeInProgress)
+					if !transient {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s %d: still %s after the failover: %s", a.tool, a.id, env.Error.Code, env)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+
+			// What a user checks: one effect at most, and envelopes that
+			// never lie.
+			counts := map[string]int{}
+			for _, a := range issued {
+				effects := dest.of(a.ref)
+				if len(effects) > 1 {
+					t.Errorf("%s %d (%s): %d effects, in phases %v", a.tool, a.id, a.ref, len(effects), effects)
+				}
+				for i, env := range a.envs {
+					phase := 1
+					if i > 0 {
+						phase = 2
+					}
+					if lie := lies(env, effects, phase); lie != "" {
+						t.Errorf("%s %d, call %d: %s; effects in phases %v; envelope %s", a.tool, a.id, i+1, lie, effects, env)
+					}
+				}
+				first, last := a.envs[0], a.envs[len(a.envs)-1]
+				switch {
+				case a.tool != "invoice" && !tc.synchronous && !tc.accept && first.Status != envelope.DefiniteFailure:
+					t.Errorf("%s %d: %s before the failover; want it refused, the primary streaming asynchronously", a.tool, a.id, first)
+				case last.Status == envelope.UnknownOutcome && strings.Contains(last.Note, "failed over"):
+					counts[a.tool+" lost"]++
+				}
+				counts[a.tool+" "+string(last.Status)]++
+			}
+			t.Logf("%d actions called, then again after the failover: %v", len(issued), counts)
+			if tc.accept && counts["charge lost"] == 0 {
+				t.Errorf("no at-most-once action's record was lost: the test did not reach what it tests")
+			}
+		})
+	}
+}
+
+// lies returns what env claims that the effects of its action, made in
+// the phases listed, do not bear out ("" if nothing).
+func lies(env envelope.Envelope, effects []int, phase int) string {
+	switch env.Status {
+	case envelope.Success:
+		if len(effects) == 0 {
+			return "success, and nothing was done"
+		}
+	case envelope.DefiniteFailure:
+		for _, p := range effects {
+			if p <= phase && env.Error.Code != envelope.CodeKeyReused {
+				return "definite_failure, and the action was done"
+			}
+		}
+	}
+	return ""
+}
+
+// appGrants are an application role's rights, as docs/stores.md lists them.
+var appGrants = []string{
+	"GRANT USAGE ON SCHEMA retrysafe TO {role}",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON retrysafe.records TO {role}",
+	"GRANT SELECT ON retrysafe.migrations TO {role}",
+	"GRANT USAGE ON SEQUENCE retrysafe.tokens TO {role}",
+}
+
+// A session whose synchronous_commit is off acknowledges a commit before
+// its WAL is flushed, and a crash loses it. pgstore's writes commit as
+// synchronous_commit = on whatever the session's setting: every claim an
+// at-most-once tool acted on is still there after the server is killed
+// and restarted, and a retry does not act again.
+func TestClaimsSurviveACrashUnderSynchronousCommitOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	srv := pgtest.StartServer(t)
+	srv.Exec(t, "ALTER ROLE retrysafe SET synchronous_commit = off", "ALTER SYSTEM SET wal_writer_delay = '10s'", "SELECT pg_reload_conf()")
+	if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: srv.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	dest := &destination{effects: map[string][]int{}}
+	dest.phase.Store(1)
+	app := openAppReplica(t, srv.URL(), dest, pgstore.Options{})
+	var session string
+	if err := app.store.Pool().QueryRow(context.Background(), "SHOW synchronous_commit").Scan(&session); err != nil || session != "off" {
+		t.Fatalf("the session's synchronous_commit is %q (%v); the test needs it off", session, err)
+	}
+	var (
+		mu      sync.Mutex
+		actions []*failoverAction
+		wg      sync.WaitGroup
+		stop    atomic.Bool
+	)
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				a := &failoverAction{tool: "charge", id: c*100000 + i}
+				a.call(app, 3*time.Second)
+				mu.Lock()
+				actions = append(actions, a)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	srv.Kill(t)
+	stop.Store(true)
+	wg.Wait()
+	srv.Start()
+	dest.phase.Store(2)
+	after := openAppReplica(t, srv.URL(), dest, pgstore.Options{})
+	acted := 0
+	for _, a := range actions {
+		if len(dest.of(a.ref)) == 0 {
+			continue
+		}
+		acted++
+		if _, err := after.store.Get(context.Background(), a.ref); err != nil {
+			t.Errorf("%s: the tool acted on its claim, and after the crash the store has no record of it: %v", a.ref, err)
+		}
+		env := a.call(after, 3*time.Second)
+		if effects := dest.of(a.ref); len(effects) != 1 || env.Status == envelope.Success && !env.Replayed {
+			t.Errorf("%s: effects in phases %v after a retry that answered %s", a.ref, effects, env)
+		}
+	}
+	t.Logf("%d actions called, %d acted on before the crash", len(actions), acted)
+	if acted == 0 {
+		t.Fatal("no action was acted on: the test did not reach what it tests")
+	}
+}
+
+// PostgreSQL keeps a commit whose wait for its synchronous standby was
+// cancelled, and reports success with a warning. A claim whose wait is
+// cancelled so (pg_cancel_backend here; a client that sends cancel
+// requests does the same) is not durable where a failover can go: an
+// at-most-once tool does not act on it, and the call says nothing was
+// done. A keyed tool goes on: its destination dedupes.
+func TestACancelledSynchronousWaitDoesNotLetAToolAct(t *testing.T) {
+	p := newPair(t)
+	p.primary.Synchronous(t, true)
+	dest := &destination{effects: map[string][]int{}}
+	dest.phase.Store(1)
+	if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: p.primary.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	app := openAppReplica(t, p.primary.URL(), dest, pgstore.Options{})
+	for _, tc := range []struct {
+		tool string
+		acts bool
+	}{{"charge", false}, {"invoice", true}} {
+		t.Run(tc.tool, func(t *testing.T) {
+			resume := p.primary.PauseSender(t)
+			a := &failoverAction{tool: tc.tool, id: 1}
+			done := make(chan envelope.Envelope)
+			go func() { done <- a.call(app, 30*time.Second) }()
+			// Cancel the claim's wait for the standby once it waits.
+			admin, err := pgx.Connect(context.Background(), p.primary.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close(context.Background())
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var cancelled bool
+				err := admin.QueryRow(context.Background(),
+					"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE 'INSERT%' LIMIT 1").Scan(&cancelled)
+				if err == nil && cancelled {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no claim waited for the standby: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			// The claim is given back, and that write waits for the standby
+			// too: let it catch up.
+			time.Sleep(100 * time.Millisecond)
+			resume()
+			env := <-done
+			effects := dest.of(a.ref)
+			switch {
+			case tc.acts && (env.Status != envelope.Success || len(effects) != 1):
+				t.Errorf("a keyed tool after a cancelled wait: %d effects, envelope %s; want it done once", len(effects), env)
+			case !tc.acts && (env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeStoreUnavailable || len(effects) != 0):
+				t.Errorf("an at-most-once tool after a cancelled wait: %d effects, envelope %s; want store_unavailable and nothing done", len(effects), env)
+			}
+			if !tc.acts {
+				// Nothing ran: the same action goes on when asked again.
+				env := a.call(app, 10*time.Second)
+				if env.Status != envelope.Success || len(dest.of(a.ref)) != 1 {
+					t.Errorf("asked again: %d effects, envelope %s; want it done once", len(dest.of(a.ref)), env)
+				}
+			}
+		})
+	}
+}

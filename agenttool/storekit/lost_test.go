@@ -1,0 +1,108 @@
+package storekit
+
+import (
+	"testing"
+	"time"
+)
+
+// A store that went back in time (a failover to a standby that had not
+// received the primary's last writes) does not trust a missing record of
+// an Unkeyed claim to mean a new action: DecideLost decides the key as if
+// its record were pending under a holder that died when the store went
+// back.
+func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	since, now := t0, t0.Add(30*time.Second)
+	session := Digest{2}
+	base := ClaimRequest{Key: "pay/1", Tool: "pay", Principal: Digest{1}, Session: session, Fingerprint: Digest{3},
+		Owner: "o", Now: now, Lease: time.Minute, Unkeyed: true, FenceScope: session, Label: "invoice 7"}
+	tokens := func() (uint64, error) { return 41, nil }
+
+	t.Run("reconcilable: taken over, the destination is asked first", func(t *testing.T) {
+		req := base
+		req.TakeOver = true
+		d, err := DecideLost(since, nil, req, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := d.Result
+		if !r.Claimed || !r.TookOver || !r.Lost || !d.Write {
+			t.Fatalf("claimed=%v tookOver=%v lost=%v write=%v, want all true", r.Claimed, r.TookOver, r.Lost, d.Write)
+		}
+		if !r.HeldUntil.Equal(since) || !r.Since.Equal(since) {
+			t.Errorf("held until %v since %v, want both %v: the earlier holder may have acted until the store went back", r.HeldUntil, r.Since, since)
+		}
+		if rec := r.Record; rec.State != Pending || !rec.TakenOver || rec.Attempts != 0 || rec.Token != 41 || rec.FenceScope != session || rec.Label != "invoice 7" {
+			t.Errorf("record %+v: want pending, taken over, no attempt counted, token 41, in the session's slot, labelled", rec)
+		}
+	})
+
+	t.Run("at-most-once: recorded unknown, nothing runs", func(t *testing.T) {
+		d, err := DecideLost(since, nil, base, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := d.Result
+		if r.Claimed || !r.Lost || !d.Write {
+			t.Fatalf("claimed=%v lost=%v write=%v, want a written record that is not the caller's", r.Claimed, r.Lost, d.Write)
+		}
+		rec := r.Record
+		if rec.State != Unknown || rec.Attempts != 0 || rec.Token != 41 || rec.Owner != "" || !rec.LeaseExpiry.Equal(since) {
+			t.Errorf("record %+v: want unknown, no attempt counted, token 41, no owner, held until %v", rec, since)
+		}
+		if !rec.HoldsSlot() || rec.Slot() != base.Slot() || !rec.AwaitsReconciliation(now) || !rec.Open() {
+			t.Errorf("record %+v: want it holding its slot and awaiting reconciliation", rec)
+		}
+	})
+
+	t.Run("a clock behind the notice: the holder died now, not later", func(t *testing.T) {
+		d, err := DecideLost(now.Add(time.Hour), nil, base, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec := d.Result.Record; rec.State != Unknown || !rec.LeaseExpiry.Equal(now) {
+			t.Errorf("record %+v: want unknown, held until now (%v)", rec, now)
+		}
+	})
+
+	running := Record{Key: "pay/0", Tool: "pay", State: Pending, Principal: base.Principal, Session: session,
+		LeaseExpiry: now.Add(time.Minute), FenceScope: session, Token: 7}
+	beside := Record{Key: "pay/00", Tool: "pay", State: Unknown, Principal: base.Principal, Session: session, Token: 8}
+	for _, tc := range []struct {
+		name     string
+		occupant Record
+	}{
+		{"the slot's holder runs", running},
+		{"an unknown action beside the slot", beside},
+	} {
+		for _, takeOver := range []bool{false, true} {
+			t.Run(tc.name, func(t *testing.T) {
+				req := base
+				req.TakeOver = takeOver
+				d, err := DecideLost(since, []Record{tc.occupant}, req, func() (uint64, error) {
+					t.Fatal("a blocked claim took a token")
+					return 0, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b := d.Result.Blocked; b == nil || b.Key != tc.occupant.Key || d.Write || len(d.Occupants) != 0 || d.Result.Lost {
+					t.Errorf("takeOver=%v: blocked=%v write=%v occupants=%d lost=%v, want blocked by %s and nothing written",
+						takeOver, b, d.Write, len(d.Occupants), d.Result.Lost, tc.occupant.Key)
+				}
+			})
+		}
+	}
+
+	t.Run("an ended notice is cleared, and the presumed record takes the slot", func(t *testing.T) {
+		notice := Record{Key: "pay/0", Tool: "pay", State: Succeeded, Principal: base.Principal, Session: session,
+			FenceScope: session, NoticeUntil: now.Add(-time.Second), Token: 7}
+		d, err := DecideLost(since, []Record{notice}, base, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Occupants) != 1 || !d.Occupants[0].NoticeUntil.IsZero() || d.Result.Record.State != Unknown || !d.Result.Lost {
+			t.Errorf("occupants %+v, record %+v: want the notice cleared and the key recorded unknown", d.Occupants, d.Result.Record)
+		}
+	})
+}

@@ -36,6 +36,9 @@ import (
 //	                         → at-most-once: approve (the approver, or a person)
 //	  taken over from an unknown outcome → check own: ask the destination first
 //	                                       (keyed: attempt again with the same key)
+//	  no record, but the store went back in time (a failover) a short while
+//	  ago and may have lost it → as a lapsed lease: taken over and checked
+//	                             (reconcilable), or unknown (at-most-once)
 //	attempt  the tool; back off and attempt again where the key makes it safe;
 //	         check attempt: ask the destination after an unknown attempt
 //	record   the outcome (or give back the key: nothing was applied)

@@ -1,5 +1,5 @@
 // Package pgstore is the store for agenttool when many replicas share the work: keys and outcomes
-// live in PostgreSQL (or a database that speaks its protocol), through
+// live in PostgreSQL, through
 // github.com/jackc/pgx/v5.
 //
 // # Basics
@@ -116,6 +116,26 @@
 //
 // The sweeper takes unknown records with FOR UPDATE SKIP LOCKED, so
 // replicas share the work without waiting on each other.
+//
+// # High availability
+//
+// A failover to a standby that had not received the primary's last
+// commits loses them. Every write of the store commits as
+// synchronous_commit = on at least, set in its own statement. A claim of
+// an at-most-once or reconcilable tool (storekit.ClaimRequest.Unkeyed) is
+// made only where it is durable where a failover can go — the primary
+// waits for a synchronous standby, or no standby is in sight of the role
+// — and refused otherwise (storekit.ErrNotDurable), unless
+// Options.AcceptAsyncStandbys accepts the risk; one whose commit meets the
+// warning of a cancelled synchronous wait is given back and refused
+// ([ConfigurePool] for a pool of your own). The store records the
+// server's timeline: every claim checks it in its own statement, the
+// first on a new one records it and moves the token sequence past every
+// token the old primary could have handed out, and for
+// Options.FailoverWindow a claim that finds no record is decided as a
+// record the store may have lost (storekit.DecideLost).
+// [Store.Replication] and `retrysafe doctor` say what the store sees;
+// docs/stores.md, "High availability", what each setup guarantees.
 //
 // # Caveats
 //

@@ -80,6 +80,8 @@ const DefaultFailoverWindow = 10 * time.Minute
 // Replication is what a store sees of its server's durability and
 // replication, with the rights of its role (see [Store.Replication]).
 type Replication struct {
+	// Version is the server's version (server_version).
+	Version string
 	// Standby is set when the server is a standby (in recovery): it takes
 	// no writes, and the fields of the primary's timeline are zero.
 	Standby bool
@@ -175,7 +177,7 @@ func (s *Store) environment(ctx context.Context, q querier) (r Replication, move
 		noticed          pgtype.Timestamptz
 		standbys, slots  int64
 	)
-	err = q.QueryRow(ctx, s.q.environment).Scan(&r.Standby, &server, &recorded, &noticed, &r.SynchronousCommit,
+	err = q.QueryRow(ctx, s.q.environment).Scan(&r.Version, &r.Standby, &server, &recorded, &noticed, &r.SynchronousCommit,
 		&r.SynchronousStandbyNames, &standbys, &slots)
 	if err != nil {
 		return r, false, s.wrap("read the server's replication", "", err)

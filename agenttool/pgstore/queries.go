@@ -287,7 +287,7 @@ func newQueries(schema string) queries {
 			RETURNING ` + prefixed("r.", columns) + `, pick.held_until, pick.since`,
 		// environment reads what the store decides durability and the
 		// failover window by (failover.go).
-		environment: `SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + serverTimeline + ` END,
+		environment: `SELECT current_setting('server_version'), pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + serverTimeline + ` END,
 			t.timeline, t.noticed, current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
 			(SELECT count(*) FROM pg_stat_get_wal_senders() w WHERE w.pid NOT IN (` + logicalSenders + `)),
 			(SELECT count(*) FROM pg_get_replication_slots() s WHERE s.slot_type = 'physical')

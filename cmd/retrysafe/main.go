@@ -3,7 +3,9 @@
 // application code: list, show, stats, and resolve (and approve
 // -retry-once) when the application's tools use the default Codec; it
 // copies one store into another (copy), to move an application from bbolt
-// to PostgreSQL; and it migrates a PostgreSQL store's schema (migrate).
+// to PostgreSQL; it migrates a PostgreSQL store's schema (migrate); and it
+// says what a PostgreSQL store sees of its server's durability and
+// replication, and what that means for each class of tool (doctor).
 //
 //	go install github.com/retrysafe/retrysafe/cmd/retrysafe@latest
 //	retrysafe -db app.db list
@@ -12,6 +14,7 @@
 //	retrysafe -db app.db resolve not-applied send_email/qlsafj… -attempts 1 -by maria -why "not in the mail log"
 //	retrysafe copy -from app.db -to postgres://ops@db.internal/app
 //	retrysafe -database-url postgres://admin@db.internal/app migrate
+//	retrysafe -database-url postgres://ops@db.internal/app doctor
 //
 // The store: -db PATH, a bbolt file, opened read-only unless the command
 // settles something; or -database-url URL (default $DATABASE_URL), a
@@ -77,7 +80,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := opcmd.Run(ctx, nil, args, stdout, stderr, &opcmd.Options{
 		Standalone: true,
 		Flags:      s.define,
-		Commands:   []opcmd.Command{{Name: "migrate", Summary: s.migrateSummary(), Define: s.defineMigrate}},
+		Commands: []opcmd.Command{
+			{Name: "migrate", Summary: s.migrateSummary(), Define: s.defineMigrate},
+			{Name: "doctor", Summary: s.doctorSummary(), Define: s.defineDoctor},
+		},
 		Open: func(ctx context.Context, settles bool) (*agenttool.Operator, error) {
 			st, err := s.open(ctx, settles)
 			if err != nil {

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -586,5 +587,70 @@ func TestACancelledSynchronousWaitDoesNotLetAToolAct(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Behind a pooler in transaction mode, where nothing set on a session
+// survives its transaction and each transaction may go to another server
+// connection, the checks hold: they are in the claim's own statement. An
+// at-most-once claim is refused while the primary streams asynchronously;
+// after a failover, with the pooler repointed at the promoted standby,
+// tokens jump past the old primary's and a reconcilable claim of a key
+// the failover lost is decided as lost.
+func TestTheFailoverChecksHoldBehindAPoolerInTransactionMode(t *testing.T) {
+	p := newPair(t)
+	bouncer := pgtest.StartBouncer(t, p.primary)
+	ctx := context.Background()
+	if _, _, err := pgstore.Migrate(ctx, &pgstore.Options{URL: p.primary.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.Open(ctx, &pgstore.Options{URL: bouncer.URL(), NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p.caughtUp(t)
+	if _, err := store.Claim(ctx, claimReq("pay/amo", time.Now(), true)); !errors.Is(err, storekit.ErrNotDurable) {
+		t.Fatalf("an at-most-once claim through the pooler, the primary streaming asynchronously: %v; want ErrNotDurable", err)
+	}
+	var highest uint64
+	for i := range 20 {
+		res, err := store.Claim(ctx, claimReq(fmt.Sprintf("pay/before-%d", i), time.Now(), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		highest = max(highest, res.Record.Token)
+	}
+	p.caughtUp(t)
+	p.primary.PauseSender(t)
+	for i := range 100 {
+		res, err := store.Claim(ctx, claimReq(fmt.Sprintf("pay/lost-%d", i), time.Now(), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		highest = max(highest, res.Record.Token)
+	}
+	p.failOver(t)
+	bouncer.Retarget(p.standby)
+	var tok uint64
+	for attempt := 0; ; attempt++ {
+		res, err := store.Claim(ctx, claimReq("pay/after", time.Now(), false))
+		if err == nil {
+			tok = res.Record.Token
+			break
+		}
+		if attempt > 200 {
+			t.Fatalf("no claim through the repointed pooler: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if tok <= highest {
+		t.Errorf("token %d through the pooler on the new timeline; the old one handed out up to %d", tok, highest)
+	}
+	req := claimReq("pay/lost-3", time.Now(), true)
+	req.TakeOver = true
+	res, err := store.Claim(ctx, req)
+	if err != nil || !res.Lost || !res.TookOver {
+		t.Errorf("a reconcilable claim of a key the failover lost, through the pooler: %+v, %v; want it taken over as lost", res, err)
 	}
 }

@@ -185,7 +185,15 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionUnknown}
 		env.Note = fmt.Sprintf("An earlier %s %s may already have happened and is still being verified (reference %s); nothing new was done. "+
 			"Tell the user it is pending, and do not call %s again until it is settled.", name, where, other, name)
-		if t.cfg.Reconciler == nil {
+		switch {
+		case t.cfg.Class == Keyed:
+			// Resending the earlier action settles it by itself: its
+			// reference makes the destination do it at most once.
+			env.Next = envelope.Wait
+			env.Note = fmt.Sprintf("An earlier %s %s may already have happened (reference %s); nothing new was done. "+
+				"Calling %s again with that earlier request's exact input settles it safely: its reference makes the destination do it at most once. "+
+				"Do not send this one until it is settled.", name, where, other, name)
+		case t.cfg.Reconciler == nil:
 			env.Note = fmt.Sprintf("An earlier %s %s may already have happened and cannot be checked automatically (reference %s); nothing new was done. "+
 				"Tell the user it is pending: a person must settle it before %s can run again.", name, where, other, name)
 		}

@@ -113,6 +113,32 @@ func TestI9_RewordedResendWaitsForTheUnknownAction(t *testing.T) {
 	})
 }
 
+// A keyed tool's held call says what settles the earlier action by
+// itself: resending its exact input, whose reference the destination
+// dedupes. The lost reply's note and the held call's note agree, and a
+// model that follows the held call's note ends with one email, without
+// asking a person.
+func TestI9_AKeyedToolsHeldCallSaysResendingTheEarlierInputSettlesIt(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := firstLost()
+		m.dedupe = true
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Keyed, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		held := tool.Invoke(scoped(), lunchReworded)
+		mustStatus(t, held, envelope.UnknownOutcome)
+		if ref, _ := held.UnknownRef(); ref != first.RequestRef || held.Attempts != 0 || held.Next == envelope.AskHuman ||
+			!strings.Contains(held.Note, "again with that earlier request's exact input settles it") {
+			t.Errorf("a keyed tool's held call: %s; want it to name the earlier action and say that resending its input settles it", held)
+		}
+		settled := tool.Invoke(scoped(), lunch)
+		mustStatus(t, settled, envelope.Success)
+		if m.count() != 1 {
+			t.Errorf("%d emails after the earlier input was resent; want 1", m.count())
+		}
+	})
+}
+
 // When the destination says the earlier action was not applied, it is
 // settled so, and the new call proceeds.
 func TestI9_NotAppliedLiftsTheFence(t *testing.T) {

@@ -119,6 +119,20 @@ type Envelope struct {
 	Note       string          `json:"note,omitempty"`
 }
 
+// UnknownRef returns the reference of the action an unknown_outcome is
+// about: the earlier action the call was held behind (Earlier, running or
+// unknown: the call ran nothing itself), or else the call's own. ok is
+// false when e is not an unknown_outcome.
+func (e Envelope) UnknownRef() (ref string, ok bool) {
+	if e.Status != UnknownOutcome {
+		return "", false
+	}
+	if a := e.Earlier; a != nil && (a.State == ActionUnknown || a.State == ActionRunning) {
+		return a.RequestRef, true
+	}
+	return e.RequestRef, true
+}
+
 // Marshal returns the compact JSON form of e. Fields appear in a fixed order;
 // the output is what encoding/json writes without HTML escaping.
 func (e Envelope) Marshal() ([]byte, error) {

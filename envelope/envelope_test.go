@@ -202,3 +202,31 @@ func TestMarshalAllocatesOnce(t *testing.T) {
 		}
 	}
 }
+
+// A call held behind an earlier action ran nothing itself: what is
+// unknown is the earlier action, and UnknownRef names it; otherwise the
+// call's own reference.
+func TestUnknownRefNamesTheActionThatIsUnknown(t *testing.T) {
+	held := envelope.Envelope{Status: envelope.UnknownOutcome, RequestRef: "pay/this",
+		Earlier: &envelope.Earlier{RequestRef: "pay/earlier", State: envelope.ActionUnknown}}
+	running := held
+	running.Earlier = &envelope.Earlier{RequestRef: "pay/earlier", State: envelope.ActionRunning}
+	own := envelope.Envelope{Status: envelope.UnknownOutcome, RequestRef: "pay/this"}
+	applied := envelope.Envelope{Status: envelope.DefiniteFailure, RequestRef: "pay/this",
+		Earlier: &envelope.Earlier{RequestRef: "pay/earlier", State: envelope.ActionSucceeded}}
+	for _, tc := range []struct {
+		name string
+		env  envelope.Envelope
+		ref  string
+		ok   bool
+	}{
+		{"held behind an unknown action", held, "pay/earlier", true},
+		{"held behind a running action", running, "pay/earlier", true},
+		{"its own outcome unknown", own, "pay/this", true},
+		{"not an unknown outcome", applied, "", false},
+	} {
+		if ref, ok := tc.env.UnknownRef(); ref != tc.ref || ok != tc.ok {
+			t.Errorf("%s: UnknownRef() = %q, %v; want %q, %v", tc.name, ref, ok, tc.ref, tc.ok)
+		}
+	}
+}

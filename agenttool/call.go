@@ -240,6 +240,9 @@ func (c *call) request(fp Digest) {
 		// a missing record.
 		Unkeyed: cfg.Class == AtMostOnce || cfg.Class == Reconcilable,
 	}
+	if cfg.NoticeHold > 0 {
+		c.req.NoticeHold = cfg.NoticeHold
+	}
 	switch cfg.Fence {
 	case FenceSession:
 		c.req.FenceScope = c.session
@@ -723,7 +726,7 @@ func (c *call) record() outcome {
 			// over, or a retry approved after it), or this call went on in
 			// place of such an action: the model may have sent a copy in
 			// other words, or the other one again, in the same turn.
-			req.NoticeUntil = cfg.noticeUntil()
+			req.NoticeUntil = cfg.noticeUntil(true)
 		}
 	}
 	err := c.t.writeOutcome(c.ctx, req, &env)
@@ -914,12 +917,18 @@ func (c *call) outcomeCtx() (context.Context, context.CancelFunc) {
 }
 
 // noticeUntil is when a notice put now ends: the scope's other new writes
-// are told of an action just found done until then (zero: no notice).
-func (c *config) noticeUntil() time.Time {
-	if c.NoticeHold < 0 || c.Fence == FenceOff {
+// are told of an action just found done until then (zero: no notice). A
+// notice whose settlement told the model (told) ends NoticeHold later; one
+// that told nobody lasts until a call is told of it, at most
+// NoticeBackstop.
+func (c *config) noticeUntil(told bool) time.Time {
+	switch {
+	case c.NoticeHold < 0 || c.Fence == FenceOff:
 		return time.Time{}
+	case told:
+		return c.Now().Add(c.NoticeHold)
 	}
-	return c.Now().Add(c.NoticeHold)
+	return c.Now().Add(max(c.NoticeBackstop, c.NoticeHold))
 }
 
 // inFlightUntil is, for a claim that took a record over, the latest time an

@@ -158,8 +158,8 @@
 // whose slot holds an unknown action first asks the destination about it
 // through the Reconciler: applied settles it as a success and answers
 // earlier_action_applied (the call does not run, so the user hears of the
-// earlier action first; so are the scope's other new writes for
-// Options.NoticeHold); not applied lets the call go on in its place — the
+// earlier action first; so are the scope's other new writes of the same
+// turn, for Options.NoticeHold); not applied lets the call go on in its place — the
 // earlier action is closed as replaced in the claim's transaction, and its
 // own resend is told what was done instead; anything else, or no
 // reconciler, answers earlier_action_unknown. A retry approved by a person
@@ -209,14 +209,17 @@
 //     refuses the stalled holder's late request itself; where it cannot,
 //     a pause longer than all of the above lets that request land.
 //   - The unknown fence sees actions while they are unknown. Once one is
-//     found applied — by the fence, by a resend of the action, by the
-//     sweeper or an operator — the tool's other new writes in the scope
-//     get earlier_action_applied for Options.NoticeHold (a notice kept
-//     with the record, seen by every replica); that covers the calls the
-//     model made in the same turn. A reworded request after that is a new
-//     action: by then the model has been told, or the sweeper settled the
-//     action before the model came back. Sweep less often than a
-//     conversation's turns, or tell the user what the sweeper found.
+//     found applied, the tool's other new writes in the scope get
+//     earlier_action_applied (a notice kept with the record, seen by every
+//     replica): for Options.NoticeHold after the model was told — by the
+//     fence's answer, or by the success of the action's own call — which
+//     covers the calls it made in the same turn; and, when the sweeper, an
+//     operator or an approver settled it, until a call is told of it,
+//     whenever it comes (at most Options.NoticeBackstop), and NoticeHold
+//     after that. A reworded request after that is a new action: the
+//     model has been told. A reworded copy sent within NoticeHold of the
+//     answer that told the model is taken for one of the same turn, and
+//     held.
 //   - A scope is one conversation: its writes may be copies of each other
 //     in other words. A new write that goes on in place of an action found
 //     not applied (or approved for a retry) closes that action for good,

@@ -28,7 +28,8 @@ import (
 //	  taken over, and asked:
 //	    applied                  → settled as success, with a notice: this call
 //	                               does not run (earlier_action_applied), nor do
-//	                               the scope's other new writes for NoticeHold
+//	                               the scope's other new writes of its turn
+//	                               (NoticeHold)
 //	    not applied              → this call claims its key in that action's
 //	                               place: the store closes that action as
 //	                               replaced, in the claim's transaction, and its
@@ -56,6 +57,7 @@ func (c *call) fence() outcome {
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {
 	case reconcile.Applied:
+		h.tells = true // this call answers earlier_action_applied
 		if _, err := h.applied(c.ctx, ans.Result, &Resolution{Verdict: "applied", By: "fence"}); err != nil {
 			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
 		}

@@ -2,6 +2,7 @@ package agenttool_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -376,4 +377,86 @@ func TestNotice_ReplacementThatSendsNothingKeepsTheTurnToOneEmail(t *testing.T) 
 	if n := m.count(); n != 1 {
 		t.Errorf("one logical action (email Ana about lunch), one turn of three reworded copies: %d emails (%v)", n, m.effects)
 	}
+}
+
+// A settlement that tells the model nothing — an operator's, a sweeper's —
+// keeps its notice until a call is told of it, however long the model
+// takes: the model's next reworded copy is held with
+// earlier_action_applied whether it comes at once or a minute later, on
+// every store. Being told ends the notice NoticeHold later: the turn's
+// other copies are held too, and a copy after that is a new action.
+func TestNotice_AnUntoldSettlementHoldsTheNextRewordWhenever(t *testing.T) {
+	for _, settle := range []string{"operator", "sweeper"} {
+		for _, turn := range []time.Duration{0, time.Second, 11 * time.Second, time.Minute, 5 * time.Hour} {
+			t.Run(fmt.Sprintf("%s, next turn after %v", settle, turn), func(t *testing.T) {
+				storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+					m := deliveredLost()
+					check := &answers{answer: reconcile.StillPending()}
+					clk := newClock()
+					store := open()
+					tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+						Lease: time.Hour, KeyTTL: 48 * time.Hour})
+					first := tool.Invoke(scoped(), lunch)
+					mustStatus(t, first, envelope.UnknownOutcome)
+					op, err := agenttool.NewOperator(store, tool)
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch settle {
+					case "operator":
+						err = op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log")
+					case "sweeper":
+						check.set(reconcile.AppliedWith([]byte(`{"message_id":"<m>"}`)))
+						_, err = op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					clk.Advance(turn)
+					held := tool.Invoke(scoped(), lunchReworded)
+					if held.Error == nil || held.Error.Code != envelope.CodeEarlierApplied || held.Earlier.RequestRef != first.RequestRef {
+						t.Fatalf("the next reworded copy, %v after the %s's settlement: %s; want earlier_action_applied", turn, settle, held)
+					}
+					// Another copy of the same turn: held as well.
+					if again := tool.Invoke(scoped(), `{"to":"ana@example.com","subject":"Lunch?","body":"Noon?"}`); again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+						t.Errorf("another copy of the same turn: %s; want earlier_action_applied", again)
+					}
+					if n := m.count(); n != 1 {
+						t.Fatalf("%d emails; want 1", n)
+					}
+					// The model was told: past NoticeHold, a copy is a new action.
+					clk.Advance(11 * time.Second)
+					mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+					if n := m.count(); n != 2 {
+						t.Errorf("%d emails after the model was told and asked again; want 2", n)
+					}
+				})
+			})
+		}
+	}
+	// A conversation that never calls again: the notice ends at
+	// NoticeBackstop.
+	m := deliveredLost()
+	check := &answers{answer: reconcile.StillPending()}
+	clk := newClock()
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now, NoticeBackstop: time.Hour})
+	first := tool.Invoke(scoped(), lunch)
+	op, _ := agenttool.NewOperator(store, tool)
+	if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{}`), "maria", "seen"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+}
+
+// deliveredLost: attempt 1 delivers and its reply is lost (unknown);
+// every later attempt delivers.
+func deliveredLost() *mailServer {
+	var lost sync.Once
+	return &mailServer{script: func(int) (bool, error) {
+		var err error
+		lost.Do(func() { err = errLostReply })
+		return true, err
+	}}
 }

@@ -200,19 +200,25 @@ type Options struct {
 	// unknown; and one write of the tool runs at a time in the scope.
 	// Default: FenceSession.
 	Fence FenceScope
-	// NoticeHold is how long, after an action of this tool whose outcome
-	// was unknown is found applied — by the unknown fence (which answers
-	// earlier_action_applied), by a call of the action itself (a resend, an
-	// approved retry), or by a sweeper or operator built on this Tool — the
-	// tool's other new writes in the fence's scope get earlier_action_applied
-	// instead of running. The same holds after a call that went on in place
-	// of such an action found not applied. The model reads an answer only
-	// after all the tool calls of its turn have run: a reworded copy it sent
-	// in the same turn, or right after, must not send a second email. The
-	// hold is a notice kept with the record in the store (it holds the
-	// scope's slot), seen by every replica; it starts when the outcome is
-	// written. Default: 10s; negative: no hold.
+	// NoticeHold is how long, after the model was told that an action of
+	// this tool whose outcome was unknown has been done, the tool's other
+	// new writes in the fence's scope still get earlier_action_applied
+	// instead of running: the model reads an answer only after all the
+	// tool calls of its turn have run, and a reworded copy it sent in the
+	// same turn must not send a second email. The model is told by the
+	// answer of a call: the unknown fence's earlier_action_applied, the
+	// success of a call of the action itself (a resend, an approved
+	// retry), or of a call that went on in place of such an action found
+	// not applied. A settlement that tells no call — a sweeper's, an
+	// operator's, an approver's — keeps the notice until a call is told of
+	// it, whenever that comes, at most NoticeBackstop. The notice is kept
+	// with the record in the store (it holds the scope's slot), seen by
+	// every replica. Default: 10s; negative: no notice at all.
 	NoticeHold time.Duration
+	// NoticeBackstop bounds how long a notice that no call was told of yet
+	// is kept: for a conversation that never calls the tool again.
+	// Default: 6h.
+	NoticeBackstop time.Duration
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.
 	ModelKeys ModelKeyPolicy
@@ -443,6 +449,12 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.NoticeHold == 0 {
 		o.NoticeHold = 10 * time.Second
+	}
+	if o.NoticeBackstop == 0 {
+		o.NoticeBackstop = 6 * time.Hour
+	}
+	if o.NoticeBackstop < 0 {
+		return nil, bad("NoticeBackstop %v is negative", o.NoticeBackstop)
 	}
 	if o.CheckTimeout == 0 {
 		o.CheckTimeout = 30 * time.Second

@@ -58,8 +58,15 @@ type ClaimDecision struct {
 //     Record.Replaces set;
 //   - any other occupant (running, held by a holder that may be dead,
 //     unknown, approved for a retry, or settled applied within its
-//     notice): not granted, nothing written; ClaimResult.Blocked is the
-//     occupant.
+//     notice): not granted; ClaimResult.Blocked is the occupant, and
+//     nothing is written but this: a claim that answers a model
+//     (req.NoticeHold) held back by a notice tells the model of the
+//     noticed action, whose notice then ends NoticeHold later at the
+//     latest (a Decision.Occupants record).
+//
+// A succeeded record answered to a claim of its own key that answers a
+// model tells the model too: its notice is shortened the same way, and
+// written (Write, the record as found).
 //
 // An action of the scope that holds no slot the claim asks for holds it
 // back as the slot's holder would: for a claim fenced by session, an
@@ -151,7 +158,12 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				o.NoticeUntil = time.Time{}
 				d.Occupants = append(d.Occupants, o)
 			default:
-				return ClaimDecision{Result: ClaimResult{Blocked: &o}}, "", true
+				blocked := ClaimDecision{Result: ClaimResult{Blocked: &o}}
+				if told, ok := tell(o, req); ok {
+					// The call held back by the notice tells the model.
+					blocked.Occupants = []Record{told}
+				}
+				return blocked, "", true
 			}
 		}
 		return d, replaces, false
@@ -217,6 +229,10 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		// decides.
 		return claim(false, true, existing.Attempts, existing.Created)
 	}
+	if told, ok := tell(*existing, req); ok {
+		// Its own call reads that the action was done: the model is told.
+		return ClaimDecision{Result: ClaimResult{Record: told}, Write: true}, nil
+	}
 	switch existing.State {
 	case Pending:
 		if req.Now.Before(existing.LeaseExpiry) {
@@ -263,6 +279,18 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		}
 	}
 	return found(ClaimResult{Record: *existing})
+}
+
+// tell returns r with its notice shortened to req's NoticeHold, if r is a
+// succeeded record whose notice lasts longer: a call answered now with r,
+// or held back by its notice, tells the model that r's action was done.
+func tell(r Record, req ClaimRequest) (Record, bool) {
+	end := req.Now.Add(req.NoticeHold)
+	if req.NoticeHold <= 0 || r.State != Succeeded || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
+		return r, false
+	}
+	r.NoticeUntil = end
+	return r, true
 }
 
 // matches reports whether occupant is the record r names, as the caller

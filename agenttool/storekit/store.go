@@ -324,6 +324,14 @@ type ClaimRequest struct {
 	// the slot, which was found not applied: that record is closed as failed
 	// (Record.ReplacedBy) in the claim's transaction.
 	Replace *Replacement
+	// NoticeHold, on the claim of a call that answers a model, is how long
+	// a notice still holds once the model has been told of it (see
+	// [DecideClaim]): a claim held back by a notice, or answered with the
+	// settled action the notice is of, tells the model, and the notice then
+	// ends NoticeHold later at the latest. 0 on a claim that answers no
+	// model (a takeover by the fence, a sweeper or an operator): it tells
+	// nothing.
+	NoticeHold time.Duration
 	// Unkeyed is set on the claims of a tool whose destination does not
 	// dedupe by the key (at-most-once, reconcilable): the claim alone keeps
 	// a second attempt from running. A store that a failover could take

@@ -381,6 +381,49 @@ func testSlotNotice(t *testing.T, h Harness) {
 	granted(t, "a new write after a plain success", mustClaim(t, other, slotted(tool2, scope2, t0)))
 }
 
+// testSlotNoticeTold: a notice that told no call (a settlement by a
+// sweeper or an operator, kept for hours) ends NoticeHold after a call
+// that answers a model is told of it — held back by it, or answered with
+// the noticed action itself; a claim that answers no model tells nothing.
+func testSlotNoticeTold(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	for _, how := range []string{"held back", "answered with the action"} {
+		tool, scope := newSlot()
+		e := granted(t, "an action", mustClaim(t, s, slotted(tool, scope, t0)))
+		done := finish(e.Record.Key, e.Record.Token, agenttool.Succeeded, t0)
+		done.NoticeUntil, done.TTL = t0.Add(6*time.Hour), 24*time.Hour
+		if err := s.Finish(bg, done); err != nil {
+			t.Fatal(err)
+		}
+		// A takeover's claim answers no model: the notice stands.
+		blockedBy(t, "a claim that tells nothing", mustClaim(t, other, slotted(tool, scope, t0.Add(time.Minute))), e.Record.Key, agenttool.Succeeded)
+		if rec, _ := s.Get(bg, e.Record.Key); !rec.NoticeUntil.Equal(t0.Add(6 * time.Hour)) {
+			t.Fatalf("%s: a claim that tells nothing changed the notice to %v", how, rec.NoticeUntil)
+		}
+		at := t0.Add(time.Hour)
+		var tell storekit.ClaimRequest
+		switch how {
+		case "held back":
+			tell = slotted(tool, scope, at)
+			tell.NoticeHold = 10 * time.Second
+			blockedBy(t, "a new write told of the notice", mustClaim(t, other, tell), e.Record.Key, agenttool.Succeeded)
+		case "answered with the action":
+			tell = claimReq(e.Record.Key, at)
+			tell.Tool, tell.Session, tell.FenceScope, tell.NoticeHold = tool, scope, scope, 10*time.Second
+			res := mustClaim(t, other, tell)
+			if res.Claimed || res.Record.State != agenttool.Succeeded {
+				t.Fatalf("the noticed action asked again: %+v; want it replayed", res)
+			}
+		}
+		if rec, _ := s.Get(bg, e.Record.Key); !rec.NoticeUntil.Equal(at.Add(10 * time.Second)) {
+			t.Errorf("%s: the notice ends at %v; want NoticeHold after the call was told (%v)", how, rec.NoticeUntil, at.Add(10*time.Second))
+		}
+		blockedBy(t, "another write of the same turn", mustClaim(t, s, slotted(tool, scope, at.Add(5*time.Second))), e.Record.Key, agenttool.Succeeded)
+		granted(t, "a new write once NoticeHold has passed", mustClaim(t, s, slotted(tool, scope, at.Add(10*time.Second))))
+	}
+}
+
 // testSlotConcurrentWrites: many new writes of one scope at once, split
 // between two instances of the store where it has them: exactly one is
 // granted.

@@ -245,6 +245,14 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 	default:
 		panic(fmt.Sprintf("agenttool: no answer for reason %d", a.reason))
 	}
+	switch a.reason {
+	case reasonEarlierRunning, reasonEarlierUnknown, reasonEarlierApplied, reasonEarlierDone:
+		if a.other != nil && t.cfg.otherDefinition(a.other) {
+			env.Error.Message += fmt.Sprintf("; that action was made under another definition of %s (%s) than this call's (%s: %s): "+
+				"replicas or versions that build %s differently give one request two references", name,
+				definitionName(a.other.Definition), definitionName(t.cfg.definition), t.cfg.definitionText, name)
+		}
+	}
 	return env
 }
 

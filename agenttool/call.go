@@ -243,6 +243,7 @@ func (c *call) request(fp Digest) {
 	if cfg.NoticeHold > 0 {
 		c.req.NoticeHold = cfg.NoticeHold
 	}
+	c.req.Definition = cfg.definition
 	switch cfg.Fence {
 	case FenceSession:
 		c.req.FenceScope = c.session
@@ -338,6 +339,12 @@ func (c *call) lostRecord(now time.Time) {
 // slot kept from being granted.
 func (c *call) blockedBy(o Record, now time.Time) outcome {
 	c.other = o
+	if cfg := c.t.cfg; cfg.otherDefinition(&o) {
+		cfg.logger.Warn("retrysafe: an action of this tool made under another definition of it holds the scope: "+
+			"replicas or versions that build the tool differently give one request two references; roll such a change out as docs/stores.md says",
+			"tool", c.t.name, "ref", c.ref, "held_by", o.Key, "its_definition", definitionName(o.Definition),
+			"this_definition", definitionName(cfg.definition), "this_definition_is", cfg.definitionText)
+	}
 	switch {
 	case o.State == Pending && now.Before(o.LeaseExpiry) && o.TakenOver:
 		return c.answer(slotRunning, answer{reason: reasonEarlierUnknown, other: &o, why: "it is being verified right now"})

@@ -357,6 +357,10 @@ type config struct {
 	codec         Codec
 	// localStore is set when the store never waits on a network.
 	localStore bool
+	// definition is the digest of what decides the tool's keys and guard
+	// (definition.go), definitionText the same in words.
+	definition     uint64
+	definitionText string
 }
 
 func newConfig(name string, o Options) (*config, error) {

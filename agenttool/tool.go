@@ -70,6 +70,7 @@ func Wrap(t Callable, opts Options) (*Tool, error) {
 		return nil, fmt.Errorf("agenttool: tool %q: a wrapped tool needs IdentifyingFields (the input members that tell one action from another; "+
 			"retrysafe cannot see which members the tool reads), or TextInput for plain text; or build it with New: %w", t.Name(), ErrInvalidOptions)
 	}
+	cfg.defineTool(t.Name(), nil)
 	return &Tool{
 		name:        t.Name(),
 		description: t.Description() + EnvelopeHint,
@@ -146,6 +147,7 @@ func New[In, Out any](name, description string, fn func(ctx context.Context, in 
 	if err != nil {
 		return bad("%v", err)
 	}
+	cfg.defineTool(name, sh.names)
 	return &Tool{
 		name:        name,
 		description: description + EnvelopeHint,

@@ -23,8 +23,9 @@ import (
 // gens.go; files of earlier versions are upgraded at Open by building what
 // they lack (a file of version 6 keeps its settled records in the records
 // bucket, where they are swept one by one, and settles new ones into
-// generations).
-const schemaVersion = "7"
+// generations); version 8 writes records in format 3 (record.go), which
+// versions before it cannot read: a file of version 7 needs nothing built.
+const schemaVersion = "8"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -183,7 +184,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	fillBeside := tx.Bucket(besideBucket) == nil
@@ -195,8 +196,8 @@ func initSchema(tx *bolt.Tx) error {
 	if v != schemaVersion {
 		// Version 6 lacks only the generations and the pending buckets,
 		// made above; its pending records and their slots move there when
-		// next written.
-		if v != "6" {
+		// next written. Version 7 lacks nothing.
+		if v != "6" && v != "7" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}

@@ -11,9 +11,9 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
-// Records are written in a binary format, format 2:
+// Records are written in a binary format, format 3:
 //
-//	byte     2 (the format)
+//	byte     3 (the format)
 //	byte     state
 //	byte     flags: 1 retry approved, 2 has a resolution, 4 has a session digest, 8 taken over, 16 has a label,
 //	         32 has a fence scope, 64 has a replacement, 128 has a notice
@@ -29,13 +29,16 @@ import (
 //	if a label: bytes label
 //	if a replacement: bytes replaces, replaced by
 //	if a notice: varint notice until
+//	uvarint  definition (0: none)
 //
-// Format 1, JSON, was written by earlier versions; it is still read, and a
-// record is rewritten in format 2 when it next changes. A record in neither
+// Format 2 is format 3 without the definition; format 1, JSON, was written
+// by earlier versions. Both are still read, and a record is rewritten in
+// format 3 when it next changes. A record in neither
 // format, or with bytes left over, is corrupt: it fails closed.
 const (
-	formatJSON   = 1
-	formatBinary = 2
+	formatJSON    = 1
+	formatBinary2 = 2
+	formatBinary  = 3
 )
 
 const (
@@ -114,7 +117,7 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 	if flags&flagNotice != 0 {
 		b = binary.AppendVarint(b, nanos(r.NoticeUntil))
 	}
-	return b
+	return binary.AppendUvarint(b, r.Definition)
 }
 
 func appendField[T string | []byte](b []byte, s T) []byte {
@@ -124,7 +127,7 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *storekit.Record) int {
 	// Header and digests; token, attempts, five times and six lengths.
-	n := 3 + 128 + 13*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy)
+	n := 3 + 128 + 14*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}
@@ -142,7 +145,7 @@ func decode(key, v []byte) (storekit.Record, error) {
 		err error
 	)
 	switch {
-	case len(v) > 0 && v[0] == formatBinary:
+	case len(v) > 0 && (v[0] == formatBinary || v[0] == formatBinary2):
 		rec, err = decodeBinary(v)
 	case len(v) > 0 && v[0] == '{':
 		rec, err = decodeJSON(v)
@@ -268,6 +271,9 @@ func decodeBinary(v []byte) (storekit.Record, error) {
 	}
 	if flags&flagNotice != 0 {
 		rec.NoticeUntil = r.time("notice")
+	}
+	if head[0] == formatBinary {
+		rec.Definition = r.uvarint("definition")
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes after the record", len(r.b))

@@ -89,7 +89,7 @@ func TestFormatOneRecordsAreRead(t *testing.T) {
 	}
 	s.DB().View(func(tx *bolt.Tx) error {
 		if _, v := find(tx.Bucket(recordsBucket), []byte("send_email/old")); len(v) == 0 || v[0] != formatBinary {
-			t.Errorf("after Finish the record is %q, want format 2", v)
+			t.Errorf("after Finish the record is %q, want format 3", v)
 		}
 		return nil
 	})
@@ -97,6 +97,31 @@ func TestFormatOneRecordsAreRead(t *testing.T) {
 		t.Errorf("after Finish: %+v, %v", rec, err)
 	}
 	s.Close()
+}
+
+// A record in format 2, written by the versions before definitions, is
+// read as it was, with no definition; it is written in format 3, with
+// its definition, when it next changes.
+func TestFormat2RecordsAreRead(t *testing.T) {
+	r := sampleRecord()
+	r.Definition = 0
+	v := encode(&r)
+	if v[len(v)-1] != 0 {
+		t.Fatalf("format 3 ends with the definition: %x", v[len(v)-1])
+	}
+	v2 := append([]byte{formatBinary2}, v[1:len(v)-1]...)
+	got, err := decode([]byte(r.Key), v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := encode(&got); !bytes.Equal(again, v) {
+		t.Errorf("a format-2 record read and written again: %x; want %x", again, v)
+	}
+	r.Definition = 0xfeed
+	back, err := decode([]byte(r.Key), encode(&r))
+	if err != nil || back.Definition != 0xfeed {
+		t.Errorf("a format-3 record's definition: %x, %v", back.Definition, err)
+	}
 }
 
 func TestCorruptBinaryRecords(t *testing.T) {

@@ -237,6 +237,7 @@ type entry struct {
 	created       int64
 	updated       int64
 	expires       int64
+	definition    uint64
 	attempts      int32
 	state         storekit.State
 	retryApproved bool
@@ -251,6 +252,7 @@ func newEntry(r *storekit.Record) entry {
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
 		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved, takenOver: r.TakenOver,
+		definition: r.Definition,
 	}
 }
 
@@ -278,7 +280,7 @@ func (e *entry) record() storekit.Record {
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution, TakenOver: e.takenOver,
 		Label: e.label, FenceScope: e.fenceScope, Replaces: e.replaces, ReplacedBy: e.replacedBy,
-		NoticeUntil: fromUnixNano(e.noticeUntil),
+		NoticeUntil: fromUnixNano(e.noticeUntil), Definition: e.definition,
 	}
 }
 

@@ -101,7 +101,8 @@ func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int6
 	cut, need := s.gate(req)
 	warned, err := s.onConn(ctx, noFault, func(conn *pgxpool.Conn) error {
 		return conn.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label, cut, need, s.hears).Scan(&token)
+			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label, cut, need, s.hears,
+			int64(req.Definition)).Scan(&token)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || besideRefused(err):
@@ -219,13 +220,14 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 	keys, tools, owners, labels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	principals, fps, sessions, scopes := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	leases, created := make([]time.Time, n), make([]time.Time, n)
-	cuts, needs := make([]*time.Time, n), make([]bool, n)
+	cuts, needs, definitions := make([]*time.Time, n), make([]bool, n), make([]int64, n)
 	for i, w := range batch {
 		r := &w.req
 		keys[i], tools[i], owners[i], labels[i] = r.Key, r.Tool, r.Owner, r.Label
 		principals[i], fps[i], sessions[i], scopes[i] = r.Principal[:], r.Fingerprint[:], r.Session[:], nullDigest(r.FenceScope)
 		leases[i], created[i] = leaseEnd(r.Now.Add(r.Lease)), r.Now
 		cuts[i], needs[i] = s.gate(r)
+		definitions[i] = int64(r.Definition)
 	}
 	if fault == faultRow {
 		labels[n/2] = "\x00" // text cannot hold NUL: the database refuses the row
@@ -233,7 +235,7 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 	tokens := make(map[string]int64, n)
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
-			cuts, needs, s.hears)
+			cuts, needs, s.hears, definitions)
 		if err != nil {
 			return err
 		}
@@ -261,7 +263,7 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		}
 		cut, need := s.gate(r)
 		b.Queue(s.q.insert, r.Key, r.Tool, r.Principal[:], r.Fingerprint[:], r.Owner,
-			leaseEnd(r.Now.Add(r.Lease)), r.Now, r.Session[:], nullDigest(r.FenceScope), label, cut, need, s.hears)
+			leaseEnd(r.Now.Add(r.Lease)), r.Now, r.Session[:], nullDigest(r.FenceScope), label, cut, need, s.hears, int64(r.Definition))
 	}
 	tokens := make(map[string]int64, len(batch))
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {

@@ -127,9 +127,13 @@ var migrations = []string{
 			PERFORM setval('{s}.tokens', (SELECT last_value FROM {s}.tokens) + ` + tokenJump + `);
 		END IF;
 	END $$;`,
+	// 8: the definition of the tool each action was claimed under
+	// (storekit.Record.Definition): 0 for the records before it. Adding a
+	// column with a constant default rewrites nothing.
+	`ALTER TABLE {s}.records ADD COLUMN definition bigint NOT NULL DEFAULT 0;`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition`
 
 // holdsSlot is the SQL form of storekit.Record.HoldsSlot, the predicate of
 // the records_slot index.
@@ -209,19 +213,19 @@ func newQueries(schema string) queries {
 		// $13); otherwise it writes the null key too, and the locked path
 		// finds out why. Its commit waits as synchronous_commit = on at
 		// least (syncOn) whatever the session's setting.
-		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
+		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)
 			VALUES (CASE WHEN ($9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
 				AND b.key <> $1 ORDER BY b.key LIMIT 1))
 				OR NOT (` + syncOn + ` AND ` + onTimeline("$11") + ` AND ` + durable("$12::bool", "$13::bool") + `)
-				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9)
+				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, $14)
 			ON CONFLICT DO NOTHING RETURNING token`,
 		// insertMany is insert for many keys at once (group commit): it
 		// returns the keys it inserted, and their tokens.
-		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope)
-			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope
+		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)
+			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope, v.definition
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
-				$11::timestamptz[], $12::bool[])
-				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need)
+				$11::timestamptz[], $12::bool[], $14::int8[])
+				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition)
 			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
 				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
 				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need", "$13::bool") + `
@@ -247,12 +251,12 @@ func newQueries(schema string) queries {
 		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
 		slotHolder:        `SELECT key FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot,
-		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 			ON CONFLICT DO NOTHING`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
 			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22 WHERE key = $1`,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
 			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11

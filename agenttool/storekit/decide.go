@@ -110,6 +110,7 @@ func DecideLost(since time.Time, occupants []Record, req ClaimRequest, nextToken
 	presumed := Record{
 		Key: req.Key, Tool: req.Tool, State: Pending, Principal: req.Principal, Session: req.Session,
 		Fingerprint: req.Fingerprint, LeaseExpiry: since, Created: since, Updated: since, FenceScope: req.FenceScope,
+		Definition: req.Definition,
 	}
 	d, err := decideClaim(&presumed, true, occupants, req, nextToken)
 	if d.Result.Blocked == nil {
@@ -193,7 +194,10 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver || retry,
-			Label: req.Label, FenceScope: scope, Replaces: replaces,
+			Label: req.Label, FenceScope: scope, Replaces: replaces, Definition: req.Definition,
+		}
+		if existing != nil && !existing.expired(req.Now) && existing.Definition != 0 {
+			rec.Definition = existing.Definition // the action was made under it
 		}
 		if existing != nil && !existing.expired(req.Now) {
 			// A takeover keeps the audit trail and the last outcome seen,

@@ -290,6 +290,12 @@ type Record struct {
 	// in its place (see Replaces): this action was not applied and will not
 	// be. "" if none.
 	ReplacedBy string
+	// Definition is the digest of the definition of the tool the record's
+	// action was claimed under: what decides its keys and how it is
+	// guarded (agenttool's tool options). A claim that meets an action of
+	// its tool made under another definition can say so. 0 in records of
+	// older versions.
+	Definition uint64
 	// NoticeUntil, on a succeeded record whose action's outcome was unknown
 	// before it was found applied (or which went on in place of such an
 	// action), is when its notice ends: until then it holds the scope's
@@ -324,6 +330,9 @@ type ClaimRequest struct {
 	// the slot, which was found not applied: that record is closed as failed
 	// (Record.ReplacedBy) in the claim's transaction.
 	Replace *Replacement
+	// Definition is the digest of the claiming tool's definition, kept
+	// with the record the claim makes (see Record.Definition).
+	Definition uint64
 	// NoticeHold, on the claim of a call that answers a model, is how long
 	// a notice still holds once the model has been told of it (see
 	// [DecideClaim]): a claim held back by a notice, or answered with the

@@ -381,6 +381,32 @@ func testSlotNotice(t *testing.T, h Harness) {
 	granted(t, "a new write after a plain success", mustClaim(t, other, slotted(tool2, scope2, t0)))
 }
 
+// testSlotDefinition: the definition a claim was made under is kept with
+// its record, through its outcome, and shown to a claim it holds back.
+func testSlotDefinition(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	req := slotted(tool, scope, t0)
+	req.Definition = 0x1234_5678_9abc_def1
+	e := granted(t, "an action", mustClaim(t, s, req))
+	if e.Record.Definition != req.Definition {
+		t.Errorf("the claim's record has definition %x; want %x", e.Record.Definition, req.Definition)
+	}
+	if err := s.Finish(bg, finish(e.Record.Key, e.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := other.Get(bg, e.Record.Key); err != nil || rec.Definition != req.Definition {
+		t.Errorf("the unknown record: definition %x, %v; want %x", rec.Definition, err, req.Definition)
+	}
+	next := slotted(tool, scope, t0.Add(time.Second))
+	next.Definition = 0x0fed_cba9_8765_4321
+	res := mustClaim(t, other, next)
+	if res.Blocked == nil || res.Blocked.Definition != req.Definition {
+		t.Errorf("a claim under another definition: %+v; want it held back by the unknown action, whose definition it sees", res)
+	}
+}
+
 // testSlotNoticeTold: a notice that told no call (a settlement by a
 // sweeper or an operator, kept for hours) ends NoticeHold after a call
 // that answers a model is told of it — held back by it, or answered with

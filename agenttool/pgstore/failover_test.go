@@ -210,7 +210,9 @@ func TestTokensAreNeverHandedOutTwiceAcrossAPromotion(t *testing.T) {
 type destination struct {
 	mu      sync.Mutex
 	effects map[string][]int // ref → the phases of its effects
+	at      map[string][]int64
 	phase   atomic.Int32
+	clock   atomic.Int64 // orders effects and answers
 }
 
 func (d *destination) apply(ref string, dedupe bool) {
@@ -220,6 +222,22 @@ func (d *destination) apply(ref string, dedupe bool) {
 		return
 	}
 	d.effects[ref] = append(d.effects[ref], int(d.phase.Load()))
+	if d.at == nil {
+		d.at = map[string][]int64{}
+	}
+	d.at[ref] = append(d.at[ref], d.clock.Add(1))
+}
+
+// doneBefore reports whether ref had an effect before tick.
+func (d *destination) doneBefore(ref string, tick int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, at := range d.at[ref] {
+		if at < tick {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *destination) of(ref string) []int {
@@ -285,6 +303,8 @@ type failoverAction struct {
 	id   int
 	ref  string
 	envs []envelope.Envelope
+	ends []int64 // the destination's clock when each call answered
+	dest *destination
 }
 
 func (a *failoverAction) call(r *appReplica, timeout time.Duration) envelope.Envelope {
@@ -294,6 +314,9 @@ func (a *failoverAction) call(r *appReplica, timeout time.Duration) envelope.Env
 	env := r.tools[a.tool].Invoke(ctx, fmt.Sprintf(`{"id":%d}`, a.id))
 	a.ref = env.RequestRef
 	a.envs = append(a.envs, env)
+	if a.dest != nil {
+		a.ends = append(a.ends, a.dest.clock.Add(1))
+	}
 	return env
 }
 
@@ -337,7 +360,7 @@ func TestOneEffectPerActionAcrossAFailover(t *testing.T) {
 			var actions []*failoverAction
 			for id := range 400 {
 				for _, tool := range []string{"charge", "book", "invoice"} {
-					actions = append(actions, &failoverAction{tool: tool, id: id})
+					actions = append(actions, &failoverAction{tool: tool, id: id, dest: dest})
 				}
 			}
 			work := make(chan *failoverAction)
@@ -406,11 +429,7 @@ func TestOneEffectPerActionAcrossAFailover(t *testing.T) {
 					t.Errorf("%s %d (%s): %d effects, in phases %v", a.tool, a.id, a.ref, len(effects), effects)
 				}
 				for i, env := range a.envs {
-					phase := 1
-					if i > 0 {
-						phase = 2
-					}
-					if lie := lies(env, effects, phase); lie != "" {
+					if lie := lies(env, dest.doneBefore(a.ref, a.ends[i])); lie != "" {
 						t.Errorf("%s %d, call %d: %s; effects in phases %v; envelope %s", a.tool, a.id, i+1, lie, effects, env)
 					}
 				}
@@ -431,20 +450,17 @@ func TestOneEffectPerActionAcrossAFailover(t *testing.T) {
 	}
 }
 
-// lies returns what env claims that the effects of its action, made in
-// the phases listed, do not bear out ("" if nothing).
-func lies(env envelope.Envelope, effects []int, phase int) string {
-	switch env.Status {
-	case envelope.Success:
-		if len(effects) == 0 {
-			return "success, and nothing was done"
-		}
-	case envelope.DefiniteFailure:
-		for _, p := range effects {
-			if p <= phase && env.Error.Code != envelope.CodeKeyReused {
-				return "definite_failure, and the action was done"
-			}
-		}
+// lies returns what env claims that the destination does not bear out
+// ("" if nothing), done being whether the action had been done when env
+// was answered. A call that never reached the action's record
+// (store_unavailable, cancelled) says only that it did nothing itself.
+func lies(env envelope.Envelope, done bool) string {
+	switch {
+	case env.Status == envelope.Success && !done:
+		return "success, and nothing was done"
+	case env.Status == envelope.DefiniteFailure && done && env.Error.Code != envelope.CodeKeyReused &&
+		env.Error.Code != envelope.CodeStoreUnavailable && env.Error.Code != envelope.CodeCancelled:
+		return "definite_failure, and the action was done"
 	}
 	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -132,15 +133,66 @@ func (s *Server) Kill(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// pg_ctl starts the postmaster in a session of its own: its process
-	// group holds the server's processes.
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	// Every process of the server at once: its children each run in a
+	// session of their own, and would go on (a stopped one forever) after
+	// the postmaster alone died.
+	procs := append(childrenOf(pid), pid)
+	for _, p := range procs {
+		syscall.Kill(p, syscall.SIGKILL)
 	}
-	for syscall.Kill(pid, 0) == nil {
-		time.Sleep(5 * time.Millisecond)
+	for _, p := range procs {
+		for syscall.Kill(p, 0) == nil && !zombie(p) {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	os.Remove(pidFile) // Stop would refuse a stale one
+	// Stop would refuse a stale pid file, and Start a stale socket lock
+	// naming a process that is gone (or a zombie nobody reaps).
+	os.Remove(pidFile)
+	locks, _ := filepath.Glob(filepath.Join(s.dir, ".s.PGSQL.*.lock"))
+	for _, l := range locks {
+		os.Remove(l)
+	}
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	var out []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		p, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _ := parentOf(p); ppid == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parentOf reads a process's parent and state from /proc/PID/stat.
+func parentOf(pid int) (ppid int, state byte) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+4 > len(b) {
+		return 0, 0
+	}
+	var st string
+	fmt.Sscan(string(b[i+1:]), &st, &ppid)
+	if st != "" {
+		state = st[0]
+	}
+	return ppid, state
+}
+
+// zombie reports whether pid has exited and awaits its parent.
+func zombie(pid int) bool {
+	_, st := parentOf(pid)
+	return st == 'Z' || st == 0
 }
 
 // Promote promotes the standby to a primary and waits until it is one.

@@ -63,7 +63,11 @@ type answer struct {
 	state    State     // reasonReplayUnreadable: the record's state
 	created  time.Time // reasonKeyForgotten: when the action was first claimed
 	now      time.Time // when a.other was read; zero counts a pending other as running
-	replayed bool      // the answer is a recorded outcome, not this call's doing
+	// checkAt, for reasonInProgress and reasonEarlierRunning, is when the
+	// hold of a holder that stopped renewing it ends: calling again can
+	// change the answer then, not before. Zero if the holder is live.
+	checkAt  time.Time
+	replayed bool // the answer is a recorded outcome, not this call's doing
 }
 
 // answerFor builds the envelope of a call of t for ref.
@@ -126,6 +130,7 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 				earlierPhrase(env.Earlier.State)))
 	case reasonReplay:
 		env = a.replay
+		env.Version = envelope.Version // a stored version 1 is a valid version 2
 		env.Replayed = true
 		if env.Note == "" && env.Status == envelope.Success {
 			env.Note = "Already done by an earlier call; this is its recorded result. Nothing was repeated."
@@ -167,6 +172,11 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Error = &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"}
 		env.Earlier = &envelope.Earlier{RequestRef: ref, State: envelope.ActionRunning}
 		env.Note = "The same action is already in progress. Wait, then call again with the same input to get its outcome; it will not run twice."
+		if secs := retryAfter(a); secs > 0 {
+			env.RetryAfter = secs
+			env.Note = fmt.Sprintf("The same action is held by a call that has stopped answering; nothing can change for about %d seconds. "+
+				"Call again with the same input after that to get its outcome; it will not run twice.", secs)
+		}
 	case reasonEarlierRunning:
 		env.Status, env.Next = envelope.UnknownOutcome, envelope.Wait
 		env.Error = &envelope.Error{Code: envelope.CodeInProgress, Message: fmt.Sprintf(
@@ -174,6 +184,11 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionRunning}
 		env.Note = fmt.Sprintf("Another %s %s (reference %s) is still in progress; nothing new was done. "+
 			"Wait for it, then call again if this one is still needed.", name, where, other)
+		if secs := retryAfter(a); secs > 0 {
+			env.RetryAfter = secs
+			env.Note = fmt.Sprintf("Another %s %s (reference %s) is held by a call that has stopped answering; nothing new was done, and nothing can change "+
+				"for about %d seconds: call again after that if this one is still needed.", name, where, other, secs)
+		}
 	case reasonEarlierUnknown:
 		next := envelope.DoNotRetry
 		if t.cfg.Class == AtMostOnce {
@@ -254,6 +269,16 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		}
 	}
 	return env
+}
+
+// retryAfter is a.checkAt in whole seconds from a.now, at least 1; 0 if
+// there is none.
+func retryAfter(a answer) int {
+	if a.checkAt.IsZero() || a.now.IsZero() {
+		return 0
+	}
+	d := a.checkAt.Sub(a.now)
+	return max(int((d+time.Second-1)/time.Second), 1)
 }
 
 // earlierOf says what became of the action of rec, for an answer about it;

@@ -46,7 +46,9 @@ func sampleAnswers() []struct {
 		{"store went back", answer{reason: reasonStoreWentBack, replayed: true}},
 		{"approval pending", answer{reason: reasonApprovalPending, attempts: 1, why: "the outcome is unknown and awaits a person's decision", replayed: true}},
 		{"in progress", answer{reason: reasonInProgress, attempts: 1}},
+		{"in progress, its holder stopped", answer{reason: reasonInProgress, attempts: 1, now: now, checkAt: now.Add(46500 * time.Millisecond)}},
 		{"earlier running", answer{reason: reasonEarlierRunning, other: other}},
+		{"earlier running, its holder stopped", answer{reason: reasonEarlierRunning, other: other, now: now, checkAt: now.Add(20 * time.Second)}},
 		{"earlier unknown", answer{reason: reasonEarlierUnknown, other: other, why: "the destination's answer: pending"}},
 		{"earlier applied", answer{reason: reasonEarlierApplied, other: done, result: result}},
 		{"earlier done in place of another", answer{reason: reasonEarlierDone, other: done, result: result}},
@@ -86,6 +88,9 @@ func TestAnswers_Golden(t *testing.T) {
 			}
 			if env.Earlier != nil {
 				fmt.Fprintf(&b, "earlier: %s %s\n", env.Earlier.RequestRef, env.Earlier.State)
+			}
+			if env.RetryAfter > 0 {
+				fmt.Fprintf(&b, "retry_after: %d\n", env.RetryAfter)
 			}
 			fmt.Fprintf(&b, "next: %s\nreplayed: %v\nreconciled: %v\n", env.Next, env.Replayed, env.Reconciled)
 			if env.Note != "" {

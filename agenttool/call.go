@@ -513,11 +513,34 @@ func (c *call) wait() outcome {
 	if !now.Before(c.waitEnd) {
 		return waitOver // answered as the claim that waits said
 	}
+	if r := c.ans.reason; r == reasonInProgress || r == reasonEarlierRunning {
+		// A holder that stopped renewing its hold will not end it within
+		// the wait: answer at once, saying when it ends.
+		at := c.t.cfg.Now()
+		if until, ok := c.t.cfg.stalled(&c.other, at); ok && until.Sub(at) > c.waitEnd.Sub(now) {
+			c.ans.checkAt, c.ans.now = until, at
+			return waitOver
+		}
+	}
 	d := min(c.waitEnd.Sub(now), c.other.LeaseExpiry.Sub(c.t.cfg.Now()))
 	if c.waitFor(d) != nil {
 		return waitOver
 	}
 	return waited
+}
+
+// stalled reports whether the pending record rec is held by a call that
+// has missed a renewal of its lease, at now, and when its hold ends
+// (ClockSkew after its lease). A holder renews every third of its lease
+// (Record.Updated): one not renewed for half of it has died or hangs, and
+// nothing changes until its lease lapses — no takeover before then, for
+// a paused holder may still act.
+func (c *config) stalled(rec *Record, now time.Time) (time.Time, bool) {
+	lease := rec.LeaseExpiry.Sub(rec.Updated)
+	if rec.State != Pending || lease <= 0 || now.Before(rec.Updated.Add(lease/2+c.ClockSkew)) || !now.Before(rec.LeaseExpiry) {
+		return time.Time{}, false
+	}
+	return rec.LeaseExpiry.Add(c.ClockSkew), true
 }
 
 // waitFor waits until the holder of c.other in this process ends, or for

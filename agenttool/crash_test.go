@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/testproc"
@@ -76,15 +77,24 @@ func crashPoint(at, want string) {
 // TestCrashHelper is the process that the crash matrix starts and kills. It
 // does nothing in a normal test run.
 func TestCrashHelper(t *testing.T) {
-	dbPath := os.Getenv("RETRYSAFE_CRASH_DB")
-	if dbPath == "" {
+	dbPath, pgSchema := os.Getenv("RETRYSAFE_CRASH_DB"), os.Getenv("RETRYSAFE_CRASH_PG_SCHEMA")
+	if dbPath == "" && pgSchema == "" {
 		t.Skip("run by TestCrashMatrix only")
 	}
 	dest := fileDestination(os.Getenv("RETRYSAFE_CRASH_DEST"))
 	at := os.Getenv("RETRYSAFE_CRASH_AT")
 	class := map[string]agenttool.Class{"keyed": agenttool.Keyed, "reconcilable": agenttool.Reconcilable, "at-most-once": agenttool.AtMostOnce}[os.Getenv("RETRYSAFE_CRASH_CLASS")]
 
-	store, err := boltstore.Open(dbPath, nil)
+	var store interface {
+		agenttool.Store
+		Close() error
+	}
+	var err error
+	if pgSchema != "" { // a replica of many, on PostgreSQL
+		store, err = pgstore.Open(context.Background(), &pgstore.Options{URL: os.Getenv("DATABASE_URL"), Schema: pgSchema})
+	} else {
+		store, err = boltstore.Open(dbPath, nil)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

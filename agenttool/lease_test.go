@@ -3,6 +3,7 @@ package agenttool_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -224,4 +227,58 @@ func TestLease_LiveLeaseIsNeverLapsedEarly(t *testing.T) {
 				first.Record.LeaseExpiry.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), len(listed), lapsed, second.Claimed)
 		}
 	})
+}
+
+// A holder killed mid-attempt keeps its lease — a paused holder may still
+// act, so nothing takes its action over early — but a retry does not make
+// the model wait for what cannot change within the wait: once the holder
+// has missed its renewals (it renews every third of its lease) and its
+// lease ends after the wait would, the retry answers in_progress at once,
+// with retry_after saying when the hold ends.
+// A holder that still renews is waited for, as before.
+func TestLease_ACrashedHolderDoesNotStallTheModel(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url)
+	store, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dest := fileDestination(filepath.Join(t.TempDir(), "dest"))
+	runHelper(t, []string{"RETRYSAFE_CRASH_PG_SCHEMA=" + schema, "DATABASE_URL=" + url, "RETRYSAFE_CRASH_DEST=" + string(dest),
+		"RETRYSAFE_CRASH_AT=" + beforeEffect, "RETRYSAFE_CRASH_CLASS=at-most-once"}, true)
+	m := &mailServer{}
+	for _, tc := range []struct {
+		name    string
+		ahead   time.Duration // how long after the holder's last renewal the retry comes
+		wait    time.Duration
+		stalled bool
+	}{
+		{"a holder that may still renew is waited for", 5 * time.Second, 50 * time.Millisecond, false},
+		// Its lease ends in about 25 s, after the wait would: nothing can
+		// change within the wait.
+		{"a holder that missed its renewals answers at once", 35 * time.Second, 10 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &jumpClock{}
+			clk.Advance(tc.ahead)
+			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Lease: time.Minute,
+				WaitTimeout: tc.wait, Now: clk.Now})
+			ctx, cancel := context.WithTimeout(scoped(), time.Minute) // a bound on a broken test, not a timing
+			defer cancel()
+			env := tool.Invoke(ctx, emailToAna)
+			if env.Error == nil || env.Error.Code != envelope.CodeInProgress {
+				t.Fatalf("a retry while the killed holder's lease runs: %s; want in_progress", env)
+			}
+			switch {
+			case tc.stalled && (env.RetryAfter < 20 || env.RetryAfter > 26):
+				t.Errorf("retry_after %d; want the rest of the dead holder's lease (about 25 s): %s", env.RetryAfter, env)
+			case !tc.stalled && env.RetryAfter != 0:
+				t.Errorf("a live holder's retry_after %d: %s", env.RetryAfter, env)
+			}
+			if m.runs.Load() != 0 || len(dest.effects(t)) != 0 {
+				t.Fatal("the action ran while the dead holder's lease runs")
+			}
+		})
+	}
 }

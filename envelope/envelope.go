@@ -11,8 +11,13 @@ import (
 	"unicode/utf8"
 )
 
-// Version is the version of the envelope's JSON shape written by this package.
-const Version = 1
+// Version is the version of the envelope's JSON shape written by this
+// package. Version 2 adds retry_after; an envelope of version 1 (as stores
+// kept it) is still read, and is a valid one of version 2.
+const Version = 2
+
+// MinVersion is the oldest version of the JSON shape this package reads.
+const MinVersion = 1
 
 // Status is the outcome of a guarded call. The set is closed: the three
 // constants below are the only valid values.
@@ -115,7 +120,12 @@ type Envelope struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *Error          `json:"error,omitempty"`
 	Earlier    *Earlier        `json:"earlier,omitempty"`
-	Next       Next            `json:"next"`
+	// RetryAfter, in seconds, is when calling again can first change the
+	// answer: the action is held by a call that has stopped renewing its
+	// hold (a process that died or hangs), whose hold ends then. 0 when
+	// not known (version 2).
+	RetryAfter int  `json:"retry_after,omitempty"`
+	Next       Next `json:"next"`
 	Note       string          `json:"note,omitempty"`
 }
 
@@ -178,6 +188,9 @@ func (e Envelope) sizeHint() int {
 	if e.Reconciled {
 		n += 18
 	}
+	if e.RetryAfter > 0 {
+		n += 36
+	}
 	return n
 }
 
@@ -229,6 +242,10 @@ func (e Envelope) appendJSON(b []byte) ([]byte, bool) {
 			}
 		}
 		b = append(b, '}')
+	}
+	if e.RetryAfter > 0 {
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, int64(e.RetryAfter), 10)
 	}
 	b = append(b, `,"next":`...)
 	b = appendString(b, string(e.Next))
@@ -369,8 +386,14 @@ var errResultNotJSON = fmt.Errorf("%w: result is not valid JSON", ErrInvalid)
 // validateFields is Validate without the check that the result is JSON.
 func (e Envelope) validateFields() error {
 	switch {
-	case e.Version != Version:
-		return fmt.Errorf("%w: version %d, this package reads version %d", ErrInvalid, e.Version, Version)
+	case e.Version < MinVersion || e.Version > Version:
+		return fmt.Errorf("%w: version %d, this package reads versions %d to %d", ErrInvalid, e.Version, MinVersion, Version)
+	case e.RetryAfter < 0:
+		return fmt.Errorf("%w: retry_after %d is negative", ErrInvalid, e.RetryAfter)
+	case e.RetryAfter > 0 && e.Version < 2:
+		return fmt.Errorf("%w: retry_after is a field of version 2, not %d", ErrInvalid, e.Version)
+	case e.RetryAfter > 0 && e.Status == Success:
+		return fmt.Errorf("%w: a success carries retry_after", ErrInvalid)
 	case !e.Status.Valid():
 		return fmt.Errorf("%w: status %q is not one of success, definite_failure, unknown_outcome", ErrInvalid, e.Status)
 	case e.Tool == "":

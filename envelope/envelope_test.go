@@ -25,7 +25,7 @@ func TestMarshalIsCompactAndOrdered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"version":1,"status":"success","tool":"send_email","request_ref":"send_email/abc","attempts":2,"result":{"id":"<m1@x>"},"next":"continue"}`
+	want := `{"version":2,"status":"success","tool":"send_email","request_ref":"send_email/abc","attempts":2,"result":{"id":"<m1@x>"},"next":"continue"}`
 	if string(got) != want {
 		t.Errorf("Marshal =\n%s\nwant\n%s", got, want)
 	}
@@ -81,7 +81,10 @@ func TestParseRefusesInconsistentEnvelopes(t *testing.T) {
 	tests := []struct{ name, in, msg string }{
 		{"not json", `{`, "invalid envelope"},
 		{"null", `null`, "version 0"},
-		{"newer version", `{"version":2,"status":"success","tool":"t","attempts":1,"next":"continue"}`, "version 2"},
+		{"newer version", `{"version":3,"status":"success","tool":"t","attempts":1,"next":"continue"}`, "version 3"},
+		{"retry_after in version 1", `{"version":1,"status":"unknown_outcome","tool":"t","attempts":0,"error":{"code":"in_progress","message":""},"retry_after":5,"next":"wait"}`, "field of version 2"},
+		{"retry_after on a success", `{"version":2,"status":"success","tool":"t","attempts":1,"retry_after":5,"next":"continue"}`, "carries retry_after"},
+		{"negative retry_after", `{"version":2,"status":"unknown_outcome","tool":"t","attempts":0,"error":{"code":"in_progress","message":""},"retry_after":-1,"next":"wait"}`, "negative"},
 		{"unknown status", `{"version":1,"status":"done","tool":"t","attempts":1,"next":"continue"}`, `status "done"`},
 		{"unknown next", `{"version":1,"status":"success","tool":"t","attempts":1,"next":"retry"}`, `next "retry"`},
 		{"success with error", `{"version":1,"status":"success","tool":"t","attempts":1,"error":{"code":"x","message":""},"next":"continue"}`, "carries an error"},
@@ -228,5 +231,23 @@ func TestUnknownRefNamesTheActionThatIsUnknown(t *testing.T) {
 		if ref, ok := tc.env.UnknownRef(); ref != tc.ref || ok != tc.ok {
 			t.Errorf("%s: UnknownRef() = %q, %v; want %q, %v", tc.name, ref, ok, tc.ref, tc.ok)
 		}
+	}
+}
+
+// Version 2 adds retry_after; an envelope of version 1, as a store kept
+// it, is still read.
+func TestVersion2AddsRetryAfterAndVersion1IsStillRead(t *testing.T) {
+	old := `{"version":1,"status":"success","tool":"t","attempts":1,"result":{"id":1},"next":"continue"}`
+	if e, err := envelope.Parse([]byte(old)); err != nil || e.Version != 1 {
+		t.Errorf("a version-1 envelope: %+v, %v", e, err)
+	}
+	in := `{"version":2,"status":"unknown_outcome","tool":"t","request_ref":"t/a","attempts":0,"error":{"code":"in_progress","message":"m"},` +
+		`"earlier":{"request_ref":"t/a","state":"running"},"retry_after":42,"next":"wait"}`
+	e, err := envelope.Parse([]byte(in))
+	if err != nil || e.RetryAfter != 42 {
+		t.Fatalf("Parse: %+v, %v", e, err)
+	}
+	if out, err := e.Marshal(); err != nil || string(out) != in {
+		t.Errorf("Marshal = %s, %v; want %s", out, err, in)
 	}
 }

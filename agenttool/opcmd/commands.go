@@ -2,6 +2,7 @@ package opcmd
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -64,6 +65,7 @@ func (r *runner) all() []*command {
 func (r *runner) defineList(fs *flag.FlagSet) action {
 	principal := fs.String("principal", "", "only this principal's records (the principal the application gives agenttool.WithScope)")
 	tool := fs.String("tool", "", "only this tool's records")
+	label := fs.String("label", "", "only records whose label (agenttool.WithLabel: a name, a ticket) contains this `TEXT`, in any case")
 	after := fs.String("after", "", "start after this reference: the last one of the previous page")
 	limit := fs.Int("limit", 100, "at most this many records")
 	return func(ctx context.Context, args []string) error {
@@ -78,7 +80,7 @@ func (r *runner) defineList(fs *flag.FlagSet) action {
 			return err
 		}
 		op = narrow(op, *principal, *tool)
-		recs, err := op.Unknown(ctx, *after, *limit)
+		recs, err := unknownLabelled(ctx, op, *label, *after, *limit)
 		corrupt := agenttool.CorruptKeys(err)
 		if err != nil && len(corrupt) == 0 {
 			return err
@@ -152,6 +154,41 @@ func (r *runner) defineReconcile(fs *flag.FlagSet) action {
 			return err
 		}
 		return r.printVerdict(ref, v)
+	}
+}
+
+// unknownLabelled lists up to limit records awaiting reconciliation after
+// the key after, as Operator.Unknown does, keeping those whose label
+// contains label in any case ("": all). Labels are stored through the
+// tools' codec, so the store cannot filter them: the pages are read until
+// limit records match or none are left.
+func unknownLabelled(ctx context.Context, op *agenttool.Operator, label, after string, limit int) ([]agenttool.Record, error) {
+	if label == "" {
+		return op.Unknown(ctx, after, limit)
+	}
+	want := strings.ToLower(label)
+	var out []agenttool.Record
+	var errs []error
+	for {
+		page, err := op.Unknown(ctx, after, limit)
+		if err != nil && len(agenttool.CorruptKeys(err)) == 0 {
+			return nil, err
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, rec := range page {
+			if strings.Contains(strings.ToLower(rec.Label), want) {
+				out = append(out, rec)
+				if len(out) == limit {
+					return out, errors.Join(errs...)
+				}
+			}
+		}
+		if len(page) < limit {
+			return out, errors.Join(errs...)
+		}
+		after = page[len(page)-1].Key
 	}
 }
 

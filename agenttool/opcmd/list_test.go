@@ -54,6 +54,15 @@ func TestListShowsWhatAwaitsReconciliation(t *testing.T) {
 		}
 	}
 
+	// Whose action a record is, found by its label, in any case.
+	anas := f.run("-json", "list", "-label", "ticket 4512").ok(t).lines(t)
+	if len(anas) != 2 || anas[0]["label"] != "Ana Lima (ticket 4512)" || anas[1]["label"] != "Ana Lima (ticket 4512)" {
+		t.Errorf("list -label 'ticket 4512': %v; want Ana's two actions", anas)
+	}
+	if bens := f.run("-json", "list", "-label", "OKAFOR", "-limit", "1").ok(t).lines(t); len(bens) != 1 || bens[0]["ref"] != ben.RequestRef {
+		t.Errorf("list -label OKAFOR -limit 1: %v; want Ben's", bens)
+	}
+
 	emails := f.run("-json", "list", "-tool", "send_email").ok(t).lines(t)
 	if len(emails) != 2 || emails[0]["tool"] != "send_email" || emails[1]["tool"] != "send_email" {
 		t.Errorf("list -tool send_email: %v", emails)

@@ -20,7 +20,7 @@ func TestUsage(t *testing.T) {
 	help := f.run("help").ok(t).stdout
 	for _, want := range []string{
 		"Usage: myapp retrysafe [global flags] COMMAND",
-		"-json", "list [-after REF] [-limit N] [-principal P] [-tool T]",
+		"-json", "list [-after REF] [-label TEXT] [-limit N] [-principal P] [-tool T]",
 		"show REF", "stats [-principal P] [-tool T]", "reconcile REF -by WHO",
 		"resolve applied REF -attempts N -by WHO -why TEXT [-result JSON]",
 		"resolve not-applied REF -attempts N -by WHO -why TEXT",

@@ -49,6 +49,7 @@ var example = demo.Example{
 	Prompt:    "Book Ana Lima on TP1234 on 12 December.",
 	Principal: "tenant-42/user-7",
 	Session:   "conversation-12",
+	Label:     "Sam Diaz, lunch planning",
 	Setup:     setup,
 	Script:    demo.BookFlight,
 }

@@ -44,6 +44,7 @@ var example = demo.Example{
 	Prompt:    "Add a note to incident INC-104: check the carrier scan.",
 	Principal: "tenant-42/oncall",
 	Session:   "incident-INC-104",
+	Label:     "on-call, INC-104",
 	DefaultDB: filepath.Join(os.TempDir(), "retrysafe-notes-agent.db"),
 	Flags: func(fs *flag.FlagSet) {
 		fs.StringVar(&crashAt, "crash-at", "", "kill the process at before-effect, after-effect or after-record")

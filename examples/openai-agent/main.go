@@ -32,6 +32,7 @@ var example = demo.Example{
 	Prompt:    "Book Ana Lima on TP1234 on 12 December.",
 	Principal: "tenant-42/user-7",
 	Session:   "conversation-12",
+	Label:     "Sam Diaz, lunch planning",
 	Setup:     demo.SetupBooking, // the booking service on loopback, and book_flight over it
 	Script:    demo.BookFlight,
 	Loop:      loop,

@@ -132,6 +132,8 @@ func run(w io.Writer) error {
 
 	// Trusted application code, not the model, says who acts and in which conversation.
 	ctx := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
+	// And whose action each record is, for the operator who reads it.
+	ctx = agenttool.WithLabel(ctx, "Sam Diaz, lunch with Ana")
 	answer, err := chains.Run(ctx, executor, "Email Ana that lunch is at noon.")
 	if err != nil {
 		return err

@@ -49,8 +49,10 @@ type Example struct {
 	Faults []Fault // the first is the default
 	// Prompt is what the user asks the agent.
 	Prompt string
-	// Principal and Session are the trusted scope the application sets.
-	Principal, Session string
+	// Principal and Session are the trusted scope the application sets;
+	// Label says, for operators, whose action each record is
+	// (agenttool.WithLabel).
+	Principal, Session, Label string
 	// DefaultDB, if set, is the -db default (for an example whose point is
 	// a second run); otherwise a temporary file is used and removed.
 	DefaultDB string
@@ -185,6 +187,9 @@ func Run(ctx context.Context, ex Example, args []string, stdout io.Writer, geten
 	}
 	fmt.Fprintf(out, "user  : %s\n", ex.Prompt)
 	ctx = agenttool.WithScope(ctx, ex.Principal, ex.Session)
+	if ex.Label != "" {
+		ctx = agenttool.WithLabel(ctx, ex.Label)
+	}
 	if ex.Context != nil {
 		ctx = ex.Context(ctx)
 	}

@@ -124,9 +124,9 @@ type Envelope struct {
 	// answer: the action is held by a call that has stopped renewing its
 	// hold (a process that died or hangs), whose hold ends then. 0 when
 	// not known (version 2).
-	RetryAfter int  `json:"retry_after,omitempty"`
-	Next       Next `json:"next"`
-	Note       string          `json:"note,omitempty"`
+	RetryAfter int    `json:"retry_after,omitempty"`
+	Next       Next   `json:"next"`
+	Note       string `json:"note,omitempty"`
 }
 
 // UnknownRef returns the reference of the action an unknown_outcome is

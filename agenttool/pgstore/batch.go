@@ -98,11 +98,9 @@ func (s *Store) newGroupCommits() {
 // its slot is held.
 func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int64, error) {
 	var token int64
-	cut, need := s.gate(req)
+	sql, args := s.insertArgs(req, req.Label)
 	warned, err := s.onConn(ctx, noFault, func(conn *pgxpool.Conn) error {
-		return conn.QueryRow(ctx, s.q.insert, req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
-			leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), req.Label, cut, need, s.hears,
-			int64(req.Definition)).Scan(&token)
+		return conn.QueryRow(ctx, sql, args...).Scan(&token)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || besideRefused(err):
@@ -235,7 +233,7 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 	tokens := make(map[string]int64, n)
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
-			cuts, needs, s.hears, definitions)
+			cuts, needs, definitions)
 		if err != nil {
 			return err
 		}
@@ -261,9 +259,8 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		if fault == faultRow && i == len(batch)/2 {
 			label = "\x00"
 		}
-		cut, need := s.gate(r)
-		b.Queue(s.q.insert, r.Key, r.Tool, r.Principal[:], r.Fingerprint[:], r.Owner,
-			leaseEnd(r.Now.Add(r.Lease)), r.Now, r.Session[:], nullDigest(r.FenceScope), label, cut, need, s.hears, int64(r.Definition))
+		sql, args := s.insertArgs(r, label)
+		b.Queue(sql, args...)
 	}
 	tokens := make(map[string]int64, len(batch))
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {

@@ -58,9 +58,10 @@ const (
 	tokenJump = `4294967296`
 	// syncOn makes the commit of the statement's transaction wait as
 	// synchronous_commit = on does, or remote_apply where the session asks
-	// for that: never less, whatever the session's setting. It is ANDed
-	// into a statement's conditions, so that no row is written without it.
-	syncOn = `set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, true) IS NOT NULL`
+	// for that: never less, whatever the session's setting (it sets the
+	// transaction's only when the session's is less). It is ANDed into a
+	// statement's conditions, so that no row is written without it.
+	syncOn = `(current_setting('synchronous_commit') IN ('on', 'remote_apply') OR set_config('synchronous_commit', 'on', true) IS NOT NULL)`
 	// syncBegin begins a transaction whose commit waits as syncOn says.
 	syncBegin = `BEGIN; SELECT ` + syncOn
 	// logicalSenders are the WAL senders that serve logical replication
@@ -220,6 +221,23 @@ func (s *Store) gate(req *storekit.ClaimRequest) (cut *time.Time, need bool) {
 		cut = &c
 	}
 	return cut, req.Unkeyed && !s.acceptAsync
+}
+
+// insertArgs returns the lone claim's statement and its arguments: insert,
+// or insertUnkeyed, whose latest trusted notice is never null (a far
+// future time where absence is trusted), so that no run of the prepared
+// statement plans it apart.
+func (s *Store) insertArgs(req *storekit.ClaimRequest, label string) (string, []any) {
+	args := []any{req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
+		leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), label}
+	if !req.Unkeyed {
+		return s.q.insert, append(args, int64(req.Definition))
+	}
+	cut := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	if c, _ := s.gate(req); c != nil {
+		cut = pgtype.Timestamptz{Time: *c, Valid: true}
+	}
+	return s.q.insertUnkeyed, append(args, cut, int64(req.Definition))
 }
 
 // distrustsAbsence reports whether req, finding no record of its key

@@ -202,8 +202,9 @@ func connect(ctx context.Context, opts *Options) (*Store, error) {
 		o.FailoverWindow = 0
 	}
 	cc := pool.Config().ConnConfig
-	s := &Store{pool: pool, ownsPool: owns, schema: o.Schema, q: newQueries(o.Schema), noMigrate: o.NoMigrate || o.ReadOnly,
-		replan: replanned(cc), hears: hearsWarnings(cc), acceptAsync: o.AcceptAsyncStandbys, window: o.FailoverWindow}
+	hears := hearsWarnings(cc)
+	s := &Store{pool: pool, ownsPool: owns, schema: o.Schema, q: newQueries(o.Schema, hears, o.AcceptAsyncStandbys), noMigrate: o.NoMigrate || o.ReadOnly,
+		replan: replanned(cc), hears: hears, acceptAsync: o.AcceptAsyncStandbys, window: o.FailoverWindow}
 	s.newGroupCommits()
 	return s, nil
 }

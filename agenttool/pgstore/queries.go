@@ -176,10 +176,15 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline                                                                                                                                                                                                                                    string
+	environment, noticeTimeline, insertUnkeyed                                                                                                                                                                                                                     string
 }
 
-func newQueries(schema string) queries {
+// newQueries builds the statements of a store on schema. What a store
+// knows for good — whether it hears warnings, whether it accepts
+// asynchronous standbys — is written into the statements rather than
+// passed as parameters: a prepared statement whose parameters let the
+// planner fold part of it away is planned again at each run.
+func newQueries(schema string, hears, acceptAsync bool) queries {
 	t := pgx.Identifier{schema, "records"}.Sanitize()
 	seq := pgx.Identifier{schema, "tokens"}.Sanitize()
 	tl := pgx.Identifier{schema, "timeline"}.Sanitize()
@@ -193,8 +198,25 @@ func newQueries(schema string) queries {
 	// failover can go: the primary waits for a synchronous standby (and
 	// the store hears, $hears, when such a wait is cancelled), or no
 	// standby is in sight.
-	durable := func(need, hears string) string {
-		return `(NOT ` + need + ` OR (current_setting('synchronous_standby_names') <> '' AND ` + hears + `) OR NOT ` + standbysInSight + `)`
+	heard := "false"
+	if hears {
+		heard = "true"
+	}
+	durable := func(need string) string {
+		if acceptAsync {
+			return `true`
+		}
+		return `(NOT ` + need + ` OR (current_setting('synchronous_standby_names') <> '' AND ` + heard + `) OR NOT ` + standbysInSight + `)`
+	}
+	insertInto := `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)`
+	// insertWhere is insert's statement with gate as its gate.
+	insertWhere := func(gate, definition string) string {
+		return insertInto + `
+			VALUES (CASE WHEN ($9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
+				AND b.key <> $1 ORDER BY b.key LIMIT 1))
+				OR NOT (` + syncOn + ` AND ` + gate + `)
+				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `)
+			ON CONFLICT DO NOTHING RETURNING token`
 	}
 	return queries{
 		// insert claims a new key: it inserts nothing if the key exists,
@@ -207,28 +229,25 @@ func newQueries(schema string) queries {
 		// a lone call about a quarter more.)
 		//
 		// The claim is made only where it may be (the gate of
-		// failover.go): on the timeline the store recorded, not within
-		// the failover window for an Unkeyed claim ($11, the latest
-		// notice it trusts), and durable where a failover can go ($12,
-		// $13); otherwise it writes the null key too, and the locked path
-		// finds out why. Its commit waits as synchronous_commit = on at
-		// least (syncOn) whatever the session's setting.
-		insert: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)
-			VALUES (CASE WHEN ($9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
-				AND b.key <> $1 ORDER BY b.key LIMIT 1))
-				OR NOT (` + syncOn + ` AND ` + onTimeline("$11") + ` AND ` + durable("$12::bool", "$13::bool") + `)
-				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, $14)
-			ON CONFLICT DO NOTHING RETURNING token`,
+		// failover.go): on the timeline the store recorded; for an
+		// Unkeyed claim (insertUnkeyed) also not within the failover
+		// window ($11, the latest notice it trusts) and durable where a
+		// failover can go. Otherwise it writes the null key too, and the
+		// locked path finds out why. Its commit waits as
+		// synchronous_commit = on at least (syncOn) whatever the
+		// session's setting.
+		insert:        insertWhere(onTimeline("NULL"), "$11"),
+		insertUnkeyed: insertWhere(onTimeline("$11")+` AND `+durable("true"), "$12"),
 		// insertMany is insert for many keys at once (group commit): it
 		// returns the keys it inserted, and their tokens.
 		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)
 			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope, v.definition
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
-				$11::timestamptz[], $12::bool[], $14::int8[])
+				$11::timestamptz[], $12::bool[], $13::int8[])
 				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition)
 			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
 				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
-				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need", "$13::bool") + `
+				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need") + `
 			ON CONFLICT DO NOTHING RETURNING key, token`,
 		// besideForUpdate finds the records of tool $1 and session $2
 		// beside its session's slot, other than $3.

@@ -137,6 +137,8 @@ type call struct {
 	cause                           error // why the action's outcome is what it is
 	policy                          *backoff.ExponentialBackOff
 	replayedAt                      atomic.Int64 // the last attempt the destination said it replayed (DestinationReplayed)
+	replayedAnother                 atomic.Int64 // the last attempt the tool knows it replayed another call's request for
+	expired                         bool         // the call's claim was granted over the key's expired record (storekit.ClaimResult.Expired)
 
 	final State  // the state the record phase writes
 	ans   answer // what the call answers
@@ -479,7 +481,7 @@ func (c *call) begin(res storekit.ClaimResult) {
 		h(c.ctx, ClaimedEvent{Tool: c.t.name, RequestRef: c.ref, TookOver: res.TookOver, Attempts: res.Record.Attempts})
 	}
 	c.token, c.claimed, c.attempt = res.Record.Token, res.Record, res.Record.Attempts
-	c.leaseUntil = res.Record.LeaseExpiry
+	c.leaseUntil, c.expired = res.Record.LeaseExpiry, res.Expired
 	if res.TookOver {
 		c.effect = effectMaybe
 		c.heldUntil = inFlightUntil(res)
@@ -595,10 +597,13 @@ func (c *call) attemptOnce() outcome {
 	if err == nil {
 		c.final = Succeeded
 		c.ans = answer{reason: reasonSucceeded, attempts: c.attempt, result: out}
-		if c.replayedAt.Load() == int64(c.attempt) && c.claimed.Attempts == 0 && c.effect == effectNone {
-			// No earlier call attempted this action, and nothing this
-			// call sent may have landed: what the destination replayed
-			// was another caller's request.
+		if at := int64(c.attempt); c.replayedAt.Load() == at && (c.claimed.Attempts > 0 || c.expired || c.replayedAnother.Load() == at) {
+			// The record proves that an earlier call attempted this action (or
+			// did it, and its record expired),
+			// and that attempt may have been the first the destination saw:
+			// the replay is of that call's request. Otherwise the replay
+			// is of this call's own request (a resend it did not see, by
+			// a transport or a proxy): its own success.
 			c.ans.reason = reasonDestinationReplayed
 		}
 		return attemptSucceeded

@@ -155,15 +155,29 @@ func RequestUUID(ctx context.Context) string {
 // its destination answered this attempt with the outcome of an earlier
 // request instead of acting: it had seen the request's key (an HTTP API's
 // Idempotent-Replayed: true), or a retrysafe MCP server answered
-// replayed. Call it before the tool returns. If the attempt succeeds and
-// no earlier attempt of this action may have acted, the envelope says
-// replayed, with a note: the effect happened once, before this call, at
-// another caller's request. After an earlier attempt of its own that may
-// have acted, the replay is most likely that attempt's, and the envelope
-// is an ordinary success. Outside a guarded tool's attempt, and from a
-// reconciler, it does nothing.
+// replayed. Call it before the tool returns. A replay is told as one
+// only when the action's record proves that an earlier call attempted it
+// — that attempt may have been the first the destination saw: the
+// envelope then says replayed, with a note that the effect happened once,
+// for an earlier request. Otherwise the replay is of this call's own
+// request (resent by a transport or a proxy the tool did not see, or by
+// its own earlier attempt) and the envelope is an ordinary success.
+// Outside a guarded tool's attempt, and from a reconciler, it does
+// nothing.
 func DestinationReplayed(ctx context.Context) {
 	if a, ok := ctx.Value(replayKey).(*attemptCtx); ok {
+		a.c.replayedAt.Store(int64(a.attempt))
+	}
+}
+
+// DestinationReplayedAnother is DestinationReplayed for a tool that knows
+// the replayed request was not this call's: it saw the destination do the
+// action for another call before this call's request was sent (as
+// agenttool/mcptool's client does). The envelope says replayed whatever
+// the record holds.
+func DestinationReplayedAnother(ctx context.Context) {
+	if a, ok := ctx.Value(replayKey).(*attemptCtx); ok {
+		a.c.replayedAnother.Store(int64(a.attempt))
 		a.c.replayedAt.Store(int64(a.attempt))
 	}
 }

@@ -16,7 +16,7 @@ import (
 // A replayed success says that the server did the action for an earlier
 // request, which may be a copy of this very request: a proxy delivered it
 // twice and the answer of the copy that ran was lost. The client's
-// envelope says replayed (agenttool.DestinationReplayed) only if the
+// envelope says replayed (agenttool.DestinationReplayedAnother) only if the
 // action was seen done, by another call, before this call's request was
 // sent: then no copy of it can have done it. Otherwise the success is an
 // ordinary one, which is what the engine answers whenever an attempt of
@@ -51,7 +51,7 @@ func (m *sightings) success(ctx context.Context, env envelope.Envelope, sent tim
 	defer m.mu.Unlock()
 	if s, ok := m.first[env.RequestRef]; ok {
 		if env.Replayed && s.by != ours && s.at.Before(sent) {
-			agenttool.DestinationReplayed(ctx)
+			agenttool.DestinationReplayedAnother(ctx)
 		}
 		return
 	}

@@ -213,7 +213,9 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	}
 	found := func(res ClaimResult) (ClaimDecision, error) { return ClaimDecision{Result: res}, nil }
 	if existing == nil || existing.expired(req.Now) {
-		return claim(false, false, 0, time.Time{})
+		d, err := claim(false, false, 0, time.Time{})
+		d.Result.Expired = d.Result.Claimed && existing != nil
+		return d, err
 	}
 	if !existing.State.Valid() {
 		return ClaimDecision{}, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)

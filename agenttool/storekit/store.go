@@ -411,6 +411,10 @@ type ClaimResult struct {
 	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
 	// record (Record is then zero).
 	Blocked *Record
+	// Expired is set on a claim granted over the key's settled record,
+	// kept past its lifetime: an earlier call did the key's action, which
+	// a destination that keeps keys longer may replay.
+	Expired bool
 	// Lost is set when the store had no record of the key but may have
 	// lost it: it went back in time a short while before (a failover to a
 	// standby that had not received the primary's last writes), and the

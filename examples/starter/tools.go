@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/httponce"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -51,7 +52,10 @@ type guardedTools struct {
 // it asks the search first (the Reconciler), and posts again only if the
 // search proves the message absent.
 func newTools(store agenttool.Store, invoiceURL, chatURL string, log func(string, ...any)) (*guardedTools, error) {
-	client := &http.Client{}
+	// httponce's client sends each attempt's request once: net/http
+	// would resend a keyed POST by itself when a keep-alive connection
+	// breaks after the request went out.
+	client := httponce.Client(nil)
 
 	createInvoice, err := agenttool.New("create_invoice",
 		"Create one invoice. Input: a JSON object with customer, description, amount_cents and currency.",
@@ -145,8 +149,8 @@ func postJSON(ctx context.Context, client *http.Client, url, key string, in, out
 		return &envelope.HTTPError{StatusCode: resp.StatusCode, Method: http.MethodPost, Message: string(bytes.TrimSpace(data))}
 	}
 	if resp.Header.Get("Idempotent-Replayed") == "true" {
-		// The API answered an earlier request's response: if that request
-		// was not one of this call's, the envelope says replayed.
+		// The API answered an earlier request's response: when the record
+		// proves an earlier call sent it, the envelope says replayed.
 		agenttool.DestinationReplayed(ctx)
 	}
 	if err := json.Unmarshal(data, out); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/httponce"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -52,7 +53,7 @@ func SetupBooking(ctx context.Context, env *Env) (*Scenario, error) {
 		svc.Close()
 		return nil, err
 	}
-	tool, err := NewBookTool(svc.URL, &http.Client{}, logf, agenttool.Options{Store: store})
+	tool, err := NewBookTool(svc.URL, httponce.Client(nil), logf, agenttool.Options{Store: store})
 	if err != nil {
 		store.Close()
 		svc.Close()

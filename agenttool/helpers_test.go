@@ -3,6 +3,7 @@ package agenttool_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -328,3 +329,6 @@ func untilLeaseLapses(t *testing.T, store agenttool.Store, key string, grace tim
 		time.Sleep(time.Until(end) + time.Millisecond) // until the end the store records, then read it again
 	}
 }
+
+// TestMain gives the PostgreSQL tests a server (pgtest.Main).
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

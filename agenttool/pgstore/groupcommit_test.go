@@ -41,7 +41,7 @@ func newBatchFixture(t *testing.T, params string) *batchFixture {
 	}
 	migrated.Close()
 	app := fmt.Sprintf("batch_%d", time.Now().UnixNano())
-	store, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url + "&application_name=" + app + params, Schema: schema})
+	store, err := pgstore.Open(context.Background(), &pgstore.Options{URL: pgtest.Param(t, url, "application_name="+app+params), Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

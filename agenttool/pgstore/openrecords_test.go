@@ -285,7 +285,7 @@ func TestAStoreThatGrewKeepsNoPlanMadeForItsEmptyTable(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	// One connection: the one that runs everything, and is looked at.
-	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url + "&pool_max_conns=1", Schema: pgtest.Schema(t, url)})
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.Param(t, url, "pool_max_conns=1"), Schema: pgtest.Schema(t, url)})
 	if err != nil {
 		t.Fatal(err)
 	}

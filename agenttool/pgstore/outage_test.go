@@ -24,7 +24,7 @@ func TestOutage(t *testing.T) {
 	pgtest.URL(t) // skipped, loudly, without PostgreSQL
 	srv := pgtest.StartServer(t)
 	ctx := context.Background()
-	store, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL() + "&connect_timeout=2"})
+	store, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.Param(t, srv.URL(), "connect_timeout=2")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestOutage_TerminatedBackendsNeverMakeAnEnvelopeLie(t *testing.T) {
 func terminateMidCall(t *testing.T, extra string) {
 	url := pgtest.URL(t)
 	app := fmt.Sprintf("killed_%d", time.Now().UnixNano())
-	surl := url + "&application_name=" + app + extra
+	surl := pgtest.Param(t, url, "application_name="+app+extra)
 	schema := pgtest.Schema(t, url)
 	migrated, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
 	if err != nil {

@@ -186,9 +186,4 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	if os.Getenv("DATABASE_URL") == "" {
-		println("pgstore: DATABASE_URL is not set; PostgreSQL tests will be SKIPPED (bash .ci/run sets it)")
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RETRYSAFE_TEST_AS_COMMAND") == "1" {
 		main()
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m))
 }
 
 // result is what one run of the command printed and returned.

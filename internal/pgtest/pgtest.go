@@ -31,7 +31,7 @@ func URL(t testing.TB) string {
 	t.Helper()
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
-		t.Skip("SKIPPING PostgreSQL test: DATABASE_URL is not set (bash .ci/run starts a private server and sets it)")
+		t.Skip("SKIPPING PostgreSQL test: DATABASE_URL is not set and no private server started (PostgreSQL's server binaries not found: install postgresql, or set RETRYSAFE_PG_BIN or DATABASE_URL)")
 	}
 	return url
 }

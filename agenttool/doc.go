@@ -46,8 +46,11 @@
 // compared every time a key is met again: other input under the same key is
 // refused with key_reused_with_different_input and the first record is left
 // untouched. The printable key is the request reference ("send_email/…"):
-// the tool finds it with [RequestRef] and passes it downstream
-// (Idempotency-Key header, Message-ID, client reference).
+// the tool finds it with [RequestRef] and passes it downstream: as the
+// Idempotency-Key of a destination that honours one ([Keyed]), otherwise
+// where the destination keeps it (a Message-ID, a client reference). An
+// HTTP tool sends through agenttool/httpsend, so that nothing below it
+// sends a request twice.
 //
 // Two inputs the tool cannot tell apart are one action:
 //
@@ -96,8 +99,10 @@
 // destination that wants a UUID as the client reference gets one from
 // [RequestUUID]. A tool whose destination says it replayed an earlier
 // request with the same key tells the call with [DestinationReplayed]; the
-// success then says replayed unless an attempt of its own may have landed
-// first.
+// success then says replayed only when the action's record proves an
+// earlier call's attempt that may have been the first (otherwise the
+// first copy may have been this attempt's own request, sent twice below
+// the tool).
 //
 // # Side-effect classes
 //

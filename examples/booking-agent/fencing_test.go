@@ -10,6 +10,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/httpsend"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -57,8 +58,11 @@ func (p *pausedSend) RoundTrip(req *http.Request) (*http.Response, error) {
 		<-p.resume
 		req = req.WithContext(context.WithoutCancel(req.Context()))
 	}
-	return http.DefaultTransport.RoundTrip(req)
+	return sender.RoundTrip(req)
 }
+
+// sender sends the replicas' requests, each at most once per attempt.
+var sender = &httpsend.Transport{}
 
 // replicas are two replicas of the booking agent on one store and one
 // clock, in front of one booking service: the first one's request pauses.
@@ -88,7 +92,7 @@ func newReplicas(t *testing.T) *replicas {
 	if r.paused, err = demo.NewBookTool(svc.URL, &http.Client{Transport: r.send}, t.Logf, opts); err != nil {
 		t.Fatal(err)
 	}
-	if r.other, err = demo.NewBookTool(svc.URL, &http.Client{}, t.Logf, opts); err != nil {
+	if r.other, err = demo.NewBookTool(svc.URL, &http.Client{Transport: sender}, t.Logf, opts); err != nil {
 		t.Fatal(err)
 	}
 	return r

@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
-	"github.com/retrysafe/retrysafe/agenttool/httponce"
+	"github.com/retrysafe/retrysafe/agenttool/httpsend"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -48,14 +47,17 @@ type guardedTools struct {
 //
 // post_message is Reconcilable: the chat API does not deduplicate, but it
 // can be searched by the client_msg_id the tool sends (the request
-// reference). After a lost response, retrysafe never posts again blindly:
-// it asks the search first (the Reconciler), and posts again only if the
+// reference, in the body: not as an Idempotency-Key, which the API would
+// ignore). After a lost response, retrysafe never posts again blindly: it
+// asks the search first (the Reconciler), and posts again only if the
 // search proves the message absent.
+//
+// Both send through an httpsend.Transport: each attempt is one request at
+// most. net/http alone may send a POST again by itself (one with an
+// Idempotency-Key header, when a reused connection breaks after it was
+// written), and a chat API would post twice.
 func newTools(store agenttool.Store, invoiceURL, chatURL string, log func(string, ...any)) (*guardedTools, error) {
-	// httponce's client sends each attempt's request once: net/http
-	// would resend a keyed POST by itself when a keep-alive connection
-	// breaks after the request went out.
-	client := httponce.Client(nil)
+	client := &http.Client{Transport: &httpsend.Transport{}}
 
 	createInvoice, err := agenttool.New("create_invoice",
 		"Create one invoice. Input: a JSON object with customer, description, amount_cents and currency.",
@@ -118,9 +120,10 @@ func newTools(store agenttool.Store, invoiceURL, chatURL string, log func(string
 
 // postJSON POSTs in as JSON (with an Idempotency-Key header if key is not
 // empty) and decodes the response into out. Its errors say what retrysafe
-// needs to know: a non-2xx status is an envelope.HTTPError (400 and 422
-// definite, 503 transient, 500 unknown for a POST); a lost response is the
-// transport's error, which envelope.Classify calls unknown.
+// needs to know: a non-2xx status is an envelope.HTTPError, from
+// httpsend.Check (400 and 422 definite, 503 transient, 500 unknown for a
+// POST); a lost response is the transport's error, unknown (transient if
+// the request was never sent).
 func postJSON(ctx context.Context, client *http.Client, url, key string, in, out any, log func(string, ...any)) error {
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -141,20 +144,17 @@ func postJSON(ctx context.Context, client *http.Client, url, key string, in, out
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return envelope.MarkUnknown(fmt.Errorf("reading the response: %w", err)) // it was sent
-	}
-	if resp.StatusCode/100 != 2 {
-		return &envelope.HTTPError{StatusCode: resp.StatusCode, Method: http.MethodPost, Message: string(bytes.TrimSpace(data))}
+	if err := httpsend.Check(resp); err != nil {
+		return err
 	}
 	if resp.Header.Get("Idempotent-Replayed") == "true" {
-		// The API answered an earlier request's response: when the record
-		// proves an earlier call sent it, the envelope says replayed.
+		// The API answered an earlier request's response: if the store's
+		// record proves an earlier call's attempt, the envelope says
+		// replayed.
 		agenttool.DestinationReplayed(ctx)
 	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return envelope.MarkUnknown(fmt.Errorf("unreadable response: %w", err))
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return envelope.MarkUnknown(fmt.Errorf("reading the response: %w", err)) // it was done
 	}
 	return nil
 }
@@ -170,8 +170,8 @@ func getJSON(ctx context.Context, client *http.Client, url string, out any) erro
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return &envelope.HTTPError{StatusCode: resp.StatusCode, Method: http.MethodGet}
+	if err := httpsend.Check(resp); err != nil {
+		return err
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }

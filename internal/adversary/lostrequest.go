@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/httpsend"
 	"github.com/retrysafe/retrysafe/internal/demo"
 )
 
@@ -42,7 +43,7 @@ func WithLostRequests(ex demo.Example, n int) demo.Example {
 			svc.Close()
 			return nil, err
 		}
-		client := &http.Client{Transport: &losing{base: http.DefaultTransport, left: n, log: logf}}
+		client := &http.Client{Transport: &losing{base: &httpsend.Transport{}, left: n, log: logf}}
 		tool, err := demo.NewBookTool(svc.URL, client, logf, agenttool.Options{Store: store})
 		if err != nil {
 			store.Close()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
-	"github.com/retrysafe/retrysafe/agenttool/httponce"
+	"github.com/retrysafe/retrysafe/agenttool/httpsend"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -53,7 +53,7 @@ func SetupBooking(ctx context.Context, env *Env) (*Scenario, error) {
 		svc.Close()
 		return nil, err
 	}
-	tool, err := NewBookTool(svc.URL, httponce.Client(nil), logf, agenttool.Options{Store: store})
+	tool, err := NewBookTool(svc.URL, &http.Client{Transport: &httpsend.Transport{}}, logf, agenttool.Options{Store: store})
 	if err != nil {
 		store.Close()
 		svc.Close()
@@ -73,7 +73,10 @@ func SetupBooking(ctx context.Context, env *Env) (*Scenario, error) {
 // with the booking already made) and fenced (the claim's token is the
 // Fencing-Token, so the service refuses a request from a holder whose
 // claim was taken over), with a reconciler that asks the service by key.
-// opts gives the store (and, in tests, the clock); the rest is set here.
+// client sends through an httpsend.Transport, so that each attempt is one
+// request at most; a status that is not 2xx is an envelope.HTTPError (a
+// 422 is definite, a 409 or 503 transient). opts gives the store (and, in
+// tests, the clock); the rest is set here.
 func NewBookTool(url string, client *http.Client, logf func(string, ...any), opts agenttool.Options) (*agenttool.Tool, error) {
 	book := func(ctx context.Context, in BookingRequest) (Booking, error) {
 		body, _ := json.Marshal(in)

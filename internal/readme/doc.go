@@ -5,5 +5,5 @@
 // block, <!-- decls: … --> for top-level declarations), and vet the package
 // with the blocks added through an overlay; they check that every relative
 // link and #anchor points at a file and a heading that exist; and they hold
-// what the pages say of a tool's error text.
+// what the pages say of a tool's error text and of an HTTP status.
 package readme

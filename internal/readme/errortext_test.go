@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/httpsend"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -91,5 +94,49 @@ func TestReconcilerErrorTextReachesTheModel(t *testing.T) {
 	}
 	if !strings.Contains(env.Error.Message, "http://search.internal:9200/messages: 503") {
 		t.Errorf("the model reads %q; want the reconciler's error quoted", env.Error.Message)
+	}
+}
+
+// TestHTTPStatusReachesTheModelAsItsClass holds what "A tool over HTTP"
+// says: a response that is not 2xx, returned as httpsend.Check makes it
+// (an envelope.HTTPError), answers by its status, a refusal as a definite
+// failure with the API's message; the same status returned as a plain
+// error answers unknown_outcome.
+func TestHTTPStatusReachesTheModelAsItsClass(t *testing.T) {
+	const refusal = `{"error":"amount_cents must be positive"}`
+	for _, tc := range []struct {
+		name    string
+		status  int
+		plain   bool // returned as fmt.Errorf, not through httpsend.Check
+		want    envelope.Status
+		code    string
+		message string
+	}{
+		{"422 through Check", 422, false, envelope.DefiniteFailure, "http_422", "HTTP 422 Unprocessable Entity: " + refusal},
+		{"422 as a plain error", 422, true, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown, "the outcome is unknown: create_invoice: HTTP 422"},
+		{"503 through Check", 503, false, envelope.DefiniteFailure, envelope.CodeUnavailable, "not applied; the destination is unavailable: HTTP 503 Service Unavailable: " + refusal},
+		{"500 through Check", 500, false, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown, "the outcome is unknown: HTTP 500 Internal Server Error: " + refusal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			create, err := agenttool.New("create_invoice", "Create one invoice.", func(context.Context, struct {
+				Customer string `json:"customer"`
+			}) (string, error) {
+				req, _ := http.NewRequest(http.MethodPost, "https://billing.example/invoices", nil)
+				resp := &http.Response{StatusCode: tc.status, Request: req, Body: io.NopCloser(strings.NewReader(refusal))}
+				if tc.plain {
+					return "", fmt.Errorf("create_invoice: HTTP %d", resp.StatusCode)
+				}
+				return "", httpsend.Check(resp)
+			}, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+				Retry: agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := agenttool.WithScope(context.Background(), "tenant-1/user-1", "conversation-1")
+			env := create.Invoke(ctx, `{"customer":"ACME Corp"}`)
+			if env.Status != tc.want || env.Error == nil || env.Error.Code != tc.code || env.Error.Message != tc.message {
+				t.Errorf("answered %s; want %s with {%q, %q}", env, tc.want, tc.code, tc.message)
+			}
+		})
 	}
 }

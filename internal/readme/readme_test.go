@@ -32,9 +32,9 @@ var imports = map[string]string{
 	"github.com/modelcontextprotocol/go-sdk/auth":        "auth.RequireBearerToken",
 	"github.com/retrysafe/retrysafe/agenttool":           "agenttool.New[struct{}, string]",
 	"github.com/retrysafe/retrysafe/agenttool/boltstore": "boltstore.Open",
-	"github.com/retrysafe/retrysafe/agenttool/httponce":  "httponce.Check",
 	"io": "io.EOF",
 	"github.com/retrysafe/retrysafe/agenttool/console":                 "console.New",
+	"github.com/retrysafe/retrysafe/agenttool/httpsend":                "httpsend.Check",
 	"github.com/retrysafe/retrysafe/agenttool/pgstore":                 "pgstore.Open",
 	"github.com/retrysafe/retrysafe/agenttool/langchain":               "langchain.WithToolSchemas",
 	"github.com/retrysafe/retrysafe/agenttool/mcptool":                 "mcptool.Register",
@@ -157,10 +157,11 @@ func writeSnippet(src *strings.Builder, where string, n int, m [][]byte) {
 	src.WriteString("}\n")
 }
 
-// split separates a snippet's top-level declarations (types, funcs) from
-// its statements, drops its import block, and turns the elisions ("...",
-// "…") into code; variables a statement declares are used once, so that
-// the snippet need not use them.
+// split separates a snippet's top-level declarations (types, funcs, and
+// variables declared on one line at the left margin) from its
+// statements, drops its import block, and turns the elisions ("...", "…")
+// into code; variables a statement declares are used once, so that the
+// snippet need not use them.
 func split(snippet string) (top, body string) {
 	var tb, bb strings.Builder
 	var used []string
@@ -172,6 +173,9 @@ func split(snippet string) (top, body string) {
 			for i < len(lines) && lines[i] != ")" {
 				i++
 			}
+			continue
+		case strings.HasPrefix(line, "var ") && !strings.HasSuffix(line, "("):
+			tb.WriteString(elide(line) + "\n")
 			continue
 		case strings.HasPrefix(line, "type ") || strings.HasPrefix(line, "func "):
 			for ; i < len(lines); i++ {

@@ -17,31 +17,31 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/einotool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/modeltest"
 	"github.com/retrysafe/retrysafe/internal/adaptertest"
 	"github.com/retrysafe/retrysafe/internal/einochat"
-	"github.com/retrysafe/retrysafe/internal/fakellm"
 )
 
 // play serves the turns, one reply per request and then a final answer,
 // as a Chat Completions model on loopback, and runs a real Eino react
 // agent with the guarded tools over it. It returns what the model read.
-func play(t *testing.T, cfg compose.ToolsNodeConfig, turns ...fakellm.Reply) (read []string, srv *fakellm.Server) {
+func play(t *testing.T, cfg compose.ToolsNodeConfig, turns ...modeltest.Reply) (read []string, srv *modeltest.Server) {
 	t.Helper()
 	n := 0
-	srv = fakellm.ChatCompletions(func(results []string) fakellm.Reply {
+	srv = modeltest.ChatCompletions(func(results []string) modeltest.Reply {
 		read = results
 		n++
 		if n <= len(turns) {
 			return turns[n-1]
 		}
-		return fakellm.Final("Done.")
+		return modeltest.Final("Done.")
 	})
 	url, stop, err := srv.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	model := einochat.New(openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey(fakellm.Key), option.WithMaxRetries(0)), "test-model")
+	model := einochat.New(openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey(modeltest.Key), option.WithMaxRetries(0)), "test-model")
 
 	ctx := agenttool.WithScope(t.Context(), "tenant-42/user-7", "conversation-9")
 	agent, err := react.NewAgent(ctx, &react.AgentConfig{ToolCallingModel: model, ToolsConfig: cfg, MaxStep: 2*len(turns) + 4})
@@ -58,7 +58,7 @@ func play(t *testing.T, cfg compose.ToolsNodeConfig, turns ...fakellm.Reply) (re
 	return read, srv
 }
 
-func send(args string) fakellm.Call { return fakellm.Call{Name: "send_email", Arguments: args} }
+func send(args string) modeltest.Call { return modeltest.Call{Name: "send_email", Arguments: args} }
 
 func config(t *testing.T, tools ...*agenttool.Tool) compose.ToolsNodeConfig {
 	t.Helper()
@@ -81,7 +81,7 @@ func wantCodes(t *testing.T, results []string, want ...string) {
 func TestLostReplyIsOneEffect(t *testing.T) {
 	mail := adaptertest.NewMail(1, false)
 	results, _ := play(t, config(t, mail.Tool(t)),
-		fakellm.Calls(send(adaptertest.Base)), fakellm.Calls(send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base)), modeltest.Calls(send(adaptertest.Again)))
 	wantCodes(t, results, "success+reconciled", "success+replayed+reconciled")
 	mail.Check(t, 1)
 }
@@ -92,7 +92,7 @@ func TestLostReplyIsOneEffect(t *testing.T) {
 func TestRewordedCopyAfterUnknownIsHeld(t *testing.T) {
 	mail := adaptertest.NewMail(1, true)
 	results, _ := play(t, config(t, mail.Tool(t)),
-		fakellm.Calls(send(adaptertest.Base)), fakellm.Calls(send(adaptertest.Reworded)), fakellm.Calls(send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base)), modeltest.Calls(send(adaptertest.Reworded)), modeltest.Calls(send(adaptertest.Again)))
 	wantCodes(t, results, "unknown_outcome/outcome_unknown", "unknown_outcome/earlier_action_unknown", "unknown_outcome/outcome_unknown")
 	mail.Check(t, 1)
 }
@@ -103,7 +103,7 @@ func TestRewordedCopyAfterUnknownIsHeld(t *testing.T) {
 func TestParallelCallsInOneMessageRunInOrder(t *testing.T) {
 	mail := adaptertest.NewMail(1, true)
 	results, srv := play(t, config(t, mail.Tool(t)),
-		fakellm.Calls(send(adaptertest.Base), send(adaptertest.Base), send(adaptertest.Reworded), send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base), send(adaptertest.Base), send(adaptertest.Reworded), send(adaptertest.Again)))
 	wantCodes(t, results, "unknown_outcome/outcome_unknown", "unknown_outcome/outcome_unknown",
 		"unknown_outcome/earlier_action_unknown", "unknown_outcome/outcome_unknown")
 	mail.Check(t, 1)
@@ -125,7 +125,7 @@ func TestConcurrentCopiesAreOneEffect(t *testing.T) {
 	cfg := config(t, mail.Tool(t))
 	cfg.ExecuteSequentially = false
 	results, _ := play(t, cfg,
-		fakellm.Calls(send(adaptertest.Base), send(adaptertest.Again), send(adaptertest.Base), send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base), send(adaptertest.Again), send(adaptertest.Base), send(adaptertest.Again)))
 	adaptertest.CheckOneFresh(t, adaptertest.Read(t, results))
 	mail.Check(t, 1)
 }
@@ -140,7 +140,7 @@ func TestConcurrentDistinctActionsRunOneAtATime(t *testing.T) {
 		mail := adaptertest.NewMail(1, silent)
 		cfg := config(t, mail.Tool(t))
 		cfg.ExecuteSequentially = false
-		results, _ := play(t, cfg, fakellm.Calls(send(adaptertest.Distinct[0]), send(adaptertest.Distinct[1])))
+		results, _ := play(t, cfg, modeltest.Calls(send(adaptertest.Distinct[0]), send(adaptertest.Distinct[1])))
 		adaptertest.CheckOneAtATime(t, mail, adaptertest.Read(t, results), silent)
 	}
 }
@@ -149,8 +149,8 @@ func TestConcurrentDistinctActionsRunOneAtATime(t *testing.T) {
 // answered as tool messages; nothing runs and the run goes on.
 func TestRefusalsAreToolMessages(t *testing.T) {
 	mail := adaptertest.NewMail(0, false)
-	results, _ := play(t, config(t, mail.Tool(t)), fakellm.Calls(
-		fakellm.Call{Name: "send_emial", Arguments: adaptertest.Base},
+	results, _ := play(t, config(t, mail.Tool(t)), modeltest.Calls(
+		modeltest.Call{Name: "send_emial", Arguments: adaptertest.Base},
 		send(`{"to":"ana@example.com","subject":`),
 		send(`{"to":"ana@example.com","subject":"Invoice 42","body":"Hi","idempotencyKey":"k-1"}`),
 	))
@@ -192,7 +192,7 @@ func TestCallIDReachesHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	play(t, config(t, echo), fakellm.Calls(fakellm.Call{Name: "echo", Arguments: `{"text":"a"}`}, fakellm.Call{Name: "echo", Arguments: `{"text":"b"}`}))
+	play(t, config(t, echo), modeltest.Calls(modeltest.Call{Name: "echo", Arguments: `{"text":"a"}`}, modeltest.Call{Name: "echo", Arguments: `{"text":"b"}`}))
 	if want := []string{"call_1", "call_2"}; !slices.Equal(seen, want) {
 		t.Errorf("hooks saw call ids %v, want %v", seen, want)
 	}

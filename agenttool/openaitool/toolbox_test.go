@@ -13,31 +13,31 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/modeltest"
 	"github.com/retrysafe/retrysafe/agenttool/openaitool"
 	"github.com/retrysafe/retrysafe/internal/adaptertest"
-	"github.com/retrysafe/retrysafe/internal/fakellm"
 )
 
 // play serves the turns, one reply per request and then a final answer,
 // as a Chat Completions model on loopback, and runs the user's loop over
 // the real openai-go client. It returns what the model read.
-func play(t *testing.T, box *openaitool.Toolbox, concurrent bool, turns ...fakellm.Reply) (results []string, srv *fakellm.Server) {
+func play(t *testing.T, box *openaitool.Toolbox, concurrent bool, turns ...modeltest.Reply) (results []string, srv *modeltest.Server) {
 	t.Helper()
 	n := 0
-	srv = fakellm.ChatCompletions(func(read []string) fakellm.Reply {
+	srv = modeltest.ChatCompletions(func(read []string) modeltest.Reply {
 		results = read
 		n++
 		if n <= len(turns) {
 			return turns[n-1]
 		}
-		return fakellm.Final("Done.")
+		return modeltest.Final("Done.")
 	})
 	url, stop, err := srv.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey(fakellm.Key), option.WithMaxRetries(0))
+	client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey(modeltest.Key), option.WithMaxRetries(0))
 	ctx := agenttool.WithScope(t.Context(), "tenant-42/user-7", "conversation-9")
 
 	params := openai.ChatCompletionNewParams{Model: "test-model", Tools: box.Definitions(),
@@ -65,7 +65,7 @@ func play(t *testing.T, box *openaitool.Toolbox, concurrent bool, turns ...fakel
 	return nil, nil
 }
 
-func send(args string) fakellm.Call { return fakellm.Call{Name: "send_email", Arguments: args} }
+func send(args string) modeltest.Call { return modeltest.Call{Name: "send_email", Arguments: args} }
 
 func toolbox(t *testing.T, tools ...*agenttool.Tool) *openaitool.Toolbox {
 	t.Helper()
@@ -88,7 +88,7 @@ func wantCodes(t *testing.T, results []string, want ...string) {
 func TestLostReplyIsOneEffect(t *testing.T) {
 	mail := adaptertest.NewMail(1, false)
 	results, _ := play(t, toolbox(t, mail.Tool(t)), false,
-		fakellm.Calls(send(adaptertest.Base)), fakellm.Calls(send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base)), modeltest.Calls(send(adaptertest.Again)))
 	wantCodes(t, results, "success+reconciled", "success+replayed+reconciled")
 	mail.Check(t, 1)
 }
@@ -99,7 +99,7 @@ func TestLostReplyIsOneEffect(t *testing.T) {
 func TestRewordedCopyAfterUnknownIsHeld(t *testing.T) {
 	mail := adaptertest.NewMail(1, true)
 	results, _ := play(t, toolbox(t, mail.Tool(t)), false,
-		fakellm.Calls(send(adaptertest.Base)), fakellm.Calls(send(adaptertest.Reworded)), fakellm.Calls(send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base)), modeltest.Calls(send(adaptertest.Reworded)), modeltest.Calls(send(adaptertest.Again)))
 	wantCodes(t, results, "unknown_outcome/outcome_unknown", "unknown_outcome/earlier_action_unknown", "unknown_outcome/outcome_unknown")
 	mail.Check(t, 1)
 }
@@ -110,7 +110,7 @@ func TestRewordedCopyAfterUnknownIsHeld(t *testing.T) {
 func TestParallelCallsInOneMessageRunInOrder(t *testing.T) {
 	mail := adaptertest.NewMail(1, true)
 	results, srv := play(t, toolbox(t, mail.Tool(t)), false,
-		fakellm.Calls(send(adaptertest.Base), send(adaptertest.Base), send(adaptertest.Reworded), send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base), send(adaptertest.Base), send(adaptertest.Reworded), send(adaptertest.Again)))
 	wantCodes(t, results, "unknown_outcome/outcome_unknown", "unknown_outcome/outcome_unknown",
 		"unknown_outcome/earlier_action_unknown", "unknown_outcome/outcome_unknown")
 	mail.Check(t, 1)
@@ -129,7 +129,7 @@ func TestParallelCallsInOneMessageRunInOrder(t *testing.T) {
 func TestConcurrentCopiesAreOneEffect(t *testing.T) {
 	mail := adaptertest.NewMail(1, false)
 	results, _ := play(t, toolbox(t, mail.Tool(t)), true,
-		fakellm.Calls(send(adaptertest.Base), send(adaptertest.Again), send(adaptertest.Base), send(adaptertest.Again)))
+		modeltest.Calls(send(adaptertest.Base), send(adaptertest.Again), send(adaptertest.Base), send(adaptertest.Again)))
 	adaptertest.CheckOneFresh(t, adaptertest.Read(t, results))
 	mail.Check(t, 1)
 }
@@ -143,7 +143,7 @@ func TestConcurrentDistinctActionsRunOneAtATime(t *testing.T) {
 	for _, silent := range []bool{true, false} {
 		mail := adaptertest.NewMail(1, silent)
 		results, _ := play(t, toolbox(t, mail.Tool(t)), true,
-			fakellm.Calls(send(adaptertest.Distinct[0]), send(adaptertest.Distinct[1])))
+			modeltest.Calls(send(adaptertest.Distinct[0]), send(adaptertest.Distinct[1])))
 		adaptertest.CheckOneAtATime(t, mail, adaptertest.Read(t, results), silent)
 	}
 }
@@ -152,12 +152,12 @@ func TestConcurrentDistinctActionsRunOneAtATime(t *testing.T) {
 // answered as tool messages; nothing runs and the loop goes on.
 func TestRefusalsAreToolMessages(t *testing.T) {
 	mail := adaptertest.NewMail(0, false)
-	results, _ := play(t, toolbox(t, mail.Tool(t)), false, fakellm.Calls(
-		fakellm.Call{Name: "send_emial", Arguments: adaptertest.Base},
+	results, _ := play(t, toolbox(t, mail.Tool(t)), false, modeltest.Calls(
+		modeltest.Call{Name: "send_emial", Arguments: adaptertest.Base},
 		send(`{"to":"ana@example.com","subject":`),
 		send(``),
 		send(`{"to":"ana@example.com","subject":"Invoice 42","body":"Hi","idempotencyKey":"k-1"}`),
-		fakellm.Call{Name: "", Arguments: `{}`},
+		modeltest.Call{Name: "", Arguments: `{}`},
 	))
 	wantCodes(t, results, "definite_failure/unknown_tool", "definite_failure/invalid_input", "definite_failure/invalid_input",
 		"definite_failure/model_supplied_key", "definite_failure/unknown_tool")
@@ -199,7 +199,7 @@ func TestCallIDReachesHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	play(t, toolbox(t, echo), false, fakellm.Calls(fakellm.Call{Name: "echo", Arguments: `{"text":"a"}`}, fakellm.Call{Name: "echo", Arguments: `{"text":"b"}`}))
+	play(t, toolbox(t, echo), false, modeltest.Calls(modeltest.Call{Name: "echo", Arguments: `{"text":"a"}`}, modeltest.Call{Name: "echo", Arguments: `{"text":"b"}`}))
 	if want := []string{"call_1", "call_2"}; !slices.Equal(seen, want) {
 		t.Errorf("hooks saw call ids %v, want %v", seen, want)
 	}

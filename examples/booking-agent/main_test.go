@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retrysafe/retrysafe/agenttool/modeltest"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
-	"github.com/retrysafe/retrysafe/internal/fakellm"
 )
 
 func TestFaults(t *testing.T) {
@@ -80,23 +80,23 @@ func TestOpenAIPath(t *testing.T) {
 func playTurns(t *testing.T, fault string, turns [][]string) (demo.Summary, string) {
 	t.Helper()
 	n := 0
-	srv := fakellm.ChatCompletions(func([]string) fakellm.Reply {
+	srv := modeltest.ChatCompletions(func([]string) modeltest.Reply {
 		if n >= len(turns) || len(turns[n]) == 0 {
-			return fakellm.Final("Done.")
+			return modeltest.Final("Done.")
 		}
-		var calls []fakellm.Call
+		var calls []modeltest.Call
 		for _, args := range turns[n] {
-			calls = append(calls, fakellm.Call{Name: "book_flight", Arguments: args})
+			calls = append(calls, modeltest.Call{Name: "book_flight", Arguments: args})
 		}
 		n++
-		return fakellm.Calls(calls...)
+		return modeltest.Calls(calls...)
 	})
 	url, stop, err := srv.Start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	env := map[string]string{"OPENAI_API_KEY": fakellm.Key, "OPENAI_BASE_URL": url + "/v1", "OPENAI_MODEL": "test-model"}
+	env := map[string]string{"OPENAI_API_KEY": modeltest.Key, "OPENAI_BASE_URL": url + "/v1", "OPENAI_MODEL": "test-model"}
 	var out bytes.Buffer
 	sum, err := demo.Run(context.Background(), example,
 		[]string{"-llm", "openai", "-fault", fault, "-db", filepath.Join(t.TempDir(), "r.db")}, &out,

@@ -1,8 +1,8 @@
 package adaptertest
 
 import (
+	"github.com/retrysafe/retrysafe/agenttool/modeltest"
 	"github.com/retrysafe/retrysafe/internal/adversary"
-	"github.com/retrysafe/retrysafe/internal/fakellm"
 )
 
 // Plan is send_email's action as the adversarial model restates it
@@ -17,17 +17,17 @@ var Plan = adversary.Plan{Tool: "send_email", Base: Base, Reworded: Reworded}
 // then, whatever it read, a message with the reworded copy, the resend,
 // a reworded copy that carries its own key and one that pastes a
 // reference back.
-func AdversaryTurns() []fakellm.Reply {
-	var first []fakellm.Call
+func AdversaryTurns() []modeltest.Reply {
+	var first []modeltest.Call
 	for _, v := range Plan.Variants() {
-		first = append(first, fakellm.Call{Name: "send_email", Arguments: v})
+		first = append(first, modeltest.Call{Name: "send_email", Arguments: v})
 	}
-	first = append(first, fakellm.Call{Name: "send_mail", Arguments: Base}, fakellm.Call{Name: "SEND_EMAIL", Arguments: Base})
-	second := []fakellm.Call{
+	first = append(first, modeltest.Call{Name: "send_mail", Arguments: Base}, modeltest.Call{Name: "SEND_EMAIL", Arguments: Base})
+	second := []modeltest.Call{
 		{Name: "send_email", Arguments: Reworded},
 		{Name: "send_email", Arguments: Base},
 		{Name: "send_email", Arguments: `{"to":"ana@example.com","subject":"Invoice 42 (resent)","body":"Hello again","request_id":"r-2"}`},
 		{Name: "send_email", Arguments: `{"to":"ana@example.com","subject":"Invoice 42","body":"Hi Ana, the invoice is attached.","meta":{"Idempotency_Key":"x"}}`},
 	}
-	return []fakellm.Reply{fakellm.Calls(first...), fakellm.Calls(second...)}
+	return []modeltest.Reply{modeltest.Calls(first...), modeltest.Calls(second...)}
 }

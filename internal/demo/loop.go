@@ -11,8 +11,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/modeltest"
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/fakellm"
 )
 
 // Loop is an example's own agent loop over openai-go, in place of
@@ -64,7 +64,7 @@ func runLoop(ctx context.Context, ex Example, llm, fault string, getenv func(str
 	switch llm {
 	case "scripted":
 		script := ex.Script(fault)
-		srv := fakellm.ChatCompletions(func(results []string) fakellm.Reply {
+		srv := modeltest.ChatCompletions(func(results []string) modeltest.Reply {
 			t := script(results)
 			checkMu.Lock()
 			defer checkMu.Unlock()
@@ -78,16 +78,16 @@ func runLoop(ctx context.Context, ex Example, llm, fault string, getenv func(str
 				}
 			}
 			if t.Tool == "" {
-				return fakellm.Final(t.Answer)
+				return modeltest.Final(t.Answer)
 			}
-			return fakellm.Calls(fakellm.Call{Name: t.Tool, Arguments: t.Args})
+			return modeltest.Calls(modeltest.Call{Name: t.Tool, Arguments: t.Args})
 		})
 		url, stop, err := srv.Start(ctx)
 		if err != nil {
 			return "", err
 		}
 		defer stop()
-		run.Client = openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey(fakellm.Key), option.WithMaxRetries(0))
+		run.Client = openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey(modeltest.Key), option.WithMaxRetries(0))
 		run.Model = "scripted"
 	case "openai":
 		key := getenv("OPENAI_API_KEY")

@@ -1,6 +1,6 @@
 // Package einochat is an Eino chat model (model.ToolCallingChatModel) over
 // openai-go's Chat Completions client: for examples/eino-agent, with a
-// real OpenAI-compatible server or the scripted one of package fakellm,
+// real OpenAI-compatible server or the scripted one of package agenttool/modeltest,
 // and for einotool's tests. It maps what a tool-calling loop needs (text,
 // tool calls, tool results, tool definitions) and nothing more.
 package einochat

@@ -1,11 +1,11 @@
-// Package fakellm is a scripted model behind the real wire formats of the
+// Package modeltest is a scripted model behind the real wire formats of the
 // model APIs: OpenAI's Chat Completions and Anthropic's Messages. The real
 // SDK clients talk to it over loopback, so tests and the offline examples
 // drive the same code a user's loop runs against the real API.
 //
 // A Script decides each reply from the tool results the model has read so
 // far, the way a real, imperfect model reacts to them.
-package fakellm
+package modeltest
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"testing"
 )
 
 // Call is one tool call the model makes.
@@ -88,7 +89,7 @@ func (s *Server) Requests() []map[string]any {
 func (s *Server) Start(ctx context.Context) (url string, stop func(), err error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, fmt.Errorf("fakellm: %w", err)
+		return "", nil, fmt.Errorf("modeltest: %w", err)
 	}
 	srv := &http.Server{Handler: s}
 	go srv.Serve(l)
@@ -213,4 +214,57 @@ func (s *Server) messagesReply(req map[string]any, r Reply) any {
 		"content": content, "stop_reason": stop, "stop_sequence": nil,
 		"usage": map[string]any{"input_tokens": 1, "output_tokens": 1},
 	}
+}
+
+// Scripted returns a Script that answers with replies, one per request, in
+// order, and fails t (if not nil) when the model is asked once more than
+// replies, answering with a final text that says so.
+func Scripted(t testing.TB, replies ...Reply) Script {
+	n := 0
+	return func([]string) Reply {
+		if n >= len(replies) {
+			if t != nil {
+				t.Errorf("modeltest: the model was asked %d times; its script has %d replies", n+1, len(replies))
+			}
+			n++
+			return Final("The script ran out.")
+		}
+		n++
+		return replies[n-1]
+	}
+}
+
+// Serve starts s for the test t (on 127.0.0.1, stopped when t ends) and
+// returns its URL.
+func Serve(t testing.TB, s *Server) string {
+	t.Helper()
+	url, stop, err := s.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return url
+}
+
+// Results returns the tool results of the last request the model was
+// sent, in order: the envelopes the loop answered its tool calls with.
+func (s *Server) Results() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.requests) == 0 {
+		return nil
+	}
+	return results(s.requests[len(s.requests)-1], s.format)
+}
+
+// Tie starts a model with start (an adapter test package's Start) for the
+// test t, with script, and stops it when t ends.
+func Tie[M any](t testing.TB, start func(Script) (M, func(), error), script Script) M {
+	t.Helper()
+	m, stop, err := start(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return m
 }

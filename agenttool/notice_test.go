@@ -525,3 +525,61 @@ func TestNotice_AClaimWhoseAnswerWasLostTellsNobody(t *testing.T) {
 		t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
 	}
 }
+
+// A notice that told nobody holds the next reworded copy for as long as
+// NoticeBackstop says, whatever the key's lifetime (KeyTTL): the sweeper
+// does not take the notice away with the settled record it is kept on.
+//
+// KeyTTL is 10 minutes (accepted: longer than the retry window plus the
+// lease), NoticeBackstop its default, 6 hours. The lunch email is
+// delivered and its reply lost; an operator settles it applied. The
+// record carries the notice (until +6h), and expires at +10m. The model
+// comes back half an hour later with a reworded copy: by then the
+// sweeper has deleted the expired record, notice and all, and the copy is
+// sent. Without the sweep the same copy is held (earlier_action_applied):
+// the same script gives two emails or one depending on when the sweeper
+// ran.
+func TestNotice_AnUntoldSettlementOutlivesTheKeysLifetime(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		for _, sweep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("swept=%v", sweep), func(t *testing.T) {
+				clk := newClock()
+				store := open()
+				m := deliveredLost()
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+					Lease: time.Minute, KeyTTL: 10 * time.Minute})
+				first := tool.Invoke(scoped(), lunch)
+				mustStatus(t, first, envelope.UnknownOutcome)
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log"); err != nil {
+					t.Fatal(err)
+				}
+				rec, err := store.Get(context.Background(), first.RequestRef)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("settled: notice until %v, expires %v", rec.NoticeUntil.Sub(clk.Now()), rec.Expires.Sub(clk.Now()))
+
+				clk.Advance(30 * time.Minute) // a slow conversation: well within NoticeBackstop
+				if sweep {
+					rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("sweep: %+v", rep)
+				}
+				next := tool.Invoke(scoped(), lunchReworded)
+				t.Logf("the model's next reworded copy, 30 minutes later: %s", next)
+				if next.Error == nil || next.Error.Code != envelope.CodeEarlierApplied {
+					t.Errorf("the model's next reworded copy, never told that %s was done: %s; want earlier_action_applied", first.RequestRef, next.Status)
+				}
+				if n := m.count(); n != 1 {
+					t.Errorf("one logical action (email Ana about lunch) left %d emails", n)
+				}
+			})
+		}
+	})
+}

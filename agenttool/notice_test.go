@@ -583,3 +583,48 @@ func TestNotice_AnUntoldSettlementOutlivesTheKeysLifetime(t *testing.T) {
 		}
 	})
 }
+
+// The calls of one turn are made before the model reads any of their
+// answers: a reworded copy in the same turn as the resend that completed
+// the action is held, however long the turn's other calls take.
+//
+// A keyed email (the destination dedupes by the reference) ended unknown:
+// delivered, reply lost. The model's next turn has three tool calls, run
+// one after another as langchaingo's executor runs them: the email again
+// (the same input: the destination replays it, success — which starts
+// the notice, NoticeHold, as "told"), a slow lookup of 12 seconds, and a
+// reworded copy of the email. The model has read none of these answers
+// when it makes the third call: it was told nothing. The notice ended 10
+// seconds after the resend's answer was written, and the copy is sent: a
+// second email, the same script giving one email when the lookup takes 9
+// seconds.
+func TestNotice_ATurnsLaterCopyIsHeldHoweverLongTheTurnsCallsTake(t *testing.T) {
+	for _, between := range []time.Duration{9 * time.Second, 12 * time.Second} {
+		t.Run(fmt.Sprintf("lookup of %v", between), func(t *testing.T) {
+			clk := newClock()
+			lose := true
+			m := &mailServer{dedupe: true, script: func(int) (bool, error) {
+				if lose {
+					return true, errLostReply
+				}
+				return true, nil
+			}}
+			tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Now: clk.Now})
+			first := tool.Invoke(scoped(), lunch)
+			mustStatus(t, first, envelope.UnknownOutcome)
+			lose = false
+
+			// The next turn: [send_email(lunch), slow_lookup, send_email(reworded)].
+			mustStatus(t, tool.Invoke(scoped(), lunch), envelope.Success)
+			clk.Advance(between) // slow_lookup
+			copy := tool.Invoke(scoped(), lunchReworded)
+			t.Logf("the turn's reworded copy, %v after the resend: %s", between, copy)
+			if copy.Error == nil || copy.Error.Code != envelope.CodeEarlierApplied {
+				t.Errorf("a reworded copy made in the same turn as the resend, before the model read anything: %s; want earlier_action_applied", copy.Status)
+			}
+			if n := m.count(); n != 1 {
+				t.Errorf("one logical action (email Ana about lunch), one turn: %d emails (%v)", n, m.effects)
+			}
+		})
+	}
+}

@@ -282,3 +282,63 @@ func TestLease_ACrashedHolderDoesNotStallTheModel(t *testing.T) {
 		})
 	}
 }
+
+// A held call is told the truth about a holder that stopped renewing: it
+// may only be slow (a long GC pause, a VM migration), and what the model
+// is told to do next — call again after retry_after — does not send a
+// second email when that holder wakes up and does its action.
+//
+// Two replicas of one agent service share the store. Replica 1 runs the
+// lunch email and pauses mid-attempt (a GC pause of 35 seconds on a
+// 1-minute lease: no renewals). The conversation goes on at replica 2,
+// whose model sends the email reworded: held, at once, "held by a call
+// that has stopped answering; nothing new was done, and nothing can change
+// for about 26 seconds: call again after that if this one is still
+// needed" (retry_after). Replica 1 wakes a second later and delivers the
+// lunch email, within its lease: a fresh success, which leaves no notice.
+// The model, never told that the lunch email went out, calls again after
+// retry_after, as told: the reworded copy is sent, a second lunch email.
+// Had replica 1 died instead, the copy would have been fenced (unknown,
+// verified first). The answer's "nothing can change for about 26 seconds"
+// was not true either: the action was done within it.
+func TestLease_AStalledHolderThatWakesSendsNoSecondCopy(t *testing.T) {
+	clk := newClock()
+	store := memstore.New()
+	g := &gatedMail{mailServer: &mailServer{}, gate: make(chan struct{}), started: make(chan struct{})}
+	g.script = func(n int) (bool, error) {
+		if n == 1 {
+			close(g.started)
+			<-g.gate // paused
+		}
+		return true, nil
+	}
+	opts := agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Lease: time.Minute, WaitTimeout: 10 * time.Second, Now: clk.Now}
+	replica1 := newEmailTool(t, g.mailServer, opts)
+	replica2 := newEmailTool(t, g.mailServer, opts)
+
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- replica1.Invoke(scoped(), lunch) }()
+	<-g.started
+	clk.Advance(35 * time.Second) // replica 1 is paused: it renews nothing
+
+	held := replica2.Invoke(scoped(), lunchReworded)
+	t.Logf("replica 2, the reworded copy: %s", held)
+	if held.Error == nil || held.Error.Code != envelope.CodeInProgress || held.RetryAfter == 0 {
+		t.Fatalf("the reworded copy while replica 1 is paused: %s; want in_progress with retry_after", held)
+	}
+
+	clk.Advance(time.Second)
+	close(g.gate) // replica 1 wakes and delivers
+	first := <-done
+	t.Logf("replica 1, the lunch email (an answer to a turn nobody waits for): %s", first)
+
+	clk.Advance(time.Duration(held.RetryAfter) * time.Second)
+	again := replica2.Invoke(scoped(), lunchReworded)
+	t.Logf("replica 2, the reworded copy after retry_after: %s", again)
+	if again.Status == envelope.Success {
+		t.Errorf("the model, told only that the lunch email was held by a call that stopped answering, called again after retry_after and sent a second email: %s", again)
+	}
+	if n := g.count(); n != 1 {
+		t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, g.effects)
+	}
+}

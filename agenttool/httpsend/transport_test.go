@@ -336,3 +336,82 @@ func TestThroughAProxy(t *testing.T) {
 		t.Errorf("the proxy opened %d tunnels, want 2", n)
 	}
 }
+
+// seeOtherAPI is a chat API that answers a POST the Post/Redirect/Get way:
+// it posts the message, then answers 303 See Other with the message's
+// location, which a client reads with a GET. The location is on a host
+// that does not answer (a status host that is down, a server that went
+// away right after acting).
+type seeOtherAPI struct {
+	location string
+	posts    atomic.Int64
+}
+
+func (a *seeOtherAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	io.Copy(io.Discard, r.Body)
+	n := a.posts.Add(1)
+	w.Header().Set("Location", a.location+"/messages/"+string(rune('0'+n)))
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// An error says whether the request may have been sent: a round trip that
+// failed before its own head was written is transient only if no request
+// of the same client call was sent before it. http.Client follows a
+// redirect with a new round trip; the POST that got the 303 was sent, and
+// acted on.
+//
+// A chat tool (at-most-once: the API does not dedupe), written the
+// documented way: its POST is answered 303 See Other, and the client's GET
+// of the location is refused (nothing listens there). Transport classes
+// that GET's error transient (its head was never written), client.Do
+// returns it wrapped, and the engine, reading "not applied", attempts
+// again: three messages, and the envelope says definite_failure,
+// unavailable, "Nothing was done".
+func TestErrorsSayWhetherTheRequestWasSent_AfterARedirect(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + closed.Addr().String()
+	closed.Close()
+	api := &seeOtherAPI{location: gone}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	client := &http.Client{Transport: &httpsend.Transport{}}
+
+	postMessage := func(ctx context.Context, in struct {
+		Channel string `json:"channel"`
+		Text    string `json:"text"`
+	}) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/messages", strings.NewReader(`{"text":"hi"}`))
+		if err != nil {
+			return "", envelope.MarkDefinite(err, "bad_request")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err // transient if it was not sent, unknown if it was
+		}
+		defer resp.Body.Close()
+		if err := httpsend.Check(resp); err != nil {
+			return "", err
+		}
+		return resp.Request.URL.String(), nil
+	}
+	tool, err := agenttool.New("post_message", "Post one message.", postMessage,
+		agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, Retry: fastRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), `{"channel":"#team","text":"Lunch at noon?"}`)
+	t.Logf("envelope: %s", env)
+	if n := api.posts.Load(); n != 1 {
+		t.Errorf("the API posted %d messages for one call, want 1", n)
+	}
+	if env.Status == envelope.DefiniteFailure {
+		t.Errorf("the envelope says definite_failure, but the API acted on the POST: %s", env)
+	}
+}

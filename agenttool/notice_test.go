@@ -628,3 +628,58 @@ func TestNotice_ATurnsLaterCopyIsHeldHoweverLongTheTurnsCallsTake(t *testing.T) 
 		})
 	}
 }
+
+// A notice is told to the model that made the action: under
+// FencePrincipal, a call of another conversation of the principal that is
+// held back by it (and answered earlier_action_applied about an email it
+// never sent) tells the conversation that sent the email nothing.
+//
+// The lunch email of conversation 9 was delivered and its reply lost
+// (unknown). Conversation 10 of the same user — another model, another
+// task — sends Bob the weekly report: held by the principal's fence,
+// which finds the lunch email applied (or, in the second case, by the
+// notice of an operator's settlement) and answers conversation 10
+// earlier_action_applied. That counts as the model being told, and the
+// notice ends NoticeHold later. Conversation 9's model, which last read
+// unknown_outcome for the lunch email, rewords it a minute later: sent, a
+// second lunch email.
+func TestNotice_AnotherConversationsAnswerTellsNotTheOneThatActed(t *testing.T) {
+	for _, settle := range []string{"fence", "operator"} {
+		t.Run(settle, func(t *testing.T) {
+			clk := newClock()
+			store := memstore.New()
+			m := deliveredLost()
+			check := &answers{answer: reconcile.StillPending()}
+			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
+				Fence: agenttool.FencePrincipal, Now: clk.Now, Lease: time.Hour, KeyTTL: 48 * time.Hour})
+			first := tool.Invoke(scoped(), lunch) // conversation 9
+			mustStatus(t, first, envelope.UnknownOutcome)
+			check.set(reconcile.AppliedWith([]byte(`{"message_id":"<m>"}`)))
+			if settle == "operator" {
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log"); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			report := tool.Invoke(otherSession(), bobReport) // conversation 10
+			t.Logf("conversation 10, Bob's report: %s", report)
+			if report.Error == nil || report.Error.Code != envelope.CodeEarlierApplied {
+				t.Fatalf("conversation 10's email while the principal's lunch email was just found done: %s; want earlier_action_applied", report)
+			}
+
+			clk.Advance(time.Minute) // conversation 9's next turn
+			copy := tool.Invoke(scoped(), lunchReworded)
+			t.Logf("conversation 9, the reworded lunch email: %s", copy)
+			if copy.Error == nil || copy.Error.Code != envelope.CodeEarlierApplied {
+				t.Errorf("conversation 9's model, never told that %s was done, rewords it: %s; want earlier_action_applied", first.RequestRef, copy.Status)
+			}
+			if n := m.count(); n != 1 {
+				t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
+			}
+		})
+	}
+}

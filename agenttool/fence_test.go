@@ -1499,3 +1499,59 @@ func TestI9_AnActionCopiedBesideItsSlotHoldsBackTheScopesWrites(t *testing.T) {
 		}
 	})
 }
+
+// A keyed tool's held call says that resending the earlier request's exact
+// input settles the earlier action only where it does: where that resend
+// meets the earlier action's reference, and the destination still keeps
+// it.
+//
+// Under FencePrincipal, the lunch email of conversation 9 is unknown;
+// conversation 10 sends Bob a report and is held, told "Calling
+// send_email again with that earlier request's exact input settles it
+// safely" (next: wait). Its model does so — the lunch email's exact input
+// — but in conversation 10 that input has another reference: held again,
+// nothing settled, the same note. And once the destination may have
+// forgotten the key (DestinationKeyTTL), resending the exact input in
+// conversation 9 does not settle it either: it answers that the action is
+// too old to retry and a person must check it.
+func TestI9_AKeyedToolsHeldCallSaysResendingSettlesItOnlyWhereItDoes(t *testing.T) {
+	t.Run("another conversation of the principal", func(t *testing.T) {
+		m := firstLost()
+		m.dedupe = true
+		tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Fence: agenttool.FencePrincipal,
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		held := tool.Invoke(otherSession(), bobReport)
+		t.Logf("conversation 10, held: %s", held)
+		if !strings.Contains(held.Note, "exact input settles it") {
+			t.Skipf("the held call no longer says that resending settles it: %s", held)
+		}
+		resend := tool.Invoke(otherSession(), lunch) // as the note says
+		t.Logf("conversation 10, the earlier request's exact input: %s", resend)
+		if resend.Status != envelope.Success {
+			t.Errorf("conversation 10 followed the note (resent the earlier request's exact input) and nothing was settled: %s; "+
+				"the note said it would settle %s", resend, first.RequestRef)
+		}
+	})
+	t.Run("a key the destination may have forgotten", func(t *testing.T) {
+		clk := newClock()
+		m := firstLost()
+		m.dedupe = true
+		tool := newEmailTool(t, m, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed, Now: clk.Now,
+			DestinationKeyTTL: time.Hour, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		clk.Advance(2 * time.Hour)
+		held := tool.Invoke(scoped(), lunchReworded)
+		t.Logf("held: %s", held)
+		if !strings.Contains(held.Note, "exact input settles it") {
+			t.Skipf("the held call no longer says that resending settles it: %s", held)
+		}
+		resend := tool.Invoke(scoped(), lunch)
+		t.Logf("the earlier request's exact input: %s", resend)
+		if resend.Status != envelope.Success {
+			t.Errorf("the model followed the held call's note (resent the earlier request's exact input) and nothing was settled: %s", resend)
+		}
+	})
+}

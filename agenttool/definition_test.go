@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -80,4 +81,80 @@ func TestTwoDefinitionsOfOneToolMakeOneInvoiceAndSayWhy(t *testing.T) {
 			t.Errorf("%d invoices after the resend; want 1", n)
 		}
 	})
+}
+
+// An action of a tool made under another definition holds a call back
+// while it runs, whichever of the two definitions fences by session and
+// which by principal: a rolling deploy that changes what makes the key
+// and the fence at once makes one invoice.
+//
+// Replica A builds create_invoice with every field identifying and the
+// default fence (the session); replica B, the new version, narrows
+// IdentifyingFields and fences by principal. A's call for the November
+// invoice is running (a slow API). B's identical request has another
+// reference; its claim asks for the principal's slot, which nothing
+// holds, and looks beside it only for actions awaiting reconciliation —
+// a running one is not — so it runs alongside: two invoices. The reverse
+// (A principal-fenced running, B session-fenced) holds B: a session's
+// claim sees the records beside its slot.
+func TestTwoDefinitionsOfOneToolMakeOneInvoice_WhenTheFenceChangesToo(t *testing.T) {
+	for _, order := range []struct {
+		name   string
+		aFence agenttool.FenceScope
+		bFence agenttool.FenceScope
+	}{
+		{"session then principal", agenttool.FenceSession, agenttool.FencePrincipal},
+		{"principal then session", agenttool.FencePrincipal, agenttool.FenceSession},
+	} {
+		t.Run(order.name, func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				store := open()
+				var mu sync.Mutex
+				invoices := map[string]bool{}
+				started, release := make(chan struct{}), make(chan struct{})
+				var once sync.Once
+				create := func(ctx context.Context, in invoiceInput) (string, error) {
+					mu.Lock()
+					invoices[agenttool.RequestRef(ctx)] = true
+					mu.Unlock()
+					first := false
+					once.Do(func() { first = true })
+					if first {
+						close(started)
+						<-release // a slow API
+					}
+					return "inv-" + agenttool.RequestRef(ctx), nil
+				}
+				build := func(fence agenttool.FenceScope, fields ...string) *agenttool.Tool {
+					tool, err := agenttool.New("create_invoice", "Create an invoice.", create, agenttool.Options{
+						Store: store, Class: agenttool.Keyed, Fence: fence, IdentifyingFields: fields, WaitTimeout: 50 * time.Millisecond,
+						Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tool
+				}
+				a := build(order.aFence)
+				b := build(order.bFence, "customer", "amount", "currency")
+				const in = `{"customer":"acme","amount":1200,"currency":"EUR","memo":"November"}`
+				done := make(chan envelope.Envelope, 1)
+				go func() { done <- a.Invoke(scoped(), in) }()
+				<-started
+				second := b.Invoke(scoped(), in)
+				close(release)
+				first := <-done
+				t.Logf("replica A: %s", first)
+				t.Logf("replica B: %s", second)
+				if second.RequestRef == first.RequestRef {
+					t.Fatal("the two definitions made one reference: the test does not reach what it tests")
+				}
+				if second.Status == envelope.Success {
+					t.Errorf("replica B's identical request ran while replica A's, made under another definition, was running: %s", second)
+				}
+				if n := len(invoices); n != 1 {
+					t.Errorf("%d invoices; want 1", n)
+				}
+			})
+		})
+	}
 }

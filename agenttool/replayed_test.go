@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
@@ -146,5 +147,52 @@ func TestDestinationReplayAfterAnApprovedRetryIsTheEarlierCalls(t *testing.T) {
 	again := tool.Invoke(scoped(), `{"flight":"TP1234"}`)
 	if again.Status != envelope.Success || !again.Replayed || !strings.Contains(again.Note, "earlier request") {
 		t.Errorf("the approved retry answered %s; want a success, replayed, for the earlier request", again)
+	}
+}
+
+// A destination's replay of an action done before the key's record
+// expired is an earlier call's whether or not the sweeper has deleted the
+// record yet: the same script gives the same envelope.
+//
+// A keyed booking is done; its record lives KeyTTL (an hour), the
+// airline keeps idempotency keys for a day. Two hours later the same
+// request comes again: a new action to the store, the same key to the
+// airline, which replays the booking (no second seat). With the expired
+// record still in the store (Expired), the envelope says replayed, "done
+// for an earlier request". After a sweep, the same call is an ordinary
+// success, replayed false: the model reads that it booked a seat now,
+// and no seat was booked now.
+func TestDestinationReplayIsAnEarlierCallsOnlyWhenTheRecordSaysSo_SweptOrNot(t *testing.T) {
+	for _, sweep := range []bool{false, true} {
+		t.Run(map[bool]string{false: "expired record in the store", true: "expired record swept"}[sweep], func(t *testing.T) {
+			clk := newClock()
+			store := memstore.New()
+			api := &replayingAPI{done: map[string]bool{}}
+			tool, err := agenttool.New("book_flight", "Book one seat.", func(ctx context.Context, in struct {
+				Flight string `json:"flight"`
+			}) (string, error) {
+				return api.book(ctx, agenttool.RequestRef(ctx))
+			}, agenttool.Options{Store: store, Class: agenttool.Keyed, Retry: fastRetry, Now: clk.Now, KeyTTL: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := tool.Invoke(scoped(), `{"flight":"TP1234"}`)
+			mustStatus(t, first, envelope.Success)
+			clk.Advance(2 * time.Hour)
+			if sweep {
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again := tool.Invoke(scoped(), `{"flight":"TP1234"}`)
+			t.Logf("two hours later: %s", again)
+			if again.Status != envelope.Success || !again.Replayed {
+				t.Errorf("the airline replayed the booking made two hours ago (no seat was booked now): %s; want success, replayed", again)
+			}
+		})
 	}
 }

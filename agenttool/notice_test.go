@@ -494,36 +494,38 @@ func (s *noticeAckLost) Claim(ctx context.Context, r storekit.ClaimRequest) (sto
 // later, as told, a minute after: the notice has ended, and a second
 // lunch email goes out.
 func TestNotice_AClaimWhoseAnswerWasLostTellsNobody(t *testing.T) {
-	clk := newClock()
-	store := &noticeAckLost{Store: memstore.New()}
-	m := deliveredLost()
-	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Lease: time.Hour, KeyTTL: 48 * time.Hour})
-	first := tool.Invoke(scoped(), lunch)
-	mustStatus(t, first, envelope.UnknownOutcome)
-	op, err := agenttool.NewOperator(store, tool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log"); err != nil {
-		t.Fatal(err)
-	}
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		clk := newClock()
+		store := &noticeAckLost{Store: open()}
+		m := deliveredLost()
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Lease: time.Hour, KeyTTL: 48 * time.Hour})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log"); err != nil {
+			t.Fatal(err)
+		}
 
-	store.armed.Store(true)
-	lost := tool.Invoke(scoped(), lunchReworded)
-	t.Logf("reworded copy, its claim's answer lost: %s", lost)
-	if lost.Status != envelope.DefiniteFailure || lost.Error.Code != envelope.CodeStoreUnavailable || lost.Earlier != nil {
-		t.Fatalf("the reworded copy whose claim's acknowledgement was lost: %s; want store_unavailable, saying nothing of %s", lost, first.RequestRef)
-	}
+		store.armed.Store(true)
+		lost := tool.Invoke(scoped(), lunchReworded)
+		t.Logf("reworded copy, its claim's answer lost: %s", lost)
+		if lost.Status != envelope.DefiniteFailure || lost.Error.Code != envelope.CodeStoreUnavailable || lost.Earlier != nil {
+			t.Fatalf("the reworded copy whose claim's acknowledgement was lost: %s; want store_unavailable, saying nothing of %s", lost, first.RequestRef)
+		}
 
-	clk.Advance(time.Minute) // "Try again later."
-	again := tool.Invoke(scoped(), lunchReworded)
-	t.Logf("the same copy, a minute later: %s", again)
-	if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
-		t.Errorf("the model, never told that %s was done, tried its reworded copy again: %s; want earlier_action_applied", first.RequestRef, again)
-	}
-	if n := m.count(); n != 1 {
-		t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
-	}
+		clk.Advance(time.Minute) // "Try again later."
+		again := tool.Invoke(scoped(), lunchReworded)
+		t.Logf("the same copy, a minute later: %s", again)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("the model, never told that %s was done, tried its reworded copy again: %s; want earlier_action_applied", first.RequestRef, again)
+		}
+		if n := m.count(); n != 1 {
+			t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
+		}
+	})
 }
 
 // A notice that told nobody holds the next reworded copy for as long as
@@ -646,40 +648,42 @@ func TestNotice_ATurnsLaterCopyIsHeldHoweverLongTheTurnsCallsTake(t *testing.T) 
 func TestNotice_AnotherConversationsAnswerTellsNotTheOneThatActed(t *testing.T) {
 	for _, settle := range []string{"fence", "operator"} {
 		t.Run(settle, func(t *testing.T) {
-			clk := newClock()
-			store := memstore.New()
-			m := deliveredLost()
-			check := &answers{answer: reconcile.StillPending()}
-			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
-				Fence: agenttool.FencePrincipal, Now: clk.Now, Lease: time.Hour, KeyTTL: 48 * time.Hour})
-			first := tool.Invoke(scoped(), lunch) // conversation 9
-			mustStatus(t, first, envelope.UnknownOutcome)
-			check.set(reconcile.AppliedWith([]byte(`{"message_id":"<m>"}`)))
-			if settle == "operator" {
-				op, err := agenttool.NewOperator(store, tool)
-				if err != nil {
-					t.Fatal(err)
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				clk := newClock()
+				store := open()
+				m := deliveredLost()
+				check := &answers{answer: reconcile.StillPending()}
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check,
+					Fence: agenttool.FencePrincipal, Now: clk.Now, Lease: time.Hour, KeyTTL: 48 * time.Hour})
+				first := tool.Invoke(scoped(), lunch) // conversation 9
+				mustStatus(t, first, envelope.UnknownOutcome)
+				check.set(reconcile.AppliedWith([]byte(`{"message_id":"<m>"}`)))
+				if settle == "operator" {
+					op, err := agenttool.NewOperator(store, tool)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log"); err != nil {
+						t.Fatal(err)
+					}
 				}
-				if err := op.ResolveApplied(context.Background(), first.RequestRef, first.Attempts, json.RawMessage(`{"message_id":"<m>"}`), "maria", "in the mail log"); err != nil {
-					t.Fatal(err)
+
+				report := tool.Invoke(otherSession(), bobReport) // conversation 10
+				t.Logf("conversation 10, Bob's report: %s", report)
+				if report.Error == nil || report.Error.Code != envelope.CodeEarlierApplied {
+					t.Fatalf("conversation 10's email while the principal's lunch email was just found done: %s; want earlier_action_applied", report)
 				}
-			}
 
-			report := tool.Invoke(otherSession(), bobReport) // conversation 10
-			t.Logf("conversation 10, Bob's report: %s", report)
-			if report.Error == nil || report.Error.Code != envelope.CodeEarlierApplied {
-				t.Fatalf("conversation 10's email while the principal's lunch email was just found done: %s; want earlier_action_applied", report)
-			}
-
-			clk.Advance(time.Minute) // conversation 9's next turn
-			copy := tool.Invoke(scoped(), lunchReworded)
-			t.Logf("conversation 9, the reworded lunch email: %s", copy)
-			if copy.Error == nil || copy.Error.Code != envelope.CodeEarlierApplied {
-				t.Errorf("conversation 9's model, never told that %s was done, rewords it: %s; want earlier_action_applied", first.RequestRef, copy.Status)
-			}
-			if n := m.count(); n != 1 {
-				t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
-			}
+				clk.Advance(time.Minute) // conversation 9's next turn
+				copy := tool.Invoke(scoped(), lunchReworded)
+				t.Logf("conversation 9, the reworded lunch email: %s", copy)
+				if copy.Error == nil || copy.Error.Code != envelope.CodeEarlierApplied {
+					t.Errorf("conversation 9's model, never told that %s was done, rewords it: %s; want earlier_action_applied", first.RequestRef, copy.Status)
+				}
+				if n := m.count(); n != 1 {
+					t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
+				}
+			})
 		})
 	}
 }

@@ -1513,7 +1513,10 @@ func TestI9_AnActionCopiedBesideItsSlotHoldsBackTheScopesWrites(t *testing.T) {
 // nothing settled, the same note. And once the destination may have
 // forgotten the key (DestinationKeyTTL), resending the exact input in
 // conversation 9 does not settle it either: it answers that the action is
-// too old to retry and a person must check it.
+// too old to retry and a person must check it. Nor does it on a replica
+// that builds the tool under another definition (a rolling deploy that
+// narrows IdentifyingFields): the exact input has another reference
+// there, and is held again.
 func TestI9_AKeyedToolsHeldCallSaysResendingSettlesItOnlyWhereItDoes(t *testing.T) {
 	t.Run("another conversation of the principal", func(t *testing.T) {
 		m := firstLost()
@@ -1552,6 +1555,26 @@ func TestI9_AKeyedToolsHeldCallSaysResendingSettlesItOnlyWhereItDoes(t *testing.
 		t.Logf("the earlier request's exact input: %s", resend)
 		if resend.Status != envelope.Success {
 			t.Errorf("the model followed the held call's note (resent the earlier request's exact input) and nothing was settled: %s", resend)
+		}
+	})
+	t.Run("an action made under another definition", func(t *testing.T) {
+		store := memstore.New()
+		m := firstLost()
+		m.dedupe = true
+		old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		first := old.Invoke(scoped(), lunch) // replica A, every field identifying
+		mustStatus(t, first, envelope.UnknownOutcome)
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: []string{"to", "subject"},
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}}) // replica B, the new version
+		held := tool.Invoke(scoped(), lunchReworded)
+		t.Logf("replica B, held: %s", held)
+		if !strings.Contains(held.Note, "exact input settles it") {
+			t.Skipf("the held call no longer says that resending settles it: %s", held)
+		}
+		resend := tool.Invoke(scoped(), lunch)
+		t.Logf("replica B, the earlier request's exact input: %s", resend)
+		if resend.Status != envelope.Success {
+			t.Errorf("the model followed the held call's note on replica B and nothing was settled: %s", resend)
 		}
 	})
 }

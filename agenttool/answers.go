@@ -57,6 +57,11 @@ type answer struct {
 	input    *envelope.Error // reasonInvalidInput: what is wrong with the input
 	code     string          // reasonRefused: the error code
 	why      string          // reasonEarlierUnknown, reasonApprovalPending: why it waits
+	// resends is set, for reasonEarlierUnknown, when the earlier action's
+	// own resend settles it: a keyed tool whose call with that action's
+	// exact input meets its reference (the same session and definition),
+	// which the destination still keeps.
+	resends bool
 	other    *Record         // the other action the answer is about, as last read
 	result   json.RawMessage // the action's (or the other action's) result
 	replay   envelope.Envelope
@@ -201,7 +206,7 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Note = fmt.Sprintf("An earlier %s %s may already have happened and is still being verified (reference %s); nothing new was done. "+
 			"Tell the user it is pending, and do not call %s again until it is settled.", name, where, other, name)
 		switch {
-		case t.cfg.Class == Keyed:
+		case a.resends && t.cfg.Class == Keyed:
 			// Resending the earlier action settles it by itself: its
 			// reference makes the destination do it at most once.
 			env.Next = envelope.Wait

@@ -539,10 +539,16 @@ func (c *call) wait() outcome {
 // a paused holder may still act.
 func (c *config) stalled(rec *Record, now time.Time) (time.Time, bool) {
 	lease := rec.LeaseExpiry.Sub(rec.Updated)
-	if rec.State != Pending || lease <= 0 || now.Before(rec.Updated.Add(lease/2+c.ClockSkew)) || !now.Before(rec.LeaseExpiry) {
+	if rec.State != Pending || lease <= 0 || now.Before(c.stallsAt(rec.Updated, lease)) || !now.Before(rec.LeaseExpiry) {
 		return time.Time{}, false
 	}
 	return rec.LeaseExpiry.Add(c.ClockSkew), true
+}
+
+// stallsAt is when a pending record last written at updated, with a lease
+// of lease, reads as held by a call that stopped renewing it.
+func (c *config) stallsAt(updated time.Time, lease time.Duration) time.Time {
+	return updated.Add(lease/2 + c.ClockSkew)
 }
 
 // waitFor waits until the holder of c.other in this process ends, or for
@@ -756,7 +762,14 @@ func (c *call) record() outcome {
 	case Unknown:
 		req.HeldUntil = later(c.heldUntil, c.lastSent)
 	case Succeeded:
-		if c.claimed.TakenOver || c.claimed.Attempts > 0 || c.claimed.Replaces != "" {
+		switch {
+		case c.fl.keep.stalled(cfg.Now()):
+			// The record read as held by a call that stopped answering
+			// (paused, or cut off from the store): the scope's other calls
+			// may have been told so, and this call's own caller may have
+			// gone on without its answer. Nobody is told by it.
+			req.NoticeUntil = cfg.noticeUntil(false)
+		case c.claimed.TakenOver || c.claimed.Attempts > 0 || c.claimed.Replaces != "":
 			// The action's outcome was unknown before this call (taken
 			// over, or a retry approved after it), or this call went on in
 			// place of such an action: the model may have sent a copy in
@@ -870,8 +883,21 @@ func (c *call) done() {
 
 // answer sets what the call answers, and returns o.
 func (c *call) answer(o outcome, a answer) outcome {
+	if a.reason == reasonEarlierUnknown && a.other != nil {
+		a.resends = c.resendSettles(a.other)
+	}
 	c.ans = a
 	return o
+}
+
+// resendSettles reports whether calling the tool again with the exact
+// input of o, an earlier action of the scope, settles o: the tool is
+// keyed, the call would meet o's reference (o is of this call's session,
+// and was made under the tool's definition), and the destination still
+// keeps it.
+func (c *call) resendSettles(o *Record) bool {
+	cfg := c.t.cfg
+	return cfg.Class == Keyed && o.Session == c.session && !cfg.otherDefinition(o) && !cfg.keyForgotten(o.Created)
 }
 
 // storeFailed answers a call whose store could not be used: nothing ran.

@@ -57,7 +57,9 @@ func (c *call) fence() outcome {
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {
 	case reconcile.Applied:
-		h.tells = true // this call answers earlier_action_applied
+		// This call answers earlier_action_applied: it tells the model of
+		// the action's conversation, if it is that conversation's.
+		h.tells = o.Session == c.session
 		if _, err := h.applied(c.ctx, ans.Result, &Resolution{Verdict: "applied", By: "fence"}); err != nil {
 			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
 		}

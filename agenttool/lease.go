@@ -39,6 +39,10 @@ type keeper struct {
 	renewal  *time.Timer // the next renewal
 	deadline *time.Timer // armed while a renewal is late
 	stopped  bool
+	// lapsed is set once the record read as stalled before a renewal
+	// came (config.stalled): a call held by it may have been told that
+	// its holder stopped answering.
+	lapsed bool
 }
 
 // start begins keeping the lease of key held by token until until.
@@ -75,6 +79,24 @@ func (k *keeper) extended(until time.Time) {
 	}
 }
 
+// stalled reports whether the holder's record has read, at some moment up
+// to now, as held by a call that stopped renewing it ([config.stalled]): a
+// renewal came late, or has not come. A call held by it meanwhile may have
+// been answered in_progress, "held by a call that has stopped answering",
+// with a time to call again.
+func (k *keeper) stalled(now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.t != nil && (k.lapsed || k.stalledAt(now))
+}
+
+// stalledAt reports whether the record, as last written, reads as
+// stalled at now. k.mu is held.
+func (k *keeper) stalledAt(now time.Time) bool {
+	lease := k.t.cfg.Lease
+	return !now.Before(k.t.cfg.stallsAt(k.until.Add(-lease), lease))
+}
+
 // leaseMargin is how long before its lease ends a holder whose renewals
 // fail stops its work.
 func leaseMargin(lease time.Duration) time.Duration { return lease / 6 }
@@ -87,6 +109,7 @@ func (k *keeper) renew() {
 		return
 	}
 	now := cfg.Now()
+	k.lapsed = k.lapsed || k.stalledAt(now)
 	left := k.until.Sub(now) - leaseMargin(cfg.Lease)
 	if left <= 0 {
 		k.lose(fmt.Errorf("%w: it ends at %s", ErrLeaseLost, k.until.Format(time.RFC3339Nano)))

@@ -211,9 +211,22 @@ type Options struct {
 	// retry), or of a call that went on in place of such an action found
 	// not applied. A settlement that tells no call — a sweeper's, an
 	// operator's, an approver's — keeps the notice until a call is told of
-	// it, whenever that comes, at most NoticeBackstop. The notice is kept
-	// with the record in the store (it holds the scope's slot), seen by
-	// every replica. Default: 10s; negative: no notice at all.
+	// it, whenever that comes, at most NoticeBackstop; so does the success
+	// of a holder whose record read as stopped (a call held by it meanwhile
+	// may have been told so, and its own caller may have gone on). Only a
+	// call of the action's own conversation tells its model: another
+	// conversation's call held back by it (FencePrincipal) does not. The
+	// notice is kept with the record in the store (it holds the scope's
+	// slot), seen by every replica. Default: 10s; negative: no notice at
+	// all.
+	//
+	// The store sees calls, not turns: set NoticeHold longer than the tool
+	// calls of one turn take, one after another, in your agent loop — a
+	// reworded copy made in the same turn later than NoticeHold after the
+	// answer that told is taken for a new action. And "told" means
+	// answered: an answer lost after the store recorded it (a connection
+	// that dropped after COMMIT, an agent process that died before the
+	// model read it) still counts as told.
 	NoticeHold time.Duration
 	// NoticeBackstop bounds how long a notice that no call was told of yet
 	// is kept: for a conversation that never calls the tool again.
@@ -270,7 +283,11 @@ type Options struct {
 	ClockSkew time.Duration
 	// KeyTTL is how long succeeded and failed outcomes are kept for replay. It
 	// must cover the retry window plus the lease (invariant I7). 0 means 24h.
-	// Unknown records never expire.
+	// A Keyed tool keeps them at least DestinationKeyTTL plus ClockSkew: the
+	// same input later has the same reference, and while the destination
+	// may still replay it, the record tells that call it replays an earlier
+	// action rather than a new one. Unknown records never expire, and a record settled with a notice
+	// (NoticeHold) is kept until the notice ends, if that is later.
 	KeyTTL time.Duration
 	// WaitTimeout is how long a call waits for another call that holds the
 	// same key before answering in_progress. 0 means 10s; negative means do
@@ -444,6 +461,12 @@ func newConfig(name string, o Options) (*config, error) {
 		o.ClockSkew = time.Second
 	} else if o.ClockSkew < 0 {
 		o.ClockSkew = 0
+	}
+	if keep := o.DestinationKeyTTL + o.ClockSkew; o.Class == Keyed && o.DestinationKeyTTL > 0 && o.KeyTTL < keep {
+		// A new action of the same input has the same reference: while
+		// the destination keeps it, it would replay the old effect, and
+		// only the record can say so.
+		o.KeyTTL = keep
 	}
 	if o.WaitTimeout == 0 {
 		o.WaitTimeout = 10 * time.Second

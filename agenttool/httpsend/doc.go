@@ -78,7 +78,10 @@
 // before the request's head was written (a refused connection, DNS, the
 // TLS handshake, a proxy, a context that ended first) is transient
 // ([envelope.MarkTransient]): nothing was sent. One after it is unknown
-// ([envelope.MarkUnknown]).
+// ([envelope.MarkUnknown]). So is any error of a request http.Client
+// makes to follow a redirect: the request that got the redirect was sent
+// (a POST answered 303 See Other was acted on), whatever became of the
+// follow-up.
 //
 // # Which classes send the request reference as a key
 //

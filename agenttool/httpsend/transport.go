@@ -3,6 +3,7 @@ package httpsend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -63,7 +64,7 @@ func (t *Transport) transport() *http.Transport {
 // [http.RoundTripper]; req is not modified.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, stop := context.WithCancelCause(req.Context())
-	g := &guard{stop: stop}
+	g := &guard{stop: stop, follows: req.Response != nil}
 	resp, err := t.transport().RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, g.trace())))
 	if err != nil {
 		err = g.classify(err, context.Cause(ctx))
@@ -86,6 +87,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 type guard struct {
 	stop context.CancelCauseFunc
 	sent atomic.Bool // the request's head may have been written
+	// follows is set for a request that follows a redirect (its Response
+	// is the redirect's): http.Client makes it after the request that got
+	// the redirect was sent, and that one may have been acted on (a POST
+	// answered 303 See Other). An error of the follow-up is never
+	// "nothing was sent".
+	follows bool
 }
 
 func (g *guard) trace() *httptrace.ClientTrace {
@@ -117,6 +124,8 @@ func (g *guard) classify(err, cause error) error {
 		return envelope.MarkUnknown(ErrNotResent)
 	case g.sent.Load():
 		return envelope.MarkUnknown(err)
+	case g.follows:
+		return envelope.MarkUnknown(fmt.Errorf("following a redirect from a request that was sent: %w", err))
 	}
 	return envelope.MarkTransient(err)
 }

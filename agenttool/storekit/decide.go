@@ -60,9 +60,9 @@ type ClaimDecision struct {
 //     unknown, approved for a retry, or settled applied within its
 //     notice): not granted; ClaimResult.Blocked is the occupant, and
 //     nothing is written but this: a claim that answers a model
-//     (req.NoticeHold) held back by a notice tells the model of the
-//     noticed action, whose notice then ends NoticeHold later at the
-//     latest (a Decision.Occupants record).
+//     (req.NoticeHold) of the noticed action's session, held back by its
+//     notice, tells that model of the action, whose notice then ends
+//     NoticeHold later at the latest (a Decision.Occupants record).
 //
 // A succeeded record answered to a claim of its own key that answers a
 // model tells the model too: its notice is shortened the same way, and
@@ -288,11 +288,14 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 }
 
 // tell returns r with its notice shortened to req's NoticeHold, if r is a
-// succeeded record whose notice lasts longer: a call answered now with r,
-// or held back by its notice, tells the model that r's action was done.
+// succeeded record whose notice lasts longer and req is of r's session: a
+// call answered now with r, or held back by its notice, tells the model
+// that r's action was done — the model of the conversation that made the
+// action. Another conversation's call held back by it (a fence by
+// principal) tells that one nothing.
 func tell(r Record, req ClaimRequest) (Record, bool) {
 	end := req.Now.Add(req.NoticeHold)
-	if req.NoticeHold <= 0 || r.State != Succeeded || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
+	if req.NoticeHold <= 0 || r.State != Succeeded || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
 		return r, false
 	}
 	r.NoticeUntil = end
@@ -387,6 +390,12 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	rec.Expires = time.Time{}
 	if req.State != Unknown || req.RetryApproved {
 		rec.Expires = req.Now.Add(req.TTL)
+	}
+	if rec.NoticeUntil.After(rec.Expires) {
+		// The record carries its notice: it is kept while the notice lasts,
+		// whatever the key's lifetime, so that a sweep never decides
+		// whether a reworded copy is held.
+		rec.Expires = rec.NoticeUntil
 	}
 	return rec, nil
 }

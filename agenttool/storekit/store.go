@@ -300,7 +300,8 @@ type Record struct {
 	// before it was found applied (or which went on in place of such an
 	// action), is when its notice ends: until then it holds the scope's
 	// slot, and the scope's other new writes are told of it instead of
-	// running. Zero if none.
+	// running. Zero if none. A record is kept (Expires) at least until its
+	// notice as written at its settlement ends.
 	NoticeUntil time.Time
 }
 

@@ -62,12 +62,12 @@ type answer struct {
 	// exact input meets its reference (the same session and definition),
 	// which the destination still keeps.
 	resends bool
-	other    *Record         // the other action the answer is about, as last read
-	result   json.RawMessage // the action's (or the other action's) result
-	replay   envelope.Envelope
-	state    State     // reasonReplayUnreadable: the record's state
-	created  time.Time // reasonKeyForgotten: when the action was first claimed
-	now      time.Time // when a.other was read; zero counts a pending other as running
+	other   *Record         // the other action the answer is about, as last read
+	result  json.RawMessage // the action's (or the other action's) result
+	replay  envelope.Envelope
+	state   State     // reasonReplayUnreadable: the record's state
+	created time.Time // reasonKeyForgotten: when the action was first claimed
+	now     time.Time // when a.other was read; zero counts a pending other as running
 	// checkAt, for reasonInProgress and reasonEarlierRunning, is when the
 	// hold of a holder that stopped renewing it ends: calling again can
 	// change the answer then, not before. Zero if the holder is live.

@@ -103,7 +103,7 @@ func Tools(ctx context.Context, session *mcp.ClientSession, opts ClientOptions) 
 		if !ok {
 			continue
 		}
-		g, err := newTool(shared, t, o, opts.ToolErrors)
+		g, err := newTool(shared, t, o, ToolOptions{ToolErrors: opts.ToolErrors})
 		if err != nil {
 			return nil, err
 		}
@@ -180,10 +180,10 @@ func NewTool(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options, to
 	if session == nil {
 		return nil, fmt.Errorf("mcptool: NewTool needs a client session and a listed tool: %w", agenttool.ErrInvalidOptions)
 	}
-	return newTool(&link{session: session}, t, opts, toolErrors)
+	return newTool(&link{session: session}, t, opts, ToolOptions{ToolErrors: toolErrors})
 }
 
-func newTool(l *link, t *mcp.Tool, opts agenttool.Options, toolErrors ToolErrors) (*agenttool.Tool, error) {
+func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*agenttool.Tool, error) {
 	if t == nil {
 		return nil, fmt.Errorf("mcptool: NewTool needs a client session and a listed tool: %w", agenttool.ErrInvalidOptions)
 	}
@@ -195,9 +195,19 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, toolErrors ToolErrors
 		return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 	}
 	envelopes := servesEnvelopes(t)
-	if opts.Class == agenttool.Keyed && !envelopes {
+	if to.RefArgument != "" {
+		if err := schema.takesRef(to.RefArgument); err != nil {
+			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
+		}
+		if opts.Class == agenttool.ReadOnly {
+			return nil, fmt.Errorf("mcptool: tool %q: a reference argument (%q) is for a tool with effects, not a ReadOnly one: %w", t.Name, to.RefArgument, agenttool.ErrInvalidOptions)
+		}
+		schema.Required = slices.DeleteFunc(slices.Clone(schema.Required), func(f string) bool { return f == to.RefArgument })
+	}
+	if opts.Class == agenttool.Keyed && !envelopes && to.RefArgument == "" {
 		return nil, fmt.Errorf("mcptool: tool %q: class Keyed says its server applies a resent call at most once, but the tool does not answer "+
-			"with retrysafe envelopes (its output schema is not the envelope's), so nothing says that its server dedupes resent calls; "+
+			"with retrysafe envelopes (its output schema is not the envelope's) and takes no idempotency key (ToolOptions.RefArgument), "+
+			"so nothing says that its server dedupes resent calls (an idempotentHint is the server's word, not a key it honours); "+
 			"use AtMostOnce, or Reconcilable with a Reconciler that asks the server: %w", t.Name, agenttool.ErrInvalidOptions)
 	}
 	if len(opts.IdentifyingFields) == 0 && opts.Class != agenttool.ReadOnly {
@@ -207,8 +217,12 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, toolErrors ToolErrors
 		}
 		opts.IdentifyingFields = slices.Clone(schema.Required)
 	}
-	return agenttool.Wrap(&remote{link: l, tool: t, name: t.Name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: toolErrors}, opts)
+	name := t.Name
+	if to.Name != "" {
+		name = to.Name
+	}
+	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
@@ -219,6 +233,8 @@ type remote struct {
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
+	refArg      string // ToolOptions.RefArgument
+	whole       bool   // ToolOptions.WholeResult
 	seen        sightings // the server's actions this tool saw done
 }
 
@@ -244,7 +260,11 @@ func (r *remote) Description() string { return r.description }
 // agenttool digested, and returns the result as text, or an error with
 // its class.
 func (r *remote) Call(ctx context.Context, input string) (string, error) {
-	params := &mcp.CallToolParams{Name: r.name, Arguments: json.RawMessage(input)}
+	args, err := r.arguments(ctx, input)
+	if err != nil {
+		return "", err
+	}
+	params := &mcp.CallToolParams{Name: r.tool.Name, Arguments: args}
 	if ref := agenttool.RequestRef(ctx); ref != "" {
 		params.Meta = mcp.Meta{MetaRequestRef: ref}
 	}
@@ -262,9 +282,26 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 
 // toolSchema is what NewTool reads of a listed tool's input schema.
 type toolSchema struct {
-	Type     any      `json:"type"`
-	Required []string `json:"required"`
-	raw      []byte   // the schema, compact
+	Type       any                        `json:"type"`
+	Required   []string                   `json:"required"`
+	Properties map[string]json.RawMessage `json:"properties"`
+	raw        []byte                     // the schema, compact
+}
+
+// takesRef checks that the schema has a string property arg, in which the
+// server takes a request reference.
+func (s toolSchema) takesRef(arg string) error {
+	p, ok := s.Properties[arg]
+	if !ok {
+		return fmt.Errorf("the reference argument %q is not a property of its input schema, so its server takes nothing there", arg)
+	}
+	var prop struct {
+		Type any `json:"type"`
+	}
+	if json.Unmarshal(p, &prop) == nil && prop.Type != nil && prop.Type != "string" {
+		return fmt.Errorf("the reference argument %q has type %v in its input schema; a request reference is a string", arg, prop.Type)
+	}
+	return nil
 }
 
 func inputSchema(t *mcp.Tool) (toolSchema, error) {

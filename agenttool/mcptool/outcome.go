@@ -25,9 +25,12 @@ import (
 // sent is when the call was sent: a replayed success is told as replayed
 // only if the server's action was seen done before it (see [sightings]).
 func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent time.Time) (string, error) {
-	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.name && res.IsError == (env.Status != envelope.Success) {
+	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.tool.Name && res.IsError == (env.Status != envelope.Success) {
 		if env.Status == envelope.Success {
 			r.seen.success(ctx, env, sent)
+			if r.whole {
+				return wholeResult(res)
+			}
 		}
 		return fromEnvelope(env)
 	}
@@ -40,7 +43,7 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 		if r.toolErrors != nil {
 			class = r.toolErrors(r.tool, res)
 		}
-		err := fmt.Errorf("the MCP tool %s reported an error: %s", r.name, text)
+		err := fmt.Errorf("the MCP tool %s reported an error: %s", r.tool.Name, text)
 		switch class {
 		case envelope.Definite:
 			return "", envelope.MarkDefinite(err, "")
@@ -48,6 +51,9 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 			return "", envelope.MarkTransient(err)
 		}
 		return "", envelope.MarkUnknown(fmt.Errorf("%w; it may have acted before it failed", err))
+	}
+	if r.whole {
+		return wholeResult(res)
 	}
 	if res.StructuredContent == nil {
 		return text, nil

@@ -60,7 +60,23 @@ type ServerOptions struct {
 	// Logger receives warnings: a Principal or Session function that
 	// failed. nil means discard.
 	Logger *slog.Logger
+	// Listing, if set, is the tool as the server lists it — name, title,
+	// description, input and output schemas, annotations — in place of
+	// the one Register makes from t: a guard in front of another MCP
+	// server lists that server's tool (package mcpguard). A success then
+	// answers with the whole result t returned, when t is a tool made by
+	// [NewToolWith] with ToolOptions.WholeResult, and the envelope goes in
+	// its _meta under [MetaEnvelope] (without the result it carries);
+	// another outcome answers with the envelope as text and in _meta,
+	// isError set, and no structured content when the listing declares
+	// an output schema (which the envelope is not). Register sets
+	// idempotentHint and readOnlyHint on a copy of it, as for any tool.
+	Listing *mcp.Tool
 }
+
+// MetaEnvelope is the _meta key under which a tool served with
+// ServerOptions.Listing answers with its retrysafe envelope.
+const MetaEnvelope = "io.github.retrysafe/envelope"
 
 // Register adds t to server as an MCP tool whose every call goes through
 // t.Invoke:
@@ -119,13 +135,23 @@ func Register(server *mcp.Server, t *agenttool.Tool, opts *ServerOptions) error 
 	}
 	ann.IdempotentHint = true
 	ann.ReadOnlyHint = o.Class == agenttool.ReadOnly
-	server.AddTool(&mcp.Tool{
+	listing := &mcp.Tool{
 		Name:         t.Name(),
 		Description:  t.Description(),
 		InputSchema:  t.Schema(),
 		OutputSchema: json.RawMessage(envelope.Schema),
-		Annotations:  &ann,
-	}, serve(t, o))
+	}
+	if o.Listing != nil {
+		l := *o.Listing
+		if l.Annotations != nil && opts.Annotations == nil {
+			ann = *l.Annotations
+			ann.IdempotentHint = true
+			ann.ReadOnlyHint = o.Class == agenttool.ReadOnly
+		}
+		listing = &l
+	}
+	listing.Annotations = &ann
+	server.AddTool(listing, serve(t, o))
 	return nil
 }
 
@@ -143,14 +169,59 @@ func serve(t *agenttool.Tool, o ServerOptions) mcp.ToolHandler {
 			// is never used.
 			ctx = agenttool.WithScope(ctx, "", "")
 		default:
-			return toolResult(missingScope(t.Name(), refusal))
+			env := missingScope(t.Name(), refusal)
+			if o.Listing != nil {
+				return listedResult(env, o.Listing.OutputSchema != nil)
+			}
+			return toolResult(env)
 		}
 		// The action is told by the tool's identifying fields, never by an
 		// action id that the session's context might carry: every call of
 		// the session would otherwise be one action.
 		ctx = agenttool.WithActionID(ctx, "")
-		return toolResult(t.Invoke(ctx, string(req.Params.Arguments)))
+		env := t.Invoke(ctx, string(req.Params.Arguments))
+		if o.Listing != nil {
+			return listedResult(env, o.Listing.OutputSchema != nil)
+		}
+		return toolResult(env)
 	}
+}
+
+// listedResult answers a tool served with ServerOptions.Listing: a
+// success with the whole result its tool returned, the envelope in _meta;
+// anything else with the envelope, as text and in _meta, and as
+// structured content only where the listing declares no output schema.
+func listedResult(env envelope.Envelope, declared bool) (*mcp.CallToolResult, error) {
+	var res *mcp.CallToolResult
+	if env.Status == envelope.Success {
+		var whole mcp.CallToolResult
+		if err := json.Unmarshal(env.Result, &whole); err == nil && (len(whole.Content) > 0 || whole.StructuredContent != nil) {
+			res = &whole
+		}
+	}
+	if res == nil {
+		r, err := toolResult(env)
+		if err != nil {
+			return nil, err
+		}
+		if declared {
+			r.StructuredContent = nil
+		}
+		res = r
+	}
+	told := env
+	if env.Status == envelope.Success {
+		told.Result = nil // the result is the answer itself
+	}
+	b, err := told.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("mcptool: tool %s returned an invalid envelope: %w", env.Tool, err)
+	}
+	if res.Meta == nil {
+		res.Meta = mcp.Meta{}
+	}
+	res.Meta[MetaEnvelope] = json.RawMessage(b)
+	return res, nil
 }
 
 // noPrincipal is the refusal of a call that has no principal: the only one

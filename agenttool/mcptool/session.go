@@ -15,6 +15,7 @@ import (
 // and the way to a new one once it is lost. It is safe for concurrent use.
 type link struct {
 	reconnect func(context.Context) (*mcp.ClientSession, error) // nil: none
+	sessions  Sessions                                           // nil: the link keeps its own
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -25,6 +26,16 @@ type link struct {
 // it is lost and the link can reconnect, a new one. An error means that
 // nothing was sent: it is transient.
 func (l *link) open(ctx context.Context) (*mcp.ClientSession, error) {
+	if l.sessions != nil {
+		s, err := l.sessions.Session(ctx)
+		if err == nil && s == nil {
+			err = errors.New("ToolOptions.Sessions gave no session and no error")
+		}
+		if err != nil {
+			return nil, envelope.MarkTransient(fmt.Errorf("mcptool: no session to the MCP server; the call was not sent: %w", err))
+		}
+		return s, nil
+	}
 	l.mu.Lock()
 	if !l.lost || l.reconnect == nil {
 		defer l.mu.Unlock()
@@ -47,6 +58,10 @@ func (l *link) open(ctx context.Context) (*mcp.ClientSession, error) {
 
 // lose marks s lost, if it is still the session calls go on.
 func (l *link) lose(s *mcp.ClientSession) {
+	if l.sessions != nil {
+		l.sessions.Lost(s)
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.session == s {

@@ -1,0 +1,182 @@
+package mcpguard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/reconcile"
+)
+
+// checker is a reconcilable tool's Reconciler: it calls the check tool of
+// the same server with the action's reference, and reads the answer.
+type checker struct {
+	u     *upstream
+	check *Check
+}
+
+// Check asks the server about req.Ref.
+func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.Answer {
+	args := make(map[string]any, len(c.check.Arguments))
+	for k, v := range c.check.Arguments {
+		if v == "${ref}" {
+			v = req.Ref
+		}
+		args[k] = v
+	}
+	s, err := c.u.Session(ctx)
+	if err != nil {
+		return reconcile.CantSayBecause(err)
+	}
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: c.check.Tool, Arguments: args})
+	if errors.Is(err, mcp.ErrConnectionClosed) {
+		c.u.Lost(s)
+	}
+	if err != nil {
+		return reconcile.CantSayBecause(fmt.Errorf("the check %s failed: %w", c.check.Tool, err))
+	}
+	if res.IsError {
+		return reconcile.CantSayBecause(fmt.Errorf("the check %s answered an error: %s", c.check.Tool, text(res)))
+	}
+	answer, raw, err := decoded(res)
+	if err != nil {
+		return reconcile.CantSayBecause(fmt.Errorf("the check %s answered what the guard cannot read: %w", c.check.Tool, err))
+	}
+	switch {
+	case c.check.Applied.matches(answer):
+		return reconcile.AppliedWith(raw)
+	case c.check.NotApplied.matches(answer):
+		return reconcile.NotAppliedYet()
+	}
+	return reconcile.StillPending()
+}
+
+// decoded returns a check's answer as JSON values (numbers as
+// json.Number), from its structured content or else its text.
+func decoded(res *mcp.CallToolResult) (any, []byte, error) {
+	var raw []byte
+	if res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return nil, nil, err
+		}
+		raw = b
+	} else {
+		raw = []byte(text(res))
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, nil, fmt.Errorf("its answer is not JSON: %w", err)
+	}
+	return v, raw, nil
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// matches reports whether the answer v matches m; a nil m matches nothing.
+func (m *Match) matches(v any) bool {
+	if m == nil {
+		return false
+	}
+	got, ok := pointer(v, m.Pointer)
+	switch {
+	case m.Absent:
+		return !ok
+	case !ok:
+		return false
+	case m.Equals == nil:
+		return true
+	}
+	return sameValue(got, m.Equals)
+}
+
+// pointer resolves a JSON pointer (RFC 6901) in v.
+func pointer(v any, p string) (any, bool) {
+	if p == "" {
+		return v, true
+	}
+	for _, tok := range strings.Split(p[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// sameValue compares two JSON values, numbers by value.
+func sameValue(a, b any) bool {
+	if x, ok := number(a); ok {
+		y, ok := number(b)
+		return ok && x.Cmp(y) == 0
+	}
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			if w, ok := y[k]; !ok || !sameValue(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !sameValue(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
+
+func number(v any) (*big.Float, bool) {
+	var s string
+	switch x := v.(type) {
+	case json.Number:
+		s = x.String()
+	case float64:
+		s = strconv.FormatFloat(x, 'g', -1, 64)
+	case int:
+		s = strconv.Itoa(x)
+	default:
+		return nil, false
+	}
+	f, _, err := big.ParseFloat(s, 10, 256, big.ToNearestEven)
+	return f, err == nil
+}

@@ -1,0 +1,438 @@
+package mcpguard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is a guard's configuration: the mcpServers block of a desktop
+// client's configuration, as it is, with guard settings added. Parse it
+// with [ParseConfig] or [LoadConfig]; a Config built in code is checked by
+// [New] the same way.
+//
+//	{
+//	  "store": {"path": "guard.db"},
+//	  "principal": "ana@example.com",
+//	  "mcpServers": {
+//	    "payments": {
+//	      "command": "payments-mcp", "args": ["--live"], "env": {"API_KEY": "${PAYMENTS_KEY}"},
+//	      "tools": {
+//	        "create_charge": {"class": "keyed", "key_argument": "idempotency_key"},
+//	        "send_receipt": {"class": "at_most_once"},
+//	        "get_charge": {"class": "read_only"}
+//	      }
+//	    }
+//	  }
+//	}
+type Config struct {
+	// MCPServers are the servers the guard stands in front of, by name.
+	MCPServers map[string]*Server `json:"mcpServers"`
+	// Default is what becomes of a tool that no Tools map names, listed at
+	// start or later: "refuse" (the default: the client does not see it),
+	// "read_only" (passed through untouched, with a warning in the log),
+	// or a tool's settings, as in a Tools map.
+	Default *Default `json:"default,omitempty"`
+	// Store is where keys and outcomes are kept.
+	Store StoreConfig `json:"store"`
+	// Principal is who acts over stdio, where no token says who: the
+	// guard's user. Required for a stdio front.
+	Principal string `json:"principal,omitempty"`
+	// Conversation names where a call carries its conversation, for a
+	// client that sends one; without it every call of a principal is in
+	// one conversation (see the package documentation).
+	Conversation *Conversation `json:"conversation,omitempty"`
+}
+
+// Server is one upstream MCP server: a command the guard runs (stdio), or
+// a URL (streamable HTTP). The keys of a desktop client's entry are read
+// as that client writes them; others it may carry (disabled, autoApprove
+// and the like) are ignored.
+type Server struct {
+	// Command, Args and Env start a server over stdio. Env adds to the
+	// guard's environment. Values may name variables of the guard's
+	// environment as ${NAME}.
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Type is "stdio", "http" or "streamable-http"; empty means stdio for
+	// a command and streamable HTTP for a URL.
+	Type string `json:"type,omitempty"`
+	// URL and Headers reach a server over streamable HTTP.
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Prefix is put before the names of the server's tools as the client
+	// sees them, for servers whose tools' names clash.
+	Prefix string `json:"prefix,omitempty"`
+	// Tools are the guard's settings for the server's tools, by name.
+	Tools map[string]*Tool `json:"tools,omitempty"`
+}
+
+// Tool is the guard's settings for one tool.
+type Tool struct {
+	// Class is read_only, keyed, at_most_once or reconcilable.
+	Class string `json:"class"`
+	// KeyArgument, for a keyed tool, names the argument in which the
+	// server takes an idempotency key: the guard fills it with the
+	// action's request reference, and hides it from the schema the client
+	// sees. "_meta" says that the server is a retrysafe server, which
+	// keys a repeated call itself.
+	KeyArgument string `json:"key_argument,omitempty"`
+	// RefArgument, for at_most_once and reconcilable tools, names an
+	// argument in which the server keeps a client reference: the guard
+	// fills it with the request reference and hides it, so that a check
+	// (or a person) finds the action by it.
+	RefArgument string `json:"ref_argument,omitempty"`
+	// Check, for a reconcilable tool, asks the server what became of an
+	// action whose outcome is unknown.
+	Check *Check `json:"check,omitempty"`
+	// Identifying are the input's fields that tell one action from
+	// another. Default: the properties the input schema requires.
+	Identifying []string `json:"identifying,omitempty"`
+	// KeyTTL is how long an action's key and outcome are kept, as a Go
+	// duration ("24h"). Default: 24h.
+	KeyTTL Duration `json:"key_ttl,omitempty"`
+	// Errors says what a result with isError means: "unknown" (the
+	// default: MCP reports every failure so, also one after the tool
+	// acted) or "definite" (the server reports isError only for calls
+	// that changed nothing).
+	Errors string `json:"errors,omitempty"`
+}
+
+// Check is how the guard asks a server about an action: it calls another
+// tool of the server, which must be read-only, and reads its answer.
+type Check struct {
+	// Tool is the read-only tool to call.
+	Tool string `json:"tool"`
+	// Arguments are its arguments. A string value "${ref}" is the action's
+	// request reference.
+	Arguments map[string]any `json:"arguments,omitempty"`
+	// Applied and NotApplied read the answer (its structured content, or
+	// its text as JSON): the first that matches decides; neither, or an
+	// answer with isError, is "cannot say yet".
+	Applied    *Match `json:"applied,omitempty"`
+	NotApplied *Match `json:"not_applied,omitempty"`
+}
+
+// Match reads one value of a check's answer.
+type Match struct {
+	// Pointer is a JSON pointer (RFC 6901) into the answer: "/status".
+	// "" is the whole answer.
+	Pointer string `json:"pointer"`
+	// Equals is the value it must have; absent (nil) means the value must
+	// only exist. Numbers compare by value.
+	Equals any `json:"equals,omitempty"`
+	// Absent matches when the pointer leads nowhere (no such member).
+	Absent bool `json:"absent,omitempty"`
+}
+
+// StoreConfig says where the guard keeps its keys and outcomes.
+type StoreConfig struct {
+	// Path is a bbolt file, the default store. Default: retrysafe-guard.db
+	// in the working directory.
+	Path string `json:"path,omitempty"`
+	// Postgres is a PostgreSQL connection URL, for several guards sharing
+	// one store; it replaces Path. It may name ${VARIABLES}.
+	Postgres string `json:"postgres,omitempty"`
+}
+
+// Conversation names where a call carries its conversation.
+type Conversation struct {
+	// Meta is a key of the call's _meta.
+	Meta string `json:"meta,omitempty"`
+	// Argument is an argument of the call; the guard takes it out before
+	// the call goes to the server.
+	Argument string `json:"argument,omitempty"`
+}
+
+// Default is Config.Default: "refuse", "read_only", or a tool's settings.
+type Default struct {
+	Policy string // "refuse" or "read_only", if Tool is nil
+	Tool   *Tool
+}
+
+// UnmarshalJSON reads a policy name or a tool's settings.
+func (d *Default) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*d = Default{Policy: s}
+		return nil
+	}
+	var t Tool
+	if err := strictDecode(b, &t); err != nil {
+		return err
+	}
+	*d = Default{Tool: &t}
+	return nil
+}
+
+// MarshalJSON writes what UnmarshalJSON reads.
+func (d Default) MarshalJSON() ([]byte, error) {
+	if d.Tool != nil {
+		return json.Marshal(d.Tool)
+	}
+	return json.Marshal(d.Policy)
+}
+
+// UnmarshalJSON reads a tool's settings, refusing unknown keys: a
+// misspelt setting must not leave a tool unguarded.
+func (t *Tool) UnmarshalJSON(b []byte) error {
+	type plain Tool
+	return strictDecode(b, (*plain)(t))
+}
+
+// UnmarshalJSON reads a check, refusing unknown keys.
+func (c *Check) UnmarshalJSON(b []byte) error {
+	type plain Check
+	return strictDecode(b, (*plain)(c))
+}
+
+// UnmarshalJSON reads a match, refusing unknown keys.
+func (m *Match) UnmarshalJSON(b []byte) error {
+	type plain Match
+	return strictDecode(b, (*plain)(m))
+}
+
+func strictDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// Duration is a time.Duration written as a Go duration string ("24h").
+type Duration time.Duration
+
+// UnmarshalJSON reads "90s", "24h" and the like.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"24h\" or \"90s\", not %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("a duration such as \"24h\" or \"90s\": %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// The classes a Tool may have.
+const (
+	ClassReadOnly     = "read_only"
+	ClassKeyed        = "keyed"
+	ClassAtMostOnce   = "at_most_once"
+	ClassReconcilable = "reconcilable"
+)
+
+// MetaKey is Tool.KeyArgument's value for a retrysafe upstream.
+const MetaKey = "_meta"
+
+// LoadConfig reads and checks the configuration file at path.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("mcpguard: reading the configuration: %w", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig reads and checks a configuration. Its errors name the field
+// at fault by its path ("mcpServers.payments.tools.create_charge.class")
+// and say how to fix it.
+func ParseConfig(b []byte) (*Config, error) {
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("mcpguard: the configuration is not valid JSON for a guard: %w", err)
+	}
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// ConfigError is a configuration error: the path of the field at fault,
+// and what is wrong with it.
+type ConfigError struct {
+	Path    string
+	Problem string
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("mcpguard: %s: %s", e.Path, e.Problem) }
+
+// Check reports the configuration's errors, those that need no server to
+// see: every one, joined, each a *ConfigError. [New] checks the rest
+// against what the servers list.
+func (c *Config) Check() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &ConfigError{Path: path, Problem: fmt.Sprintf(format, args...)})
+	}
+	if len(c.MCPServers) == 0 {
+		bad("mcpServers", "no servers: name at least one, as a desktop client's configuration does")
+	}
+	if c.Store.Path != "" && c.Store.Postgres != "" {
+		bad("store", "both path and postgres: give one (path for one guard, postgres for several sharing a store)")
+	}
+	if c.Default != nil {
+		switch {
+		case c.Default.Tool != nil:
+			checkTool("default", c.Default.Tool, bad)
+			if c.Default.Tool.Check != nil || c.Default.Tool.KeyArgument != "" || c.Default.Tool.RefArgument != "" || len(c.Default.Tool.Identifying) > 0 {
+				bad("default", "settings for every tool cannot name a check, an argument or identifying fields: those belong to one tool")
+			}
+		case c.Default.Policy != "refuse" && c.Default.Policy != ClassReadOnly:
+			bad("default", "%q is not a policy: use \"refuse\", \"read_only\", or a tool's settings ({\"class\": \"at_most_once\"})", c.Default.Policy)
+		}
+	}
+	if cv := c.Conversation; cv != nil && (cv.Meta == "") == (cv.Argument == "") {
+		bad("conversation", "name one of meta or argument")
+	}
+	prefixes := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(c.MCPServers)) {
+		s := c.MCPServers[name]
+		path := "mcpServers." + name
+		if s == nil {
+			bad(path, "empty: give a command or a url")
+			continue
+		}
+		switch {
+		case s.Command == "" && s.URL == "":
+			bad(path, "neither command nor url: the guard needs one to reach the server")
+		case s.Command != "" && s.URL != "":
+			bad(path, "both command and url: give one")
+		}
+		switch s.Type {
+		case "":
+		case "stdio":
+			if s.Command == "" {
+				bad(path+".type", "stdio needs a command")
+			}
+		case "http", "streamable-http", "streamableHttp":
+			if s.URL == "" {
+				bad(path+".type", "%s needs a url", s.Type)
+			}
+		case "sse":
+			bad(path+".type", "legacy HTTP+SSE servers are not supported yet; use the server's streamable HTTP endpoint")
+		default:
+			bad(path+".type", "%q is not a transport: use stdio, or http for streamable HTTP", s.Type)
+		}
+		if other, ok := prefixes[s.Prefix]; ok && s.Prefix != "" {
+			bad(path+".prefix", "%q is the prefix of %s too", s.Prefix, other)
+		}
+		prefixes[s.Prefix] = name
+		for _, tn := range slices.Sorted(maps.Keys(s.Tools)) {
+			t := s.Tools[tn]
+			tp := path + ".tools." + tn
+			if t == nil {
+				bad(tp, "empty: give a class")
+				continue
+			}
+			checkTool(tp, t, bad)
+			if t.Check != nil && t.Check.Tool != "" {
+				switch ct := s.Tools[t.Check.Tool]; {
+				case ct == nil:
+					bad(tp+".check.tool", "%q is not named in this server's tools: name it there as {\"class\": \"read_only\"}, saying that it only reads", t.Check.Tool)
+				case ct.Class != ClassReadOnly:
+					bad(tp+".check.tool", "%q is class %s here; a check must only read: make it read_only, or check with another tool", t.Check.Tool, ct.Class)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkTool checks one tool's settings.
+func checkTool(path string, t *Tool, bad func(path, format string, args ...any)) {
+	switch t.Class {
+	case ClassReadOnly, ClassKeyed, ClassAtMostOnce, ClassReconcilable:
+	case "":
+		bad(path+".class", "missing: give read_only, keyed, at_most_once or reconcilable")
+		return
+	default:
+		bad(path+".class", "%q is not a class: use read_only, keyed, at_most_once or reconcilable", t.Class)
+		return
+	}
+	if t.Class == ClassKeyed && t.KeyArgument == "" {
+		bad(path+".key_argument", "a keyed tool needs the argument in which its server takes an idempotency key (\"idempotency_key\"), "+
+			"or \"_meta\" for a retrysafe server; a server without one is at_most_once or reconcilable")
+	}
+	if t.Class != ClassKeyed && t.KeyArgument != "" {
+		bad(path+".key_argument", "only a keyed tool has one; for a %s tool, name where its server keeps a reference as ref_argument", t.Class)
+	}
+	if t.RefArgument != "" && (t.Class == ClassReadOnly || t.Class == ClassKeyed) {
+		bad(path+".ref_argument", "only at_most_once and reconcilable tools have one (a keyed tool's reference goes in its key_argument)")
+	}
+	if t.Class == ClassReconcilable && t.Check == nil {
+		bad(path+".check", "a reconcilable tool needs a check: a read-only tool of the same server that finds the action by its reference")
+	}
+	if t.Check != nil {
+		if t.Class != ClassReconcilable {
+			bad(path+".check", "only a reconcilable tool has a check")
+		}
+		checkCheck(path+".check", t.Check, bad)
+	}
+	if t.Class == ClassReadOnly && (len(t.Identifying) > 0 || t.KeyTTL != 0) {
+		bad(path, "a read_only tool is passed through: it has no identifying fields or key lifetime")
+	}
+	if t.KeyTTL < 0 {
+		bad(path+".key_ttl", "negative")
+	}
+	switch t.Errors {
+	case "", "unknown", "definite":
+	default:
+		bad(path+".errors", "%q: use unknown (the default) or definite", t.Errors)
+	}
+	for i, f := range t.Identifying {
+		if f == t.KeyArgument || f == t.RefArgument {
+			bad(fmt.Sprintf("%s.identifying[%d]", path, i), "%q is the argument the guard fills with the reference; it cannot tell actions apart", f)
+		}
+	}
+}
+
+func checkCheck(path string, c *Check, bad func(path, format string, args ...any)) {
+	if c.Tool == "" {
+		bad(path+".tool", "missing: name a read-only tool of the same server")
+	}
+	if c.Applied == nil && c.NotApplied == nil {
+		bad(path, "neither applied nor not_applied: the check could never say anything")
+	}
+	refs := 0
+	for _, k := range slices.Sorted(maps.Keys(c.Arguments)) {
+		if s, ok := c.Arguments[k].(string); ok && strings.Contains(s, "${") {
+			if s != "${ref}" {
+				bad(path+".arguments."+k, "%q: the only placeholder is \"${ref}\", the action's request reference, as the whole value", s)
+			}
+			refs++
+		}
+	}
+	if refs == 0 {
+		bad(path+".arguments", "no argument is \"${ref}\": the check must find the action by its reference (give the tool a ref_argument where its server keeps it)")
+	}
+	for name, m := range map[string]*Match{"applied": c.Applied, "not_applied": c.NotApplied} {
+		if m == nil {
+			continue
+		}
+		if m.Pointer != "" && !strings.HasPrefix(m.Pointer, "/") {
+			bad(path+"."+name+".pointer", "%q is not a JSON pointer: it starts with / (\"/status\"), or is \"\" for the whole answer", m.Pointer)
+		}
+		if m.Absent && m.Equals != nil {
+			bad(path+"."+name, "absent and equals together can never match")
+		}
+	}
+}

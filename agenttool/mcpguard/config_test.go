@@ -1,0 +1,105 @@
+package mcpguard_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
+)
+
+// A desktop client's mcpServers block pastes in as it is: its own keys
+// are read or ignored, and a server without a tools map is all defaults.
+func TestConfig_ADesktopClientsBlockPastesIn(t *testing.T) {
+	cfg, err := mcpguard.ParseConfig([]byte(`{
+	  "mcpServers": {
+	    "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"], "disabled": false, "autoApprove": []},
+	    "remote": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+	  }
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := cfg.MCPServers["filesystem"]; fs.Command != "npx" || len(fs.Args) != 3 {
+		t.Errorf("filesystem: %+v", fs)
+	}
+}
+
+// Every configuration error names the field at fault and the fix.
+func TestConfig_ErrorsNameTheFieldAndTheFix(t *testing.T) {
+	for _, tc := range []struct{ name, config, path, fix string }{
+		{"no servers", `{}`, "mcpServers", "name at least one"},
+		{"unknown class", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "idempotent"}}}}}`,
+			"mcpServers.pay.tools.charge.class", "read_only, keyed, at_most_once or reconcilable"},
+		{"misspelt setting", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "keyed", "key_arg": "k"}}}}}`,
+			"not valid JSON for a guard", `unknown field "key_arg"`},
+		{"keyed without key", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "keyed"}}}}}`,
+			"mcpServers.pay.tools.charge.key_argument", "idempotency_key"},
+		{"reconcilable without check", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "reconcilable"}}}}}`,
+			"mcpServers.pay.tools.charge.check", "read-only tool"},
+		{"check that writes", `{"mcpServers": {"pay": {"command": "x", "tools": {
+			"charge": {"class": "reconcilable", "ref_argument": "note", "check": {"tool": "refund", "arguments": {"q": "${ref}"}, "applied": {"pointer": "/found", "equals": true}}},
+			"refund": {"class": "at_most_once"}}}}}`, "mcpServers.pay.tools.charge.check.tool", "a check must only read"},
+		{"check not named", `{"mcpServers": {"pay": {"command": "x", "tools": {
+			"charge": {"class": "reconcilable", "check": {"tool": "find", "arguments": {"q": "${ref}"}, "applied": {"pointer": "/found"}}}}}}}`,
+			"mcpServers.pay.tools.charge.check.tool", `name it there as {"class": "read_only"}`},
+		{"check without ref", `{"mcpServers": {"pay": {"command": "x", "tools": {
+			"charge": {"class": "reconcilable", "check": {"tool": "find", "applied": {"pointer": "/found"}}}, "find": {"class": "read_only"}}}}}`,
+			"mcpServers.pay.tools.charge.check.arguments", `"${ref}"`},
+		{"bad pointer", `{"mcpServers": {"pay": {"command": "x", "tools": {
+			"charge": {"class": "reconcilable", "check": {"tool": "find", "arguments": {"q": "${ref}"}, "applied": {"pointer": "found"}}}, "find": {"class": "read_only"}}}}}`,
+			"mcpServers.pay.tools.charge.check.applied.pointer", "starts with /"},
+		{"command and url", `{"mcpServers": {"pay": {"command": "x", "url": "http://127.0.0.1/"}}}`, "mcpServers.pay", "give one"},
+		{"sse", `{"mcpServers": {"pay": {"type": "sse", "url": "http://127.0.0.1/sse"}}}`, "mcpServers.pay.type", "streamable HTTP"},
+		{"bad default", `{"default": "allow", "mcpServers": {"pay": {"command": "x"}}}`, "default", `"refuse", "read_only"`},
+		{"bad ttl", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "at_most_once", "key_ttl": "a day"}}}}}`,
+			"not valid JSON for a guard", `"24h"`},
+		{"two stores", `{"store": {"path": "a.db", "postgres": "postgres://"}, "mcpServers": {"pay": {"command": "x"}}}`, "store", "give one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := mcpguard.ParseConfig([]byte(tc.config))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.fix) {
+				t.Errorf("the error %q does not name %s and say %q", err, tc.path, tc.fix)
+			}
+		})
+	}
+}
+
+// What only the server's listing shows stops the guard at start, with
+// the field's path: a tool it does not list, a keyed tool whose schema
+// lacks its key argument.
+func TestConfig_WhatTheServerListsIsCheckedAtStart(t *testing.T) {
+	for _, tc := range []struct{ name, tools, path, fix string }{
+		{"a tool the server does not list", `"cancel": {"class": "at_most_once"}`, "mcpServers.airline.tools.cancel", "it lists: book, book_noted"},
+		{"a key argument the schema lacks", `"list_flights": {"class": "keyed", "key_argument": "idempotency_key"}`,
+			"mcpServers.airline.tools.list_flights", `"idempotency_key" is not a property of its input schema`},
+		{"keyed by _meta over a plain server", `"book": {"class": "keyed", "key_argument": "_meta"}`,
+			"mcpServers.airline.tools.book", "does not answer with retrysafe envelopes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana", "mcpServers": {"airline": {"command": "x", "tools": {` + tc.tools + `}}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			up := (&airline{}).server()
+			_, err = mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(), Transport: func(string, *mcpguard.Server) (mcp.Transport, error) {
+				ct, st := mcp.NewInMemoryTransports()
+				_, err := up.Connect(context.Background(), st, nil)
+				return ct, err
+			}})
+			if err == nil {
+				t.Fatal("the guard started")
+			}
+			if !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.fix) {
+				t.Errorf("the error %q does not name %s and say %q", err, tc.path, tc.fix)
+			}
+		})
+	}
+}

@@ -1,0 +1,676 @@
+package mcpguard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/mcptool"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// Options tune a guard beyond its configuration: for a program that
+// embeds one, and for tests. The zero value is what `retrysafe guard`
+// uses.
+type Options struct {
+	// Store, if set, keeps keys and outcomes in place of Config.Store's;
+	// Close leaves it open.
+	Store agenttool.Store
+	// Logger receives a line per call and the guard's warnings. nil means
+	// standard error, text.
+	Logger *slog.Logger
+	// Transport, if set, makes the transport that reaches a server, in
+	// place of the one its configuration says (a command over stdio, or
+	// streamable HTTP): an in-memory one in tests.
+	Transport func(name string, s *Server) (mcp.Transport, error)
+	// Principal says who acts in a call. Default: the UserID of the
+	// request's verified bearer token, else Config.Principal.
+	Principal func(ctx context.Context, c mcptool.Caller) (string, error)
+	// Tune, if set, adjusts the options of each guarded tool after the
+	// guard made them (Lease, Retry, hooks), by its name as the client
+	// sees it.
+	Tune func(tool string, o *agenttool.Options)
+	// Implementation names the guard to its clients. Default:
+	// retrysafe-guard.
+	Implementation *mcp.Implementation
+	// RetryConnect is the longest wait between attempts to reach a server
+	// that is down. 0 means 30s.
+	RetryConnect time.Duration
+}
+
+// Guard stands in front of MCP servers: a client connects to its
+// [Guard.Server], which lists the servers' tools and guards each call as
+// its configuration says.
+type Guard struct {
+	cfg   *Config
+	opts  Options
+	log   *slog.Logger
+	store agenttool.Store
+	owned io.Closer // the store the guard opened
+	front *mcp.Server
+	ups   []*upstream
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	listed map[string]string // the name a client sees → its server's name
+}
+
+// New connects to the configured servers, lists their tools, and builds
+// the front server that lists them to clients. A configuration error —
+// one Config.Check finds, or a tool the configuration names that its
+// server does not list, a check tool that does not read only, a keyed
+// tool whose schema lacks its key argument — stops it with the field's
+// path and the fix. A server that cannot be reached is tried again in the
+// background: the tools its configuration names answer definite_failure
+// unavailable until it is up and its tools check out.
+func New(ctx context.Context, cfg *Config, opts *Options) (*Guard, error) {
+	if cfg == nil {
+		return nil, errors.New("mcpguard: New needs a configuration")
+	}
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	g := &Guard{cfg: cfg, listed: map[string]string{}}
+	if opts != nil {
+		g.opts = *opts
+	}
+	g.log = g.opts.Logger
+	if g.log == nil {
+		g.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if g.opts.RetryConnect <= 0 {
+		g.opts.RetryConnect = 30 * time.Second
+	}
+	impl := g.opts.Implementation
+	if impl == nil {
+		impl = &mcp.Implementation{Name: "retrysafe-guard", Version: "1"}
+	}
+	if err := g.openStore(ctx); err != nil {
+		return nil, err
+	}
+	g.front = mcp.NewServer(impl, &mcp.ServerOptions{Logger: g.log, HasTools: true})
+	g.front.AddReceivingMiddleware(g.conversation)
+	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
+		g.ups = append(g.ups, &upstream{g: g, name: name, cfg: cfg.MCPServers[name]})
+	}
+	var errs []error
+	for _, u := range g.ups {
+		s, err := u.connect(ctx)
+		if err != nil {
+			g.log.Warn("mcpguard: the server cannot be reached; trying again in the background", "server", u.name, "err", err)
+			if err := u.placeholders(); err != nil {
+				errs = append(errs, err)
+			}
+			g.wg.Add(1)
+			go u.retry()
+			continue
+		}
+		if err := u.list(ctx, s, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// Server is the front: the MCP server clients connect to, over any
+// transport (mcp.StdioTransport for a desktop client, the SDK's
+// streamable HTTP handler behind a token check).
+func (g *Guard) Server() *mcp.Server { return g.front }
+
+// Store is the store the guard keeps its keys and outcomes in, for an
+// operator's tools.
+func (g *Guard) Store() agenttool.Store { return g.store }
+
+// Close stops the guard: its sessions to the servers end (a server it
+// started over stdio is stopped), and a store it opened is closed.
+func (g *Guard) Close() error {
+	if g.cancel != nil {
+		g.cancel()
+	}
+	for _, u := range g.ups {
+		u.close()
+	}
+	g.wg.Wait()
+	if g.owned != nil {
+		return g.owned.Close()
+	}
+	return nil
+}
+
+// openStore opens the configured store, unless Options gives one.
+func (g *Guard) openStore(ctx context.Context) error {
+	if g.opts.Store != nil {
+		g.store = g.opts.Store
+		return nil
+	}
+	if url := g.cfg.Store.Postgres; url != "" {
+		s, err := pgstore.Open(ctx, &pgstore.Options{URL: os.ExpandEnv(url)})
+		if err != nil {
+			return fmt.Errorf("mcpguard: store.postgres: %w", err)
+		}
+		g.store, g.owned = s, s
+		return nil
+	}
+	path := g.cfg.Store.Path
+	if path == "" {
+		path = "retrysafe-guard.db"
+	}
+	s, err := boltstore.Open(path, nil)
+	if err != nil {
+		return fmt.Errorf("mcpguard: store.path: %w", err)
+	}
+	g.store, g.owned = s, s
+	return nil
+}
+
+// principal is the default Options.Principal.
+func (g *Guard) principal(ctx context.Context, c mcptool.Caller) (string, error) {
+	if g.opts.Principal != nil {
+		return g.opts.Principal(ctx, c)
+	}
+	if c.Token != nil && c.Token.UserID != "" {
+		return c.Token.UserID, nil
+	}
+	return g.cfg.Principal, nil
+}
+
+// conversationKey carries a call's conversation, read by the
+// conversation middleware, to the tool's Session function.
+type conversationKey struct{}
+
+// conversation reads the conversation a tools/call carries, where the
+// configuration says a client puts one, and takes an argument that
+// carries it out of the arguments.
+func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
+	cv := g.cfg.Conversation
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		call, ok := req.(*mcp.CallToolRequest)
+		if !ok || cv == nil || call.Params == nil {
+			return next(ctx, method, req)
+		}
+		var id string
+		if cv.Meta != "" {
+			if s, ok := call.Params.Meta[cv.Meta].(string); ok {
+				id = s
+			}
+		} else {
+			var args map[string]json.RawMessage
+			if json.Unmarshal(call.Params.Arguments, &args) == nil {
+				if raw, ok := args[cv.Argument]; ok {
+					if json.Unmarshal(raw, &id) != nil {
+						id = string(raw)
+					}
+					delete(args, cv.Argument)
+					b, _ := json.Marshal(args)
+					call.Params.Arguments = b
+				}
+			}
+		}
+		if id != "" {
+			ctx = context.WithValue(ctx, conversationKey{}, id)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// session is the guarded tools' Session function: the conversation the
+// call carries, or else one per principal.
+func (g *Guard) session(ctx context.Context, c mcptool.Caller) (string, error) {
+	if id, ok := ctx.Value(conversationKey{}).(string); ok && id != "" {
+		return "conversation:" + id, nil
+	}
+	return mcptool.OneSession(ctx, c)
+}
+
+// claimName records that the client sees the tool name as the server's,
+// or returns the error of a clash.
+func (g *Guard) claimName(name, server string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if other, ok := g.listed[name]; ok && other != server {
+		return &ConfigError{Path: "mcpServers." + server + ".prefix",
+			Problem: fmt.Sprintf("its tool %q clashes with one of mcpServers.%s: give one of the two servers a prefix", name, other)}
+	}
+	g.listed[name] = server
+	return nil
+}
+
+// upstream is one server behind the guard, and the guard's session to it.
+// It gives the guarded tools their session ([mcptool.Sessions]).
+type upstream struct {
+	g    *Guard
+	name string
+	cfg  *Server
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+	schemas map[string]string // tool → its input schema as listed, for a re-listing to compare
+	closed  bool
+}
+
+// transport makes the transport to the server.
+func (u *upstream) transport() (mcp.Transport, error) {
+	if u.g.opts.Transport != nil {
+		return u.g.opts.Transport(u.name, u.cfg)
+	}
+	if u.cfg.Command != "" {
+		cmd := exec.Command(os.ExpandEnv(u.cfg.Command), expandAll(u.cfg.Args)...)
+		cmd.Env = os.Environ()
+		for _, k := range slices.Sorted(maps.Keys(u.cfg.Env)) {
+			cmd.Env = append(cmd.Env, k+"="+os.ExpandEnv(u.cfg.Env[k]))
+		}
+		cmd.Stderr = os.Stderr
+		return &mcp.CommandTransport{Command: cmd}, nil
+	}
+	hc := &http.Client{}
+	if len(u.cfg.Headers) > 0 {
+		h := http.Header{}
+		for k, v := range u.cfg.Headers {
+			h.Set(k, os.ExpandEnv(v))
+		}
+		hc.Transport = headerTransport{h: h, base: http.DefaultTransport}
+	}
+	return &mcp.StreamableClientTransport{Endpoint: os.ExpandEnv(u.cfg.URL), HTTPClient: hc, MaxRetries: -1}, nil
+}
+
+func expandAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = os.ExpandEnv(s)
+	}
+	return out
+}
+
+// headerTransport adds the configured headers to every request.
+type headerTransport struct {
+	h    http.Header
+	base http.RoundTripper
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.h {
+		r.Header[k] = v
+	}
+	return t.base.RoundTrip(r)
+}
+
+// connect opens a new session to the server and makes it the current one.
+func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	tr, err := u.transport()
+	if err != nil {
+		return nil, err
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			u.g.wg.Add(1)
+			go func() {
+				defer u.g.wg.Done()
+				if s, err := u.Session(u.g.ctx); err == nil {
+					if err := u.list(u.g.ctx, s, false); err != nil {
+						u.g.log.Error("mcpguard: the server's new tool list was not taken", "server", u.name, "err", err)
+					}
+				}
+			}()
+		},
+	})
+	s, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to mcpServers.%s: %w", u.name, err)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		s.Close()
+		return nil, errors.New("the guard is closed")
+	}
+	if u.session != nil {
+		go u.session.Close()
+	}
+	u.session = s
+	return s, nil
+}
+
+// Session gives a call the current session, or connects again if there is
+// none (the server's process ended, or the server forgot the session).
+func (u *upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	s, closed := u.session, u.closed
+	u.mu.Unlock()
+	switch {
+	case closed:
+		return nil, errors.New("the guard is closing")
+	case s != nil:
+		return s, nil
+	}
+	s, err := u.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.list(ctx, s, false); err != nil {
+		u.g.log.Error("mcpguard: the server's tools changed while it was away", "server", u.name, "err", err)
+	}
+	return s, nil
+}
+
+// Lost forgets s, if it is the current session: the next call connects
+// again (for a command, a new process).
+func (u *upstream) Lost(s *mcp.ClientSession) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session == s {
+		u.session = nil
+		go s.Close()
+	}
+}
+
+func (u *upstream) close() {
+	u.mu.Lock()
+	u.closed = true
+	s := u.session
+	u.session = nil
+	u.mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
+}
+
+// retry connects to a server that was down at start, with growing waits,
+// until it is up or the guard closes.
+func (u *upstream) retry() {
+	defer u.g.wg.Done()
+	wait := time.Second
+	for {
+		select {
+		case <-u.g.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(u.g.ctx, time.Minute)
+		s, err := u.connect(ctx)
+		if err == nil {
+			err = u.list(ctx, s, false)
+			cancel()
+			if err != nil {
+				u.g.log.Error("mcpguard: the server is up, but its tools do not check out; its calls stay refused", "server", u.name, "err", err)
+			} else {
+				u.g.log.Info("mcpguard: the server is up", "server", u.name)
+			}
+			return
+		}
+		cancel()
+		u.g.log.Warn("mcpguard: the server cannot be reached yet", "server", u.name, "err", err)
+		wait = min(2*wait, u.g.opts.RetryConnect)
+	}
+}
+
+// frontName is the name the client sees for the server's tool.
+func (u *upstream) frontName(tool string) string { return u.cfg.Prefix + tool }
+
+// settings returns the guard's settings for a tool of the server, or nil
+// for a tool that is refused.
+func (u *upstream) settings(tool string) (*Tool, bool) {
+	if t, ok := u.cfg.Tools[tool]; ok {
+		return t, true
+	}
+	d := u.g.cfg.Default
+	switch {
+	case d == nil || d.Policy == "refuse":
+		return nil, false
+	case d.Tool != nil:
+		return d.Tool, false
+	}
+	return &Tool{Class: ClassReadOnly}, false
+}
+
+// placeholders lists the tools the configuration names for a server that
+// is not up yet: each answers definite_failure unavailable.
+func (u *upstream) placeholders() error {
+	for _, name := range slices.Sorted(maps.Keys(u.cfg.Tools)) {
+		fn := u.frontName(name)
+		if err := u.g.claimName(fn, u.name); err != nil {
+			return err
+		}
+		u.g.front.AddTool(&mcp.Tool{Name: fn, Description: "Not available yet: its server cannot be reached.",
+			InputSchema: json.RawMessage(`{"type":"object"}`)}, refusing(fn, envelope.CodeUnavailable, envelope.Wait,
+			fmt.Sprintf("the server %s cannot be reached; nothing was sent", u.name), "Nothing was done. The same call can be tried again later."))
+	}
+	return nil
+}
+
+// refusing answers every call with a definite failure.
+func refusing(tool, code string, next envelope.Next, msg, note string) mcp.ToolHandler {
+	env := envelope.Envelope{Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: tool,
+		Error: &envelope.Error{Code: code, Message: msg}, Next: next, Note: note}
+	b, _ := env.Marshal()
+	return func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+			Meta: mcp.Meta{mcptool.MetaEnvelope: json.RawMessage(b)}}, nil
+	}
+}
+
+// list reads the server's tools and puts them on the front as the
+// configuration says. At start (first), an error stops the guard: a tool
+// the configuration names that the server does not list, a tool that
+// cannot be guarded. Later (a list_changed notification, a new process)
+// the tools that do not check out answer a definite failure.
+func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) error {
+	var tools []*mcp.Tool
+	seen := map[string]bool{}
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("mcpServers.%s: listing its tools: %w", u.name, err)
+		}
+		if seen[t.Name] {
+			return &ConfigError{Path: "mcpServers." + u.name, Problem: fmt.Sprintf("the server lists the tool %q twice; its listing is not usable", t.Name)}
+		}
+		seen[t.Name] = true
+		tools = append(tools, t)
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(u.cfg.Tools)) {
+		if !seen[name] {
+			errs = append(errs, &ConfigError{Path: "mcpServers." + u.name + ".tools." + name,
+				Problem: fmt.Sprintf("the server lists no such tool; it lists: %s", strings.Join(slices.Sorted(maps.Keys(seen)), ", "))})
+		}
+	}
+	if first && len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	schemas := map[string]string{}
+	var keep []string
+	for _, t := range tools {
+		settings, named := u.settings(t.Name)
+		fn := u.frontName(t.Name)
+		if settings == nil {
+			continue
+		}
+		schema, _ := json.Marshal(t.InputSchema)
+		schemas[t.Name] = string(schema)
+		if err := u.g.claimName(fn, u.name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		keep = append(keep, fn)
+		u.mu.Lock()
+		before, listed := u.schemas[t.Name]
+		u.mu.Unlock()
+		if listed && before != string(schema) && settings.Class != ClassReadOnly {
+			// What makes the key may have changed: the guard does not guess.
+			u.g.log.Error("mcpguard: the server changed a guarded tool's input schema; its calls are refused until the guard restarts",
+				"server", u.name, "tool", t.Name)
+			u.g.front.AddTool(&mcp.Tool{Name: fn, Description: t.Description, InputSchema: t.InputSchema},
+				refusing(fn, "schema_changed", envelope.DoNotRetry,
+					fmt.Sprintf("the server %s changed the input schema of %s after the guard read it; nothing was sent", u.name, t.Name),
+					"This tool cannot be used until its guard is restarted; tell the user."))
+			continue
+		}
+		if err := u.put(t, fn, settings, named); err != nil {
+			if first {
+				errs = append(errs, err)
+				continue
+			}
+			u.g.log.Error("mcpguard: a tool cannot be guarded; its calls are refused", "server", u.name, "tool", t.Name, "err", err)
+			u.g.front.AddTool(&mcp.Tool{Name: fn, Description: t.Description, InputSchema: t.InputSchema},
+				refusing(fn, "not_guarded", envelope.DoNotRetry, fmt.Sprintf("%s cannot be guarded: %v; nothing was sent", t.Name, err),
+					"This tool cannot be used; tell the user."))
+		}
+	}
+	// Tools the server no longer lists leave the front; so do the
+	// placeholders of tools it does not list.
+	u.g.mu.Lock()
+	var gone []string
+	for fn, server := range u.g.listed {
+		if server == u.name && !slices.Contains(keep, fn) {
+			gone = append(gone, fn)
+			delete(u.g.listed, fn)
+		}
+	}
+	u.g.mu.Unlock()
+	if len(gone) > 0 {
+		u.g.front.RemoveTools(gone...)
+	}
+	u.mu.Lock()
+	if u.schemas == nil {
+		u.schemas = schemas
+	} else {
+		for k, v := range schemas {
+			if _, ok := u.schemas[k]; !ok {
+				u.schemas[k] = v
+			}
+		}
+	}
+	u.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// put lists tool t on the front as fn, guarded as settings say.
+func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error {
+	path := "mcpServers." + u.name + ".tools." + t.Name
+	if !named {
+		path = "default"
+	}
+	if settings.Class == ClassReadOnly {
+		if !named {
+			u.g.log.Warn("mcpguard: a tool the configuration does not name is passed through unguarded (default read_only)", "server", u.name, "tool", t.Name)
+		}
+		listing := *t
+		listing.Name = fn
+		u.g.front.AddTool(&listing, u.passthrough(t.Name))
+		return nil
+	}
+	class := map[string]agenttool.Class{ClassKeyed: agenttool.Keyed, ClassAtMostOnce: agenttool.AtMostOnce, ClassReconcilable: agenttool.Reconcilable}[settings.Class]
+	o := agenttool.Options{Store: u.g.store, Class: class, IdentifyingFields: settings.Identifying, KeyTTL: time.Duration(settings.KeyTTL), Logger: u.g.log}
+	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, Sessions: u}
+	switch {
+	case settings.KeyArgument != "" && settings.KeyArgument != MetaKey:
+		to.RefArgument = settings.KeyArgument
+	case settings.RefArgument != "":
+		to.RefArgument = settings.RefArgument
+	}
+	if settings.Errors == "definite" {
+		to.ToolErrors = mcptool.DefiniteToolErrors
+	}
+	if settings.Check != nil {
+		o.Reconciler = &checker{u: u, check: settings.Check}
+	}
+	if u.g.opts.Tune != nil {
+		u.g.opts.Tune(fn, &o)
+	}
+	guarded, err := mcptool.NewToolWith(nil, t, o, to)
+	if err != nil {
+		return &ConfigError{Path: path, Problem: strings.TrimPrefix(err.Error(), "mcptool: ")}
+	}
+	listing := *t
+	listing.Name = fn
+	listing.InputSchema = hide(t.InputSchema, to.RefArgument)
+	return mcptool.Register(u.g.front, guarded, &mcptool.ServerOptions{
+		Class: class, Listing: &listing, Principal: u.g.principal, Session: u.g.session, Logger: u.g.log,
+	})
+}
+
+// toolName is a name the library takes for a tool (letters, digits, _
+// and -, at most 64 bytes), made from the name a client sees.
+func toolName(fn string) string {
+	b := []byte(fn)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+// hide returns schema without the property arg (the argument the guard
+// fills), in properties and required.
+func hide(schema any, arg string) any {
+	if arg == "" {
+		return schema
+	}
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return schema
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return schema
+	}
+	var props map[string]json.RawMessage
+	if json.Unmarshal(m["properties"], &props) == nil && props != nil {
+		delete(props, arg)
+		m["properties"], _ = json.Marshal(props)
+	}
+	var req []string
+	if json.Unmarshal(m["required"], &req) == nil && req != nil {
+		req = slices.DeleteFunc(req, func(s string) bool { return s == arg })
+		m["required"], _ = json.Marshal(req)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return schema
+	}
+	return json.RawMessage(out)
+}
+
+// passthrough forwards a read-only tool's calls untouched.
+func (u *upstream) passthrough(tool string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s, err := u.Session(ctx)
+		if err != nil {
+			return refusing(tool, envelope.CodeUnavailable, envelope.Wait, fmt.Sprintf("the server %s cannot be reached: %v", u.name, err),
+				"Nothing was done. The same call can be tried again later.")(ctx, req)
+		}
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: req.Params.Meta})
+		if errors.Is(err, mcp.ErrConnectionClosed) {
+			u.Lost(s)
+		}
+		return res, err
+	}
+}

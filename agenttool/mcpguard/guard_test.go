@@ -1,0 +1,302 @@
+package mcpguard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+var lunchFlight = map[string]any{"flight": "TP1234", "passenger": "Ana Lima"}
+
+// The client sees the server's tools with their own schemas, less the
+// argument the guard fills; a success answers with the server's own
+// result, and the envelope in _meta.
+func TestGuard_TheClientSeesTheServersToolsAndResults(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	var names []string
+	for tool, err := range r.client.Tools(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tool.Name)
+		if tool.Name == "book" {
+			schema, _ := json.Marshal(tool.InputSchema)
+			if strings.Contains(string(schema), "idempotency_key") {
+				t.Errorf("the client sees the key argument the guard fills: %s", schema)
+			}
+			if !strings.Contains(string(schema), "passenger") {
+				t.Errorf("the client does not see the server's schema: %s", schema)
+			}
+		}
+	}
+	if got := strings.Join(names, ","); got != "book,book_noted,find_booking,list_flights" {
+		t.Errorf("the client sees %s", got)
+	}
+	res, env := r.call("book", lunchFlight)
+	if res.IsError || env.Status != envelope.Success {
+		t.Fatalf("booking through the guard: %+v %s", res, env)
+	}
+	if got := resultText(res); !strings.Contains(got, `"id":"BK-1"`) || !strings.Contains(got, `"passenger":"Ana Lima"`) {
+		t.Errorf("the client's result is not the server's: %s", got)
+	}
+	if env.RequestRef == "" || env.Tool != "book" {
+		t.Errorf("the envelope in _meta: %s", env)
+	}
+	res, _ = r.call("list_flights", map[string]any{"from": "LIS"})
+	if got := resultText(res); !strings.Contains(got, "TP1235") {
+		t.Errorf("a read-only tool's result: %s", got)
+	}
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings, want 1", n)
+	}
+}
+
+// A keyed tool's reply lost after the server booked: the call is
+// unknown_outcome, never a second booking; the client's retry goes with
+// the same key, and the server answers the first booking.
+func TestGuard_KeyedLostReplyBooksOnce(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{tune: func(string, *agenttool.Options) {}})
+	a.lose(2) // both attempts of the first call lose their reply
+	res, env := r.call("book", lunchFlight)
+	t.Logf("first call: %s", env)
+	if env.Status != envelope.UnknownOutcome || !res.IsError {
+		t.Fatalf("a booking whose reply was lost: %s; want unknown_outcome", env)
+	}
+	_, again := r.call("book", lunchFlight) // the model retries, as told
+	t.Logf("retry: %s", again)
+	if again.Status != envelope.Success {
+		t.Errorf("the retry of a keyed booking: %s; want success", again)
+	}
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one logical action, want 1", n)
+	}
+}
+
+// A client (or a model) that sends the key argument itself is refused:
+// only the guard makes keys. Nothing is sent, nothing recorded as done.
+func TestGuard_AModelKeyIsRefused(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	res, env := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "idempotency_key": "mine"})
+	t.Logf("%s", env)
+	if !res.IsError || env.Status != envelope.DefiniteFailure {
+		t.Errorf("a call carrying idempotency_key: %s; want definite_failure", env)
+	}
+	if n := a.count(); n != 0 {
+		t.Errorf("%d bookings", n)
+	}
+}
+
+// A reconcilable tool's reply lost: the guard asks the server with the
+// check tool, by the reference it sent as client_reference, and answers
+// what the server says — done, once.
+func TestGuard_ReconcilableLostReplyIsCheckedNotResent(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	a.lose(1)
+	res, env := r.call("book_noted", lunchFlight)
+	t.Logf("%s", env)
+	if env.Status != envelope.Success || !env.Reconciled || res.IsError {
+		t.Errorf("a booking whose reply was lost, checked: %s; want success, reconciled", env)
+	}
+	_, again := r.call("book_noted", lunchFlight)
+	if again.Status != envelope.Success {
+		t.Errorf("the retry: %s", again)
+	}
+	_, reworded := r.call("book_noted", map[string]any{"flight": "TP1234", "passenger": "Ana  Lima"})
+	t.Logf("reworded: %s", reworded)
+	if n := a.count(); n > 2 {
+		t.Errorf("%d bookings", n)
+	}
+	if a.count() == 2 && reworded.Status != envelope.Success {
+		t.Errorf("a second booking was made, but the envelope says %s", reworded.Status)
+	}
+}
+
+// An at-most-once tool's reply lost: unknown_outcome, and neither the
+// retry nor a reworded copy sends it again.
+func TestGuard_AtMostOnceLostReplyIsNeverResent(t *testing.T) {
+	a := &airline{}
+	cfg := strings.Replace(guardConfig, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	r := newRig(t, a, rigOptions{config: cfg})
+	a.lose(1)
+	_, env := r.call("book", lunchFlight)
+	if env.Status != envelope.UnknownOutcome {
+		t.Fatalf("%s; want unknown_outcome", env)
+	}
+	_, again := r.call("book", lunchFlight)
+	_, reworded := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima (window)"})
+	t.Logf("retry: %s\nreworded: %s", again, reworded)
+	if again.Status == envelope.Success || reworded.Status == envelope.Success {
+		t.Errorf("a retry or a reworded copy after an unknown outcome answered success")
+	}
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one logical action, want 1", n)
+	}
+}
+
+// A result with isError from a server the configuration says reports
+// errors only for calls that changed nothing is a definite failure; by
+// default it is unknown (MCP reports every failure so).
+func TestGuard_ToolErrorsAreUnknownUnlessTheConfigurationSays(t *testing.T) {
+	for _, tc := range []struct {
+		errors string
+		want   envelope.Status
+	}{{"", envelope.UnknownOutcome}, {`, "errors": "definite"`, envelope.DefiniteFailure}} {
+		a := &airline{refuse: true}
+		cfg := strings.Replace(guardConfig, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`,
+			`"book": {"class": "at_most_once"`+tc.errors+`}`, 1)
+		r := newRig(t, a, rigOptions{config: cfg})
+		_, env := r.call("book", lunchFlight)
+		if env.Status != tc.want {
+			t.Errorf("errors %q: %s; want %s", tc.errors, env, tc.want)
+		}
+	}
+}
+
+// The guard restarts between a call whose reply was lost and its retry:
+// the bbolt store remembers, and the retry answers the first booking.
+func TestGuard_ARestartBetweenTheCallAndItsRetryBooksOnce(t *testing.T) {
+	a := &airline{}
+	path := filepath.Join(t.TempDir(), "guard.db")
+	r := newRig(t, a, rigOptions{path: path})
+	a.lose(2)
+	_, env := r.call("book", lunchFlight)
+	if env.Status != envelope.UnknownOutcome {
+		t.Fatalf("%s", env)
+	}
+	r.client.Close()
+	if err := r.guard.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRig(t, a, rigOptions{path: path})
+	_, again := r2.call("book", lunchFlight)
+	t.Logf("after the restart: %s", again)
+	if again.Status != envelope.Success || again.RequestRef != env.RequestRef {
+		t.Errorf("the retry after a restart: %s; want success under %s", again, env.RequestRef)
+	}
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings, want 1", n)
+	}
+}
+
+// Tools the configuration does not name are refused by default; the
+// default read_only passes them through, and a default class guards them.
+func TestGuard_ToolsTheConfigurationDoesNotName(t *testing.T) {
+	base := `{"principal": "ana", "mcpServers": {"airline": {"command": "x", "tools": {"book": {"class": "at_most_once"}}}}`
+	for _, tc := range []struct{ def, want string }{
+		{``, "book"},
+		{`, "default": "read_only"`, "book,book_noted,find_booking,list_flights"},
+		{`, "default": {"class": "at_most_once"}`, "book,book_noted,find_booking,list_flights"},
+	} {
+		r := newRig(t, &airline{}, rigOptions{config: base + tc.def + `}`})
+		var names []string
+		for tool, err := range r.client.Tools(context.Background(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, tool.Name)
+		}
+		if got := strings.Join(names, ","); got != tc.want {
+			t.Errorf("default %q: the client sees %s, want %s", tc.def, got, tc.want)
+		}
+	}
+}
+
+// A call without a principal (no token, none configured) runs nothing.
+func TestGuard_NoPrincipalRunsNothing(t *testing.T) {
+	a := &airline{}
+	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, ``, 1)
+	r := newRig(t, a, rigOptions{config: cfg})
+	_, env := r.call("book", lunchFlight)
+	if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeMissingScope {
+		t.Errorf("%s; want missing_scope", env)
+	}
+	if a.count() != 0 {
+		t.Error("a booking was made without a principal")
+	}
+}
+
+// A conversation named in _meta scopes the fence: another conversation's
+// write is not held by this one's unknown booking.
+func TestGuard_AConversationInMetaScopesTheFence(t *testing.T) {
+	a := &airline{}
+	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"meta": "conversation_id"},`, 1)
+	cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	r := newRig(t, a, rigOptions{config: cfg})
+	a.lose(1)
+	_, env := call(t, r.client, "book", lunchFlight, mcp.Meta{"conversation_id": "c1"})
+	if env.Status != envelope.UnknownOutcome {
+		t.Fatalf("%s", env)
+	}
+	_, same := call(t, r.client, "book", map[string]any{"flight": "TP9", "passenger": "Bob"}, mcp.Meta{"conversation_id": "c1"})
+	_, other := call(t, r.client, "book", map[string]any{"flight": "TP9", "passenger": "Bob"}, mcp.Meta{"conversation_id": "c2"})
+	t.Logf("same conversation: %s\nother: %s", same, other)
+	if same.Error == nil || same.Error.Code != envelope.CodeEarlierUnknown {
+		t.Errorf("a new write in the conversation of an unknown one: %s; want earlier_action_unknown", same)
+	}
+	if other.Status != envelope.Success {
+		t.Errorf("a write of another conversation: %s; want success", other)
+	}
+}
+
+// A server that is down when the guard starts: the tools the
+// configuration names answer unavailable (nothing sent); once it is up,
+// they work.
+func TestGuard_AServerDownAtStartAnswersUnavailableUntilUp(t *testing.T) {
+	a := &airline{}
+	cfg, err := mcpguard.ParseConfig([]byte(guardConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	up := a.server()
+	var down = true
+	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+		if down {
+			return nil, errors.New("connection refused")
+		}
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard(), RetryConnect: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	cs := connect(t, g)
+	res, env := call(t, cs, "book", lunchFlight, nil)
+	if !res.IsError || env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable {
+		t.Errorf("a call while the server is down: %s; want definite_failure unavailable", env)
+	}
+	down = false
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, env = call(t, cs, "book", lunchFlight, nil)
+		if env.Status == envelope.Success || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if env.Status != envelope.Success || a.count() != 1 {
+		t.Errorf("once the server is up: %s, %d bookings", env, a.count())
+	}
+}

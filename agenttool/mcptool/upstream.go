@@ -1,0 +1,110 @@
+package mcptool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// ToolOptions say how a guarded client tool calls its server, beyond what
+// its agenttool.Options say. The zero value is [NewTool]'s behaviour.
+type ToolOptions struct {
+	// Name is the guarded tool's name: its records, envelopes and request
+	// references go by it. Default: the listed name.
+	Name string
+	// ToolErrors says what a result with isError means for the effect
+	// (see [ToolErrors]); nil reads every such result as unknown.
+	ToolErrors ToolErrors
+	// RefArgument names an argument of the tool in which each call sends
+	// its request reference (agenttool.RequestRef), filled in by the guard
+	// and never taken from the input (input that carries it is refused,
+	// definite_failure). It must be a property of the tool's input schema
+	// (a string), and is never an identifying field.
+	//
+	// For class Keyed it is the server's idempotency key (Stripe-style
+	// "idempotency_key"): the server applies a key at most once and
+	// answers a repeat with the first outcome, which is what makes Keyed
+	// right for a server that does not answer with retrysafe envelopes.
+	// For Reconcilable and AtMostOnce it is where the server keeps a
+	// client reference (a metadata field, a note), so that a check or a
+	// person can find the action by it.
+	RefArgument string
+	// WholeResult makes a success's result the server's whole tools/call
+	// result, as JSON (an mcp.CallToolResult: content, structured content,
+	// _meta), for a front that answers its own client with it (see
+	// ServerOptions.Listing). By default it is the structured content, or
+	// the text.
+	WholeResult bool
+	// Sessions, if set, gives the session each call goes on, and hears of
+	// a session lost under a call: an application that keeps its own
+	// connection to the server (a guard that restarts a server it runs)
+	// decides when to connect again. The session given to NewToolWith is
+	// then not used.
+	Sessions Sessions
+}
+
+// Sessions gives the sessions the calls of a tool go on (see
+// ToolOptions.Sessions). Both methods are called concurrently.
+type Sessions interface {
+	// Session returns the session for the next call. An error fails the
+	// call as unsent (transient).
+	Session(ctx context.Context) (*mcp.ClientSession, error)
+	// Lost tells that s carries nothing more: it was closed, or its server
+	// no longer knows it. A call it was given for failed, as unsent or
+	// unknown as the call's error says.
+	Lost(s *mcp.ClientSession)
+}
+
+// NewToolWith is [NewTool] with the calling options to.
+func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*agenttool.Tool, error) {
+	if session == nil && to.Sessions == nil {
+		return nil, fmt.Errorf("mcptool: NewToolWith needs a client session (or ToolOptions.Sessions) and a listed tool: %w", agenttool.ErrInvalidOptions)
+	}
+	return newTool(&link{session: session, sessions: to.Sessions}, t, opts, to)
+}
+
+// arguments returns the call's arguments: input, the canonical JSON
+// object agenttool digested, with the request reference in the tool's
+// RefArgument, if it has one.
+func (r *remote) arguments(ctx context.Context, input string) (json.RawMessage, error) {
+	if r.refArg == "" {
+		return json.RawMessage(input), nil
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(input), &args); err != nil {
+		return nil, envelope.MarkDefinite(fmt.Errorf("the input is not a JSON object: %w", err), envelope.CodeInvalidInput)
+	}
+	if _, ok := args[r.refArg]; ok {
+		return nil, envelope.MarkDefinite(fmt.Errorf("the input carries %q, which the guard fills in with each action's request reference; "+
+			"send the call without it", r.refArg), envelope.CodeInvalidInput)
+	}
+	ref := agenttool.RequestRef(ctx)
+	if ref == "" {
+		return nil, envelope.MarkDefinite(fmt.Errorf("the call has no request reference to send as %q", r.refArg), "")
+	}
+	if args == nil {
+		args = map[string]json.RawMessage{}
+	}
+	b, _ := json.Marshal(ref)
+	args[r.refArg] = b
+	out, err := json.Marshal(args)
+	if err != nil {
+		return nil, envelope.MarkDefinite(err, envelope.CodeInvalidInput)
+	}
+	return out, nil
+}
+
+// wholeResult returns res as the text of a success, for WholeResult.
+func wholeResult(res *mcp.CallToolResult) (string, error) {
+	b, err := json.Marshal(res)
+	if err != nil {
+		// The call succeeded; what cannot be carried whole goes as text.
+		return joinedText(res), nil
+	}
+	return string(b), nil
+}

@@ -233,8 +233,8 @@ type remote struct {
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
-	refArg      string // ToolOptions.RefArgument
-	whole       bool   // ToolOptions.WholeResult
+	refArg      string    // ToolOptions.RefArgument
+	whole       bool      // ToolOptions.WholeResult
 	seen        sightings // the server's actions this tool saw done
 }
 

@@ -15,7 +15,7 @@ import (
 // and the way to a new one once it is lost. It is safe for concurrent use.
 type link struct {
 	reconnect func(context.Context) (*mcp.ClientSession, error) // nil: none
-	sessions  Sessions                                           // nil: the link keeps its own
+	sessions  Sessions                                          // nil: the link keeps its own
 
 	mu      sync.Mutex
 	session *mcp.ClientSession

@@ -48,6 +48,10 @@ type Config struct {
 	// client that sends one; without it every call of a principal is in
 	// one conversation (see the package documentation).
 	Conversation *Conversation `json:"conversation,omitempty"`
+	// Tokens are the bearer tokens an HTTP front accepts, by the principal
+	// each stands for. Write them as ${VARIABLES} of the guard's
+	// environment rather than in the file. [Config.Verifier] checks them.
+	Tokens map[string]string `json:"tokens,omitempty"`
 }
 
 // Server is one upstream MCP server: a command the guard runs (stdio), or
@@ -302,6 +306,14 @@ func (c *Config) Check() error {
 	}
 	if cv := c.Conversation; cv != nil && (cv.Meta == "") == (cv.Argument == "") {
 		bad("conversation", "name one of meta or argument")
+	}
+	for _, p := range slices.Sorted(maps.Keys(c.Tokens)) {
+		if p == "" {
+			bad("tokens", "a token for an empty principal")
+		}
+		if c.Tokens[p] == "" {
+			bad("tokens."+p, "empty token")
+		}
 	}
 	prefixes := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(c.MCPServers)) {

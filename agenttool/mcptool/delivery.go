@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -63,6 +64,12 @@ func (r *remote) callFailed(ctx context.Context, s *mcp.ClientSession, err error
 	}
 	if code, ok := refusal(err); ok && r.envelopes {
 		return envelope.MarkDefinite(fmt.Errorf("the MCP server refused the call before any tool ran: %w", err), code)
+	}
+	if errors.Is(err, io.EOF) && sessionClosed(ctx, s) {
+		// The connection ended with the call in flight (a server process
+		// that died after it read the call): unknown, and the session
+		// carries nothing more.
+		r.link.lose(s)
 	}
 	return err
 }

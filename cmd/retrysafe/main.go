@@ -5,7 +5,9 @@
 // copies one store into another (copy), to move an application from bbolt
 // to PostgreSQL; it migrates a PostgreSQL store's schema (migrate); and it
 // says what a PostgreSQL store sees of its server's durability and
-// replication, and what that means for each class of tool (doctor).
+// replication, and what that means for each class of tool (doctor). It
+// also runs a guard in front of any MCP server (guard; package
+// agenttool/mcpguard, docs/guard.md).
 //
 //	go install github.com/retrysafe/retrysafe/cmd/retrysafe@latest
 //	retrysafe -db app.db list
@@ -15,6 +17,8 @@
 //	retrysafe copy -from app.db -to postgres://ops@db.internal/app
 //	retrysafe -database-url postgres://admin@db.internal/app migrate
 //	retrysafe -database-url postgres://ops@db.internal/app doctor
+//	retrysafe guard -config guard.json                      # stdio: a desktop client launches it
+//	retrysafe guard -config guard.json -listen 127.0.0.1:8931 # streamable HTTP, bearer tokens
 //
 // The store: -db PATH, a bbolt file, opened read-only unless the command
 // settles something; or -database-url URL (default $DATABASE_URL), a
@@ -83,6 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Commands: []opcmd.Command{
 			{Name: "migrate", Summary: s.migrateSummary(), Define: s.defineMigrate},
 			{Name: "doctor", Summary: s.doctorSummary(), Define: s.defineDoctor},
+			{Name: "guard", Summary: guardSummary(), Define: defineGuard},
 		},
 		Open: func(ctx context.Context, settles bool) (*agenttool.Operator, error) {
 			st, err := s.open(ctx, settles)

@@ -27,6 +27,9 @@ import (
 // TestMain runs this test binary as the retrysafe command when asked to,
 // so that tests run the command as a real process.
 func TestMain(m *testing.M) {
+	if os.Getenv("RETRYSAFE_TEST_AS_AIRLINE") == "1" { // a server the guard command starts
+		stdioAirline()
+	}
 	if os.Getenv("RETRYSAFE_TEST_AS_COMMAND") == "1" {
 		main()
 	}

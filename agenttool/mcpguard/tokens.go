@@ -1,0 +1,52 @@
+package mcpguard
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+)
+
+// Verifier returns a bearer-token verifier for the SDK's
+// auth.RequireBearerToken that accepts Config.Tokens: each token stands
+// for its principal, the verified token's UserID. Tokens are compared in
+// constant time, every configured one each time. It fails if there are no
+// tokens, or one is empty once its ${VARIABLES} are read.
+func (c *Config) Verifier() (auth.TokenVerifier, error) {
+	type entry struct {
+		principal string
+		digest    [32]byte
+	}
+	var entries []entry
+	for _, p := range slices.Sorted(maps.Keys(c.Tokens)) {
+		tok := os.ExpandEnv(c.Tokens[p])
+		if tok == "" {
+			return nil, &ConfigError{Path: "tokens." + p, Problem: "empty once its variables are read: set them in the guard's environment"}
+		}
+		entries = append(entries, entry{principal: p, digest: sha256.Sum256([]byte(tok))})
+	}
+	if len(entries) == 0 {
+		return nil, &ConfigError{Path: "tokens", Problem: "none: an HTTP front accepts only the bearer tokens listed here, by principal"}
+	}
+	return func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		d := sha256.Sum256([]byte(token))
+		found := ""
+		for _, e := range entries {
+			if subtle.ConstantTimeCompare(d[:], e.digest[:]) == 1 {
+				found = e.principal
+			}
+		}
+		if found == "" {
+			return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
+		}
+		return &auth.TokenInfo{UserID: found, Expiration: time.Now().Add(time.Hour)}, nil
+	}, nil
+}
+

@@ -49,4 +49,3 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 		return &auth.TokenInfo{UserID: found, Expiration: time.Now().Add(time.Hour)}, nil
 	}, nil
 }
-

@@ -670,3 +670,87 @@ func TestTheFailoverChecksHoldBehindAPoolerInTransactionMode(t *testing.T) {
 		t.Errorf("a reconcilable claim of a key the failover lost, through the pooler: %+v, %v; want it taken over as lost", res, err)
 	}
 }
+
+// A claim acts only where it is durable where a failover can go, however
+// its commit's wait for the synchronous standby ends. Here the primary
+// waits for its standby (synchronous_standby_names = '*'), and the
+// standby falls behind (its WAL sender paused): an at-most-once claim's
+// commit waits. The operator, seeing every write hang, does what
+// PostgreSQL's documentation suggests and turns synchronous replication
+// off (synchronous_standby_names emptied, reload): PostgreSQL releases the
+// waiting commit with no warning at all, acknowledged on the primary
+// alone, while the standby it streams to asynchronously has not got it —
+// the very setup in which pgstore refuses such claims. The tool acts on
+// it. The primary then dies and the standby is promoted: the claim is
+// gone, and the action, asked again, must not run a second time
+// (unknown_outcome, or a replay, but one effect).
+func TestAToolActsOnlyOnAClaimDurableWhereAFailoverCanGo(t *testing.T) {
+	p := newPair(t)
+	p.primary.Synchronous(t, true)
+	if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: p.url(t)}); err != nil {
+		t.Fatal(err)
+	}
+	p.caughtUp(t)
+	dest := &destination{effects: map[string][]int{}}
+	dest.phase.Store(1)
+	app := openAppReplica(t, p.url(t), dest, pgstore.Options{})
+
+	p.primary.PauseSender(t)
+	a := &failoverAction{tool: "charge", id: 1, dest: dest}
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- a.call(app, 30*time.Second) }()
+	admin, err := pgx.Connect(context.Background(), p.primary.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		err := admin.QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE 'INSERT%'").Scan(&n)
+		if err == nil && n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no claim waited for the standby: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	admin.Close(context.Background())
+	// The operator turns synchronous replication off: the waiting commit
+	// is released, with no warning.
+	p.primary.Synchronous(t, false)
+	var first envelope.Envelope
+	select {
+	case first = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not answer")
+	}
+	t.Logf("before the failover: %s; effects %v", first, dest.of(a.ref))
+
+	p.failOver(t)
+	dest.phase.Store(2)
+	deadline = time.Now().Add(30 * time.Second)
+	var last envelope.Envelope
+	for {
+		last = a.call(app, 3*time.Second)
+		transient := last.Error != nil && (last.Error.Code == envelope.CodeStoreUnavailable || last.Error.Code == envelope.CodeInProgress)
+		if !transient {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after the failover: %s", last.Error.Code, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	effects := dest.of(a.ref)
+	if len(effects) > 1 {
+		t.Errorf("%d effects, in phases %v: the tool acted on a claim the failover lost, and acted again; before the failover %s, after %s",
+			len(effects), effects, first, last)
+	}
+	for i, env := range a.envs {
+		if lie := lies(env, dest.doneBefore(a.ref, a.ends[i])); lie != "" {
+			t.Errorf("call %d: %s; envelope %s", i+1, lie, env)
+		}
+	}
+}

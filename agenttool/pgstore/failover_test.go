@@ -754,3 +754,96 @@ func TestAToolActsOnlyOnAClaimDurableWhereAFailoverCanGo(t *testing.T) {
 		}
 	}
 }
+
+// The unknown fence (I9) holds across a failover: while an action of a
+// tool in a conversation has an unknown outcome, a reworded resend does
+// not run — on the promoted standby too. Here a keyed tool (the default
+// options, the primary streaming asynchronously: keyed claims go on)
+// sends an invoice whose reply is lost: unknown_outcome. The model
+// rewords it and calls again: held back, earlier_action_unknown. The
+// standby had not received the unknown action's record when the primary
+// died and it was promoted. The model calls the reworded invoice again,
+// within the failover window: it must still be held back (or said
+// unknown), not sent as a second invoice beside the first, which the
+// destination has — its reference differs, so the destination's dedupe
+// cannot catch it.
+func TestTheUnknownFenceHoldsAcrossAFailover(t *testing.T) {
+	p := newPair(t)
+	if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: p.url(t)}); err != nil {
+		t.Fatal(err)
+	}
+	p.caughtUp(t)
+	store, err := pgstore.Open(context.Background(), &pgstore.Options{URL: p.url(t), NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	type invoice struct {
+		To     string `json:"to"`
+		Amount int    `json:"amount"`
+		Note   string `json:"note,omitempty"`
+	}
+	var (
+		mu   sync.Mutex
+		sent []string // the destination's invoices, by reference (it dedupes one)
+		lose atomic.Bool
+	)
+	send := func(ctx context.Context, in invoice) (string, error) {
+		ref := agenttool.RequestRef(ctx)
+		mu.Lock()
+		if !slices.Contains(sent, ref) {
+			sent = append(sent, ref)
+		}
+		mu.Unlock()
+		if lose.Load() {
+			return "", errors.New("read tcp 127.0.0.1:443: connection reset by peer") // sent, the reply lost
+		}
+		return ref, nil
+	}
+	tool, err := agenttool.New("invoice", "Send an invoice.", send, agenttool.Options{Store: store, Class: agenttool.Keyed,
+		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(input string) envelope.Envelope {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return tool.Invoke(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), input)
+	}
+	const (
+		first    = `{"to":"ana@example.com","amount":120}`
+		reworded = `{"to":"ana@example.com","amount":120,"note":"resent"}`
+	)
+
+	p.primary.PauseSender(t)
+	lose.Store(true)
+	if env := call(first); env.Status != envelope.UnknownOutcome {
+		t.Fatalf("the invoice whose reply was lost: %s; want unknown_outcome", env)
+	}
+	lose.Store(false)
+	held := call(reworded)
+	if held.Status != envelope.UnknownOutcome || held.Error == nil || held.Error.Code != envelope.CodeEarlierUnknown {
+		t.Fatalf("the reworded invoice before the failover: %s; want it held back, earlier_action_unknown", held)
+	}
+
+	p.failOver(t)
+	deadline := time.Now().Add(30 * time.Second)
+	var after envelope.Envelope
+	for {
+		after = call(reworded)
+		transient := after.Error != nil && (after.Error.Code == envelope.CodeStoreUnavailable || after.Error.Code == envelope.CodeInProgress)
+		if !transient {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after the failover: %s", after.Error.Code, after)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) > 1 {
+		t.Errorf("%d invoices sent for one action reworded after unknown_outcome: the reworded one ran on the promoted standby, "+
+			"which had lost the unknown action that fenced it; it answered %s", len(sent), after)
+	}
+}

@@ -847,3 +847,87 @@ func TestTheUnknownFenceHoldsAcrossAFailover(t *testing.T) {
 			"which had lost the unknown action that fenced it; it answered %s", len(sent), after)
 	}
 }
+
+// With AcceptAsyncStandbys, for FailoverWindow after a failover an
+// at-most-once action whose latest claim the failover may have lost
+// answers unknown_outcome, saying the store failed over, until a person
+// settles it. The claim lost here is not a new key's but an approved
+// retry's: the action's first attempt was unknown, and an operator found
+// it not applied (ResolveNotApplied) — that much reached the standby. The
+// next call runs the approved attempt (the effect) and records success on
+// the primary alone, the standby having stopped receiving; the primary
+// dies and the standby is promoted. On it the record is still "unknown,
+// approved for one more attempt", as if that attempt had never run: the
+// action, asked again within the window, must not run again.
+func TestAnApprovedRetryLostInAFailoverDoesNotRunAgain(t *testing.T) {
+	p := newPair(t)
+	if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: p.url(t)}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.Open(context.Background(), &pgstore.Options{URL: p.url(t), NoMigrate: true, AcceptAsyncStandbys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var (
+		effects atomic.Int32
+		lose    atomic.Bool
+	)
+	charge := func(ctx context.Context, in chargeInput) (string, error) {
+		if lose.Load() {
+			return "", errors.New("read tcp 127.0.0.1:443: connection reset by peer") // the request never arrived, as the operator finds
+		}
+		effects.Add(1)
+		return agenttool.RequestRef(ctx), nil
+	}
+	tool, err := agenttool.New("charge", "Charge a card.", charge, agenttool.Options{Store: store, Class: agenttool.AtMostOnce,
+		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func() envelope.Envelope {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return tool.Invoke(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), `{"id":1}`)
+	}
+	lose.Store(true)
+	first := call()
+	if first.Status != envelope.UnknownOutcome {
+		t.Fatalf("the first attempt: %s; want unknown_outcome", first)
+	}
+	lose.Store(false)
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := op.Show(context.Background(), first.RequestRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ResolveNotApplied(context.Background(), first.RequestRef, rec.Attempts, "ops", "the processor has no such charge"); err != nil {
+		t.Fatal(err)
+	}
+	p.caughtUp(t)
+	p.primary.PauseSender(t)
+	if env := call(); env.Status != envelope.Success || effects.Load() != 1 {
+		t.Fatalf("the approved retry: %s, %d effects; want success, once", env, effects.Load())
+	}
+
+	p.failOver(t)
+	deadline := time.Now().Add(30 * time.Second)
+	var after envelope.Envelope
+	for {
+		after = call()
+		transient := after.Error != nil && (after.Error.Code == envelope.CodeStoreUnavailable || after.Error.Code == envelope.CodeInProgress)
+		if !transient {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after the failover: %s", after.Error.Code, after)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d charges: the approved retry the failover lost ran again on the promoted standby, within the failover window; it answered %s", n, after)
+	}
+}

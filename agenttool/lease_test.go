@@ -342,3 +342,84 @@ func TestLease_AStalledHolderThatWakesSendsNoSecondCopy(t *testing.T) {
 		t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, g.effects)
 	}
 }
+
+// slowRenewal is a store whose first renewal waits for release before it
+// is written: a renewal that lands late (a slow commit, a lock wait, a
+// pool that has no free connection), while the record still reads as last
+// written.
+type slowRenewal struct {
+	*memstore.Store
+	once             sync.Once
+	started, release chan struct{}
+}
+
+func (s *slowRenewal) Renew(ctx context.Context, req storekit.RenewRequest) error {
+	s.once.Do(func() {
+		close(s.started)
+		<-s.release
+	})
+	return s.Store.Renew(ctx, req)
+}
+
+// A holder whose record read as stalled settles its success with an
+// untold notice — however the record came to read so. Here the holder is
+// not paused: its renewal starts on time (a third of the lease in) but
+// lands late, so that for a while the record, as last written, reads as
+// held by a call that stopped answering. Replica 2's reworded copy in that
+// while is answered so (in_progress, retry_after). The renewal then lands,
+// the holder delivers the lunch email and, judging by the renewal it
+// started in time, records a fresh success with no notice. The model,
+// never told the email went out, calls again after retry_after as told:
+// the reworded copy must be held back (the email was sent), not sent as a
+// second lunch email.
+func TestLease_AHolderWhoseRenewalLandsLateSendsNoSecondCopy(t *testing.T) {
+	clk := newClock()
+	store := &slowRenewal{Store: memstore.New(), started: make(chan struct{}), release: make(chan struct{})}
+	g := &gatedMail{mailServer: &mailServer{}, gate: make(chan struct{}), started: make(chan struct{})}
+	g.script = func(n int) (bool, error) {
+		if n == 1 {
+			close(g.started)
+			<-g.gate // a slow SMTP server
+		}
+		return true, nil
+	}
+	const lease = 300 * time.Millisecond // renewed every 100 ms of real time; reads as stalled at 160 ms of the record's clock
+	opts := agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Lease: lease, ClockSkew: 10 * time.Millisecond,
+		WaitTimeout: 10 * time.Millisecond, Now: clk.Now}
+	replica1 := newEmailTool(t, g.mailServer, opts)
+	replica2 := newEmailTool(t, g.mailServer, opts)
+
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- replica1.Invoke(scoped(), lunch) }()
+	<-g.started
+	clk.Advance(lease / 3) // the renewal starts on time
+	select {
+	case <-store.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not renew")
+	}
+	clk.Advance(lease / 3) // and has not landed: the record reads as stalled
+	held := replica2.Invoke(scoped(), lunchReworded)
+	t.Logf("replica 2, the reworded copy while the renewal is on its way: %s", held)
+	if held.Error == nil || held.Error.Code != envelope.CodeInProgress || held.RetryAfter == 0 {
+		close(store.release)
+		close(g.gate)
+		<-done
+		t.Fatalf("the reworded copy while the record reads as stalled: %s; want in_progress with retry_after", held)
+	}
+	close(store.release) // the renewal lands
+	time.Sleep(20 * time.Millisecond)
+	close(g.gate) // the holder delivers
+	first := <-done
+	t.Logf("replica 1, the lunch email: %s", first)
+
+	clk.Advance(time.Duration(held.RetryAfter) * time.Second)
+	again := replica2.Invoke(scoped(), lunchReworded)
+	t.Logf("replica 2, the reworded copy after retry_after: %s", again)
+	if again.Status == envelope.Success {
+		t.Errorf("the model, told only that the lunch email was held by a call that stopped answering, called again after retry_after and sent a second email: %s", again)
+	}
+	if n := g.count(); n != 1 {
+		t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, g.effects)
+	}
+}

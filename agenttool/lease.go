@@ -90,11 +90,12 @@ func (k *keeper) stalled(now time.Time) bool {
 	return k.t != nil && (k.lapsed || k.stalledAt(now))
 }
 
-// stalledAt reports whether the record, as last written, reads as
-// stalled at now. k.mu is held.
+// stalledAt reports whether the record, as last written, may read as
+// stalled at now (the holder's clock) to a reader whose clock is up to
+// ClockSkew ahead. k.mu is held.
 func (k *keeper) stalledAt(now time.Time) bool {
-	lease := k.t.cfg.Lease
-	return !now.Before(k.t.cfg.stallsAt(k.until.Add(-lease), lease))
+	cfg := k.t.cfg
+	return !now.Before(cfg.stallsAt(k.until.Add(-cfg.Lease), cfg.Lease).Add(-cfg.ClockSkew))
 }
 
 // leaseMargin is how long before its lease ends a holder whose renewals
@@ -137,6 +138,9 @@ func (k *keeper) renew() {
 	}
 	switch {
 	case err == nil:
+		// Until it landed, readers saw the record as last written: it may
+		// have read as stalled meanwhile.
+		k.lapsed = k.lapsed || k.stalledAt(cfg.Now())
 		k.until = until
 		k.deadline.Stop()
 	case errors.Is(err, storekit.ErrFenced):

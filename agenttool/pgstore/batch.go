@@ -100,7 +100,11 @@ func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int6
 	var token int64
 	sql, args := s.insertArgs(req, req.Label)
 	warned, err := s.onConn(ctx, noFault, func(conn *pgxpool.Conn) error {
-		return conn.QueryRow(ctx, sql, args...).Scan(&token)
+		var sync bool
+		if err := conn.QueryRow(ctx, sql, args...).Scan(&token, &sync); err != nil {
+			return err
+		}
+		return s.checkDurable(ctx, conn, req.Unkeyed && sync)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || besideRefused(err):
@@ -238,17 +242,52 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 			return err
 		}
 		defer rows.Close()
+		check := false
 		for rows.Next() {
 			var k string
 			var token int64
-			if err := rows.Scan(&k, &token); err != nil {
+			var sync bool
+			if err := rows.Scan(&k, &token, &sync); err != nil {
 				return err
 			}
 			tokens[k] = token
+			check = check || sync
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		return s.checkDurable(ctx, conn, check && hasUnkeyed(batch))
 	})
 	return tokens, warned, err
+}
+
+// hasUnkeyed reports whether a batch has an Unkeyed claim.
+func hasUnkeyed(batch []*claimBatch) bool {
+	return slices.ContainsFunc(batch, func(w *claimBatch) bool { return w.req.Unkeyed })
+}
+
+// errNotDurableAfter is what checkDurable returns, inside onConn's fn,
+// when a claim that committed under synchronous replication is no longer
+// durable where a failover can go: onConn reports it as a warning.
+var errNotDurableAfter = errors.New("pgstore: synchronous replication was turned off while the commit waited for it")
+
+// checkDurable runs stillDurable on conn when check is set: after the
+// commit of Unkeyed claims made under synchronous replication. If they
+// are no longer durable where a failover can go it returns
+// errNotDurableAfter, which onConn turns into a warning.
+func (s *Store) checkDurable(ctx context.Context, conn *pgxpool.Conn, check bool) error {
+	if !check || s.acceptAsync {
+		return nil
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, s.q.stillDurable).Scan(&ok); err != nil {
+		return fmt.Errorf("pgstore: checking that a claim is durable after its commit: %w", err)
+	}
+	if !ok {
+		return errNotDurableAfter
+	}
+	return nil
 }
 
 func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, bool, error) {
@@ -266,12 +305,15 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		br := conn.SendBatch(ctx, b)
 		var first error
+		check := false
 		for _, w := range batch {
 			var token int64
-			err := br.QueryRow().Scan(&token)
+			var sync bool
+			err := br.QueryRow().Scan(&token, &sync)
 			switch {
 			case err == nil:
 				tokens[w.req.Key] = token
+				check = check || (sync && w.req.Unkeyed)
 			case errors.Is(err, pgx.ErrNoRows):
 			case first == nil:
 				first = err
@@ -280,7 +322,10 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		if err := br.Close(); first == nil {
 			first = err
 		}
-		return first
+		if first != nil {
+			return first
+		}
+		return s.checkDurable(ctx, conn, check)
 	})
 	return tokens, warned, err
 }
@@ -409,6 +454,9 @@ func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) 
 	if fault == faultLostAfterCommit && err == nil {
 		conn.Conn().Close(ctx)
 		return false, fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
+	}
+	if errors.Is(err, errNotDurableAfter) {
+		return true, nil
 	}
 	return warnings(pc) > before, err
 }

@@ -127,13 +127,15 @@
 // waits for a synchronous standby, or no standby is in sight of the role
 // — and refused otherwise (storekit.ErrNotDurable), unless
 // Options.AcceptAsyncStandbys accepts the risk; one whose commit meets the
-// warning of a cancelled synchronous wait is given back and refused
-// ([ConfigurePool] for a pool of your own). The store records the
+// warning of a cancelled synchronous wait, or that is no longer durable
+// once committed (synchronous replication turned off meanwhile), is given
+// back and refused ([ConfigurePool] for a pool of your own). The store records the
 // server's timeline: every claim checks it in its own statement, the
 // first on a new one records it and moves the token sequence past every
 // token the old primary could have handed out, and for
-// Options.FailoverWindow a claim that finds no record is decided as a
-// record the store may have lost (storekit.DecideLost).
+// Options.FailoverWindow a claim that finds no record (or one a lost claim
+// may have moved on from) is decided as a record the store may have lost
+// (storekit.DecideLost).
 // [Store.Replication] and `retrysafe doctor` say what the store sees;
 // docs/stores.md, "High availability", what each setup guarantees.
 //

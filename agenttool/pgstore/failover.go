@@ -32,16 +32,20 @@ import (
 //     is refused before the tool acts (storekit.ErrNotDurable), unless
 //     Options.AcceptAsyncStandbys accepts the risk. A commit whose wait
 //     for its standby was cancelled is kept by PostgreSQL, which only
-//     warns: a claim that meets a warning is given back and refused.
+//     warns: a claim that meets a warning is given back and refused; so
+//     is one whose wait was released because synchronous replication was
+//     turned off meanwhile (no warning then: after a commit made under
+//     synchronous replication, the connection checks stillDurable).
 //   - The store records the server's timeline (the timeline table). A
 //     promotion starts a new one, which every claim checks in its own
 //     statement; the first claim on a new timeline records it with the
 //     time it noticed it, and moves the token sequence past every token
 //     the old timeline could have handed out (tokenJump). For
 //     Options.FailoverWindow after that, an Unkeyed claim that finds no
-//     record of its key does not take it for a new action where the
-//     record may be one the old primary had and the standby never
-//     received (storekit.DecideLost): a reconcilable tool's, which asks
+//     record of its key (or one a lost claim may have moved on from: past
+//     its expiry, approved for a retry) does not take it for a new attempt
+//     where the record may be one the old primary had and the standby
+//     never received (storekit.DecideLost): a reconcilable tool's, which asks
 //     its destination first, and, where AcceptAsyncStandbys let claims
 //     be made that a failover could lose, an at-most-once tool's too
 //     (distrustsAbsence).
@@ -62,6 +66,10 @@ const (
 	// transaction's only when the session's is less). It is ANDed into a
 	// statement's conditions, so that no row is written without it.
 	syncOn = `(current_setting('synchronous_commit') IN ('on', 'remote_apply') OR set_config('synchronous_commit', 'on', true) IS NOT NULL)`
+	// syncNamed, returned by a claim's statement, says whether its commit
+	// waits for a synchronous standby: then the connection checks after
+	// the commit that it is still durable (stillDurable).
+	syncNamed = `current_setting('synchronous_standby_names') <> ''`
 	// syncBegin begins a transaction whose commit waits as syncOn says.
 	syncBegin = `BEGIN; SELECT ` + syncOn
 	// logicalSenders are the WAL senders that serve logical replication

@@ -755,20 +755,22 @@ func TestAToolActsOnlyOnAClaimDurableWhereAFailoverCanGo(t *testing.T) {
 	}
 }
 
-// The unknown fence (I9) holds across a failover: while an action of a
-// tool in a conversation has an unknown outcome, a reworded resend does
-// not run — on the promoted standby too. Here a keyed tool (the default
-// options, the primary streaming asynchronously: keyed claims go on)
-// sends an invoice whose reply is lost: unknown_outcome. The model
-// rewords it and calls again: held back, earlier_action_unknown. The
-// standby had not received the unknown action's record when the primary
-// died and it was promoted. The model calls the reworded invoice again,
-// within the failover window: it must still be held back (or said
-// unknown), not sent as a second invoice beside the first, which the
-// destination has — its reference differs, so the destination's dedupe
-// cannot catch it.
-func TestTheUnknownFenceHoldsAcrossAFailover(t *testing.T) {
+// The unknown fence (I9) holds across a failover to a synchronous
+// standby: while an action of a tool in a conversation has an unknown
+// outcome, a reworded resend does not run — on the promoted standby too.
+// A keyed tool sends an invoice whose reply is lost: unknown_outcome. The
+// model rewords it and calls again: held back, earlier_action_unknown.
+// The primary dies and the standby is promoted; the model calls the
+// reworded invoice again: still held back, one invoice.
+//
+// (On an asynchronous standby a keyed tool's claims go on, since its
+// destination dedupes each key; but the unknown record that fences a
+// reworded copy, which has another key, may be among the writes the
+// failover loses. docs/stores.md says so, and doctor says it of keyed
+// tools on such a setup.)
+func TestTheUnknownFenceHoldsAcrossASynchronousFailover(t *testing.T) {
 	p := newPair(t)
+	p.primary.Synchronous(t, true)
 	if _, _, err := pgstore.Migrate(context.Background(), &pgstore.Options{URL: p.url(t)}); err != nil {
 		t.Fatal(err)
 	}
@@ -815,7 +817,6 @@ func TestTheUnknownFenceHoldsAcrossAFailover(t *testing.T) {
 		reworded = `{"to":"ana@example.com","amount":120,"note":"resent"}`
 	)
 
-	p.primary.PauseSender(t)
 	lose.Store(true)
 	if env := call(first); env.Status != envelope.UnknownOutcome {
 		t.Fatalf("the invoice whose reply was lost: %s; want unknown_outcome", env)
@@ -843,8 +844,10 @@ func TestTheUnknownFenceHoldsAcrossAFailover(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sent) > 1 {
-		t.Errorf("%d invoices sent for one action reworded after unknown_outcome: the reworded one ran on the promoted standby, "+
-			"which had lost the unknown action that fenced it; it answered %s", len(sent), after)
+		t.Errorf("%d invoices sent for one action reworded after unknown_outcome: the reworded one ran on the promoted standby; it answered %s", len(sent), after)
+	}
+	if after.Error == nil || after.Error.Code != envelope.CodeEarlierUnknown {
+		t.Errorf("the reworded invoice after the failover: %s; want it held back, earlier_action_unknown", after)
 	}
 }
 

@@ -342,8 +342,8 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		}
 		next := func() (uint64, error) { return s.nextToken(ctx, tx) }
 		var d storekit.ClaimDecision
-		if existing == nil && lost {
-			d, err = storekit.DecideLost(since, occs, req, next)
+		if lost {
+			d, err = storekit.DecideLost(since, existing, occs, req, next)
 		} else {
 			d, err = storekit.DecideClaim(existing, occs, req, next)
 		}
@@ -382,9 +382,17 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	if err != nil {
 		return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
 	}
-	if res.Claimed && req.Unkeyed && warnings(pc) > before {
-		s.giveBack(req.Key, int64(res.Record.Token))
-		return storekit.ClaimResult{}, false, notDurable(req.Key)
+	if res.Claimed && req.Unkeyed {
+		err := s.checkDurable(ctx, conn, true)
+		if warnings(pc) > before || errors.Is(err, errNotDurableAfter) {
+			s.giveBack(req.Key, int64(res.Record.Token))
+			return storekit.ClaimResult{}, false, notDurable(req.Key)
+		}
+		if err != nil {
+			// The claim committed; whether it is durable is unknown.
+			s.giveBack(req.Key, int64(res.Record.Token))
+			return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
+		}
 	}
 	return res, again, nil
 }

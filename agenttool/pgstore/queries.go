@@ -176,7 +176,7 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 
 type queries struct {
 	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline, insertUnkeyed                                                                                                                                                                                                                     string
+	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                       string
 }
 
 // newQueries builds the statements of a store on schema. What a store
@@ -216,9 +216,15 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 				AND b.key <> $1 ORDER BY b.key LIMIT 1))
 				OR NOT (` + syncOn + ` AND ` + gate + `)
 				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `)
-			ON CONFLICT DO NOTHING RETURNING token`
+			ON CONFLICT DO NOTHING RETURNING token, ` + syncNamed
 	}
 	return queries{
+		// stillDurable, run on a connection right after a claim committed
+		// under synchronous replication, holds if it still is: an
+		// operator who empties synchronous_standby_names releases the
+		// commits waiting for the standby with no warning, acknowledged on
+		// the primary alone.
+		stillDurable: `SELECT (current_setting('synchronous_standby_names') <> '' AND ` + heard + `) OR NOT ` + standbysInSight,
 		// insert claims a new key: it inserts nothing if the key exists,
 		// or if another record holds the slot of $2 and $9 (records_slot).
 		// A claim fenced by session ($9 = $8) that finds a record of the
@@ -248,7 +254,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
 				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
 				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need") + `
-			ON CONFLICT DO NOTHING RETURNING key, token`,
+			ON CONFLICT DO NOTHING RETURNING key, token, ` + syncNamed,
 		// besideForUpdate finds the records of tool $1 and session $2
 		// beside its session's slot, other than $3.
 		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.session = $2 AND ` + beside + ` AND b.key <> $3

@@ -81,29 +81,38 @@ type ClaimDecision struct {
 // beside the slot approved for a retry itself waits for the holder's, so
 // that two approved actions never wait on each other.
 //
-// A store that went back in time a short while ago decides a missing
-// record of an Unkeyed claim with [DecideLost] instead.
+// A store that went back in time a short while ago decides an Unkeyed
+// claim with [DecideLost] instead.
 func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	return decideClaim(existing, false, occupants, req, nextToken)
 }
 
-// DecideLost decides the claim of a key that has no record in a store
-// that may have lost it: the store went back in time at since (a failover
-// to a standby that had not received the primary's last writes, noticed
-// then) a short while ago, and req is Unkeyed. Absence proves nothing
-// then: the key is decided as if its record were pending under a holder
-// that died at since (or at req.Now, if since is later), with no attempt
-// counted — the rules of a lapsed lease:
+// DecideLost decides the claim of a key in a store that may have lost its
+// latest writes: the store went back in time at since (a failover to a
+// standby that had not received the primary's last writes, noticed then)
+// a short while ago, and req is Unkeyed. existing is the key's record as
+// the store has it, nil if none. A record that would let the claim start
+// an attempt ([Record.Superseded]: none, one past its expiry, or one
+// approved for a retry) proves nothing then — a claim made after it may
+// be what the store lost — and the key is decided as if its record were
+// pending under a holder that died at since (or at req.Now, if since is
+// later), with no attempt counted: the rules of a lapsed lease.
 //
 //   - req.TakeOver (a reconcilable tool with a reconciler): taken over,
 //     TookOver with HeldUntil since: the destination is asked first;
 //   - otherwise: recorded unknown, and returned as found (nothing runs
-//     until a reconciler, an approver or an operator settles it).
+//     until a reconciler, an approver or an operator settles it; an
+//     approval the record carried is spent: the approved attempt may have
+//     run).
 //
-// The presumed record holds no slot yet: the slot's holder, and the
-// records beside it, hold the claim back as they hold back a new one
-// (ClaimResult.Blocked, nothing written). ClaimResult.Lost is set.
-func DecideLost(since time.Time, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
+// Any other record is decided by [DecideClaim]. The presumed record holds
+// no slot yet: the slot's holder, and the records beside it, hold the
+// claim back as they hold back a new one (ClaimResult.Blocked, nothing
+// written). ClaimResult.Lost is set.
+func DecideLost(since time.Time, existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
+	if existing != nil && !existing.Superseded(req.Now) {
+		return DecideClaim(existing, occupants, req, nextToken)
+	}
 	if req.Now.Before(since) {
 		since = req.Now
 	}
@@ -112,11 +121,27 @@ func DecideLost(since time.Time, occupants []Record, req ClaimRequest, nextToken
 		Fingerprint: req.Fingerprint, LeaseExpiry: since, Created: since, Updated: since, FenceScope: req.FenceScope,
 		Definition: req.Definition,
 	}
+	if existing != nil && !existing.expired(req.Now) {
+		// An approved retry: the same action, its attempts and history kept.
+		presumed.Created, presumed.Attempts, presumed.Label = existing.Created, existing.Attempts, existing.Label
+		presumed.Resolution, presumed.Outcome = existing.Resolution, existing.Outcome
+		if existing.Definition != 0 {
+			presumed.Definition = existing.Definition
+		}
+	}
 	d, err := decideClaim(&presumed, true, occupants, req, nextToken)
 	if d.Result.Blocked == nil {
 		d.Result.Lost = true
 	}
 	return d, err
+}
+
+// Superseded reports whether a claim of r's key at now would start an
+// attempt from r — r is past its expiry, or unknown and approved for one
+// more attempt — so that a later claim of the key, made before a store
+// went back in time, may have been lost with it ([DecideLost]).
+func (r *Record) Superseded(now time.Time) bool {
+	return r.expired(now) || (r.State == Unknown && r.RetryApproved)
 }
 
 func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {

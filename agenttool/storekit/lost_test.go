@@ -21,7 +21,7 @@ func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
 	t.Run("reconcilable: taken over, the destination is asked first", func(t *testing.T) {
 		req := base
 		req.TakeOver = true
-		d, err := DecideLost(since, nil, req, tokens)
+		d, err := DecideLost(since, nil, nil, req, tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
 	})
 
 	t.Run("at-most-once: recorded unknown, nothing runs", func(t *testing.T) {
-		d, err := DecideLost(since, nil, base, tokens)
+		d, err := DecideLost(since, nil, nil, base, tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,8 +55,36 @@ func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
 		}
 	})
 
+	t.Run("an approved retry: its attempt may have run, the approval is spent", func(t *testing.T) {
+		approved := Record{Key: base.Key, Tool: base.Tool, State: Unknown, RetryApproved: true, Principal: base.Principal, Session: session,
+			Fingerprint: base.Fingerprint, Attempts: 1, Created: t0.Add(-time.Hour), Updated: t0.Add(-time.Minute), Expires: t0.Add(time.Hour),
+			FenceScope: session, Resolution: &Resolution{Verdict: "not applied", By: "ops"}}
+		d, err := DecideLost(since, &approved, nil, base, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := d.Result.Record
+		if d.Result.Claimed || !d.Result.Lost || !d.Write || rec.State != Unknown || rec.RetryApproved || rec.Attempts != 1 ||
+			!rec.Created.Equal(approved.Created) || rec.Resolution == nil {
+			t.Errorf("claimed=%v lost=%v write=%v record %+v: want it written unknown, not approved, its attempt and history kept",
+				d.Result.Claimed, d.Result.Lost, d.Write, rec)
+		}
+	})
+
+	t.Run("a record that lets nothing start is decided as ever", func(t *testing.T) {
+		open := Record{Key: base.Key, Tool: base.Tool, State: Unknown, Principal: base.Principal, Session: session,
+			Fingerprint: base.Fingerprint, Attempts: 1, Created: t0, Updated: t0, FenceScope: session}
+		d, err := DecideLost(since, &open, nil, base, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Result.Lost || d.Write || d.Result.Record.State != Unknown {
+			t.Errorf("%+v: want the unknown record returned as found", d)
+		}
+	})
+
 	t.Run("a clock behind the notice: the holder died now, not later", func(t *testing.T) {
-		d, err := DecideLost(now.Add(time.Hour), nil, base, tokens)
+		d, err := DecideLost(now.Add(time.Hour), nil, nil, base, tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +107,7 @@ func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				req := base
 				req.TakeOver = takeOver
-				d, err := DecideLost(since, []Record{tc.occupant}, req, func() (uint64, error) {
+				d, err := DecideLost(since, nil, []Record{tc.occupant}, req, func() (uint64, error) {
 					t.Fatal("a blocked claim took a token")
 					return 0, nil
 				})
@@ -97,7 +125,7 @@ func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
 	t.Run("an ended notice is cleared, and the presumed record takes the slot", func(t *testing.T) {
 		notice := Record{Key: "pay/0", Tool: "pay", State: Succeeded, Principal: base.Principal, Session: session,
 			FenceScope: session, NoticeUntil: now.Add(-time.Second), Token: 7}
-		d, err := DecideLost(since, []Record{notice}, base, tokens)
+		d, err := DecideLost(since, nil, []Record{notice}, base, tokens)
 		if err != nil {
 			t.Fatal(err)
 		}

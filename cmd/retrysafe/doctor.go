@@ -79,9 +79,13 @@ func doctorClasses(r pgstore.Replication) map[string]string {
 	if r.AcceptAsyncStandbys && r.FailoverWindow > 0 {
 		amo += fmt.Sprintf("; for %s after a failover, an action the store has no record of answers unknown_outcome (its record may be one the failover lost)", window)
 	}
+	keyed := "claims are made on every setup: the destination dedupes the key whatever a failover loses"
+	if r.SynchronousStandbyNames == "" && (r.Standbys > 0 || r.PhysicalSlots > 0) {
+		keyed += "; but on this asynchronous setup the unknown fence and the notices that hold a reworded copy (another key) may be lost with the last writes before a failover"
+	}
 	return map[string]string{
 		"read_only":    "no claim: runs and retries freely",
-		"keyed":        "claims are made on every setup: the destination dedupes the key whatever a failover loses",
+		"keyed":        keyed,
 		"at_most_once": amo,
 		"reconcilable": unkeyed + fmt.Sprintf("; for %s after a failover (failover window), an action the store has no record of asks its destination first", window),
 	}

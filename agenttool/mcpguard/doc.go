@@ -26,7 +26,7 @@
 //     honours: it does not make a tool keyed.
 //   - at_most_once: sent at most once; after an unknown outcome neither a
 //     retry nor a reworded copy is sent until a person settles it
-//     (`retrysafe settle`).
+//     (`retrysafe resolve`).
 //   - reconcilable: after an unknown outcome the guard calls the check, a
 //     read-only tool of the same server, with the action's reference
 //     (ref_argument names where the server keeps it), and reads the
@@ -76,6 +76,7 @@
 // # Operators
 //
 // The guard's store is an ordinary retrysafe store: `retrysafe list`,
-// `show` and `settle` work on it, with the guard's tool names as the
-// client sees them.
+// `show` and `resolve` work on it, with the guard's tool names as the
+// client sees them, each action labelled with the client's name and
+// conversation (Options.Label).
 package mcpguard

@@ -46,6 +46,11 @@ type Options struct {
 	// guard made them (Lease, Retry, hooks), by its name as the client
 	// sees it.
 	Tune func(tool string, o *agenttool.Options)
+	// Label, if set, labels each guarded call's action for operators
+	// (agenttool.WithLabel: `retrysafe list -label`, the console). Default:
+	// the client's name, as it gave it when it connected, and the
+	// conversation, if the call carries one.
+	Label func(ctx context.Context, req *mcp.CallToolRequest) string
 	// Implementation names the guard to its clients. Default:
 	// retrysafe-guard.
 	Implementation *mcp.Implementation
@@ -107,7 +112,7 @@ func New(ctx context.Context, cfg *Config, opts *Options) (*Guard, error) {
 	if err := g.openStore(ctx); err != nil {
 		return nil, err
 	}
-	g.front = mcp.NewServer(impl, &mcp.ServerOptions{Logger: g.log, HasTools: true})
+	g.front = mcp.NewServer(impl, &mcp.ServerOptions{Logger: g.log, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}})
 	g.front.AddReceivingMiddleware(g.conversation)
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
@@ -209,8 +214,11 @@ func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
 	cv := g.cfg.Conversation
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		call, ok := req.(*mcp.CallToolRequest)
-		if !ok || cv == nil || call.Params == nil {
+		if !ok || call.Params == nil {
 			return next(ctx, method, req)
+		}
+		if cv == nil {
+			return next(g.labelled(ctx, call, ""), method, req)
 		}
 		var id string
 		if cv.Meta != "" {
@@ -233,8 +241,28 @@ func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
 		if id != "" {
 			ctx = context.WithValue(ctx, conversationKey{}, id)
 		}
-		return next(ctx, method, req)
+		return next(g.labelled(ctx, call, id), method, req)
 	}
+}
+
+// labelled returns ctx with the call's label (Options.Label).
+func (g *Guard) labelled(ctx context.Context, call *mcp.CallToolRequest, conversation string) context.Context {
+	if g.opts.Label != nil {
+		return agenttool.WithLabel(ctx, g.opts.Label(ctx, call))
+	}
+	var parts []string
+	if call.Session != nil {
+		if p := call.Session.InitializeParams(); p != nil && p.ClientInfo != nil && p.ClientInfo.Name != "" {
+			parts = append(parts, p.ClientInfo.Name)
+		}
+	}
+	if conversation != "" {
+		parts = append(parts, "conversation "+conversation)
+	}
+	if len(parts) == 0 {
+		return ctx
+	}
+	return agenttool.WithLabel(ctx, strings.Join(parts, ", "))
 }
 
 // session is the guarded tools' Session function: the conversation the

@@ -56,6 +56,9 @@ func TestGuard_TheClientSeesTheServersToolsAndResults(t *testing.T) {
 	if env.RequestRef == "" || env.Tool != "book" {
 		t.Errorf("the envelope in _meta: %s", env)
 	}
+	if rec, err := r.guard.Store().Get(context.Background(), env.RequestRef); err != nil || rec.Label != "desktop" {
+		t.Errorf("the action's record: label %q, %v; want it labelled with the client's name", rec.Label, err)
+	}
 	res, _ = r.call("list_flights", map[string]any{"from": "LIS"})
 	if got := resultText(res); !strings.Contains(got, "TP1235") {
 		t.Errorf("a read-only tool's result: %s", got)

@@ -124,7 +124,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (*Summary, error)
 			_, err := up.Connect(ctx, st, nil)
 			return ct, err
 		},
-		Tune: func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: 1} },
+		Tune: func(_ string, o *agenttool.Options) {
+			o.Retry = agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: 1}
+		},
 		// Whose action each record is, for an operator's list.
 		Label: func(context.Context, *mcp.CallToolRequest) string { return "Ana Lima, trip to Lisbon" },
 	})

@@ -146,13 +146,17 @@ type StoreConfig struct {
 	Postgres string `json:"postgres,omitempty"`
 }
 
-// Conversation names where a call carries its conversation.
+// Conversation names where a call carries its conversation. Name one.
 type Conversation struct {
 	// Meta is a key of the call's _meta.
 	Meta string `json:"meta,omitempty"`
 	// Argument is an argument of the call; the guard takes it out before
 	// the call goes to the server.
 	Argument string `json:"argument,omitempty"`
+	// Header is a header of the HTTP request that carries the call (an
+	// HTTP front only; a call without it is in the principal's one
+	// conversation). Trust it only if your own code sets it.
+	Header string `json:"header,omitempty"`
 }
 
 // Default is Config.Default: "refuse", "read_only", or a tool's settings.
@@ -304,8 +308,16 @@ func (c *Config) Check() error {
 			bad("default", "%q is not a policy: use \"refuse\", \"read_only\", or a tool's settings ({\"class\": \"at_most_once\"})", c.Default.Policy)
 		}
 	}
-	if cv := c.Conversation; cv != nil && (cv.Meta == "") == (cv.Argument == "") {
-		bad("conversation", "name one of meta or argument")
+	if cv := c.Conversation; cv != nil {
+		n := 0
+		for _, v := range []string{cv.Meta, cv.Argument, cv.Header} {
+			if v != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			bad("conversation", "name one of meta, argument or header")
+		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(c.Tokens)) {
 		if p == "" {

@@ -29,6 +29,8 @@ type airline struct {
 	byKey    map[string]int // idempotency key → booking index
 	loseNext int            // the next n replies of book are lost (the booking is made, or replayed)
 	refuse   bool           // book answers isError without booking
+
+	traceparents []string // the traceparent of each call of book, as it arrived
 }
 
 type booking struct {
@@ -93,7 +95,15 @@ func (a *airline) lose(n int) {
 func (a *airline) server() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "book", Description: "Book one seat."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in bookIn) (*mcp.CallToolResult, booking, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in bookIn) (*mcp.CallToolResult, booking, error) {
+			a.mu.Lock()
+			a.traceparents = append(a.traceparents, fmt.Sprint(req.Params.Meta["traceparent"]))
+			a.mu.Unlock()
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				for i := 1; i <= 2; i++ {
+					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: 2, Message: "booking"})
+				}
+			}
 			return a.book(in)
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "book_noted", Description: "Book one seat, keeping a client reference."},

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -77,6 +78,18 @@ type Guard struct {
 
 	mu     sync.Mutex
 	listed map[string]string // the name a client sees → its server's name
+
+	// progress maps the progress tokens the guard sends servers to the
+	// client call that asked for progress, while the call runs.
+	progress sync.Map // string → progressTo
+	tokens   atomic.Uint64
+}
+
+// progressTo is where a server's progress notifications go: the client's
+// session, under the client's own token.
+type progressTo struct {
+	session *mcp.ServerSession
+	token   any
 }
 
 // New connects to the configured servers, lists their tools, and builds
@@ -217,7 +230,21 @@ func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
 		if !ok || call.Params == nil {
 			return next(ctx, method, req)
 		}
-		if cv == nil {
+		if tok := call.Params.GetProgressToken(); tok != nil && call.Session != nil {
+			// The client asked for progress: the server gets a token of
+			// the guard's (tokens of several clients may clash), and its
+			// notifications go back under the client's.
+			ours := fmt.Sprintf("retrysafe-guard-%d", g.tokens.Add(1))
+			g.progress.Store(ours, progressTo{session: call.Session, token: tok})
+			defer g.progress.Delete(ours)
+			call.Params.SetProgressToken(ours)
+		}
+		if cv == nil || cv.Header != "" {
+			if cv != nil && call.Extra != nil {
+				if id := call.Extra.Header.Get(cv.Header); id != "" {
+					return next(g.labelled(context.WithValue(ctx, conversationKey{}, id), call, id), method, req)
+				}
+			}
 			return next(g.labelled(ctx, call, ""), method, req)
 		}
 		var id string
@@ -354,6 +381,15 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, err
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			key, _ := req.Params.ProgressToken.(string)
+			if v, ok := u.g.progress.Load(key); ok {
+				to := v.(progressTo)
+				p := *req.Params
+				p.ProgressToken = to.token
+				to.session.NotifyProgress(ctx, &p)
+			}
+		},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			u.g.wg.Add(1)
 			go func() {
@@ -613,7 +649,7 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	}
 	class := map[string]agenttool.Class{ClassKeyed: agenttool.Keyed, ClassAtMostOnce: agenttool.AtMostOnce, ClassReconcilable: agenttool.Reconcilable}[settings.Class]
 	o := agenttool.Options{Store: u.g.store, Class: class, IdentifyingFields: settings.Identifying, KeyTTL: time.Duration(settings.KeyTTL), Logger: u.g.log}
-	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, Sessions: u}
+	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u}
 	switch {
 	case settings.KeyArgument != "" && settings.KeyArgument != MetaKey:
 		to.RefArgument = settings.KeyArgument

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -301,5 +304,105 @@ func TestGuard_AServerDownAtStartAnswersUnavailableUntilUp(t *testing.T) {
 	}
 	if env.Status != envelope.Success || a.count() != 1 {
 		t.Errorf("once the server is up: %s, %d bookings", env, a.count())
+	}
+}
+
+// What a client puts in _meta reaches the server (a traceparent), and a
+// server's progress notifications reach the client that asked, under its
+// own token, whatever token another client uses.
+func TestGuard_MetaAndProgressPassThrough(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	var mu sync.Mutex
+	var got []any
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := r.guard.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got = append(got, req.Params.ProgressToken)
+			mu.Unlock()
+		},
+	}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	_, env := call(t, cs, "book", lunchFlight, mcp.Meta{"traceparent": trace, "progressToken": "mine"})
+	if env.Status != envelope.Success {
+		t.Fatalf("%s", env)
+	}
+	if len(a.traceparents) != 1 || a.traceparents[0] != trace {
+		t.Errorf("the server saw traceparents %q, want the client's", a.traceparents)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != "mine" || got[1] != "mine" {
+		t.Errorf("the client got progress under tokens %v; want two, under its own token", got)
+	}
+}
+
+// Over HTTP a configured header names the conversation.
+func TestConfig_AConversationHeaderIsOneOfThree(t *testing.T) {
+	if _, err := mcpguard.ParseConfig([]byte(`{"conversation": {"header": "X-Conversation", "meta": "c"}, "mcpServers": {"a": {"command": "x"}}}`)); err == nil ||
+		!strings.Contains(err.Error(), "name one of meta, argument or header") {
+		t.Errorf("two places for the conversation: %v", err)
+	}
+	if _, err := mcpguard.ParseConfig([]byte(`{"conversation": {"header": "X-Conversation"}, "mcpServers": {"a": {"command": "x"}}}`)); err != nil {
+		t.Error(err)
+	}
+}
+
+type headerRT struct{ h, v string }
+
+func (rt headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(rt.h, rt.v)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Over HTTP, a conversation named in a header scopes the fence as one in
+// _meta does.
+func TestGuard_AConversationInAHeaderScopesTheFence(t *testing.T) {
+	a := &airline{}
+	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"header": "X-Conversation"},`, 1)
+	cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	r := newRig(t, a, rigOptions{config: cfg})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return r.guard.Server() }, nil))
+	t.Cleanup(srv.Close) // after the clients close (cleanups run last first): their streams hold connections open
+	client := func(conversation string) *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(),
+			&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: headerRT{"X-Conversation", conversation}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	c1, c2 := client("c1"), client("c2")
+	a.lose(1)
+	if _, env := call(t, c1, "book", lunchFlight, nil); env.Status != envelope.UnknownOutcome {
+		t.Fatalf("%s", env)
+	}
+	_, same := call(t, c1, "book", map[string]any{"flight": "TP9", "passenger": "Bob"}, nil)
+	_, other := call(t, c2, "book", map[string]any{"flight": "TP9", "passenger": "Bob"}, nil)
+	if same.Error == nil || same.Error.Code != envelope.CodeEarlierUnknown {
+		t.Errorf("a new write in the conversation of an unknown one: %s; want earlier_action_unknown", same)
+	}
+	if other.Status != envelope.Success {
+		t.Errorf("a write of another conversation: %s; want success", other)
 	}
 }

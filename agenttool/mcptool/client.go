@@ -222,7 +222,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		name = to.Name
 	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult}, opts)
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
@@ -235,6 +235,7 @@ type remote struct {
 	toolErrors  ToolErrors
 	refArg      string    // ToolOptions.RefArgument
 	whole       bool      // ToolOptions.WholeResult
+	passMeta    bool      // ToolOptions.PassMeta
 	seen        sightings // the server's actions this tool saw done
 }
 
@@ -264,10 +265,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	params := &mcp.CallToolParams{Name: r.tool.Name, Arguments: args}
-	if ref := agenttool.RequestRef(ctx); ref != "" {
-		params.Meta = mcp.Meta{MetaRequestRef: ref}
-	}
+	params := &mcp.CallToolParams{Name: r.tool.Name, Arguments: args, Meta: r.meta(ctx)}
 	session, err := r.link.open(ctx)
 	if err != nil {
 		return "", err

@@ -179,6 +179,9 @@ func serve(t *agenttool.Tool, o ServerOptions) mcp.ToolHandler {
 		// action id that the session's context might carry: every call of
 		// the session would otherwise be one action.
 		ctx = agenttool.WithActionID(ctx, "")
+		if o.Listing != nil {
+			ctx = withPassedMeta(ctx, req.Params.Meta) // for a tool with ToolOptions.PassMeta
+		}
 		env := t.Invoke(ctx, string(req.Params.Arguments))
 		if o.Listing != nil {
 			return listedResult(env, o.Listing.OutputSchema != nil)

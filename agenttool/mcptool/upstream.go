@@ -40,6 +40,10 @@ type ToolOptions struct {
 	// ServerOptions.Listing). By default it is the structured content, or
 	// the text.
 	WholeResult bool
+	// PassMeta sends on, in each call's _meta, what the tools/call that
+	// reached a front made with ServerOptions.Listing carried in its own
+	// (a progressToken, a traceparent), beside the request reference.
+	PassMeta bool
 	// Sessions, if set, gives the session each call goes on, and hears of
 	// a session lost under a call: an application that keeps its own
 	// connection to the server (a guard that restarts a server it runs)
@@ -107,4 +111,36 @@ func wholeResult(res *mcp.CallToolResult) (string, error) {
 		return joinedText(res), nil
 	}
 	return string(b), nil
+}
+
+// passedMetaKey carries the _meta of the tools/call a front received
+// (ServerOptions.Listing) to the call a tool makes of its server
+// (ToolOptions.PassMeta).
+type passedMetaKey struct{}
+
+// withPassedMeta returns ctx carrying m for PassMeta.
+func withPassedMeta(ctx context.Context, m mcp.Meta) context.Context {
+	if len(m) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, passedMetaKey{}, m)
+}
+
+// meta returns the _meta of a call: what the front received, if the tool
+// passes it on, and the request reference.
+func (r *remote) meta(ctx context.Context) mcp.Meta {
+	var m mcp.Meta
+	if passed, ok := ctx.Value(passedMetaKey{}).(mcp.Meta); ok && r.passMeta {
+		m = make(mcp.Meta, len(passed)+1)
+		for k, v := range passed {
+			m[k] = v
+		}
+	}
+	if ref := agenttool.RequestRef(ctx); ref != "" {
+		if m == nil {
+			m = mcp.Meta{}
+		}
+		m[MetaRequestRef] = ref
+	}
+	return m
 }

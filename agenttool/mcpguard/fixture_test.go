@@ -261,3 +261,36 @@ func resultText(res *mcp.CallToolResult) string {
 	b, _ := json.Marshal(res.StructuredContent)
 	return string(b)
 }
+
+// counter is a plain MCP server with one effectful tool, send, that
+// counts what it sends: a third party's server, which knows nothing of
+// retrysafe.
+type counter struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+type sendIn struct {
+	To   string `json:"to"`
+	Text string `json:"text"`
+}
+
+func (c *counter) server(tools ...string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	for _, name := range tools {
+		mcp.AddTool(s, &mcp.Tool{Name: name, Description: "Send a message."},
+			func(ctx context.Context, _ *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.sent = append(c.sent, name+": "+in.To+": "+in.Text)
+				return nil, map[string]string{"sent_by": name}, nil
+			})
+	}
+	return s
+}
+
+func (c *counter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sent)
+}

@@ -406,3 +406,73 @@ func TestGuard_AConversationInAHeaderScopesTheFence(t *testing.T) {
 		t.Errorf("a write of another conversation: %s; want success", other)
 	}
 }
+
+// Two tools the client sees under two names are two tools to the guard:
+// one's record never answers a call of the other. Here the names differ
+// only where the guard's toolName sanitises them — a "." that a prefix
+// brings (valid in an MCP tool name) against a "_", and two long names
+// that differ after their 64th byte — so that, unless the guard keeps
+// them apart, the second tool's call with the same arguments meets the
+// first one's key and is answered the first one's success, though its own
+// server never sent anything.
+func TestGuard_TwoToolsNeverShareAnAction(t *testing.T) {
+	long := "send_a_message_to_the_recipient_through_the_corporate_messaging_gateway_"
+	for _, tc := range []struct {
+		name   string
+		config string
+		a, b   string // the names the client sees
+	}{
+		{"a prefix with a dot", `{"principal": "ana", "mcpServers": {
+			"mail": {"command": "mail-mcp", "prefix": "team.", "tools": {"send": {"class": "at_most_once"}}},
+			"chat": {"command": "chat-mcp", "prefix": "team_", "tools": {"send": {"class": "at_most_once"}}}}}`,
+			"team.send", "team_send"},
+		{"names longer than 64 bytes", `{"principal": "ana", "mcpServers": {
+			"mail": {"command": "mail-mcp", "tools": {"` + long + `by_email": {"class": "at_most_once"}, "` + long + `by_sms": {"class": "at_most_once"}}}}}`,
+			long + "by_email", long + "by_sms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := mcpguard.ParseConfig([]byte(tc.config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			servers := map[string]*counter{}
+			transport := func(name string, s *mcpguard.Server) (mcp.Transport, error) {
+				c := &counter{}
+				servers[name] = c
+				var tools []string
+				for tool := range s.Tools {
+					tools = append(tools, tool)
+				}
+				ct, st := mcp.NewInMemoryTransports()
+				if _, err := c.server(tools...).Connect(context.Background(), st, nil); err != nil {
+					return nil, err
+				}
+				return ct, nil
+			}
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			cs := connect(t, g)
+			msg := map[string]any{"to": "ops", "text": "The deploy is done."}
+			resA, envA := call(t, cs, tc.a, msg, nil)
+			resB, envB := call(t, cs, tc.b, msg, nil)
+			t.Logf("%s: %s %s\n%s: %s %s", tc.a, envA, resultText(resA), tc.b, envB, resultText(resB))
+			sent := 0
+			for _, c := range servers {
+				sent += c.count()
+			}
+			if envA.Status != envelope.Success {
+				t.Fatalf("%s: %s", tc.a, envA)
+			}
+			if envB.Status == envelope.Success && sent != 2 {
+				t.Errorf("%s answered success, but its server sent nothing: %d messages in all, want 2 (its answer: %s)", tc.b, sent, resultText(resB))
+			}
+			if envB.RequestRef == envA.RequestRef {
+				t.Errorf("two tools share the request reference %s", envA.RequestRef)
+			}
+		})
+	}
+}

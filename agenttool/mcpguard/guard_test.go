@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
+	"github.com/retrysafe/retrysafe/agenttool/mcptool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -475,4 +479,101 @@ func TestGuard_TwoToolsNeverShareAnAction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// retrysafeSender is an MCP server that is itself a retrysafe server
+// (mcptool.Register): send_message keys repeats on its own, by its own
+// caller — and behind a guard its one caller is the guard, whatever user
+// the guard acts for (Principal: the guard's service account, as its
+// token or its stdio launch says).
+func retrysafeSender(t *testing.T, c *counter) *mcp.Server {
+	t.Helper()
+	s := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	tool, err := agenttool.New("send_message", "Send a message.", func(_ context.Context, in sendIn) (map[string]string, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.sent = append(c.sent, in.To+": "+in.Text)
+		return map[string]string{"id": fmt.Sprintf("MSG-%d", len(c.sent))}, nil
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, IdentifyingFields: []string{"to", "text"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mcptool.Register(s, tool, &mcptool.ServerOptions{Class: agenttool.AtMostOnce,
+		Principal: func(context.Context, mcptool.Caller) (string, error) { return "guard-service", nil }}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// I6 and I2 through a retrysafe upstream (key_argument "_meta"): two
+// users of one HTTP guard, each with a token of its own, send the same
+// message. The guard keeps them apart (two principals, two actions), but
+// it sends the upstream nothing of who acts, and the upstream keys by its
+// own caller — the guard — so Bob's message meets Ana's action there and
+// is replayed: Bob is answered success with Ana's message id, and his
+// message was never sent. Each user's action must be sent once, or Bob
+// must not be told success.
+func TestGuard_ARetrysafeUpstreamKeepsPrincipalsApart(t *testing.T) {
+	c := &counter{}
+	up := retrysafeSender(t, c)
+	cfg, err := mcpguard.ParseConfig([]byte(`{
+	  "tokens": {"ana@example.com": "ana-token", "bob@example.com": "bob-token"},
+	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
+	    "tools": {"send_message": {"class": "keyed", "key_argument": "_meta"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	verify, err := cfg.Verifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(auth.RequireBearerToken(verify, nil)(
+		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)))
+	t.Cleanup(front.Close) // after the clients close (cleanups run last first)
+	as := func(token string) *mcp.ClientSession {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: front.URL, HTTPClient: &http.Client{Transport: bearerTransport(token)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	msg := map[string]any{"to": "#team", "text": "Lunch at one?"}
+	resAna, ana := call(t, as("ana-token"), "send_message", msg, nil)
+	resBob, bob := call(t, as("bob-token"), "send_message", msg, nil)
+	t.Logf("ana: %s %s\nbob: %s %s", ana, resultText(resAna), bob, resultText(resBob))
+	if ana.Status != envelope.Success {
+		t.Fatalf("ana: %s", ana)
+	}
+	if ana.RequestRef == bob.RequestRef {
+		t.Fatalf("one reference for two principals: %s", ana.RequestRef)
+	}
+	if bob.Status == envelope.Success && c.count() != 2 {
+		t.Errorf("bob was told success, but only %d message was sent (%q): his action was answered with ana's", c.count(), c.sent)
+	}
+}
+
+// bearerTransport sends a bearer token with every request.
+type bearerTransport string
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }

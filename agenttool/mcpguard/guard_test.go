@@ -577,3 +577,81 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+string(b))
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// slowAirline is a plain MCP server whose book_noted takes a while to
+// commit, and commits whether or not its caller is still waiting (the
+// booking system's commit does not stop when the MCP request is
+// cancelled, as most do not); find_booking finds a booking by its client
+// reference once it is committed.
+func slowAirline(a *airline, commit time.Duration) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "book_noted", Description: "Book one seat, keeping a client reference."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in bookIn) (*mcp.CallToolResult, booking, error) {
+			time.Sleep(commit) // the commit runs to its end
+			return a.book(in)
+		})
+	type findIn struct {
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "find_booking", Description: "Find a booking by its client reference."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, map[string]any, error) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, b := range a.bookings {
+				if b.Reference == in.Reference {
+					return nil, map[string]any{"found": true, "booking": b}, nil
+				}
+			}
+			return nil, map[string]any{"found": false}, nil
+		})
+	return s
+}
+
+// I1 for a reconcilable tool, configured as docs/guard.md shows it (not
+// applied: /found equals false). The client gives up on a booking after
+// 300ms (it cancels; the guard cancels its call upstream), while the
+// server's commit, which takes 2s, goes on. The client asks again 1.3s
+// later, as a model does after an unknown outcome: the guard checks, the
+// server has not committed yet and answers found false, and the guard
+// books a second time. Both commits land: two bookings for one action. A
+// check's "not found" while the first request may still be running at the
+// server proves nothing; the guard must not send again until that request
+// can no longer land.
+func TestGuard_ReconcilableCancelledCallIsNotSentAgainWhileTheFirstMayLand(t *testing.T) {
+	a := &airline{}
+	up := slowAirline(a, 2*time.Second)
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference",
+	    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
+	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_booking": {"class": "read_only"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	cs := connect(t, g)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "book_noted", Arguments: lunchFlight})
+	cancel()
+	t.Logf("the first call, given up after 300ms: %v", err)
+	time.Sleep(1300 * time.Millisecond)
+	_, again := call(t, cs, "book_noted", lunchFlight, nil)
+	t.Logf("asked again: %s", again)
+	time.Sleep(2500 * time.Millisecond) // every commit started has landed
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one action, want 1 (the retry answered %s)", n, again.Status)
+	}
+}

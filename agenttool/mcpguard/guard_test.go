@@ -8,9 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -653,5 +657,119 @@ func TestGuard_ReconcilableCancelledCallIsNotSentAgainWhileTheFirstMayLand(t *te
 	time.Sleep(2500 * time.Millisecond) // every commit started has landed
 	if n := a.count(); n != 1 {
 		t.Errorf("%d bookings for one action, want 1 (the retry answered %s)", n, again.Status)
+	}
+}
+
+// brokenListing makes a's server list the tool named broken with an input
+// schema that is not an object schema ({"type": "string"}) whenever
+// *bad is set: a broken or hostile server, which the SDK's own AddTool
+// would not let build such a tool, but whose listing says what it says.
+func brokenListing(up *mcp.Server, broken string, bad *atomic.Bool) {
+	up.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if lr, ok := res.(*mcp.ListToolsResult); ok && bad.Load() {
+				for i, tool := range lr.Tools {
+					if tool.Name == broken {
+						changed := *tool
+						changed.InputSchema = map[string]any{"type": "string"}
+						lr.Tools[i] = &changed
+					}
+				}
+			}
+			return res, err
+		}
+	})
+}
+
+// A server whose listing is broken never takes the guard down: a tool
+// whose input schema is not an object schema is a configuration error
+// at start (New returns it), and later — the server changes a guarded
+// tool's schema to one and says notifications/tools/list_changed — the
+// tool answers schema_changed while the guard and its other tools go on.
+// The guard puts the broken schema on its front as it is, and the SDK's
+// AddTool panics on it: at start New panics; later the panic is in the
+// goroutine that re-lists, and the whole guard process dies, with every
+// call in flight through it. The later case runs in a child process
+// (this test binary), since a panic on another goroutine ends the process.
+func TestGuard_ABrokenListingNeverTakesTheGuardDown(t *testing.T) {
+	if os.Getenv("MCPGUARD_TEST_BROKEN_LISTING") == "later" {
+		brokenListingLater(t)
+		return
+	}
+	t.Run("at start", func(t *testing.T) {
+		a := &airline{}
+		cfg, err := mcpguard.ParseConfig([]byte(guardConfig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+		up := a.server()
+		var bad atomic.Bool
+		bad.Store(true)
+		brokenListing(up, "list_flights", &bad)
+		transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+			ct, st := mcp.NewInMemoryTransports()
+			if _, err := up.Connect(context.Background(), st, nil); err != nil {
+				return nil, err
+			}
+			return ct, nil
+		}
+		var g *mcpguard.Guard
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("New panicked on a server that lists a tool whose schema is not an object schema: %v", p)
+				}
+			}()
+			g, err = mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
+		}()
+		if g != nil {
+			g.Close()
+		}
+		t.Logf("New: %v", err)
+		if err == nil && g != nil {
+			t.Error("New took a tool whose input schema is not an object schema")
+		}
+	})
+	t.Run("after list_changed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestGuard_ABrokenListingNeverTakesTheGuardDown$", "-test.v")
+		cmd.Env = append(os.Environ(), "MCPGUARD_TEST_BROKEN_LISTING=later")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			lines := strings.Split(string(out), "\n")
+			t.Errorf("the guard's process ended: %v\n%s", err, strings.Join(lines[:min(len(lines), 12)], "\n"))
+		}
+	})
+}
+
+// brokenListingLater is the child of TestGuard_ABrokenListingNeverTakesTheGuardDown.
+func brokenListingLater(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	var bad atomic.Bool
+	brokenListing(r.up, "book", &bad)
+	bad.Store(true)
+	// Any change of the server's tools makes it say list_changed.
+	r.up.AddTool(&mcp.Tool{Name: "ping", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, env := r.call("book", lunchFlight)
+		if env.Error != nil && env.Error.Code == "schema_changed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("book after its schema changed: %s; want schema_changed", env)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res, _ := r.call("list_flights", map[string]any{"from": "LIS"})
+	if !strings.Contains(resultText(res), "TP1234") {
+		t.Errorf("another tool after the change: %s", resultText(res))
 	}
 }

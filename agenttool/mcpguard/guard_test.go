@@ -773,3 +773,29 @@ func brokenListingLater(t *testing.T) {
 		t.Errorf("another tool after the change: %s", resultText(res))
 	}
 }
+
+// I3 and I9 with the conversation in an argument ("conversation":
+// {"argument": ...}): the arguments are what the model writes, so a model
+// told that its booking's outcome is unknown, and not to book again, can
+// book again by writing another conversation id — a new scope, a new key,
+// no fence — and the at-most-once booking is sent twice. The scope of an
+// action must not be the model's to choose: a conversation taken from the
+// arguments may narrow nothing that keeps an unknown action from being
+// sent again.
+func TestGuard_AConversationInTheArgumentsIsNotTheModelsToChoose(t *testing.T) {
+	a := &airline{}
+	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"argument": "conversation_id"},`, 1)
+	cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	r := newRig(t, a, rigOptions{config: cfg})
+	a.lose(1)
+	_, env := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "conversation_id": "c1"})
+	if env.Status != envelope.UnknownOutcome {
+		t.Fatalf("%s; want unknown_outcome", env)
+	}
+	_, again := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "conversation_id": "c1"})
+	_, elsewhere := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "conversation_id": "c1-retry"})
+	t.Logf("again: %s\nin a conversation the model made up: %s", again, elsewhere)
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one action, want 1: the model's own conversation id let it book again", n)
+	}
+}

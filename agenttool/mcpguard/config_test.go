@@ -103,3 +103,26 @@ func TestConfig_WhatTheServerListsIsCheckedAtStart(t *testing.T) {
 		})
 	}
 }
+
+// Each token of an HTTP front stands for one principal: two principals
+// given one token (a pasted line, two variables set alike) is a
+// configuration error, never a token that silently acts as whichever
+// principal sorts last. Here the guard takes the configuration, and Ana's
+// token is verified as Bob.
+func TestConfig_OneTokenStandsForOnePrincipal(t *testing.T) {
+	t.Setenv("GUARD_TOKEN_ANA", "s3cret")
+	t.Setenv("GUARD_TOKEN_BOB", "s3cret")
+	cfg, err := mcpguard.ParseConfig([]byte(`{"mcpServers": {"a": {"command": "x"}},
+	  "tokens": {"ana@example.com": "${GUARD_TOKEN_ANA}", "bob@example.com": "${GUARD_TOKEN_BOB}"}}`))
+	if err != nil {
+		t.Logf("refused: %v", err)
+		return
+	}
+	verify, err := cfg.Verifier()
+	if err != nil {
+		t.Logf("refused: %v", err)
+		return
+	}
+	info, err := verify(context.Background(), "s3cret", nil)
+	t.Errorf("two principals with one token were taken; the token is verified as %+v, %v", info, err)
+}

@@ -102,6 +102,16 @@ type Tool struct {
 	// KeyTTL is how long an action's key and outcome are kept, as a Go
 	// duration ("24h"). Default: 24h.
 	KeyTTL Duration `json:"key_ttl,omitempty"`
+	// AttemptTimeout bounds one call to the server, as a Go duration:
+	// past it the call is unknown, and a check's "not applied" is trusted
+	// only once that long (plus the clock skew) has passed since the last
+	// attempt was sent, because a request the server took may still land
+	// until then. Default: 60s. A server that applies a request later than
+	// that after it was sent must have a longer one.
+	AttemptTimeout Duration `json:"attempt_timeout,omitempty"`
+	// DestinationKeyTTL, for a keyed tool, is how long the server keeps an
+	// idempotency key, as a Go duration. Default: 24h.
+	DestinationKeyTTL Duration `json:"destination_key_ttl,omitempty"`
 	// Errors says what a result with isError means: "unknown" (the
 	// default: MCP reports every failure so, also one after the tool
 	// acted) or "definite" (the server reports isError only for calls
@@ -146,13 +156,13 @@ type StoreConfig struct {
 	Postgres string `json:"postgres,omitempty"`
 }
 
-// Conversation names where a call carries its conversation. Name one.
+// Conversation names where a call carries its conversation: what the
+// client sets, never the model. Name one. (An argument would be the
+// model's to write: a model told that an action's outcome is unknown
+// could name another conversation and escape the fence that holds it.)
 type Conversation struct {
 	// Meta is a key of the call's _meta.
 	Meta string `json:"meta,omitempty"`
-	// Argument is an argument of the call; the guard takes it out before
-	// the call goes to the server.
-	Argument string `json:"argument,omitempty"`
 	// Header is a header of the HTTP request that carries the call (an
 	// HTTP front only; a call without it is in the principal's one
 	// conversation). Trust it only if your own code sets it.
@@ -193,6 +203,20 @@ func (d Default) MarshalJSON() ([]byte, error) {
 func (t *Tool) UnmarshalJSON(b []byte) error {
 	type plain Tool
 	return strictDecode(b, (*plain)(t))
+}
+
+// UnmarshalJSON reads where the conversation is, refusing unknown keys,
+// and an argument with the reason.
+func (c *Conversation) UnmarshalJSON(b []byte) error {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err == nil {
+		if _, ok := keys["argument"]; ok {
+			return errors.New("conversation.argument: arguments are the model's to write, and a model told that an action's outcome " +
+				"is unknown could name another conversation and escape the fence that holds it; name where the client sets it: meta or header")
+		}
+	}
+	type plain Conversation
+	return strictDecode(b, (*plain)(c))
 }
 
 // UnmarshalJSON reads a check, refusing unknown keys.
@@ -308,23 +332,21 @@ func (c *Config) Check() error {
 			bad("default", "%q is not a policy: use \"refuse\", \"read_only\", or a tool's settings ({\"class\": \"at_most_once\"})", c.Default.Policy)
 		}
 	}
-	if cv := c.Conversation; cv != nil {
-		n := 0
-		for _, v := range []string{cv.Meta, cv.Argument, cv.Header} {
-			if v != "" {
-				n++
-			}
-		}
-		if n != 1 {
-			bad("conversation", "name one of meta, argument or header")
-		}
+	if cv := c.Conversation; cv != nil && (cv.Meta == "") == (cv.Header == "") {
+		bad("conversation", "name one of meta or header")
 	}
+	seenTokens := map[string]string{}
 	for _, p := range slices.Sorted(maps.Keys(c.Tokens)) {
 		if p == "" {
 			bad("tokens", "a token for an empty principal")
 		}
-		if c.Tokens[p] == "" {
+		switch tok := c.Tokens[p]; {
+		case tok == "":
 			bad("tokens."+p, "empty token")
+		case seenTokens[tok] != "":
+			bad("tokens."+p, "the same token as %s: a token stands for one principal", seenTokens[tok])
+		default:
+			seenTokens[tok] = p
 		}
 	}
 	prefixes := map[string]string{}
@@ -368,6 +390,11 @@ func (c *Config) Check() error {
 				continue
 			}
 			checkTool(tp, t, bad)
+			if t.KeyArgument == MetaKey && len(c.Tokens) > 1 {
+				bad(tp+".key_argument", "a retrysafe server keys a repeated call by its own caller, which is the guard for every "+
+					"one of the %d principals of tokens: two users' identical calls would be one action there. Use at_most_once or "+
+					"reconcilable for this tool, or run one guard per user", len(c.Tokens))
+			}
 			if t.Check != nil && t.Check.Tool != "" {
 				switch ct := s.Tools[t.Check.Tool]; {
 				case ct == nil:
@@ -411,11 +438,17 @@ func checkTool(path string, t *Tool, bad func(path, format string, args ...any))
 		}
 		checkCheck(path+".check", t.Check, bad)
 	}
-	if t.Class == ClassReadOnly && (len(t.Identifying) > 0 || t.KeyTTL != 0) {
-		bad(path, "a read_only tool is passed through: it has no identifying fields or key lifetime")
+	if t.Class == ClassReadOnly && (len(t.Identifying) > 0 || t.KeyTTL != 0 || t.AttemptTimeout != 0) {
+		bad(path, "a read_only tool is passed through: it has no identifying fields, key lifetime or attempt timeout")
 	}
 	if t.KeyTTL < 0 {
 		bad(path+".key_ttl", "negative")
+	}
+	if t.AttemptTimeout < 0 {
+		bad(path+".attempt_timeout", "negative")
+	}
+	if t.DestinationKeyTTL != 0 && t.Class != ClassKeyed {
+		bad(path+".destination_key_ttl", "only a keyed tool's server keeps keys")
 	}
 	switch t.Errors {
 	case "", "unknown", "definite":

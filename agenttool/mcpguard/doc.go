@@ -71,7 +71,8 @@
 // chats, so by default every call of a principal is in one conversation:
 // the unknown fence then holds one tool's writes of that user, one at a
 // time, while one is unknown. Config.Conversation names a _meta key or an
-// argument where a client sends its conversation, to scope that per chat.
+// HTTP header where a client sends its conversation, to scope that per
+// chat — never an argument, which the model writes.
 //
 // # Operators
 //

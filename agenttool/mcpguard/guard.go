@@ -2,6 +2,8 @@ package mcpguard
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,8 +78,9 @@ type Guard struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	listed map[string]string // the name a client sees → its server's name
+	mu       sync.Mutex
+	listed   map[string]string // the name a client sees → its server's name
+	internal map[string]string // a guarded tool's name in the store → the name a client sees
 
 	// progress maps the progress tokens the guard sends servers to the
 	// client call that asked for progress, while the call runs.
@@ -107,7 +110,18 @@ func New(ctx context.Context, cfg *Config, opts *Options) (*Guard, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	g := &Guard{cfg: cfg, listed: map[string]string{}}
+	if opts != nil && opts.Principal != nil {
+		for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
+			for _, tn := range slices.Sorted(maps.Keys(cfg.MCPServers[name].Tools)) {
+				if t := cfg.MCPServers[name].Tools[tn]; t != nil && t.KeyArgument == MetaKey {
+					return nil, &ConfigError{Path: "mcpServers." + name + ".tools." + tn + ".key_argument",
+						Problem: "a retrysafe server keys a repeated call by its own caller, the guard, whoever Options.Principal says acts: " +
+							"use at_most_once or reconcilable for this tool, or run one guard per user"}
+				}
+			}
+		}
+	}
+	g := &Guard{cfg: cfg, listed: map[string]string{}, internal: map[string]string{}}
 	if opts != nil {
 		g.opts = *opts
 	}
@@ -239,31 +253,13 @@ func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
 			defer g.progress.Delete(ours)
 			call.Params.SetProgressToken(ours)
 		}
-		if cv == nil || cv.Header != "" {
-			if cv != nil && call.Extra != nil {
-				if id := call.Extra.Header.Get(cv.Header); id != "" {
-					return next(g.labelled(context.WithValue(ctx, conversationKey{}, id), call, id), method, req)
-				}
-			}
-			return next(g.labelled(ctx, call, ""), method, req)
-		}
 		var id string
-		if cv.Meta != "" {
-			if s, ok := call.Params.Meta[cv.Meta].(string); ok {
-				id = s
-			}
-		} else {
-			var args map[string]json.RawMessage
-			if json.Unmarshal(call.Params.Arguments, &args) == nil {
-				if raw, ok := args[cv.Argument]; ok {
-					if json.Unmarshal(raw, &id) != nil {
-						id = string(raw)
-					}
-					delete(args, cv.Argument)
-					b, _ := json.Marshal(args)
-					call.Params.Arguments = b
-				}
-			}
+		switch {
+		case cv == nil:
+		case cv.Meta != "":
+			id, _ = call.Params.Meta[cv.Meta].(string)
+		case call.Extra != nil:
+			id = call.Extra.Header.Get(cv.Header)
 		}
 		if id != "" {
 			ctx = context.WithValue(ctx, conversationKey{}, id)
@@ -302,7 +298,8 @@ func (g *Guard) session(ctx context.Context, c mcptool.Caller) (string, error) {
 }
 
 // claimName records that the client sees the tool name as the server's,
-// or returns the error of a clash.
+// and that the store knows it as toolName(name), or returns the error of
+// a clash.
 func (g *Guard) claimName(name, server string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -310,7 +307,14 @@ func (g *Guard) claimName(name, server string) error {
 		return &ConfigError{Path: "mcpServers." + server + ".prefix",
 			Problem: fmt.Sprintf("its tool %q clashes with one of mcpServers.%s: give one of the two servers a prefix", name, other)}
 	}
+	in := toolName(name)
+	if other, ok := g.internal[in]; ok && other != name {
+		// Two names a client tells apart must never share actions.
+		return &ConfigError{Path: "mcpServers." + server + ".prefix",
+			Problem: fmt.Sprintf("its tool %q would be recorded as %q, as %q is: rename one with a prefix", name, in, other)}
+	}
 	g.listed[name] = server
+	g.internal[in] = name
 	return nil
 }
 
@@ -580,6 +584,18 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 			continue
 		}
 		keep = append(keep, fn)
+		if !objectSchema(t.InputSchema) {
+			if first {
+				errs = append(errs, &ConfigError{Path: "mcpServers." + u.name + ".tools." + t.Name,
+					Problem: fmt.Sprintf("the server lists it with an input schema that is not a JSON object schema (%s), as MCP requires", schema)})
+				continue
+			}
+			u.g.log.Error("mcpguard: the server lists a tool whose input schema is not an object schema; its calls are refused", "server", u.name, "tool", t.Name)
+			u.g.refuse(fn, t.Description, "schema_changed",
+				fmt.Sprintf("the server %s lists %s with an input schema that is not a JSON object schema; nothing was sent", u.name, t.Name),
+				"This tool cannot be used until its server is fixed and the guard restarted; tell the user.")
+			continue
+		}
 		u.mu.Lock()
 		before, listed := u.schemas[t.Name]
 		u.mu.Unlock()
@@ -587,10 +603,9 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 			// What makes the key may have changed: the guard does not guess.
 			u.g.log.Error("mcpguard: the server changed a guarded tool's input schema; its calls are refused until the guard restarts",
 				"server", u.name, "tool", t.Name)
-			u.g.front.AddTool(&mcp.Tool{Name: fn, Description: t.Description, InputSchema: t.InputSchema},
-				refusing(fn, "schema_changed", envelope.DoNotRetry,
-					fmt.Sprintf("the server %s changed the input schema of %s after the guard read it; nothing was sent", u.name, t.Name),
-					"This tool cannot be used until its guard is restarted; tell the user."))
+			u.g.refuse(fn, t.Description, "schema_changed",
+				fmt.Sprintf("the server %s changed the input schema of %s after the guard read it; nothing was sent", u.name, t.Name),
+				"This tool cannot be used until its guard is restarted; tell the user.")
 			continue
 		}
 		if err := u.put(t, fn, settings, named); err != nil {
@@ -599,9 +614,8 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 				continue
 			}
 			u.g.log.Error("mcpguard: a tool cannot be guarded; its calls are refused", "server", u.name, "tool", t.Name, "err", err)
-			u.g.front.AddTool(&mcp.Tool{Name: fn, Description: t.Description, InputSchema: t.InputSchema},
-				refusing(fn, "not_guarded", envelope.DoNotRetry, fmt.Sprintf("%s cannot be guarded: %v; nothing was sent", t.Name, err),
-					"This tool cannot be used; tell the user."))
+			u.g.refuse(fn, t.Description, "not_guarded", fmt.Sprintf("%s cannot be guarded: %v; nothing was sent", t.Name, err),
+				"This tool cannot be used; tell the user.")
 		}
 	}
 	// Tools the server no longer lists leave the front; so do the
@@ -644,11 +658,16 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		}
 		listing := *t
 		listing.Name = fn
-		u.g.front.AddTool(&listing, u.passthrough(t.Name))
-		return nil
+		return u.g.addTool(&listing, u.passthrough(t.Name))
 	}
 	class := map[string]agenttool.Class{ClassKeyed: agenttool.Keyed, ClassAtMostOnce: agenttool.AtMostOnce, ClassReconcilable: agenttool.Reconcilable}[settings.Class]
-	o := agenttool.Options{Store: u.g.store, Class: class, IdentifyingFields: settings.Identifying, KeyTTL: time.Duration(settings.KeyTTL), Logger: u.g.log}
+	o := agenttool.Options{Store: u.g.store, Class: class, IdentifyingFields: settings.Identifying, KeyTTL: time.Duration(settings.KeyTTL),
+		AttemptTimeout: time.Duration(settings.AttemptTimeout), DestinationKeyTTL: time.Duration(settings.DestinationKeyTTL), Logger: u.g.log}
+	if o.AttemptTimeout == 0 {
+		// A server may apply a request it took after the guard stopped
+		// waiting: the attempt timeout bounds when, for the checks.
+		o.AttemptTimeout = DefaultAttemptTimeout
+	}
 	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u}
 	switch {
 	case settings.KeyArgument != "" && settings.KeyArgument != MetaKey:
@@ -672,24 +691,78 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	listing := *t
 	listing.Name = fn
 	listing.InputSchema = hide(t.InputSchema, to.RefArgument)
-	return mcptool.Register(u.g.front, guarded, &mcptool.ServerOptions{
-		Class: class, Listing: &listing, Principal: u.g.principal, Session: u.g.session, Logger: u.g.log,
+	return registered(func() error {
+		return mcptool.Register(u.g.front, guarded, &mcptool.ServerOptions{
+			Class: class, Listing: &listing, Principal: u.g.principal, Session: u.g.session, Logger: u.g.log,
+		})
 	})
 }
 
-// toolName is a name the library takes for a tool (letters, digits, _
-// and -, at most 64 bytes), made from the name a client sees.
+// DefaultAttemptTimeout is a guarded tool's attempt timeout when its
+// settings give none (Tool.AttemptTimeout).
+const DefaultAttemptTimeout = 60 * time.Second
+
+// registered runs a registration, turning the SDK's panic on a listing it
+// refuses into an error.
+func registered(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the tool cannot be listed: %v", p)
+		}
+	}()
+	return f()
+}
+
+// toolName is the name under which a guarded tool's actions are
+// recorded: the name a client sees, where the library takes it (letters,
+// digits, _ and -, at most 64 bytes); else what it takes of it, with a
+// digest of the whole name, so that two names never become one.
 func toolName(fn string) string {
 	b := []byte(fn)
+	changed := len(b) > 64
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			b[i] = '_'
+			changed = true
 		}
 	}
-	if len(b) > 64 {
-		b = b[:64]
+	if !changed {
+		return fn
 	}
-	return string(b)
+	sum := sha256.Sum256([]byte(fn))
+	return string(b[:min(len(b), 47)]) + "-" + hex.EncodeToString(sum[:8])
+}
+
+// objectSchema reports whether a listed tool's input schema is a JSON
+// object schema, as MCP requires and the SDK's AddTool insists.
+func objectSchema(schema any) bool {
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return false
+	}
+	var s struct {
+		Type any `json:"type"`
+	}
+	return json.Unmarshal(raw, &s) == nil && s.Type == "object"
+}
+
+// addTool lists t on the front; a listing the SDK refuses (it panics) is
+// an error, never the guard's end.
+func (g *Guard) addTool(t *mcp.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the tool %q cannot be listed: %v", t.Name, p)
+		}
+	}()
+	g.front.AddTool(t, h)
+	return nil
+}
+
+// refuse lists a tool that answers every call with a definite failure,
+// under a schema any client takes.
+func (g *Guard) refuse(name, description, code, msg, note string) {
+	g.addTool(&mcp.Tool{Name: name, Description: description, InputSchema: json.RawMessage(`{"type":"object"}`)},
+		refusing(name, code, envelope.DoNotRetry, msg, note))
 }
 
 // hide returns schema without the property arg (the argument the guard
@@ -734,6 +807,11 @@ func (u *upstream) passthrough(tool string) mcp.ToolHandler {
 		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: req.Params.Meta})
 		if errors.Is(err, mcp.ErrConnectionClosed) {
 			u.Lost(s)
+		}
+		if res != nil {
+			// Only the guard writes an envelope: one the server put there
+			// would pass for the guard's word.
+			delete(res.Meta, mcptool.MetaEnvelope)
 		}
 		return res, err
 	}

@@ -364,9 +364,9 @@ func TestGuard_MetaAndProgressPassThrough(t *testing.T) {
 }
 
 // Over HTTP a configured header names the conversation.
-func TestConfig_AConversationHeaderIsOneOfThree(t *testing.T) {
+func TestConfig_AConversationIsInMetaOrAHeader(t *testing.T) {
 	if _, err := mcpguard.ParseConfig([]byte(`{"conversation": {"header": "X-Conversation", "meta": "c"}, "mcpServers": {"a": {"command": "x"}}}`)); err == nil ||
-		!strings.Contains(err.Error(), "name one of meta, argument or header") {
+		!strings.Contains(err.Error(), "name one of meta or header") {
 		t.Errorf("two places for the conversation: %v", err)
 	}
 	if _, err := mcpguard.ParseConfig([]byte(`{"conversation": {"header": "X-Conversation"}, "mcpServers": {"a": {"command": "x"}}}`)); err != nil {
@@ -525,7 +525,12 @@ func TestGuard_ARetrysafeUpstreamKeepsPrincipalsApart(t *testing.T) {
 	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
 	    "tools": {"send_message": {"class": "keyed", "key_argument": "_meta"}}}}}`))
 	if err != nil {
-		t.Fatal(err)
+		// Refused at start: the upstream would key both users' calls alike.
+		if !strings.Contains(err.Error(), "mcpServers.sender.tools.send_message.key_argument") {
+			t.Errorf("refused without naming the field: %v", err)
+		}
+		t.Logf("refused: %v", err)
+		return
 	}
 	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
 	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
@@ -783,19 +788,10 @@ func brokenListingLater(t *testing.T) {
 // arguments may narrow nothing that keeps an unknown action from being
 // sent again.
 func TestGuard_AConversationInTheArgumentsIsNotTheModelsToChoose(t *testing.T) {
-	a := &airline{}
 	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"argument": "conversation_id"},`, 1)
-	cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
-	r := newRig(t, a, rigOptions{config: cfg})
-	a.lose(1)
-	_, env := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "conversation_id": "c1"})
-	if env.Status != envelope.UnknownOutcome {
-		t.Fatalf("%s; want unknown_outcome", env)
-	}
-	_, again := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "conversation_id": "c1"})
-	_, elsewhere := r.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima", "conversation_id": "c1-retry"})
-	t.Logf("again: %s\nin a conversation the model made up: %s", again, elsewhere)
-	if n := a.count(); n != 1 {
-		t.Errorf("%d bookings for one action, want 1: the model's own conversation id let it book again", n)
+	_, err := mcpguard.ParseConfig([]byte(cfg))
+	t.Logf("%v", err)
+	if err == nil || !strings.Contains(err.Error(), "model") || !strings.Contains(err.Error(), "meta or header") {
+		t.Errorf("a conversation taken from the model's arguments: %v; want it refused, saying why and what to use", err)
 	}
 }

@@ -30,7 +30,13 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 		if tok == "" {
 			return nil, &ConfigError{Path: "tokens." + p, Problem: "empty once its variables are read: set them in the guard's environment"}
 		}
-		entries = append(entries, entry{principal: p, digest: sha256.Sum256([]byte(tok))})
+		d := sha256.Sum256([]byte(tok))
+		for _, e := range entries {
+			if e.digest == d {
+				return nil, &ConfigError{Path: "tokens." + p, Problem: "the same token as " + e.principal + " once its variables are read: a token stands for one principal"}
+			}
+		}
+		entries = append(entries, entry{principal: p, digest: d})
 	}
 	if len(entries) == 0 {
 		return nil, &ConfigError{Path: "tokens", Problem: "none: an HTTP front accepts only the bearer tokens listed here, by principal"}

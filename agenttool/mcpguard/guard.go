@@ -691,6 +691,10 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	listing := *t
 	listing.Name = fn
 	listing.InputSchema = hide(t.InputSchema, to.RefArgument)
+	// A guarded call may answer success with what did not come from the
+	// tool — a check's answer, a person's settlement — which the server's
+	// output schema does not describe: the guard promises none.
+	listing.OutputSchema = nil
 	return registered(func() error {
 		return mcptool.Register(u.g.front, guarded, &mcptool.ServerOptions{
 			Class: class, Listing: &listing, Principal: u.g.principal, Session: u.g.session, Logger: u.g.log,

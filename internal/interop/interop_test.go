@@ -1,0 +1,616 @@
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// TestMain runs this test binary as the counting wrapper when the guard
+// starts it as an upstream's command (upstream_test.go).
+func TestMain(m *testing.M) {
+	if os.Getenv(asUpstream) == "1" {
+		os.Exit(runUpstream(os.Args[1:]))
+	}
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// requiredEnv, set by CI once it has installed Node and the packages,
+// turns a skip for their absence into a failure.
+const requiredEnv = "RETRYSAFE_INTEROP_REQUIRED"
+
+// kit is what an interop test runs: node, the packages npm installed,
+// and the retrysafe command.
+type kit struct {
+	node      string // node's path
+	dir       string // internal/interop, absolute
+	modules   string // its node_modules/@modelcontextprotocol
+	retrysafe string // the retrysafe command
+	self      string // this test binary, the counting wrapper
+}
+
+// need returns the kit, or skips the test (fails it under CI) when Node
+// or the packages are missing.
+func need(t *testing.T) *kit {
+	t.Helper()
+	absent := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if os.Getenv(requiredEnv) != "" {
+			t.Fatalf("%s (and $%s is set)", msg, requiredEnv)
+		}
+		t.Skip(msg)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		absent("interop: node is not installed (apt-get install nodejs npm, then npm ci --prefix internal/interop)")
+	}
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kit{node: node, dir: dir, modules: filepath.Join(dir, "node_modules", "@modelcontextprotocol")}
+	for _, p := range []string{"sdk", "server-memory/dist/index.js", "server-filesystem/dist/index.js", "inspector-cli/build/cli.js"} {
+		if _, err := os.Stat(filepath.Join(k.modules, p)); err != nil {
+			absent("interop: internal/interop/node_modules lacks @modelcontextprotocol/%s: run npm ci --prefix internal/interop", p)
+		}
+	}
+	if k.self, err = os.Executable(); err != nil {
+		t.Fatal(err)
+	}
+	k.retrysafe = retrysafe(t)
+	return k
+}
+
+// built is the retrysafe command this test binary built, once for all
+// its tests.
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// retrysafe returns the retrysafe command: $RETRYSAFE_INTEROP_BIN, or
+// one built from this module (with the race detector when the tests run
+// under it).
+func retrysafe(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("RETRYSAFE_INTEROP_BIN"); p != "" {
+		return p
+	}
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "retrysafe-interop-")
+		if built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "retrysafe")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		args := []string{"build", "-o", built.path}
+		if raceDetector {
+			args = append(args, "-race")
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, "github.com/retrysafe/retrysafe/cmd/retrysafe")...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build ./cmd/retrysafe: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.path
+}
+
+// run is one interop run's files: the guard's configuration and store,
+// the wrapper's log, the servers' data.
+type run struct {
+	t      *testing.T
+	k      *kit
+	dir    string
+	log    string // the counting wrapper's log
+	config string
+}
+
+func (k *kit) newRun(t *testing.T) *run {
+	dir := t.TempDir()
+	return &run{t: t, k: k, dir: dir, log: filepath.Join(dir, "deliveries.log"), config: filepath.Join(dir, "guard.json")}
+}
+
+// upstream is a server's entry in the guard's configuration: the
+// counting wrapper around node running the reference server script, with
+// its arguments and environment, and the faults it injects.
+func (r *run) upstream(script string, args []string, env map[string]string, faults []fault, tools map[string]any) map[string]any {
+	e := map[string]string{asUpstream: "1", logEnv: r.log}
+	for k, v := range env {
+		e[k] = v
+	}
+	if len(faults) > 0 {
+		b, _ := json.Marshal(faults)
+		e[dropEnv] = string(b)
+	}
+	return map[string]any{
+		"command": r.k.self,
+		"args":    append([]string{r.k.node, filepath.Join(r.k.modules, script)}, args...),
+		"env":     e,
+		"tools":   tools,
+	}
+}
+
+// writeConfig writes the guard's configuration: servers by name, stdio
+// front as ana@example.com, a bbolt store in the run's directory, each
+// call's conversation in _meta conversation_id.
+func (r *run) writeConfig(servers map[string]any, extra map[string]any) {
+	r.t.Helper()
+	cfg := map[string]any{
+		"principal":    "ana@example.com",
+		"store":        map[string]any{"path": filepath.Join(r.dir, "guard.db")},
+		"conversation": map[string]any{"meta": "conversation_id"},
+		"mcpServers":   servers,
+	}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(r.config, b, 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// call is one step of a plan: a tools/call as the model makes it, and
+// what the guard's documented promise says it answers.
+type call struct {
+	Tool      string         `json:"tool"`
+	Arguments map[string]any `json:"arguments"`
+	Meta      map[string]any `json:"meta,omitempty"`
+
+	want     envelope.Status // "" for a read-only pass-through; "not_success" for anything but success
+	wantCode string          // the envelope's error code, if it matters
+	says     string          // a read-only answer's text contains this
+	why      string          // what the step is, for the test's log
+}
+
+const notSuccess envelope.Status = "not_success"
+
+func in(conversation string, c call) call {
+	c.Meta = map[string]any{"conversation_id": conversation}
+	return c
+}
+
+// step is what a client saw of one call.
+type step struct {
+	Step              int                `json:"step"`
+	Tool              string             `json:"tool"`
+	Arguments         json.RawMessage    `json:"arguments"`
+	IsError           bool               `json:"isError"`
+	Envelope          *envelope.Envelope `json:"envelope"`
+	TextEnvelope      *envelope.Envelope `json:"textEnvelope"`
+	StructuredContent json.RawMessage    `json:"structuredContent"`
+	Text              string             `json:"text"`
+	Error             string             `json:"error"`
+}
+
+// listing is what the client saw of the tools.
+type listing struct {
+	Listed []struct {
+		Name         string          `json:"name"`
+		InputSchema  json.RawMessage `json:"inputSchema"`
+		OutputSchema json.RawMessage `json:"outputSchema"`
+		Annotations  json.RawMessage `json:"annotations"`
+	} `json:"listed"`
+}
+
+func (l listing) names() []string {
+	var ns []string
+	for _, t := range l.Listed {
+		ns = append(ns, t.Name)
+	}
+	slices.Sort(ns)
+	return ns
+}
+
+// drive runs drive.mjs, the TypeScript SDK's client, over the plan: it
+// launches the guard over stdio (url == "") or reaches it over
+// streamable HTTP with the token.
+func (r *run) drive(plan []call, url, token string) (listing, []step) {
+	r.t.Helper()
+	type wire struct {
+		Calls []call `json:"calls"`
+	}
+	b, _ := json.Marshal(wire{plan})
+	planPath := filepath.Join(r.dir, fmt.Sprintf("plan-%d.json", time.Now().UnixNano()))
+	if err := os.WriteFile(planPath, b, 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := []string{filepath.Join(r.k.dir, "drive.mjs"), "--plan", planPath}
+	if url == "" {
+		args = append(args, "--guard", r.k.retrysafe, "--config", r.config)
+	} else {
+		args = append(args, "--url", url, "--token", token)
+	}
+	cmd := exec.CommandContext(ctx, r.k.node, args...)
+	cmd.Dir = r.dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r.t.Cleanup(func() {
+		if r.t.Failed() {
+			r.t.Logf("drive.mjs and the guard said:\n%s", stderr.String())
+		}
+	})
+	if err != nil {
+		r.t.Fatalf("drive.mjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	var l listing
+	var steps []step
+	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if bytes.HasPrefix(line, []byte(`{"listed"`)) {
+			if err := json.Unmarshal(line, &l); err != nil {
+				r.t.Fatalf("drive.mjs's listing: %v", err)
+			}
+			continue
+		}
+		var s step
+		if err := json.Unmarshal(line, &s); err != nil {
+			r.t.Fatalf("drive.mjs's line %q: %v", line, err)
+		}
+		steps = append(steps, s)
+	}
+	if len(steps) != len(plan) {
+		r.t.Fatalf("drive.mjs answered %d calls of %d:\n%s\n%s", len(steps), len(plan), stdout.String(), stderr.String())
+	}
+	return l, steps
+}
+
+// canon is a JSON value in one spelling: keys sorted, no spaces; null
+// and absent arguments are {}.
+func canon(raw []byte) string {
+	var v any
+	if len(bytes.TrimSpace(raw)) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
+		return "{}"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// tally is what one run showed, for the log and the report.
+type tally struct {
+	calls, deliveries, success, unknown, definite, passthrough int
+}
+
+func (a tally) String() string {
+	return fmt.Sprintf("%d calls, %d deliveries: %d success, %d unknown_outcome, %d definite_failure, %d read-only pass-through",
+		a.calls, a.deliveries, a.success, a.unknown, a.definite, a.passthrough)
+}
+
+// audit checks each step against the deliveries the wrapper counted:
+// no action is delivered twice; success was delivered exactly once, and
+// the server's reply to it was not an error; definite_failure was never
+// delivered; anything else is unknown_outcome, with isError; a failure's
+// text carries the same envelope as its _meta. A read-only call is
+// delivered once per call. Then each step is checked against what the
+// plan says the guard promises.
+func (r *run) audit(class map[string]string, plan []call, steps []step) tally {
+	r.t.Helper()
+	t := r.t
+	log := readLog(r.log)
+	type at struct {
+		pid int
+		id  string
+	}
+	undelivered := map[at]bool{}
+	replies := map[at]entry{}
+	for _, e := range log {
+		switch e.Kind {
+		case "undelivered":
+			undelivered[at{e.PID, idKey(e.ID)}] = true
+		case "reply", "dropped":
+			replies[at{e.PID, idKey(e.ID)}] = e
+		}
+	}
+	delivered := map[string][]entry{} // by tool and canonical arguments
+	var a tally
+	for _, e := range log {
+		if e.Kind != "call" || undelivered[at{e.PID, idKey(e.ID)}] {
+			continue
+		}
+		a.deliveries++
+		k := e.Tool + " " + canon(e.Arguments)
+		delivered[k] = append(delivered[k], e)
+	}
+	asked := map[string]int{}
+	for _, s := range steps {
+		asked[s.Tool+" "+canon(s.Arguments)]++
+	}
+	for k, es := range delivered {
+		if asked[k] == 0 {
+			t.Errorf("the server received %d call(s) no client made: %s", len(es), k)
+		}
+	}
+	for i, s := range steps {
+		a.calls++
+		p := plan[i]
+		k := s.Tool + " " + canon(s.Arguments)
+		ds := delivered[k]
+		what := fmt.Sprintf("step %d (%s), %s %s", i, p.why, s.Tool, canon(s.Arguments))
+		if s.Error != "" {
+			t.Errorf("%s: the client refused the guard's answer: %s", what, s.Error)
+			continue
+		}
+		if class[s.Tool] == "read_only" {
+			a.passthrough++
+			if len(ds) != asked[k] {
+				t.Errorf("%s: a read-only call, asked %d times, delivered %d times", what, asked[k], len(ds))
+			}
+			if s.IsError {
+				t.Errorf("%s: a read-only call answered isError: %s", what, s.Text)
+			}
+			if p.says != "" && !strings.Contains(s.Text, p.says) {
+				t.Errorf("%s: the answer does not say %q: %s", what, p.says, s.Text)
+			}
+			t.Logf("%s → pass-through (delivered %d)", what, len(ds))
+			continue
+		}
+		env := s.Envelope
+		if env == nil {
+			t.Errorf("%s: no envelope in _meta: isError %v, %s", what, s.IsError, s.Text)
+			continue
+		}
+		t.Logf("%s → %s %s (delivered %d)", what, env.Status, code(env), len(ds))
+		if len(ds) > 1 {
+			t.Errorf("%s: delivered %d times: %s", what, len(ds), env)
+		}
+		if len(ds) > env.Attempts {
+			t.Errorf("%s: delivered %d times, but the envelope counts %d attempts", what, len(ds), env.Attempts)
+		}
+		if s.IsError {
+			switch te := s.TextEnvelope; {
+			case te == nil:
+				t.Errorf("%s: a failure whose text is not the envelope: %s", what, s.Text)
+			case te.Status != env.Status || te.RequestRef != env.RequestRef || code(te) != code(env):
+				t.Errorf("%s: the text's envelope (%s) is not _meta's (%s)", what, te, env)
+			}
+		}
+		switch env.Status {
+		case envelope.Success:
+			a.success++
+			if s.IsError {
+				t.Errorf("%s: success with isError", what)
+			}
+			if len(ds) != 1 {
+				t.Errorf("%s: success, but delivered %d times", what, len(ds))
+			} else if rep, ok := replies[at{ds[0].PID, idKey(ds[0].ID)}]; !env.Reconciled && (!ok || rep.Kind != "reply" || rep.IsError || rep.RPCError) {
+				t.Errorf("%s: success, but the server's reply was %+v (ok %v)", what, rep, ok)
+			}
+		case envelope.DefiniteFailure:
+			a.definite++
+			if !s.IsError {
+				t.Errorf("%s: definite_failure without isError", what)
+			}
+			if len(ds) != 0 {
+				t.Errorf("%s: definite_failure, but the server received it %d time(s)", what, len(ds))
+			}
+		case envelope.UnknownOutcome:
+			a.unknown++
+			if !s.IsError {
+				t.Errorf("%s: unknown_outcome without isError", what)
+			}
+		default:
+			t.Errorf("%s: status %q", what, env.Status)
+		}
+		switch {
+		case p.want == notSuccess:
+			if env.Status == envelope.Success {
+				t.Errorf("%s: success; the guard promises it is not sent again", what)
+			}
+		case p.want != "" && env.Status != p.want:
+			t.Errorf("%s: %s, want %s", what, env, p.want)
+		}
+		if p.wantCode != "" && code(env) != p.wantCode {
+			t.Errorf("%s: error code %q, want %q: %s", what, code(env), p.wantCode, env)
+		}
+	}
+	t.Logf("%s", a)
+	return a
+}
+
+func code(e *envelope.Envelope) string {
+	if e.Error == nil {
+		return ""
+	}
+	return e.Error.Code
+}
+
+// classes are the classes of a tools map, by tool.
+func classes(tools map[string]any) map[string]string {
+	c := map[string]string{}
+	for name, t := range tools {
+		c[name] = t.(map[string]any)["class"].(string)
+	}
+	return c
+}
+
+func class(c string) map[string]any { return map[string]any{"class": c} }
+
+// memoryTools guards server-memory: its writes at most once, its reads
+// passed through; its deletions are not named, so the client does not
+// see them.
+func memoryTools() map[string]any {
+	return map[string]any{
+		"create_entities":  class("at_most_once"),
+		"create_relations": class("at_most_once"),
+		"add_observations": class("at_most_once"),
+		"read_graph":       class("read_only"),
+		"search_nodes":     class("read_only"),
+		"open_nodes":       class("read_only"),
+	}
+}
+
+func entity(name, kind string, observations ...string) map[string]any {
+	return map[string]any{"entities": []any{map[string]any{"name": name, "entityType": kind, "observations": observations}}}
+}
+
+// memoryEntities reads server-memory's file: each entity's name, as
+// often as the file has it.
+func memoryEntities(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		var e struct{ Type, Name string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Type == "entity" {
+			names = append(names, e.Name)
+		}
+	}
+	return names
+}
+
+// The TypeScript SDK's client, over stdio, through the guard to
+// server-memory: read tools pass through; create_entities,
+// add_observations and create_relations are at most once — a repeat
+// answers the recorded result, unsent. The server's reply to Bob's
+// creation is lost after the server made it: unknown_outcome; the
+// model's retry and its reworded copy are not sent. A server error
+// (add_observations on an entity that does not exist) is unknown, as MCP
+// reports every failure so.
+func TestInterop_TypeScriptClientAndMemoryServer(t *testing.T) {
+	k := need(t)
+	r := k.newRun(t)
+	memory := filepath.Join(r.dir, "memory.jsonl")
+	tools := memoryTools()
+	r.writeConfig(map[string]any{"memory": r.upstream("server-memory/dist/index.js", nil,
+		map[string]string{"MEMORY_FILE_PATH": memory},
+		[]fault{{Tool: "create_entities", Match: "Bob Stone"}}, tools)}, nil)
+
+	ana := entity("Ana Lima", "person", "books window seats")
+	flight := entity("TP1234", "flight", "Lisbon to Porto")
+	bob := entity("Bob Stone", "person", "travels with Ana")
+	plan := []call{
+		{Tool: "read_graph", Arguments: map[string]any{}, says: `"entities": []`, why: "an empty graph"},
+		in("c1", call{Tool: "create_entities", Arguments: ana, want: envelope.Success, why: "a write"}),
+		in("c1", call{Tool: "create_entities", Arguments: flight, want: envelope.Success, why: "another write"}),
+		in("c1", call{Tool: "create_entities", Arguments: ana, want: envelope.Success, why: "the same write again: its recorded result"}),
+		in("c1", call{Tool: "add_observations", Arguments: map[string]any{"observations": []any{
+			map[string]any{"entityName": "Ana Lima", "contents": []any{"prefers aisle seats"}}}}, want: envelope.Success, why: "an observation"}),
+		in("c1", call{Tool: "create_relations", Arguments: map[string]any{"relations": []any{
+			map[string]any{"from": "Ana Lima", "to": "TP1234", "relationType": "booked"}}}, want: envelope.Success, why: "a relation"}),
+		{Tool: "search_nodes", Arguments: map[string]any{"query": "aisle"}, says: "Ana Lima", why: "the observation, found"},
+		{Tool: "open_nodes", Arguments: map[string]any{"names": []any{"Ana Lima"}}, says: `"relationType": "booked"`, why: "the relation, found"},
+
+		in("c2", call{Tool: "create_entities", Arguments: bob, want: envelope.UnknownOutcome, why: "the server acts; its reply is lost"}),
+		in("c2", call{Tool: "create_entities", Arguments: bob, want: notSuccess, why: "the model retries"}),
+		in("c2", call{Tool: "create_entities", Arguments: entity("Bob Stone", "person", "travels with Ana Lima"),
+			want: notSuccess, wantCode: envelope.CodeEarlierUnknown, why: "the model rewords it"}),
+		{Tool: "search_nodes", Arguments: map[string]any{"query": "Bob"}, says: "Bob Stone", why: "the server made Bob"},
+
+		in("c3", call{Tool: "add_observations", Arguments: map[string]any{"observations": []any{
+			map[string]any{"entityName": "Nobody", "contents": []any{"x"}}}}, want: envelope.UnknownOutcome, why: "a server error"}),
+	}
+	l, steps := r.drive(plan, "", "")
+	want := []string{"add_observations", "create_entities", "create_relations", "open_nodes", "read_graph", "search_nodes"}
+	if got := l.names(); !slices.Equal(got, want) {
+		t.Errorf("the client sees %v, want %v (the unnamed deletions refused)", got, want)
+	}
+	r.audit(classes(tools), plan, steps)
+	if got := memoryEntities(t, memory); !slices.Equal(got, []string{"Ana Lima", "TP1234", "Bob Stone"}) {
+		t.Errorf("server-memory holds %q", got)
+	}
+}
+
+// filesystemTools guards server-filesystem: writes at most once, reads
+// passed through; move_file and the rest are not named, so refused.
+func filesystemTools() map[string]any {
+	return map[string]any{
+		"write_file":               class("at_most_once"),
+		"edit_file":                class("at_most_once"),
+		"create_directory":         class("at_most_once"),
+		"read_text_file":           class("read_only"),
+		"list_directory":           class("read_only"),
+		"list_allowed_directories": class("read_only"),
+	}
+}
+
+// The TypeScript SDK's client, over stdio, through the guard to
+// server-filesystem, allowed one temporary directory: a directory and a
+// file are made once, a repeat answers the recorded result. A write and
+// an edit each lose their reply after the server made them:
+// unknown_outcome, and neither the retry nor a reworded copy is sent —
+// the file keeps the first content; the edit, which a second delivery
+// would fail or apply twice, is applied once. A write the server refuses
+// (outside its directory) is unknown, and no file appears.
+func TestInterop_TypeScriptClientAndFilesystemServer(t *testing.T) {
+	k := need(t)
+	r := k.newRun(t)
+	root := filepath.Join(r.dir, "files")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tools := filesystemTools()
+	r.writeConfig(map[string]any{"files": r.upstream("server-filesystem/dist/index.js", []string{root}, nil,
+		[]fault{{Tool: "write_file", Match: "b.txt"}, {Tool: "edit_file", Match: "a.txt"}}, tools)}, nil)
+
+	notes := filepath.Join(root, "notes")
+	a, b := filepath.Join(notes, "a.txt"), filepath.Join(notes, "b.txt")
+	outside := filepath.Join(r.dir, "outside.txt")
+	write := func(path, content string) map[string]any { return map[string]any{"path": path, "content": content} }
+	edit := map[string]any{"path": a, "edits": []any{map[string]any{"oldText": "hello", "newText": "hello, world"}}}
+	plan := []call{
+		{Tool: "list_allowed_directories", Arguments: map[string]any{}, says: root, why: "the server's directory"},
+		in("c1", call{Tool: "create_directory", Arguments: map[string]any{"path": notes}, want: envelope.Success, why: "a directory"}),
+		in("c1", call{Tool: "write_file", Arguments: write(a, "hello"), want: envelope.Success, why: "a file"}),
+		in("c1", call{Tool: "write_file", Arguments: write(a, "hello"), want: envelope.Success, why: "the same write again: its recorded result"}),
+		{Tool: "read_text_file", Arguments: map[string]any{"path": a}, says: "hello", why: "the file, read"},
+
+		in("c2", call{Tool: "write_file", Arguments: write(b, "booked TP1234"), want: envelope.UnknownOutcome, why: "the server writes; its reply is lost"}),
+		in("c2", call{Tool: "write_file", Arguments: write(b, "booked TP1234"), want: notSuccess, why: "the model retries"}),
+		in("c2", call{Tool: "write_file", Arguments: write(b, "booked TP1234, window seat"), want: notSuccess,
+			wantCode: envelope.CodeEarlierUnknown, why: "the model rewords it"}),
+		{Tool: "read_text_file", Arguments: map[string]any{"path": b}, says: "booked TP1234", why: "the first write, read"},
+
+		in("c3", call{Tool: "edit_file", Arguments: edit, want: envelope.UnknownOutcome, why: "the server edits; its reply is lost"}),
+		in("c3", call{Tool: "edit_file", Arguments: edit, want: notSuccess, why: "the model retries the edit"}),
+		{Tool: "list_directory", Arguments: map[string]any{"path": notes}, says: "b.txt", why: "the directory, listed"},
+
+		in("c4", call{Tool: "write_file", Arguments: write(outside, "x"), want: envelope.UnknownOutcome, why: "a write the server refuses"}),
+	}
+	l, steps := r.drive(plan, "", "")
+	want := []string{"create_directory", "edit_file", "list_allowed_directories", "list_directory", "read_text_file", "write_file"}
+	if got := l.names(); !slices.Equal(got, want) {
+		t.Errorf("the client sees %v, want %v", got, want)
+	}
+	r.audit(classes(tools), plan, steps)
+	for path, want := range map[string]string{a: "hello, world", b: "booked TP1234"} {
+		if got, err := os.ReadFile(path); err != nil || string(got) != want {
+			t.Errorf("%s holds %q (%v), want %q", filepath.Base(path), got, err, want)
+		}
+	}
+	if _, err := os.Stat(outside); err == nil {
+		t.Error("the refused write made a file outside the server's directory")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,11 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(asUpstream) == "1" {
 		os.Exit(runUpstream(os.Args[1:]))
+	}
+	if raceDetector {
+		// A race-built process sleeps a second as it exits, unless told
+		// not to: the guard and the wrapper would, at every restart.
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	}
 	code := m.Run()
 	if built.dir != "" {
@@ -210,12 +216,14 @@ type step struct {
 
 // listing is what the client saw of the tools.
 type listing struct {
-	Listed []struct {
-		Name         string          `json:"name"`
-		InputSchema  json.RawMessage `json:"inputSchema"`
-		OutputSchema json.RawMessage `json:"outputSchema"`
-		Annotations  json.RawMessage `json:"annotations"`
-	} `json:"listed"`
+	Listed []tool `json:"listed"`
+}
+
+type tool struct {
+	Name         string          `json:"name"`
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema"`
+	Annotations  json.RawMessage `json:"annotations"`
 }
 
 func (l listing) names() []string {
@@ -308,7 +316,8 @@ func (a tally) String() string {
 
 // audit checks each step against the deliveries the wrapper counted:
 // no action is delivered twice; success was delivered exactly once, and
-// the server's reply to it was not an error; definite_failure was never
+// the server's reply to it (relayed, or dropped by a fault) was not an
+// error; definite_failure was never
 // delivered; anything else is unknown_outcome, with isError; a failure's
 // text carries the same envelope as its _meta. A read-only call is
 // delivered once per call. Then each step is checked against what the
@@ -402,7 +411,8 @@ func (r *run) audit(class map[string]string, plan []call, steps []step) tally {
 			}
 			if len(ds) != 1 {
 				t.Errorf("%s: success, but delivered %d times", what, len(ds))
-			} else if rep, ok := replies[at{ds[0].PID, idKey(ds[0].ID)}]; !env.Reconciled && (!ok || rep.Kind != "reply" || rep.IsError || rep.RPCError) {
+			} else if rep, ok := replies[at{ds[0].PID, idKey(ds[0].ID)}]; !ok || rep.IsError || rep.RPCError {
+				// The server's reply, relayed or dropped, is the truth.
 				t.Errorf("%s: success, but the server's reply was %+v (ok %v)", what, rep, ok)
 			}
 		case envelope.DefiniteFailure:
@@ -613,4 +623,155 @@ func TestInterop_TypeScriptClientAndFilesystemServer(t *testing.T) {
 	if _, err := os.Stat(outside); err == nil {
 		t.Error("the refused write made a file outside the server's directory")
 	}
+}
+
+// inspector runs the MCP Inspector's CLI headless (--cli): one process
+// per method, which launches the guard over stdio as its target. It runs
+// in the package's build directory, where the CLI finds its own
+// package.json (it looks for ../package.json from its working directory).
+func (r *run) inspector(args ...string) []byte {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := filepath.Join(r.k.modules, "inspector-cli", "build")
+	cmd := exec.CommandContext(ctx, r.k.node, append([]string{filepath.Join(cli, "cli.js"), "--cli",
+		r.k.retrysafe, "guard", "-config", r.config}, args...)...)
+	cmd.Dir = cli
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		r.t.Fatalf("inspector-cli %s: %v\n%s\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// inspectorCall makes c with the Inspector's CLI, and reads what it
+// printed as a step.
+func (r *run) inspectorCall(i int, c call) step {
+	r.t.Helper()
+	args := []string{"--method", "tools/call", "--tool-name", c.Tool}
+	for _, k := range slices.Sorted(maps.Keys(c.Arguments)) {
+		v, _ := json.Marshal(c.Arguments[k])
+		args = append(args, "--tool-arg", k+"="+string(v))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Meta)) {
+		args = append(args, "--tool-metadata", fmt.Sprintf("%s=%v", k, c.Meta[k]))
+	}
+	out := r.inspector(args...)
+	var res struct {
+		IsError           bool                       `json:"isError"`
+		Meta              map[string]json.RawMessage `json:"_meta"`
+		StructuredContent json.RawMessage            `json:"structuredContent"`
+		Content           []struct {
+			Type, Text string
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		r.t.Fatalf("inspector-cli printed what does not read as a result: %v\n%s", err, out)
+	}
+	args2, _ := json.Marshal(c.Arguments)
+	s := step{Step: i, Tool: c.Tool, Arguments: args2, IsError: res.IsError, StructuredContent: res.StructuredContent}
+	for _, ct := range res.Content {
+		if ct.Type == "text" {
+			s.Text += ct.Text
+		}
+	}
+	if raw, ok := res.Meta["io.github.retrysafe/envelope"]; ok {
+		s.Envelope = new(envelope.Envelope)
+		if err := json.Unmarshal(raw, s.Envelope); err != nil {
+			r.t.Fatalf("the envelope in _meta: %v: %s", err, raw)
+		}
+	}
+	if s.IsError {
+		var te envelope.Envelope
+		if json.Unmarshal([]byte(s.Text), &te) == nil && te.Status != "" {
+			s.TextEnvelope = &te
+		}
+	}
+	return s
+}
+
+// The MCP Inspector's CLI, headless, one process per call — so one guard
+// process per call, sharing the guard's store — through the guard to
+// server-memory. Carla's creation loses its reply after the server made
+// it: unknown_outcome. The next processes' retry and reworded copy are
+// not sent: the store remembers across the guard's restarts. A person
+// reads the server's reply the fault dropped and settles the action as
+// applied, with that result (`retrysafe resolve applied`); the retry then
+// answers success, still unsent; another write made at once, Dan's, is
+// told that the earlier one was done, and not sent (the notice holds the
+// tool's other writes for a while, as a reworded copy may be on its way).
+func TestInterop_InspectorCLIAndMemoryServer(t *testing.T) {
+	k := need(t)
+	r := k.newRun(t)
+	memory := filepath.Join(r.dir, "memory.jsonl")
+	tools := memoryTools()
+	r.writeConfig(map[string]any{"memory": r.upstream("server-memory/dist/index.js", nil,
+		map[string]string{"MEMORY_FILE_PATH": memory},
+		[]fault{{Tool: "create_entities", Match: "Carla"}}, tools)}, nil)
+
+	var l listing
+	if err := json.Unmarshal(r.inspector("--method", "tools/list"), &struct {
+		Tools *[]tool `json:"tools"`
+	}{&l.Listed}); err != nil {
+		t.Fatalf("inspector-cli's tools/list: %v", err)
+	}
+	want := []string{"add_observations", "create_entities", "create_relations", "open_nodes", "read_graph", "search_nodes"}
+	if got := l.names(); !slices.Equal(got, want) {
+		t.Errorf("the Inspector sees %v, want %v", got, want)
+	}
+
+	carla := entity("Carla Reis", "person", "flies on Mondays")
+	first := []call{
+		{Tool: "create_entities", Arguments: carla, want: envelope.UnknownOutcome, why: "the server acts; its reply is lost"},
+		{Tool: "create_entities", Arguments: carla, want: notSuccess, why: "the model retries, in a new guard process"},
+		{Tool: "create_entities", Arguments: entity("Carla Reis", "person", "flies on Monday mornings"), want: notSuccess,
+			wantCode: envelope.CodeEarlierUnknown, why: "the model rewords it"},
+		{Tool: "read_graph", Arguments: map[string]any{}, says: "Carla Reis", why: "the server made Carla"},
+	}
+	var steps []step
+	for i, c := range first {
+		steps = append(steps, r.inspectorCall(i, c))
+	}
+
+	// The person reads the reply the fault dropped, and settles the action.
+	var dropped *entry
+	for _, e := range readLog(r.log) {
+		if e.Kind == "dropped" {
+			dropped = &e
+		}
+	}
+	if dropped == nil || dropped.IsError || steps[0].Envelope == nil {
+		t.Fatalf("no dropped reply that says the server acted: %+v", dropped)
+	}
+	ref, attempts := steps[0].Envelope.RequestRef, steps[0].Envelope.Attempts
+	r.retrysafeCommand("-db", filepath.Join(r.dir, "guard.db"), "resolve", "applied", ref,
+		"-attempts", fmt.Sprint(attempts), "-by", "ops@example.com", "-why", "server-memory answered the creation; the reply was lost on the way",
+		"-result", string(dropped.Result))
+
+	then := append(first, []call{
+		{Tool: "create_entities", Arguments: carla, want: envelope.Success, why: "the retry, once a person settled it"},
+		{Tool: "create_entities", Arguments: entity("Dan Cruz", "person", "Carla's colleague"), want: envelope.DefiniteFailure,
+			wantCode: envelope.CodeEarlierApplied, why: "another write at once: the settled one was just done"},
+	}...)
+	for i := len(first); i < len(then); i++ {
+		steps = append(steps, r.inspectorCall(i, then[i]))
+	}
+	r.audit(classes(tools), then, steps)
+	if got := memoryEntities(t, memory); !slices.Equal(got, []string{"Carla Reis"}) {
+		t.Errorf("server-memory holds %q", got)
+	}
+}
+
+// retrysafeCommand runs the retrysafe command (an operator's command,
+// not the guard) and fails the test if it fails.
+func (r *run) retrysafeCommand(args ...string) string {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, r.k.retrysafe, args...).CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("retrysafe %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

@@ -46,6 +46,7 @@ type entry struct {
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	IsError   bool            `json:"isError,omitempty"`  // a reply: the result's isError
 	RPCError  bool            `json:"rpcError,omitempty"` // a reply: a JSON-RPC error
+	Result    json.RawMessage `json:"result,omitempty"`   // a dropped reply: the server's result, for an operator to read
 }
 
 // fault is $INTEROP_DROP.
@@ -63,10 +64,16 @@ type message struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	} `json:"params"`
-	Result *struct {
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// isError reports whether a reply's result says isError.
+func (m message) isError() bool {
+	var r struct {
 		IsError bool `json:"isError"`
-	} `json:"result"`
-	Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(m.Result, &r) == nil && r.IsError
 }
 
 // messages reads a line as one message or a batch.
@@ -229,9 +236,9 @@ func (w *wrapper) down(fromServer io.Reader, server *exec.Cmd) int {
 				if !isCall {
 					continue
 				}
-				e := entry{Kind: "reply", ID: m.ID, RPCError: len(m.Error) > 0, IsError: m.Result != nil && m.Result.IsError}
+				e := entry{Kind: "reply", ID: m.ID, RPCError: len(m.Error) > 0, IsError: m.isError()}
 				if dropped {
-					e.Kind = "dropped"
+					e.Kind, e.Result = "dropped", m.Result
 					w.record(e)
 					// The server acted and answered; the guard hears
 					// nothing but the connection's end.

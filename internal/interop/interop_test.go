@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,6 +242,17 @@ func (l listing) names() []string {
 // streamable HTTP with the token.
 func (r *run) drive(plan []call, url, token string) (listing, []step) {
 	r.t.Helper()
+	l, steps, err := r.tryDrive(plan, url, token)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return l, steps
+}
+
+// tryDrive is drive, returning the error of a client that did not run
+// to its end.
+func (r *run) tryDrive(plan []call, url, token string) (listing, []step, error) {
+	r.t.Helper()
 	type wire struct {
 		Calls []call `json:"calls"`
 	}
@@ -267,7 +280,7 @@ func (r *run) drive(plan []call, url, token string) (listing, []step) {
 		}
 	})
 	if err != nil {
-		r.t.Fatalf("drive.mjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
+		return listing{}, nil, fmt.Errorf("drive.mjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
 	var l listing
 	var steps []step
@@ -277,20 +290,20 @@ func (r *run) drive(plan []call, url, token string) (listing, []step) {
 		line := sc.Bytes()
 		if bytes.HasPrefix(line, []byte(`{"listed"`)) {
 			if err := json.Unmarshal(line, &l); err != nil {
-				r.t.Fatalf("drive.mjs's listing: %v", err)
+				return l, nil, fmt.Errorf("drive.mjs's listing: %v", err)
 			}
 			continue
 		}
 		var s step
 		if err := json.Unmarshal(line, &s); err != nil {
-			r.t.Fatalf("drive.mjs's line %q: %v", line, err)
+			return l, nil, fmt.Errorf("drive.mjs's line %q: %v", line, err)
 		}
 		steps = append(steps, s)
 	}
 	if len(steps) != len(plan) {
-		r.t.Fatalf("drive.mjs answered %d calls of %d:\n%s\n%s", len(steps), len(plan), stdout.String(), stderr.String())
+		return l, nil, fmt.Errorf("drive.mjs answered %d calls of %d:\n%s\n%s", len(steps), len(plan), stdout.String(), stderr.String())
 	}
-	return l, steps
+	return l, steps, nil
 }
 
 // canon is a JSON value in one spelling: keys sorted, no spaces; null
@@ -774,4 +787,161 @@ func (r *run) retrysafeCommand(args ...string) string {
 		r.t.Fatalf("retrysafe %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// serve runs the guard with the run's configuration as a streamable HTTP
+// server on a free loopback port, with env added to its environment, and
+// returns its URL once it answers. It is stopped when the test ends.
+func (r *run) serve(env ...string) string {
+	r.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(r.k.retrysafe, "guard", "-config", r.config, "-listen", addr)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	r.t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if r.t.Failed() {
+			r.t.Logf("the guard said:\n%s", stderr.String())
+		}
+	})
+	url := "http://" + addr + "/"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				r.t.Errorf("a request without a token: %s", resp.Status)
+			}
+			return url
+		}
+		select {
+		case <-exited:
+			r.t.Fatalf("the guard ended: %s", stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the guard did not listen on %s", addr)
+		}
+	}
+}
+
+// The TypeScript SDK's client over streamable HTTP, with a bearer token,
+// to one guard on loopback, in front of server-memory. Erin's creation
+// loses its reply after the server made it. The client then starts a new
+// session — as a client does whose stream broke — and the model retries
+// and rewords it: neither is sent. Another conversation's write goes. A
+// client with a wrong token gets nothing, and sends nothing.
+func TestInterop_TypeScriptClientOverHTTP(t *testing.T) {
+	k := need(t)
+	r := k.newRun(t)
+	memory := filepath.Join(r.dir, "memory.jsonl")
+	tools := memoryTools()
+	r.writeConfig(map[string]any{"memory": r.upstream("server-memory/dist/index.js", nil,
+		map[string]string{"MEMORY_FILE_PATH": memory},
+		[]fault{{Tool: "create_entities", Match: "Erin"}}, tools)},
+		map[string]any{"tokens": map[string]string{"ana@example.com": "${INTEROP_GUARD_TOKEN}"}})
+	url := r.serve("INTEROP_GUARD_TOKEN=s3cret-interop")
+
+	erin := entity("Erin Sousa", "person", "needs a wheelchair at the gate")
+	first := []call{
+		in("c1", call{Tool: "create_entities", Arguments: erin, want: envelope.UnknownOutcome, why: "the server acts; its reply is lost"}),
+		{Tool: "read_graph", Arguments: map[string]any{}, says: "Erin Sousa", why: "the server made Erin"},
+	}
+	second := []call{
+		in("c1", call{Tool: "create_entities", Arguments: erin, want: notSuccess, why: "the model retries, in a new session"}),
+		in("c1", call{Tool: "create_entities", Arguments: entity("Erin Sousa", "person", "needs wheelchair assistance at the gate"),
+			want: notSuccess, wantCode: envelope.CodeEarlierUnknown, why: "the model rewords it"}),
+		in("c2", call{Tool: "create_entities", Arguments: entity("Ana Lima", "person", "books window seats"),
+			want: envelope.Success, why: "another conversation's write"}),
+	}
+	l, steps := r.drive(first, url, "s3cret-interop")
+	if len(l.Listed) != 6 {
+		t.Errorf("the client over HTTP sees %v", l.names())
+	}
+	_, more := r.drive(second, url, "s3cret-interop")
+	plan := append(first, second...)
+	r.audit(classes(tools), plan, append(steps, more...))
+
+	before := len(readLog(r.log))
+	if _, _, err := r.tryDrive([]call{{Tool: "create_entities", Arguments: entity("Mallory", "person", "x")}}, url, "guess"); err == nil {
+		t.Error("a client with a wrong token ran its plan")
+	}
+	if after := len(readLog(r.log)); after != before {
+		t.Errorf("a client with a wrong token reached the server: %d log lines, then %d", before, after)
+	}
+	if got := memoryEntities(t, memory); !slices.Equal(got, []string{"Erin Sousa", "Ana Lima"}) {
+		t.Errorf("server-memory holds %q", got)
+	}
+}
+
+// keyed and reconcilable need the server to keep a key or a reference
+// in an argument of the tool. The reference servers take none: the guard
+// refuses those classes at start, with the field's path, and nothing is
+// sent. (A reconcilable tool could only be faked here, by filling a field
+// that is the action's own data — write_file's content, say — with the
+// reference; the guard cannot tell, and this run does not pretend.)
+func TestInterop_KeyedAndReconcilableNeedAnArgumentTheReferenceServersLack(t *testing.T) {
+	k := need(t)
+	for _, tc := range []struct {
+		name, server, script, tool string
+		settings                   map[string]any
+		says                       string
+	}{
+		{"memory keyed", "memory", "server-memory/dist/index.js", "create_entities",
+			map[string]any{"class": "keyed", "key_argument": "idempotency_key"}, "not a property of its input schema"},
+		{"memory reconcilable", "memory", "server-memory/dist/index.js", "create_entities",
+			map[string]any{"class": "reconcilable", "ref_argument": "client_reference",
+				"check": map[string]any{"tool": "search_nodes", "arguments": map[string]any{"query": "${ref}"},
+					"applied": map[string]any{"pointer": "/entities/0"}, "not_applied": map[string]any{"pointer": "/entities/0", "absent": true}}},
+			"not a property of its input schema"},
+		{"filesystem keyed", "files", "server-filesystem/dist/index.js", "write_file",
+			map[string]any{"class": "keyed", "key_argument": "idempotency_key"}, "not a property of its input schema"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := k.newRun(t)
+			tools := map[string]any{tc.tool: tc.settings, "search_nodes": class("read_only")}
+			var args []string
+			if tc.server == "files" {
+				args, tools = []string{r.dir}, map[string]any{tc.tool: tc.settings}
+			}
+			r.writeConfig(map[string]any{tc.server: r.upstream(tc.script, args,
+				map[string]string{"MEMORY_FILE_PATH": filepath.Join(r.dir, "memory.jsonl")}, nil, tools)}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, k.retrysafe, "guard", "-config", r.config)
+			cmd.Stdin = strings.NewReader("") // a guard that started would end at once
+			out, err := cmd.CombinedOutput()
+			path := "mcpServers." + tc.server + ".tools." + tc.tool
+			if err == nil || !strings.Contains(string(out), path) || !strings.Contains(string(out), tc.says) {
+				t.Errorf("the guard started, or did not say %s: %s: %v\n%s", path, tc.says, err, out)
+			}
+			if n := len(readLog(r.log)); n != 0 {
+				t.Errorf("%d log lines: the server received a call", n)
+			}
+			t.Logf("%s", lastLine(out))
+		})
+	}
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }

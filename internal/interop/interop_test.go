@@ -945,3 +945,42 @@ func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
 }
+
+// A person settles a lost reply's action as applied — without a result
+// (the command allows it: "none if not given"), or with the result the
+// server's structured content holds — and the model retries. The guard
+// answers success with no structured content, for a tool whose listing
+// declares an output schema; MCP says such a tool's result must carry
+// structured content conforming to it, and the TypeScript SDK's client
+// refuses the answer (MCP error -32600): the model gets a protocol error
+// where the action is done.
+func TestInterop_ASettledActionAnswersWhatTheTypeScriptClientAccepts(t *testing.T) {
+	k := need(t)
+	for _, tc := range []struct {
+		name   string
+		result []string // resolve's -result, if any
+	}{
+		{"no result", nil},
+		{"the structured result", []string{"-result", `{"entities":[{"name":"Fay Gomes","entityType":"person","observations":["vegetarian meals"]}]}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := k.newRun(t)
+			tools := memoryTools()
+			r.writeConfig(map[string]any{"memory": r.upstream("server-memory/dist/index.js", nil,
+				map[string]string{"MEMORY_FILE_PATH": filepath.Join(r.dir, "memory.jsonl")},
+				[]fault{{Tool: "create_entities", Match: "Fay"}}, tools)}, nil)
+			fay := entity("Fay Gomes", "person", "vegetarian meals")
+			first := []call{in("c1", call{Tool: "create_entities", Arguments: fay, want: envelope.UnknownOutcome, why: "the server acts; its reply is lost"})}
+			_, steps := r.drive(first, "", "")
+			if steps[0].Envelope == nil {
+				t.Fatalf("no envelope: %+v", steps[0])
+			}
+			env := steps[0].Envelope
+			r.retrysafeCommand(append([]string{"-db", filepath.Join(r.dir, "guard.db"), "resolve", "applied", env.RequestRef,
+				"-attempts", fmt.Sprint(env.Attempts), "-by", "ops@example.com", "-why", "Fay is in the graph"}, tc.result...)...)
+			then := append(first, in("c1", call{Tool: "create_entities", Arguments: fay, want: envelope.Success, why: "the retry, once a person settled it"}))
+			_, more := r.drive(then[1:], "", "")
+			r.audit(classes(tools), then, append(steps, more...))
+		})
+	}
+}

@@ -17,7 +17,9 @@
 // envelope is the retrysafe envelope in _meta; textEnvelope is the one
 // the text carries (a failure answers with the envelope as text); error
 // is what the SDK threw (a protocol error, a timeout, a result the SDK
-// refused). plan.json is {"calls": [{"tool", "arguments", "meta"}]}.
+// refused). plan.json is {"calls": [{"tool", "arguments", "meta",
+// "batch", "timeout_ms", "sleep_ms"}]}: calls with the same batch, one
+// after another in the plan, are sent at once.
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -87,6 +89,28 @@ const transport = opts.url
     });
 
 const client = new Client({ name: "interop-ts-sdk", version: "1" });
+
+// callOne makes one call of the plan, after sleep_ms, and returns its
+// line. A call's timeout_ms is the client's own timeout for it: the SDK
+// then cancels the request (notifications/cancelled) and throws.
+async function callOne(step, call) {
+  if (call.sleep_ms) await new Promise((resolve) => setTimeout(resolve, call.sleep_ms));
+  const line = { step, tool: call.tool, arguments: call.arguments ?? {}, meta: call.meta ?? null };
+  try {
+    const params = { name: call.tool, arguments: call.arguments ?? {} };
+    if (call.meta) params._meta = call.meta;
+    const result = await client.callTool(params, undefined, { timeout: call.timeout_ms ?? timeout });
+    line.isError = result.isError === true;
+    line.envelope = result._meta?.[META_ENVELOPE] ?? null;
+    line.textEnvelope = line.isError ? textEnvelope(result) : null;
+    line.structuredContent = result.structuredContent ?? null;
+    line.text = text(result);
+  } catch (e) {
+    line.error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+  }
+  return line;
+}
+
 try {
   await client.connect(transport, { timeout });
   const { tools } = await client.listTools(undefined, { timeout });
@@ -98,21 +122,16 @@ try {
       annotations: t.annotations ?? null,
     })),
   });
-  for (const [step, call] of (plan.calls ?? []).entries()) {
-    const line = { step, tool: call.tool, arguments: call.arguments ?? {}, meta: call.meta ?? null };
-    try {
-      const params = { name: call.tool, arguments: call.arguments ?? {} };
-      if (call.meta) params._meta = call.meta;
-      const result = await client.callTool(params, undefined, { timeout });
-      line.isError = result.isError === true;
-      line.envelope = result._meta?.[META_ENVELOPE] ?? null;
-      line.textEnvelope = line.isError ? textEnvelope(result) : null;
-      line.structuredContent = result.structuredContent ?? null;
-      line.text = text(result);
-    } catch (e) {
-      line.error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    }
-    out(line);
+  // Calls of one batch (consecutive, with the same "batch" value) are
+  // sent together, as a model's parallel tool calls are; the rest one by
+  // one. Lines come out in the plan's order.
+  const calls = plan.calls ?? [];
+  for (let i = 0; i < calls.length; ) {
+    let j = i + 1;
+    while (calls[i].batch != null && j < calls.length && calls[j].batch === calls[i].batch) j++;
+    const lines = await Promise.all(calls.slice(i, j).map((call, n) => callOne(i + n, call)));
+    lines.forEach(out);
+    i = j;
   }
 } catch (e) {
   process.stderr.write(`drive.mjs: ${e instanceof Error ? e.stack : e}\n`);

@@ -27,7 +27,8 @@ import (
 // the server's reply to the nth delivery (counted in the log) of the tool
 // whose arguments contain match, once the server has answered it — the
 // server acted — and then ends the server and the wrapper: the guard sees
-// the connection end with its call in flight.
+// the connection end with its call in flight. A fault with delay_ms holds
+// the reply that long instead, and then relays it: a slow server.
 const (
 	asUpstream = "RETRYSAFE_INTEROP_AS_UPSTREAM"
 	logEnv     = "INTEROP_LOG"
@@ -51,9 +52,10 @@ type entry struct {
 
 // fault is $INTEROP_DROP.
 type fault struct {
-	Tool  string `json:"tool"`
-	Match string `json:"match"`
-	Nth   int    `json:"nth"`
+	Tool    string `json:"tool"`
+	Match   string `json:"match"`
+	Nth     int    `json:"nth"`
+	DelayMS int    `json:"delay_ms,omitempty"`
 }
 
 // message is what the wrapper reads of a JSON-RPC message.
@@ -109,8 +111,10 @@ type wrapper struct {
 	pid    int
 
 	mu      sync.Mutex
-	pending map[string]bool // ids of tools/call requests forwarded
-	drop    map[string]bool // ids whose reply the fault drops
+	pending map[string]bool  // ids of tools/call requests forwarded
+	faulty  map[string]fault // ids whose reply a fault drops or holds
+
+	outMu sync.Mutex // writes to the guard
 }
 
 // runUpstream runs the counting wrapper around the server command args,
@@ -127,7 +131,7 @@ func runUpstream(args []string) int {
 	if err != nil {
 		return fail("$%s: %v", logEnv, err)
 	}
-	w := &wrapper{log: logf, pid: os.Getpid(), pending: map[string]bool{}, drop: map[string]bool{}}
+	w := &wrapper{log: logf, pid: os.Getpid(), pending: map[string]bool{}, faulty: map[string]fault{}}
 	if spec := os.Getenv(dropEnv); spec != "" {
 		if err := json.Unmarshal([]byte(spec), &w.faults); err != nil {
 			return fail("$%s: %v", dropEnv, err)
@@ -173,8 +177,8 @@ func (w *wrapper) up(toServer io.WriteCloser, server *exec.Cmd) {
 					w.record(entry{Kind: "call", ID: m.ID, Tool: m.Params.Name, Arguments: m.Params.Arguments})
 					w.mu.Lock()
 					w.pending[idKey(m.ID)] = true
-					if w.fires(m) {
-						w.drop[idKey(m.ID)] = true
+					if f, ok := w.fires(m); ok {
+						w.faulty[idKey(m.ID)] = f
 					}
 					w.mu.Unlock()
 				}
@@ -196,9 +200,10 @@ func (w *wrapper) up(toServer io.WriteCloser, server *exec.Cmd) {
 	}
 }
 
-// fires reports whether a fault drops the reply to m: the nth delivery
-// of its tool with match in its arguments, counting this one.
-func (w *wrapper) fires(m message) bool {
+// fires returns the fault that drops or holds the reply to m, if one
+// does: the nth delivery of its tool with match in its arguments,
+// counting this one.
+func (w *wrapper) fires(m message) (fault, bool) {
 	for _, f := range w.faults {
 		if m.Params.Name != f.Tool || !strings.Contains(string(m.Params.Arguments), f.Match) {
 			continue
@@ -210,19 +215,21 @@ func (w *wrapper) fires(m message) bool {
 			}
 		}
 		if n == max(f.Nth, 1) {
-			return true
+			return f, true
 		}
 	}
-	return false
+	return fault{}, false
 }
 
 // down copies the server's lines to the guard, logging each reply to a
-// tools/call before it goes back; a reply the fault drops ends the server
-// and the wrapper instead. It returns the wrapper's exit code.
+// tools/call before it goes back; a reply a fault drops ends the server
+// and the wrapper instead, one it holds goes back later. It returns the
+// wrapper's exit code.
 func (w *wrapper) down(fromServer io.Reader, server *exec.Cmd) int {
 	r := bufio.NewReader(fromServer)
 	for {
 		line, err := r.ReadBytes('\n')
+		held := false
 		if len(line) > 0 {
 			for _, m := range messages(line) {
 				if m.Method != "" || len(m.ID) == 0 {
@@ -230,14 +237,23 @@ func (w *wrapper) down(fromServer io.Reader, server *exec.Cmd) int {
 				}
 				k := idKey(m.ID)
 				w.mu.Lock()
-				isCall, dropped := w.pending[k], w.drop[k]
+				isCall := w.pending[k]
+				f, faulty := w.faulty[k]
 				delete(w.pending, k)
 				w.mu.Unlock()
 				if !isCall {
 					continue
 				}
 				e := entry{Kind: "reply", ID: m.ID, RPCError: len(m.Error) > 0, IsError: m.isError()}
-				if dropped {
+				switch {
+				case faulty && f.DelayMS > 0:
+					held = true
+					go func(line []byte) {
+						time.Sleep(time.Duration(f.DelayMS) * time.Millisecond)
+						w.record(e)
+						w.relay(line, server)
+					}(line)
+				case faulty:
 					e.Kind, e.Result = "dropped", m.Result
 					w.record(e)
 					// The server acted and answered; the guard hears
@@ -245,13 +261,12 @@ func (w *wrapper) down(fromServer io.Reader, server *exec.Cmd) int {
 					server.Process.Kill()
 					server.Wait()
 					return 0
+				default:
+					w.record(e)
 				}
-				w.record(e)
 			}
-			if _, err := os.Stdout.Write(line); err != nil {
-				server.Process.Kill()
-				server.Wait()
-				return 1
+			if !held {
+				w.relay(line, server)
 			}
 		}
 		if err != nil {
@@ -260,6 +275,17 @@ func (w *wrapper) down(fromServer io.Reader, server *exec.Cmd) int {
 			}
 			return 0
 		}
+	}
+}
+
+// relay writes a line of the server's to the guard; a guard that is gone
+// ends the server and the wrapper.
+func (w *wrapper) relay(line []byte, server *exec.Cmd) {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	if _, err := os.Stdout.Write(line); err != nil {
+		server.Process.Kill()
+		os.Exit(1)
 	}
 }
 

@@ -591,7 +591,9 @@ func filesystemTools() map[string]any {
 
 // The TypeScript SDK's client, over stdio, through the guard to
 // server-filesystem, allowed one temporary directory: a directory and a
-// file are made once, a repeat answers the recorded result. A write and
+// file are made once — the server's process ends after the first, and
+// the guard starts it again — and a repeat answers the recorded result.
+// A write and
 // an edit each lose their reply after the server made them:
 // unknown_outcome, and neither the retry nor a reworded copy is sent —
 // the file keeps the first content; the edit, which a second delivery
@@ -606,7 +608,7 @@ func TestInterop_TypeScriptClientAndFilesystemServer(t *testing.T) {
 	}
 	tools := filesystemTools()
 	r.writeConfig(map[string]any{"files": r.upstream("server-filesystem/dist/index.js", []string{root}, nil,
-		[]fault{{Tool: "write_file", Match: "b.txt"}, {Tool: "edit_file", Match: "a.txt"}}, tools)}, nil)
+		[]fault{{Tool: "create_directory", Match: "notes", ExitAfter: true}, {Tool: "write_file", Match: "b.txt"}, {Tool: "edit_file", Match: "a.txt"}}, tools)}, nil)
 
 	notes := filepath.Join(root, "notes")
 	a, b := filepath.Join(notes, "a.txt"), filepath.Join(notes, "b.txt")
@@ -615,8 +617,10 @@ func TestInterop_TypeScriptClientAndFilesystemServer(t *testing.T) {
 	edit := map[string]any{"path": a, "edits": []any{map[string]any{"oldText": "hello", "newText": "hello, world"}}}
 	plan := []call{
 		{Tool: "list_allowed_directories", Arguments: map[string]any{}, says: root, why: "the server's directory"},
-		in("c1", call{Tool: "create_directory", Arguments: map[string]any{"path": notes}, want: envelope.Success, why: "a directory"}),
-		in("c1", call{Tool: "write_file", Arguments: write(a, "hello"), want: envelope.Success, why: "a file"}),
+		in("c1", call{Tool: "create_directory", Arguments: map[string]any{"path": notes}, want: envelope.Success, why: "a directory; then the server goes away"}),
+		// A pause: a call written while the process is ending is unknown
+		// (it may have been read), and would be held for a person.
+		in("c1", call{Tool: "write_file", Arguments: write(a, "hello"), SleepMS: 500, want: envelope.Success, why: "a file, to the server started again"}),
 		in("c1", call{Tool: "write_file", Arguments: write(a, "hello"), want: envelope.Success, why: "the same write again: its recorded result"}),
 		{Tool: "read_text_file", Arguments: map[string]any{"path": a}, says: "hello", why: "the file, read"},
 

@@ -28,7 +28,9 @@ import (
 // whose arguments contain match, once the server has answered it — the
 // server acted — and then ends the server and the wrapper: the guard sees
 // the connection end with its call in flight. A fault with delay_ms holds
-// the reply that long instead, and then relays it: a slow server.
+// the reply that long instead, and then relays it: a slow server. One
+// with exit_after relays the reply, and then ends the server and the
+// wrapper: a server that goes away between calls.
 const (
 	asUpstream = "RETRYSAFE_INTEROP_AS_UPSTREAM"
 	logEnv     = "INTEROP_LOG"
@@ -52,10 +54,11 @@ type entry struct {
 
 // fault is $INTEROP_DROP.
 type fault struct {
-	Tool    string `json:"tool"`
-	Match   string `json:"match"`
-	Nth     int    `json:"nth"`
-	DelayMS int    `json:"delay_ms,omitempty"`
+	Tool      string `json:"tool"`
+	Match     string `json:"match"`
+	Nth       int    `json:"nth"`
+	DelayMS   int    `json:"delay_ms,omitempty"`
+	ExitAfter bool   `json:"exit_after,omitempty"`
 }
 
 // message is what the wrapper reads of a JSON-RPC message.
@@ -253,6 +256,12 @@ func (w *wrapper) down(fromServer io.Reader, server *exec.Cmd) int {
 						w.record(e)
 						w.relay(line, server)
 					}(line)
+				case faulty && f.ExitAfter:
+					w.record(e)
+					w.relay(line, server)
+					server.Process.Kill()
+					server.Wait()
+					return 0
 				case faulty:
 					e.Kind, e.Result = "dropped", m.Result
 					w.record(e)

@@ -381,7 +381,7 @@ func (r *run) audit(class map[string]string, plan []call, steps []step) tally {
 		p := plan[i]
 		k := s.Tool + " " + canon(s.Arguments)
 		ds := delivered[k]
-		what := fmt.Sprintf("step %d (%s), %s %s", i, p.why, s.Tool, canon(s.Arguments))
+		what := fmt.Sprintf("step %d (%s), %s %s", i, p.why, s.Tool, strings.ReplaceAll(canon(s.Arguments), r.dir, "$RUN"))
 		if class[s.Tool] != "read_only" && len(ds) > 1 {
 			t.Errorf("%s: delivered %d times", what, len(ds))
 		}
@@ -1028,5 +1028,60 @@ func TestInterop_ParallelCallsAndAClientThatGivesUp(t *testing.T) {
 	r.audit(classes(tools), plan, steps)
 	if got := memoryEntities(t, memory); !slices.Equal(got, []string{"Gil Matos", "Hana Lee"}) {
 		t.Errorf("server-memory holds %q", got)
+	}
+}
+
+// server-filesystem's edit_file takes an optional dryRun: true previews
+// the edit as a diff and changes nothing. A model previews an edit, then
+// makes it. Identified by the properties its schema requires (path and
+// edits, the default), the edit is the preview's action asked again with
+// other input: the guard sends nothing and says so (definite_failure
+// key_reused_with_different_input), and the file is unchanged. With
+// dryRun among the identifying fields, as an operator configures it for
+// this server, the guard asks for dryRun — though the schema the client
+// sees has it optional (definite_failure invalid_input, fix_input) — and
+// the edit that gives it is an action of its own, and goes once.
+func TestInterop_AnEditAfterItsDryRun(t *testing.T) {
+	k := need(t)
+	for _, tc := range []struct {
+		name        string
+		identifying []string
+		want        envelope.Status
+		wantCode    string
+		file        string
+	}{
+		{"identified by the required fields", nil, envelope.DefiniteFailure, envelope.CodeKeyReused, "hello\n"},
+		{"identified with dryRun", []string{"path", "edits", "dryRun"}, envelope.DefiniteFailure, envelope.CodeInvalidInput, "hello, world\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := k.newRun(t)
+			root := filepath.Join(r.dir, "files")
+			if err := os.Mkdir(root, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			a := filepath.Join(root, "a.txt")
+			if err := os.WriteFile(a, []byte("hello\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tools := filesystemTools()
+			if tc.identifying != nil {
+				tools["edit_file"] = map[string]any{"class": "at_most_once", "identifying": tc.identifying}
+			}
+			r.writeConfig(map[string]any{"files": r.upstream("server-filesystem/dist/index.js", []string{root}, nil, nil, tools)}, nil)
+			edits := []any{map[string]any{"oldText": "hello", "newText": "hello, world"}}
+			plan := []call{
+				in("c1", call{Tool: "edit_file", Arguments: map[string]any{"path": a, "edits": edits, "dryRun": true}, want: envelope.Success, why: "the preview"}),
+				in("c1", call{Tool: "edit_file", Arguments: map[string]any{"path": a, "edits": edits}, want: tc.want, wantCode: tc.wantCode, why: "the edit"}),
+			}
+			if tc.identifying != nil {
+				plan = append(plan, in("c1", call{Tool: "edit_file", Arguments: map[string]any{"path": a, "edits": edits, "dryRun": false},
+					want: envelope.Success, why: "the edit, dryRun given"}))
+			}
+			_, steps := r.drive(plan, "", "")
+			r.audit(classes(tools), plan, steps)
+			if got, err := os.ReadFile(a); err != nil || string(got) != tc.file {
+				t.Errorf("the file holds %q (%v), want %q", got, err, tc.file)
+			}
+		})
 	}
 }

@@ -805,8 +805,9 @@ func (r *run) retrysafeCommand(args ...string) string {
 
 // serve runs the guard with the run's configuration as a streamable HTTP
 // server on a free loopback port, with env added to its environment, and
-// returns its URL once it answers. It is stopped when the test ends.
-func (r *run) serve(env ...string) string {
+// returns its URL once it answers, and a function that kills it
+// (SIGKILL: a guard that crashes). It is stopped when the test ends.
+func (r *run) serve(env ...string) (string, func()) {
 	r.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -823,6 +824,10 @@ func (r *run) serve(env ...string) string {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
+	kill := func() {
+		cmd.Process.Kill()
+		<-exited
+	}
 	r.t.Cleanup(func() {
 		cmd.Process.Signal(os.Interrupt)
 		select {
@@ -844,7 +849,7 @@ func (r *run) serve(env ...string) string {
 			if resp.StatusCode != http.StatusUnauthorized {
 				r.t.Errorf("a request without a token: %s", resp.Status)
 			}
-			return url
+			return url, kill
 		}
 		select {
 		case <-exited:
@@ -872,7 +877,7 @@ func TestInterop_TypeScriptClientOverHTTP(t *testing.T) {
 		map[string]string{"MEMORY_FILE_PATH": memory},
 		[]fault{{Tool: "create_entities", Match: "Erin"}}, tools)},
 		map[string]any{"tokens": map[string]string{"ana@example.com": "${INTEROP_GUARD_TOKEN}"}})
-	url := r.serve("INTEROP_GUARD_TOKEN=s3cret-interop")
+	url, _ := r.serve("INTEROP_GUARD_TOKEN=s3cret-interop")
 
 	erin := entity("Erin Sousa", "person", "needs a wheelchair at the gate")
 	first := []call{
@@ -1084,4 +1089,54 @@ func TestInterop_AnEditAfterItsDryRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The guard crashes (SIGKILL) while a call it sent is in flight: the TS
+// client over HTTP loses its connection; server-memory made Ivo, its
+// reply held. A new guard on the same store answers the model's retry
+// and its reworded copy without sending either.
+func TestInterop_AGuardThatCrashesMidCall(t *testing.T) {
+	k := need(t)
+	r := k.newRun(t)
+	memory := filepath.Join(r.dir, "memory.jsonl")
+	tools := memoryTools()
+	r.writeConfig(map[string]any{"memory": r.upstream("server-memory/dist/index.js", nil,
+		map[string]string{"MEMORY_FILE_PATH": memory},
+		[]fault{{Tool: "create_entities", Match: "Ivo", DelayMS: 60000}}, tools)},
+		map[string]any{"tokens": map[string]string{"ana@example.com": "${INTEROP_GUARD_TOKEN}"}})
+	const token = "s3cret-interop"
+	url, kill := r.serve("INTEROP_GUARD_TOKEN=" + token)
+
+	ivo := entity("Ivo Pinto", "person", "connecting in Frankfurt")
+	first := []call{in("c1", call{Tool: "create_entities", Arguments: ivo, gaveUp: true, why: "the guard crashes with the call in flight"})}
+	type driven struct {
+		steps []step
+		err   error
+	}
+	done := make(chan driven, 1)
+	go func() {
+		_, steps, err := r.tryDrive(first, url, token)
+		done <- driven{steps, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(readLog(r.log), func(e entry) bool { return e.Kind == "call" && e.Tool == "create_entities" }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the call did not reach the server")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	kill()
+	d := <-done
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+
+	url, _ = r.serve("INTEROP_GUARD_TOKEN=" + token)
+	then := []call{
+		in("c1", call{Tool: "create_entities", Arguments: ivo, want: notSuccess, why: "the model retries, through a new guard"}),
+		in("c1", call{Tool: "create_entities", Arguments: entity("Ivo Pinto", "person", "connects in Frankfurt"), want: notSuccess, why: "the model rewords it"}),
+		{Tool: "read_graph", Arguments: map[string]any{}, says: "Ivo Pinto", why: "the server made Ivo"},
+	}
+	_, more := r.drive(then, url, token)
+	r.audit(classes(tools), append(first, then...), append(d.steps, more...))
 }

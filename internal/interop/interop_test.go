@@ -1006,7 +1006,7 @@ func TestInterop_ASettledActionAnswersWhatTheTypeScriptClientAccepts(t *testing.
 
 // A model's parallel tool calls and an impatient client, through the
 // guard to server-memory, with the TypeScript SDK over stdio. The same
-// creation sent twice at once is delivered once. A slow server (its reply
+// creation sent twice at once is delivered once, also to a slow server. A slow server (its reply
 // held 1.5s) outlasts the client's own 0.5s timeout: the SDK cancels the
 // request and throws; the model's retry, at once and after the reply
 // landed, is not delivered again, and each answer agrees with the one
@@ -1018,8 +1018,9 @@ func TestInterop_ParallelCallsAndAClientThatGivesUp(t *testing.T) {
 	tools := memoryTools()
 	r.writeConfig(map[string]any{"memory": r.upstream("server-memory/dist/index.js", nil,
 		map[string]string{"MEMORY_FILE_PATH": memory},
-		[]fault{{Tool: "create_entities", Match: "Hana", DelayMS: 1500}}, tools)}, nil)
+		[]fault{{Tool: "create_entities", Match: "Hana", DelayMS: 1500}, {Tool: "create_entities", Match: "Joana", DelayMS: 1500}}, tools)}, nil)
 	gil := entity("Gil Matos", "person", "travels light")
+	joana := entity("Joana Reis", "person", "always late")
 	hana := entity("Hana Lee", "person", "flies business")
 	plan := []call{
 		in("c1", call{Tool: "create_entities", Arguments: gil, Batch: 1, want: envelope.Success, why: "a write, sent twice at once"}),
@@ -1028,10 +1029,12 @@ func TestInterop_ParallelCallsAndAClientThatGivesUp(t *testing.T) {
 		in("c2", call{Tool: "create_entities", Arguments: hana, why: "the model retries at once"}),
 		in("c2", call{Tool: "create_entities", Arguments: hana, SleepMS: 2000, why: "and once the server's reply landed"}),
 		{Tool: "read_graph", Arguments: map[string]any{}, says: "Hana Lee", why: "the server made Hana"},
+		in("c3", call{Tool: "create_entities", Arguments: joana, Batch: 2, why: "a write, sent twice at once, to the slow server"}),
+		in("c3", call{Tool: "create_entities", Arguments: joana, Batch: 2, why: "its twin"}),
 	}
 	_, steps := r.drive(plan, "", "")
 	r.audit(classes(tools), plan, steps)
-	if got := memoryEntities(t, memory); !slices.Equal(got, []string{"Gil Matos", "Hana Lee"}) {
+	if got := memoryEntities(t, memory); !slices.Equal(got, []string{"Gil Matos", "Hana Lee", "Joana Reis"}) {
 		t.Errorf("server-memory holds %q", got)
 	}
 }

@@ -91,6 +91,16 @@ func (t *Tool) invoke(ctx context.Context, raw string) (envelope.Envelope, *call
 	} else {
 		c.phase = phaseClaim
 		c.request(in.fingerprint)
+		if t.cfg.KeepInput {
+			sealed, err := t.cfg.codec.Encode(c.ref, in.canonical)
+			if err != nil {
+				// The input is kept only as the codec encodes it: without
+				// it, nothing runs that a check could not find later.
+				return t.answerFor(c.ref, answer{reason: reasonStoreUnavailable,
+					err: fmt.Errorf("the codec could not encode the input the tool keeps: %w", err)}), c
+			}
+			c.req.Input, c.input = sealed, in.canonical
+		}
 	}
 	return c.run(), c
 }
@@ -105,6 +115,7 @@ type call struct {
 	work     context.Context
 	stopWork context.CancelCauseFunc
 	args     args
+	input    []byte // the canonical input, kept for the reconciler (Options.KeepInput)
 	scope    Scope
 	// principal and session are the scope's digests, as records keep them.
 	principal, session Digest
@@ -714,7 +725,7 @@ func (c *call) backOff() outcome {
 func (c *call) check() outcome {
 	cfg := c.t.cfg
 	info := CallInfo{RequestRef: c.ref, Scope: c.scope, Token: c.token, Codec: cfg.codec}
-	req := reconcile.Request{Ref: c.ref, Attempts: c.attempt, LastSent: c.lastSent}
+	req := reconcile.Request{Ref: c.ref, Attempts: c.attempt, LastSent: c.lastSent, Input: c.input}
 	// The takeover rule holds for the call's own attempts too: a request
 	// sent until lastSent may still land (AttemptTimeout, ClockSkew).
 	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), later(c.heldUntil, c.lastSent))

@@ -18,6 +18,7 @@ import (
 type input struct {
 	fingerprint Digest // of the exact canonical form the tool is run with
 	identifying Digest // of the loose form of the identifying values
+	canonical   []byte // the exact canonical form (the text, for TextInput)
 	args
 }
 
@@ -126,7 +127,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	} else {
 		in.forward = text
 	}
-	in.fingerprint = c.digest(fingerprintTag, canon)
+	in.fingerprint, in.canonical = c.digest(fingerprintTag, canon), canon
 	var e *envelope.Error
 	if in.identifying, e = c.identifyingDigest(tree.(map[string]any), t.typed, &names); e != nil {
 		return input{}, e
@@ -146,7 +147,7 @@ func (c *config) parseText(text string) (input, *envelope.Error) {
 		return input{}, refSupplied("the input")
 	}
 	var in input
-	in.forward = text
+	in.forward, in.canonical = text, []byte(text)
 	in.fingerprint = c.digest(fingerprintTag, appendPart([]byte("text"), text))
 	in.identifying = digest(identifyingTag, appendLoose(nil, text, false, nil))
 	return in, nil

@@ -187,6 +187,11 @@ func (o *Operator) open(r *Record) {
 	if t, err := o.toolOf(r.Tool); err == nil {
 		r.Resolution = t.openResolution(r.Key, r.Resolution)
 		r.Label = t.unseal(r.Key, r.Label)
+		if r.Input != nil {
+			if in, err := t.cfg.codec.Decode(r.Key, r.Input); err == nil {
+				r.Input = in // what the action asked for (Options.KeepInput)
+			}
+		}
 	}
 }
 

@@ -232,6 +232,18 @@ type Options struct {
 	// is kept: for a conversation that never calls the tool again.
 	// Default: 6h.
 	NoticeBackstop time.Duration
+	// KeepInput keeps each action's input with its record while the
+	// action may be unknown — through the tool's Codec, and cleared when
+	// the action settles — and gives it to the Reconciler
+	// (reconcile.Request.Input), also after a restart: for a destination
+	// that never saw the request reference, which a check can only ask by
+	// what the action asked for (a third-party MCP server behind
+	// `retrysafe guard`). This relaxes I8 for the tool: the store keeps
+	// inputs, as the Codec encodes them, until their actions settle; with
+	// the default Codec they are readable there, and a store may keep the
+	// bytes of a cleared field until its pages are reused (bbolt) or
+	// vacuumed (PostgreSQL). Give such a tool a Codec that encrypts.
+	KeepInput bool
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.
 	ModelKeys ModelKeyPolicy

@@ -23,6 +23,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/otelhooks"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // canaries are planted in everything a caller hands retrysafe: inputs, the
@@ -38,6 +39,9 @@ var canaries = map[string]string{
 	"operator":  "CANARY-OPERATOR-187",
 	"note":      "CANARY-NOTE-298",
 	"label":     "CANARY-LABEL-3a9",
+	// kept input: the input of a tool with KeepInput, kept while its
+	// action is unknown, through the codec.
+	"kept input": "CANARY-KEPT-INPUT-4c7",
 }
 
 // plantCanaries runs calls that carry every canary into store: a success, a
@@ -74,6 +78,13 @@ func plantCanaries(t *testing.T, store agenttool.Store, codec agenttool.Codec, k
 		t.Fatal(err)
 	}
 	in := func(to string) string { return fmt.Sprintf(`{"to":%q,"body":%q}`, to, canaries["input"]) }
+	kept, err := agenttool.New("send_kept", "", func(context.Context, msg) (string, error) { return "", errLostReply }, agenttool.Options{
+		Store: store, Class: agenttool.Reconcilable, Reconciler: reconcile.Func(func(context.Context, string) reconcile.Answer { return reconcile.StillPending() }),
+		KeepInput: true, Codec: codec, DigestKey: key, Fence: agenttool.FenceOff, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, kept.Invoke(ctx, fmt.Sprintf(`{"to":"kept@example.com","body":%q}`, canaries["kept input"])), envelope.UnknownOutcome)
 	mustStatus(t, tool.Invoke(ctx, in("ok@example.com")), envelope.Success)
 	mustStatus(t, tool.Invoke(ctx, in("fail@example.com")), envelope.DefiniteFailure)
 	if _, ok := store.(*boltstore.Store); ok {
@@ -182,6 +193,8 @@ func TestI8_WhatTheDefaultCodecLeavesReadable(t *testing.T) {
 			if what == "effect" && !bolt {
 				continue // effects are boltstore's
 			}
+			// A kept input is the one input the store holds, as the
+			// default codec leaves it: readable (Options.KeepInput).
 			readable := what != "input" && what != "principal" && what != "session"
 			if bytes.Contains(raw, []byte(c)) != readable {
 				t.Errorf("%s: readable in the store = %v, want %v", what, !readable, readable)

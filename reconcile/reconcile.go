@@ -95,6 +95,12 @@ type Request struct {
 	// unknown). "Not found, and sent longer ago than the destination takes
 	// to show a request" can then be a NotApplied.
 	LastSent time.Time
+	// Input is the action's input — its canonical JSON, or the text of a
+	// tool that takes text — for a tool that keeps it while the action may
+	// be unknown (agenttool.Options.KeepInput): a destination that never
+	// saw the reference is asked by what the action asked for. nil
+	// otherwise, or when it could not be read back.
+	Input []byte
 }
 
 // Reconciler checks what became of a request. Implementations must be safe

@@ -31,14 +31,18 @@ import (
 //	if a notice: varint notice until
 //	uvarint  definition (0: none)
 //
-// Format 2 is format 3 without the definition; format 1, JSON, was written
-// by earlier versions. Both are still read, and a record is rewritten in
-// format 3 when it next changes. A record in neither
-// format, or with bytes left over, is corrupt: it fails closed.
+// Format 4 is format 3 with one more field at its end, bytes input (the
+// action's input as the tool's codec encoded it, Record.Input): written
+// for a record that keeps one, and format 3 for every other. Format 2 is
+// format 3 without the definition; format 1, JSON, was written by earlier
+// versions. All are still read, and a record is rewritten in format 3 or 4
+// when it next changes. A record in none of these formats, or with bytes
+// left over, is corrupt: it fails closed.
 const (
 	formatJSON    = 1
 	formatBinary2 = 2
 	formatBinary  = 3
+	formatInput   = 4
 )
 
 const (
@@ -83,7 +87,11 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 	if !r.NoticeUntil.IsZero() {
 		flags |= flagNotice
 	}
-	b = append(b, formatBinary, byte(r.State), flags)
+	format := byte(formatBinary)
+	if r.Input != nil {
+		format = formatInput
+	}
+	b = append(b, format, byte(r.State), flags)
 	b = append(b, r.Principal[:]...)
 	b = append(b, r.Fingerprint[:]...)
 	if flags&flagSession != 0 {
@@ -117,7 +125,11 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 	if flags&flagNotice != 0 {
 		b = binary.AppendVarint(b, nanos(r.NoticeUntil))
 	}
-	return binary.AppendUvarint(b, r.Definition)
+	b = binary.AppendUvarint(b, r.Definition)
+	if format == formatInput {
+		b = appendField(b, r.Input)
+	}
+	return b
 }
 
 func appendField[T string | []byte](b []byte, s T) []byte {
@@ -127,7 +139,7 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *storekit.Record) int {
 	// Header and digests; token, attempts, five times and six lengths.
-	n := 3 + 128 + 14*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy)
+	n := 3 + 128 + 15*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy) + len(r.Input)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}
@@ -145,7 +157,7 @@ func decode(key, v []byte) (storekit.Record, error) {
 		err error
 	)
 	switch {
-	case len(v) > 0 && (v[0] == formatBinary || v[0] == formatBinary2):
+	case len(v) > 0 && (v[0] == formatBinary || v[0] == formatBinary2 || v[0] == formatInput):
 		rec, err = decodeBinary(v)
 	case len(v) > 0 && v[0] == '{':
 		rec, err = decodeJSON(v)
@@ -272,8 +284,11 @@ func decodeBinary(v []byte) (storekit.Record, error) {
 	if flags&flagNotice != 0 {
 		rec.NoticeUntil = r.time("notice")
 	}
-	if head[0] == formatBinary {
+	if head[0] == formatBinary || head[0] == formatInput {
 		rec.Definition = r.uvarint("definition")
+	}
+	if head[0] == formatInput {
+		rec.Input = append([]byte{}, r.field("input")...) // v belongs to the transaction
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes after the record", len(r.b))

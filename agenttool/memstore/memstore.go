@@ -226,6 +226,7 @@ type entry struct {
 	replaces      string
 	replacedBy    string
 	outcome       []byte
+	input         []byte
 	resolution    *storekit.Resolution
 	principal     storekit.Digest
 	session       storekit.Digest
@@ -246,7 +247,7 @@ type entry struct {
 
 func newEntry(r *storekit.Record) entry {
 	return entry{
-		key: r.Key, tool: r.Tool, owner: r.Owner, label: r.Label, outcome: r.Outcome, resolution: r.Resolution,
+		key: r.Key, tool: r.Tool, owner: r.Owner, label: r.Label, outcome: r.Outcome, input: r.Input, resolution: r.Resolution,
 		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
 		fenceScope: r.FenceScope, replaces: r.Replaces, replacedBy: r.ReplacedBy, noticeUntil: unixNano(r.NoticeUntil),
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
@@ -280,7 +281,7 @@ func (e *entry) record() storekit.Record {
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution, TakenOver: e.takenOver,
 		Label: e.label, FenceScope: e.fenceScope, Replaces: e.replaces, ReplacedBy: e.replacedBy,
-		NoticeUntil: fromUnixNano(e.noticeUntil), Definition: e.definition,
+		NoticeUntil: fromUnixNano(e.noticeUntil), Definition: e.definition, Input: e.input,
 	}
 }
 

@@ -24,6 +24,7 @@ type recordJSON struct {
 	RetryApproved bool               `json:"retry_approved,omitempty"` // unknown, and one more attempt is approved
 	Attempts      int                `json:"attempts"`
 	Label         string             `json:"label,omitempty"`
+	Input         string             `json:"input,omitempty"` // the input a tool with KeepInput kept while the action may be unknown
 	Created       time.Time          `json:"created"`
 	Updated       time.Time          `json:"updated"`
 	LeaseExpiry   *time.Time         `json:"lease_expiry,omitempty"` // pending records only
@@ -45,7 +46,7 @@ type resolutionJSON struct {
 func (r *runner) view(op *agenttool.Operator, rec agenttool.Record) (v recordJSON, outcomeErr error) {
 	v = recordJSON{
 		Ref: rec.Key, Tool: rec.Tool, State: rec.State.String(), RetryApproved: rec.RetryApproved,
-		Attempts: rec.Attempts, Label: rec.Label, Created: rec.Created, Updated: rec.Updated,
+		Attempts: rec.Attempts, Label: rec.Label, Created: rec.Created, Updated: rec.Updated, Input: string(rec.Input),
 	}
 	if rec.State == agenttool.Pending {
 		lease := rec.LeaseExpiry
@@ -134,6 +135,9 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 	row("state", "%s", v.state())
 	row("attempts", "%d", v.Attempts)
 	row("label", "%s", orNone(cell(v.Label, 0)))
+	if v.Input != "" {
+		row("input", "%s", cell(v.Input, 0))
+	}
 	row("created", "%s", when(v.Created, now))
 	row("updated", "%s", when(v.Updated, now))
 	if v.LeaseExpiry != nil {

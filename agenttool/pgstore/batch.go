@@ -222,14 +222,14 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 	keys, tools, owners, labels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	principals, fps, sessions, scopes := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	leases, created := make([]time.Time, n), make([]time.Time, n)
-	cuts, needs, definitions := make([]*time.Time, n), make([]bool, n), make([]int64, n)
+	cuts, needs, definitions, inputs := make([]*time.Time, n), make([]bool, n), make([]int64, n), make([][]byte, n)
 	for i, w := range batch {
 		r := &w.req
 		keys[i], tools[i], owners[i], labels[i] = r.Key, r.Tool, r.Owner, r.Label
 		principals[i], fps[i], sessions[i], scopes[i] = r.Principal[:], r.Fingerprint[:], r.Session[:], nullDigest(r.FenceScope)
 		leases[i], created[i] = leaseEnd(r.Now.Add(r.Lease)), r.Now
 		cuts[i], needs[i] = s.gate(r)
-		definitions[i] = int64(r.Definition)
+		definitions[i], inputs[i] = int64(r.Definition), r.Input
 	}
 	if fault == faultRow {
 		labels[n/2] = "\x00" // text cannot hold NUL: the database refuses the row
@@ -237,7 +237,7 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 	tokens := make(map[string]int64, n)
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
-			cuts, needs, definitions)
+			cuts, needs, definitions, inputs)
 		if err != nil {
 			return err
 		}

@@ -92,7 +92,7 @@ func BatchQueries(s *Store, now time.Time, tool string, principal, session []byt
 	var noTimes []time.Time
 	return map[string]Query{
 		"insertMany": {s.q.insertMany, []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels,
-			later, approved, tokens}},
+			later, approved, tokens, make([][]byte, n)}},
 		"finishMany": {s.q.finishMany, []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}},
 	}
 }

@@ -239,13 +239,13 @@ func (s *Store) insertArgs(req *storekit.ClaimRequest, label string) (string, []
 	args := []any{req.Key, req.Tool, req.Principal[:], req.Fingerprint[:], req.Owner,
 		leaseEnd(req.Now.Add(req.Lease)), req.Now, req.Session[:], nullDigest(req.FenceScope), label}
 	if !req.Unkeyed {
-		return s.q.insert, append(args, int64(req.Definition))
+		return s.q.insert, append(args, int64(req.Definition), req.Input)
 	}
 	cut := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
 	if c, _ := s.gate(req); c != nil {
 		cut = pgtype.Timestamptz{Time: *c, Valid: true}
 	}
-	return s.q.insertUnkeyed, append(args, cut, int64(req.Definition))
+	return s.q.insertUnkeyed, append(args, cut, int64(req.Definition), req.Input)
 }
 
 // distrustsAbsence reports whether req, finding no record of its key

@@ -241,7 +241,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 				rec := storekit.Record{
 					Key: req.Key, Tool: req.Tool, State: storekit.Pending, Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 					Owner: req.Owner, Token: uint64(token), LeaseExpiry: leaseEnd(req.Now.Add(req.Lease)), Created: req.Now, Updated: req.Now,
-					Label: req.Label, FenceScope: req.FenceScope, Definition: req.Definition,
+					Label: req.Label, FenceScope: req.FenceScope, Definition: req.Definition, Input: req.Input,
 				}
 				return storekit.ClaimResult{Claimed: true, Record: rec}, nil
 			}
@@ -688,7 +688,7 @@ func recordArgs(r *storekit.Record) []any {
 	return []any{r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
 		nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.Expires),
 		r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label,
-		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil), int64(r.Definition)}
+		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil), int64(r.Definition), r.Input}
 }
 
 // nullDigest is a digest column's value: NULL for the zero digest.
@@ -765,17 +765,18 @@ func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 		replacedBy       string
 		noticeUntil      *time.Time
 		definition       int64
+		input            []byte
 	)
 	dest := append([]any{&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
 		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver, &label,
-		&fenceScope, &replaces, &replacedBy, &noticeUntil, &definition}, extra...)
+		&fenceScope, &replaces, &replacedBy, &noticeUntil, &definition, &input}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	r = storekit.Record{
 		Key: key, Tool: tool, State: storekit.State(state), Owner: owner, Token: uint64(token),
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
-		TakenOver: takenOver, Label: label, Replaces: replaces, ReplacedBy: replacedBy, Definition: uint64(definition),
+		TakenOver: takenOver, Label: label, Replaces: replaces, ReplacedBy: replacedBy, Definition: uint64(definition), Input: input,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
 		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}

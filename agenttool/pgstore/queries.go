@@ -131,9 +131,13 @@ var migrations = []string{
 	// (storekit.Record.Definition): 0 for the records before it. Adding a
 	// column with a constant default rewrites nothing.
 	`ALTER TABLE {s}.records ADD COLUMN definition bigint NOT NULL DEFAULT 0;`,
+	// 9: the input an action keeps while it may be unknown
+	// (storekit.Record.Input, agenttool.Options.KeepInput), as the tool's
+	// codec encoded it; NULL for every other record.
+	`ALTER TABLE {s}.records ADD COLUMN input bytea;`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input`
 
 // holdsSlot is the SQL form of storekit.Record.HoldsSlot, the predicate of
 // the records_slot index.
@@ -208,14 +212,14 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		}
 		return `(NOT ` + need + ` OR (current_setting('synchronous_standby_names') <> '' AND ` + heard + `) OR NOT ` + standbysInSight + `)`
 	}
-	insertInto := `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)`
+	insertInto := `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition, input)`
 	// insertWhere is insert's statement with gate as its gate.
-	insertWhere := func(gate, definition string) string {
+	insertWhere := func(gate, definition, input string) string {
 		return insertInto + `
 			VALUES (CASE WHEN ($9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
 				AND b.key <> $1 ORDER BY b.key LIMIT 1))
 				OR NOT (` + syncOn + ` AND ` + gate + `)
-				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `)
+				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `, ` + input + `)
 			ON CONFLICT DO NOTHING RETURNING token, ` + syncNamed
 	}
 	return queries{
@@ -242,15 +246,15 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		// locked path finds out why. Its commit waits as
 		// synchronous_commit = on at least (syncOn) whatever the
 		// session's setting.
-		insert:        insertWhere(onTimeline("NULL"), "$11"),
-		insertUnkeyed: insertWhere(onTimeline("$11")+` AND `+durable("true"), "$12"),
+		insert:        insertWhere(onTimeline("NULL"), "$11", "$12::bytea"),
+		insertUnkeyed: insertWhere(onTimeline("$11")+` AND `+durable("true"), "$12", "$13::bytea"),
 		// insertMany is insert for many keys at once (group commit): it
 		// returns the keys it inserted, and their tokens.
-		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition)
-			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope, v.definition
+		insertMany: `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition, input)
+			SELECT v.key, v.tool, 1, v.principal, v.fingerprint, v.owner, nextval('` + seq + `'), v.lease_expiry, 0, v.created, v.created, v.session, v.label, v.fence_scope, v.definition, v.input
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
-				$11::timestamptz[], $12::bool[], $13::int8[])
-				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition)
+				$11::timestamptz[], $12::bool[], $13::int8[], $14::bytea[])
+				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition, input)
 			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
 				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
 				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need") + `
@@ -265,7 +269,8 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		// returns the keys it wrote. Its keys are distinct.
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
 			attempts = v.attempts, outcome = v.outcome, updated = v.updated, expires = v.expires, retry_approved = v.retry_approved,
-			resolution = COALESCE(v.resolution, r.resolution), notice_until = v.notice_until
+			resolution = COALESCE(v.resolution, r.resolution), notice_until = v.notice_until,
+			input = CASE WHEN v.state = 4 THEN r.input END
 			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
 				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
 			WHERE r.key = v.key AND r.token = v.token AND r.state = 1 AND ` + syncOn + `
@@ -276,15 +281,16 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
 		slotHolder:        `SELECT key FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot,
-		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
 			ON CONFLICT DO NOTHING`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
 			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23 WHERE key = $1`,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
-			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11
+			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11,
+			input = CASE WHEN $3::smallint = 4 THEN input END
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4

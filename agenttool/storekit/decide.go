@@ -119,12 +119,12 @@ func DecideLost(since time.Time, existing *Record, occupants []Record, req Claim
 	presumed := Record{
 		Key: req.Key, Tool: req.Tool, State: Pending, Principal: req.Principal, Session: req.Session,
 		Fingerprint: req.Fingerprint, LeaseExpiry: since, Created: since, Updated: since, FenceScope: req.FenceScope,
-		Definition: req.Definition,
+		Definition: req.Definition, Input: req.Input,
 	}
 	if existing != nil && !existing.expired(req.Now) {
 		// An approved retry: the same action, its attempts and history kept.
 		presumed.Created, presumed.Attempts, presumed.Label = existing.Created, existing.Attempts, existing.Label
-		presumed.Resolution, presumed.Outcome = existing.Resolution, existing.Outcome
+		presumed.Resolution, presumed.Outcome, presumed.Input = existing.Resolution, existing.Outcome, existing.Input
 		if existing.Definition != 0 {
 			presumed.Definition = existing.Definition
 		}
@@ -173,7 +173,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		for _, o := range held {
 			switch {
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
-				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry = Failed, req.Key, "", time.Time{}
+				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry, o.Input = Failed, req.Key, "", time.Time{}, nil
 				o.TakenOver, o.RetryApproved, o.NoticeUntil = false, false, time.Time{}
 				o.Outcome, o.Updated, o.Expires = req.Replace.Outcome, req.Now, req.Now.Add(req.Replace.TTL)
 				if req.Replace.Resolution != nil {
@@ -219,7 +219,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			Principal: req.Principal, Session: req.Session, Fingerprint: req.Fingerprint,
 			Owner: req.Owner, Token: tok, LeaseExpiry: req.Now.Add(req.Lease),
 			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver || retry,
-			Label: req.Label, FenceScope: scope, Replaces: replaces, Definition: req.Definition,
+			Label: req.Label, FenceScope: scope, Replaces: replaces, Definition: req.Definition, Input: req.Input,
 		}
 		if existing != nil && !existing.expired(req.Now) && existing.Definition != 0 {
 			rec.Definition = existing.Definition // the action was made under it
@@ -230,6 +230,9 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
 			if rec.Label == "" {
 				rec.Label = existing.Label
+			}
+			if existing.Input != nil {
+				rec.Input = existing.Input
 			}
 		}
 		d.Result = ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}
@@ -408,6 +411,9 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	rec.NoticeUntil = time.Time{}
 	if req.State == Succeeded {
 		rec.NoticeUntil = req.NoticeUntil
+	}
+	if req.State != Unknown {
+		rec.Input = nil // settled: nobody needs to find the action by its input
 	}
 	if req.Resolution != nil {
 		rec.Resolution = req.Resolution

@@ -303,6 +303,13 @@ type Record struct {
 	// running. Zero if none. A record is kept (Expires) at least until its
 	// notice as written at its settlement ends.
 	NoticeUntil time.Time
+	// Input is the action's input, as the tool's codec encoded it, kept
+	// while the action may be unknown, for a reconciler that must find the
+	// action by what it asked (a tool with Options.KeepInput): written by
+	// the claim that makes the record, kept through takeovers and unknown
+	// outcomes, and cleared when the action settles (succeeded, failed,
+	// replaced). nil if none.
+	Input []byte
 }
 
 // ClaimRequest asks a Store to claim a key.
@@ -322,6 +329,10 @@ type ClaimRequest struct {
 	// Label is written to the record the claim makes or takes over; a
 	// claim without one keeps the label of the record it takes over.
 	Label string
+	// Input, if not nil, is kept as the record's Input (see Record.Input)
+	// by a claim that makes the record; a takeover keeps the Input the
+	// record has, if any.
+	Input []byte
 	// FenceScope, if not zero, is the scope of the tool's unknown fence:
 	// the record the claim makes holds the slot of the tool and this scope,
 	// and the claim is granted only if no other record holds it (see

@@ -114,6 +114,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExpiredRecordIsClaimedAfresh", testExpiredClaimedAfresh},
 		{"ListUnknown", testListUnknown},
 		{"LabelStaysWithTheRecord", testLabel},
+		{"InputIsKeptWhileUnknown", testInput},
 		{"CountsByToolAndState", testCount},
 		{"SweepInSteps", testSweepSteps},
 		{"SweepStepsGrowWithBacklog", testSweepStepsGrowWithBacklog},
@@ -1039,5 +1040,62 @@ func testToolIsolation(t *testing.T, s agenttool.Store) {
 	}
 	if after, _ := s.Get(bg, key); after.Token != before.Token || after.State != agenttool.Succeeded || after.Tool != "conformance" {
 		t.Errorf("the record changed: %+v", after)
+	}
+}
+
+// testInput: the input a claim keeps (Record.Input) is read back with the
+// record, kept through an unknown outcome and a takeover, and cleared
+// when the action settles; a claim without one keeps none, whatever the
+// store held before.
+func testInput(t *testing.T, s agenttool.Store) {
+	input := []byte(`{"to":"ana@example.com","subject":"Lunch"}`)
+	key := newKey()
+	kept := func(when string, want []byte) {
+		t.Helper()
+		rec, err := s.Get(bg, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(rec.Input) != string(want) {
+			t.Errorf("%s: input %q, want %q", when, rec.Input, want)
+		}
+	}
+	req := claimReq(key, t0)
+	req.Input = input
+	res := mustClaim(t, s, req)
+	if string(res.Record.Input) != string(input) {
+		t.Errorf("the claim's record: input %q, want %q", res.Record.Input, input)
+	}
+	kept("after the claim", input)
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	kept("after an unknown outcome", input)
+	over := claimReq(key, t0.Add(time.Second))
+	over.TakeOver, over.Owner = true, "owner-2"
+	res = mustClaim(t, s, over)
+	if !res.Claimed {
+		t.Fatalf("takeover: %+v", res)
+	}
+	kept("after a takeover that brought none", input)
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Succeeded, t0.Add(2*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	kept("after the action succeeded", nil)
+
+	plain := newKey()
+	res = mustClaim(t, s, claimReq(plain, t0))
+	if res.Record.Input != nil {
+		t.Errorf("a claim without an input: %q", res.Record.Input)
+	}
+	failed := newKey()
+	req = claimReq(failed, t0)
+	req.Input = input
+	res = mustClaim(t, s, req)
+	if err := s.Finish(bg, finish(failed, res.Record.Token, agenttool.Failed, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(bg, failed); err != nil || rec.Input != nil {
+		t.Errorf("after the action failed: input %q, %v; want none", rec.Input, err)
 	}
 }

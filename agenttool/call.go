@@ -92,7 +92,7 @@ func (t *Tool) invoke(ctx context.Context, raw string) (envelope.Envelope, *call
 		c.phase = phaseClaim
 		c.request(in.fingerprint)
 		if t.cfg.KeepInput {
-			sealed, err := t.cfg.codec.Encode(c.ref, in.canonical)
+			sealed, err := t.cfg.inputCodec.Encode(c.ref, in.canonical)
 			if err != nil {
 				// The input is kept only as the codec encodes it: without
 				// it, nothing runs that a check could not find later.

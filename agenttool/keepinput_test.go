@@ -1,6 +1,7 @@
 package agenttool_test
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -110,5 +111,56 @@ func TestKeepInput_OffByDefault(t *testing.T) {
 	rec, err := store.Get(context.Background(), env.RequestRef)
 	if err != nil || rec.Input != nil || got != nil {
 		t.Errorf("without KeepInput: the record keeps %q (%v), the reconciler got %q; want neither", rec.Input, err, got)
+	}
+}
+
+// With an InputCodec that encrypts (NewSealingCodec), the store holds the
+// kept input sealed, bound to its record, and the reconciler reads it.
+func TestKeepInput_SealedWithTheInputCodec(t *testing.T) {
+	store := memstore.New()
+	codec, err := agenttool.NewSealingCodec(bytes.Repeat([]byte{3}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	tool, err := agenttool.New("post", "Post a message.", func(context.Context, struct {
+		Text string `json:"text"`
+	}) (string, error) {
+		return "", errLostReply
+	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, KeepInput: true, InputCodec: codec,
+		Reconciler: reconcile.Func(func(context.Context, string) reconcile.Answer { return reconcile.StillPending() }),
+		Retry:      agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), `{"text":"CANARY-SEALED-INPUT"}`)
+	rec, err := store.Get(context.Background(), env.RequestRef)
+	if err != nil || len(rec.Input) == 0 || bytes.Contains(rec.Input, []byte("CANARY-SEALED-INPUT")) {
+		t.Fatalf("the kept input %q, %v: want it sealed", rec.Input, err)
+	}
+	later, err := agenttool.New("post", "Post a message.", func(context.Context, struct {
+		Text string `json:"text"`
+	}) (string, error) {
+		return "", errLostReply
+	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, KeepInput: true, InputCodec: codec,
+		Reconciler: reconcile.RequestFunc(func(_ context.Context, req reconcile.Request) reconcile.Answer {
+			got = req.Input
+			return reconcile.StillPending()
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := agenttool.NewOperator(store, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.Reconcile(context.Background(), env.RequestRef, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != `{"text":"CANARY-SEALED-INPUT"}` {
+		t.Errorf("the reconciler read %q", got)
+	}
+	if _, err := agenttool.NewSealingCodec([]byte("short")); err == nil {
+		t.Error("a 5-byte sealing key was taken")
 	}
 }

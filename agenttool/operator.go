@@ -188,9 +188,11 @@ func (o *Operator) open(r *Record) {
 		r.Resolution = t.openResolution(r.Key, r.Resolution)
 		r.Label = t.unseal(r.Key, r.Label)
 		if r.Input != nil {
-			if in, err := t.cfg.codec.Decode(r.Key, r.Input); err == nil {
-				r.Input = in // what the action asked for (Options.KeepInput)
+			in, err := t.cfg.inputCodec.Decode(r.Key, r.Input)
+			if err != nil {
+				in = nil // sealed with a key this operator does not have
 			}
+			r.Input = in // what the action asked for (Options.KeepInput)
 		}
 	}
 }

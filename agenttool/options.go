@@ -242,8 +242,12 @@ type Options struct {
 	// inputs, as the Codec encodes them, until their actions settle; with
 	// the default Codec they are readable there, and a store may keep the
 	// bytes of a cleared field until its pages are reused (bbolt) or
-	// vacuumed (PostgreSQL). Give such a tool a Codec that encrypts.
+	// vacuumed (PostgreSQL). Give such a tool an InputCodec that encrypts
+	// (NewSealingCodec).
 	KeepInput bool
+	// InputCodec encodes the inputs a tool with KeepInput keeps. Default:
+	// Codec.
+	InputCodec Codec
 	// ModelKeys says what to do with key-like fields in the model's input.
 	// Default: RefuseModelKeys.
 	ModelKeys ModelKeyPolicy
@@ -384,6 +388,7 @@ type config struct {
 	exact         map[string]bool
 	logger        *slog.Logger
 	codec         Codec
+	inputCodec    Codec // of kept inputs: InputCodec, else codec
 	// localStore is set when the store never waits on a network.
 	localStore bool
 	// definition is the digest of what decides the tool's keys and guard
@@ -519,12 +524,15 @@ func newConfig(name string, o Options) (*config, error) {
 	if o.DigestKey != nil && len(o.DigestKey) < 32 {
 		return nil, bad("DigestKey has %d bytes; use 32 random bytes or more", len(o.DigestKey))
 	}
-	c := &config{Options: o, codec: o.Codec, logger: o.Logger, digestKey: bytes.Clone(o.DigestKey)}
+	c := &config{Options: o, codec: o.Codec, inputCodec: o.InputCodec, logger: o.Logger, digestKey: bytes.Clone(o.DigestKey)}
 	if l, ok := o.Store.(storekit.LocalStore); ok && l.Local() {
 		c.localStore = true
 	}
 	if c.codec == nil {
 		c.codec = plainCodec{}
+	}
+	if c.inputCodec == nil {
+		c.inputCodec = c.codec
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)

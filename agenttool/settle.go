@@ -178,7 +178,7 @@ func (h *holding) ask(ctx context.Context, by string) reconcile.Answer {
 	info := CallInfo{RequestRef: h.rec.Key, Token: h.token, Codec: h.t.cfg.codec}
 	req := reconcile.Request{Ref: h.rec.Key, Attempts: h.rec.Attempts, LastSent: h.heldUntil}
 	if h.rec.Input != nil {
-		in, err := h.t.cfg.codec.Decode(h.rec.Key, h.rec.Input)
+		in, err := h.t.cfg.inputCodec.Decode(h.rec.Key, h.rec.Input)
 		if err != nil {
 			h.t.cfg.logger.Warn("retrysafe: the codec could not decode the input kept with a record; the reconciler is asked without it",
 				"tool", h.t.name, "ref", h.rec.Key, "err", err)

@@ -23,10 +23,30 @@ type checker struct {
 
 // Check asks the server about req.Ref.
 func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.Answer {
+	var input any
+	if c.check.readsInput() {
+		if req.Input == nil {
+			return reconcile.CantSayBecause(errors.New("the check reads the action's input, and the store keeps none for it"))
+		}
+		dec := json.NewDecoder(strings.NewReader(string(req.Input)))
+		dec.UseNumber()
+		if err := dec.Decode(&input); err != nil {
+			return reconcile.CantSayBecause(fmt.Errorf("the action's kept input does not read: %w", err))
+		}
+	}
 	args := make(map[string]any, len(c.check.Arguments))
 	for k, v := range c.check.Arguments {
-		if v == "${ref}" {
-			v = req.Ref
+		if s, ok := v.(string); ok {
+			switch p, _ := placeholder(s); {
+			case p == "ref":
+				v = req.Ref
+			case strings.HasPrefix(p, "input"):
+				found, ok := pointer(input, strings.TrimPrefix(p, "input"))
+				if !ok {
+					return reconcile.CantSayBecause(fmt.Errorf("the check's argument %s reads %s, which the action's input does not have", k, s))
+				}
+				v = found
+			}
 		}
 		args[k] = v
 	}

@@ -48,6 +48,12 @@ type Config struct {
 	// client that sends one; without it every call of a principal is in
 	// one conversation (see the package documentation).
 	Conversation *Conversation `json:"conversation,omitempty"`
+	// InputKey is the key (32 bytes, in hex: `openssl rand -hex 32`) that
+	// seals the inputs a reconcilable tool's check reads ("${input…}"),
+	// which the store keeps while an action may be unknown. Write it as a
+	// ${VARIABLE} of the guard's environment. Required when a check reads
+	// the input.
+	InputKey string `json:"input_key,omitempty"`
 	// Tokens are the bearer tokens an HTTP front accepts, by the principal
 	// each stands for. Write them as ${VARIABLES} of the guard's
 	// environment rather than in the file. [Config.Verifier] checks them.
@@ -124,8 +130,12 @@ type Tool struct {
 type Check struct {
 	// Tool is the read-only tool to call.
 	Tool string `json:"tool"`
-	// Arguments are its arguments. A string value "${ref}" is the action's
-	// request reference.
+	// Arguments are its arguments. A string value is replaced whole:
+	// "${ref}" by the action's request reference, "${input}" by the
+	// arguments the action was called with, "${input/POINTER}" by the
+	// value a JSON pointer (RFC 6901) finds in them ("${input/to}"). A
+	// check that reads the input makes the guard keep it, sealed with
+	// Config.InputKey, while the action may be unknown.
 	Arguments map[string]any `json:"arguments,omitempty"`
 	// Applied and NotApplied read the answer (its structured content, or
 	// its text as JSON): the first that matches decides; neither, or an
@@ -390,6 +400,10 @@ func (c *Config) Check() error {
 				continue
 			}
 			checkTool(tp, t, bad)
+			if t.Check.readsInput() && c.InputKey == "" {
+				bad(tp+".check.arguments", "the check reads the action's input, which the guard keeps sealed while the action may be unknown: "+
+					"set input_key (32 random bytes in hex, as a ${VARIABLE}: openssl rand -hex 32)")
+			}
 			if t.KeyArgument == MetaKey && len(c.Tokens) > 1 {
 				bad(tp+".key_argument", "a retrysafe server keys a repeated call by its own caller, which is the guard for every "+
 					"one of the %d principals of tokens: two users' identical calls would be one action there. Use at_most_once or "+
@@ -469,17 +483,17 @@ func checkCheck(path string, c *Check, bad func(path, format string, args ...any
 	if c.Applied == nil && c.NotApplied == nil {
 		bad(path, "neither applied nor not_applied: the check could never say anything")
 	}
-	refs := 0
+	finds := 0
 	for _, k := range slices.Sorted(maps.Keys(c.Arguments)) {
 		if s, ok := c.Arguments[k].(string); ok && strings.Contains(s, "${") {
-			if s != "${ref}" {
-				bad(path+".arguments."+k, "%q: the only placeholder is \"${ref}\", the action's request reference, as the whole value", s)
+			if _, ok := placeholder(s); !ok {
+				bad(path+".arguments."+k, "%q: a placeholder is the whole value: \"${ref}\", \"${input}\" or \"${input/POINTER}\"", s)
 			}
-			refs++
+			finds++
 		}
 	}
-	if refs == 0 {
-		bad(path+".arguments", "no argument is \"${ref}\": the check must find the action by its reference (give the tool a ref_argument where its server keeps it)")
+	if finds == 0 {
+		bad(path+".arguments", "no argument finds the action: use \"${ref}\" (give the tool a ref_argument where its server keeps it) or \"${input/…}\", what the action asked for")
 	}
 	for name, m := range map[string]*Match{"applied": c.Applied, "not_applied": c.NotApplied} {
 		if m == nil {
@@ -492,4 +506,35 @@ func checkCheck(path string, c *Check, bad func(path, format string, args ...any
 			bad(path+"."+name, "absent and equals together can never match")
 		}
 	}
+}
+
+// placeholder reads a check argument's placeholder: "ref", or "input"
+// with a JSON pointer ("" for the whole input). ok is false for a string
+// that is not one.
+func placeholder(s string) (p string, ok bool) {
+	switch {
+	case s == "${ref}":
+		return "ref", true
+	case s == "${input}":
+		return "input", true
+	case strings.HasPrefix(s, "${input/") && strings.HasSuffix(s, "}"):
+		return "input" + s[len("${input"):len(s)-1], true
+	}
+	return "", false
+}
+
+// readsInput reports whether the check's arguments read the action's
+// input.
+func (c *Check) readsInput() bool {
+	if c == nil {
+		return false
+	}
+	for _, v := range c.Arguments {
+		if s, ok := v.(string); ok {
+			if p, ok := placeholder(s); ok && strings.HasPrefix(p, "input") {
+				return true
+			}
+		}
+	}
+	return false
 }

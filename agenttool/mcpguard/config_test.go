@@ -57,6 +57,12 @@ func TestConfig_ErrorsNameTheFieldAndTheFix(t *testing.T) {
 		{"bad default", `{"default": "allow", "mcpServers": {"pay": {"command": "x"}}}`, "default", `"refuse", "read_only"`},
 		{"bad ttl", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "at_most_once", "key_ttl": "a day"}}}}}`,
 			"not valid JSON for a guard", `"24h"`},
+		{"a check that reads the input without a key", `{"mcpServers": {"pay": {"command": "x", "tools": {
+			"charge": {"class": "reconcilable", "check": {"tool": "find", "arguments": {"amount": "${input/amount}"}, "applied": {"pointer": "/found"}}},
+			"find": {"class": "read_only"}}}}}`, "mcpServers.pay.tools.charge.check.arguments", "set input_key"},
+		{"a placeholder in a value", `{"mcpServers": {"pay": {"command": "x", "tools": {
+			"charge": {"class": "reconcilable", "check": {"tool": "find", "arguments": {"q": "ref ${ref}"}, "applied": {"pointer": "/found"}}},
+			"find": {"class": "read_only"}}}}}`, "mcpServers.pay.tools.charge.check.arguments.q", "the whole value"},
 		{"two stores", `{"store": {"path": "a.db", "postgres": "postgres://"}, "mcpServers": {"pay": {"command": "x"}}}`, "store", "give one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,7 @@ type airline struct {
 	refuse   bool           // book answers isError without booking
 
 	traceparents []string // the traceparent of each call of book, as it arrived
+	findDown     bool     // find_by_passenger answers isError
 }
 
 type booking struct {
@@ -123,6 +124,24 @@ func (a *airline) server() *mcp.Server {
 			defer a.mu.Unlock()
 			for _, b := range a.bookings {
 				if b.Reference == in.Reference {
+					return nil, found{Found: true, Booking: &b}, nil
+				}
+			}
+			return nil, found{}, nil
+		})
+	type byIn struct {
+		Flight    string `json:"flight"`
+		Passenger string `json:"passenger"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "find_by_passenger", Description: "Find a booking by flight and passenger."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in byIn) (*mcp.CallToolResult, found, error) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if a.findDown {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "search is down"}}}, found{}, nil
+			}
+			for _, b := range a.bookings {
+				if b.Flight == in.Flight && b.Passenger == in.Passenger {
 					return nil, found{Found: true, Booking: &b}, nil
 				}
 			}

@@ -88,6 +88,10 @@ type Guard struct {
 	tokens   atomic.Uint64
 }
 
+// progressGrace is how long a call's progress token is kept after the
+// call ends, for the notifications its server sent before its answer.
+const progressGrace = 5 * time.Second
+
 // progressTo is where a server's progress notifications go: the client's
 // session, under the client's own token.
 type progressTo struct {
@@ -250,7 +254,9 @@ func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
 			// notifications go back under the client's.
 			ours := fmt.Sprintf("retrysafe-guard-%d", g.tokens.Add(1))
 			g.progress.Store(ours, progressTo{session: call.Session, token: tok})
-			defer g.progress.Delete(ours)
+			// The server's notifications are handled apart from its answer
+			// and may be read after it: the token is kept a little longer.
+			defer time.AfterFunc(progressGrace, func() { g.progress.Delete(ours) })
 			call.Params.SetProgressToken(ours)
 		}
 		var id string
@@ -680,6 +686,13 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	}
 	if settings.Check != nil {
 		o.Reconciler = &checker{u: u, check: settings.Check}
+		if settings.Check.readsInput() {
+			codec, err := u.g.inputCodec()
+			if err != nil {
+				return err
+			}
+			o.KeepInput, o.InputCodec = true, codec
+		}
 	}
 	if u.g.opts.Tune != nil {
 		u.g.opts.Tune(fn, &o)
@@ -700,6 +713,16 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 			Class: class, Listing: &listing, Principal: u.g.principal, Session: u.g.session, Logger: u.g.log,
 		})
 	})
+}
+
+// inputCodec is the codec that seals kept inputs: AES-256-GCM under
+// Config.InputKey.
+func (g *Guard) inputCodec() (agenttool.Codec, error) {
+	key, err := hex.DecodeString(strings.TrimSpace(os.ExpandEnv(g.cfg.InputKey)))
+	if err != nil || len(key) != 32 {
+		return nil, &ConfigError{Path: "input_key", Problem: "not 32 bytes in hex once its variables are read (openssl rand -hex 32)"}
+	}
+	return agenttool.NewSealingCodec(key)
 }
 
 // DefaultAttemptTimeout is a guarded tool's attempt timeout when its

@@ -215,8 +215,8 @@ func TestGuard_ToolsTheConfigurationDoesNotName(t *testing.T) {
 	base := `{"principal": "ana", "mcpServers": {"airline": {"command": "x", "tools": {"book": {"class": "at_most_once"}}}}`
 	for _, tc := range []struct{ def, want string }{
 		{``, "book"},
-		{`, "default": "read_only"`, "book,book_noted,find_booking,list_flights"},
-		{`, "default": {"class": "at_most_once"}`, "book,book_noted,find_booking,list_flights"},
+		{`, "default": "read_only"`, "book,book_noted,find_booking,find_by_passenger,list_flights"},
+		{`, "default": {"class": "at_most_once"}`, "book,book_noted,find_booking,find_by_passenger,list_flights"},
 	} {
 		r := newRig(t, &airline{}, rigOptions{config: base + tc.def + `}`})
 		var names []string
@@ -793,5 +793,48 @@ func TestGuard_AConversationInTheArgumentsIsNotTheModelsToChoose(t *testing.T) {
 	t.Logf("%v", err)
 	if err == nil || !strings.Contains(err.Error(), "model") || !strings.Contains(err.Error(), "meta or header") {
 		t.Errorf("a conversation taken from the model's arguments: %v; want it refused, saying why and what to use", err)
+	}
+}
+
+// A reconcilable tool whose server keeps no reference is checked by what
+// the action asked for: the guard keeps the input, sealed with input_key,
+// while the action is unknown — also across a restart, where the next
+// write of the conversation finds the earlier action by its input.
+func TestGuard_ACheckFindsTheActionByItsInputAcrossARestart(t *testing.T) {
+	t.Setenv("GUARD_INPUT_KEY", strings.Repeat("ab", 32))
+	const cfg = `{"principal": "ana@example.com", "input_key": "${GUARD_INPUT_KEY}", "mcpServers": {"airline": {"command": "x", "tools": {
+	  "book": {"class": "reconcilable", "check": {"tool": "find_by_passenger",
+	    "arguments": {"flight": "${input/flight}", "passenger": "${input/passenger}"},
+	    "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_by_passenger": {"class": "read_only"}}}}}`
+	a := &airline{findDown: true}
+	path := filepath.Join(t.TempDir(), "guard.db")
+	r := newRig(t, a, rigOptions{config: cfg, path: path})
+	a.lose(1)
+	_, env := r.call("book", lunchFlight)
+	if env.Status != envelope.UnknownOutcome {
+		t.Fatalf("a booking whose reply was lost while the search is down: %s; want unknown_outcome", env)
+	}
+	raw, err := r.guard.Store().Get(context.Background(), env.RequestRef)
+	if err != nil || len(raw.Input) == 0 || strings.Contains(string(raw.Input), "Ana Lima") {
+		t.Fatalf("the kept input %q, %v: want it kept, sealed", raw.Input, err)
+	}
+	r.client.Close()
+	r.guard.Close()
+
+	a.mu.Lock()
+	a.findDown = false
+	a.mu.Unlock()
+	r2 := newRig(t, a, rigOptions{config: cfg, path: path})
+	_, reworded := r2.call("book", map[string]any{"flight": "TP1234", "passenger": "Ana Lima Silva"})
+	t.Logf("after the restart, a reworded booking: %s", reworded)
+	if reworded.Error == nil || reworded.Error.Code != envelope.CodeEarlierApplied {
+		t.Errorf("the reworded booking after the restart: %s; want earlier_action_applied (the first found by its input)", reworded)
+	}
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings, want 1", n)
+	}
+	if rec, err := r2.guard.Store().Get(context.Background(), env.RequestRef); err != nil || rec.Input != nil {
+		t.Errorf("the settled action still keeps an input: %q, %v", rec.Input, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
@@ -46,7 +47,14 @@ type resolutionJSON struct {
 func (r *runner) view(op *agenttool.Operator, rec agenttool.Record) (v recordJSON, outcomeErr error) {
 	v = recordJSON{
 		Ref: rec.Key, Tool: rec.Tool, State: rec.State.String(), RetryApproved: rec.RetryApproved,
-		Attempts: rec.Attempts, Label: rec.Label, Created: rec.Created, Updated: rec.Updated, Input: string(rec.Input),
+		Attempts: rec.Attempts, Label: rec.Label, Created: rec.Created, Updated: rec.Updated,
+	}
+	switch {
+	case rec.Input == nil:
+	case utf8.Valid(rec.Input):
+		v.Input = string(rec.Input)
+	default:
+		v.Input = "(kept, encrypted: the tool's input codec reads it)"
 	}
 	if rec.State == agenttool.Pending {
 		lease := rec.LeaseExpiry

@@ -36,19 +36,11 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 	}
 	args := make(map[string]any, len(c.check.Arguments))
 	for k, v := range c.check.Arguments {
-		if s, ok := v.(string); ok {
-			switch p, _ := placeholder(s); {
-			case p == "ref":
-				v = req.Ref
-			case strings.HasPrefix(p, "input"):
-				found, ok := pointer(input, strings.TrimPrefix(p, "input"))
-				if !ok {
-					return reconcile.CantSayBecause(fmt.Errorf("the check's argument %s reads %s, which the action's input does not have", k, s))
-				}
-				v = found
-			}
+		filled, err := fill(v, req.Ref, input)
+		if err != nil {
+			return reconcile.CantSayBecause(fmt.Errorf("the check's argument %s: %w", k, err))
 		}
-		args[k] = v
+		args[k] = filled
 	}
 	s, err := c.u.Session(ctx)
 	if err != nil {
@@ -199,4 +191,43 @@ func number(v any) (*big.Float, bool) {
 	}
 	f, _, err := big.ParseFloat(s, 10, 256, big.ToNearestEven)
 	return f, err == nil
+}
+
+// fill returns v, a check argument's value, with its placeholders
+// replaced, at any depth.
+func fill(v any, ref string, input any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		switch p, _ := placeholder(x); {
+		case p == "ref":
+			return ref, nil
+		case strings.HasPrefix(p, "input"):
+			found, ok := pointer(input, strings.TrimPrefix(p, "input"))
+			if !ok {
+				return nil, fmt.Errorf("it reads %s, which the action's input does not have", x)
+			}
+			return found, nil
+		}
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			f, err := fill(e, ref, input)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = f
+		}
+		return out, nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			f, err := fill(e, ref, input)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = f
+		}
+		return out, nil
+	}
+	return v, nil
 }

@@ -130,7 +130,7 @@ type Tool struct {
 type Check struct {
 	// Tool is the read-only tool to call.
 	Tool string `json:"tool"`
-	// Arguments are its arguments. A string value is replaced whole:
+	// Arguments are its arguments. A string, at any depth, is replaced whole:
 	// "${ref}" by the action's request reference, "${input}" by the
 	// arguments the action was called with, "${input/POINTER}" by the
 	// value a JSON pointer (RFC 6901) finds in them ("${input/to}"). A
@@ -485,12 +485,15 @@ func checkCheck(path string, c *Check, bad func(path, format string, args ...any
 	}
 	finds := 0
 	for _, k := range slices.Sorted(maps.Keys(c.Arguments)) {
-		if s, ok := c.Arguments[k].(string); ok && strings.Contains(s, "${") {
+		strings_(c.Arguments[k], func(s string) {
+			if !strings.Contains(s, "${") {
+				return
+			}
 			if _, ok := placeholder(s); !ok {
 				bad(path+".arguments."+k, "%q: a placeholder is the whole value: \"${ref}\", \"${input}\" or \"${input/POINTER}\"", s)
 			}
 			finds++
-		}
+		})
 	}
 	if finds == 0 {
 		bad(path+".arguments", "no argument finds the action: use \"${ref}\" (give the tool a ref_argument where its server keeps it) or \"${input/…}\", what the action asked for")
@@ -529,12 +532,30 @@ func (c *Check) readsInput() bool {
 	if c == nil {
 		return false
 	}
+	reads := false
 	for _, v := range c.Arguments {
-		if s, ok := v.(string); ok {
+		strings_(v, func(s string) {
 			if p, ok := placeholder(s); ok && strings.HasPrefix(p, "input") {
-				return true
+				reads = true
 			}
+		})
+	}
+	return reads
+}
+
+// strings_ calls fn with every string in v, a check argument's value, at
+// any depth of its objects and arrays.
+func strings_(v any, fn func(string)) {
+	switch x := v.(type) {
+	case string:
+		fn(x)
+	case []any:
+		for _, e := range x {
+			strings_(e, fn)
+		}
+	case map[string]any:
+		for _, e := range x {
+			strings_(e, fn)
 		}
 	}
-	return false
 }

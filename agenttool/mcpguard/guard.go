@@ -24,6 +24,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/mcptool"
+	"github.com/retrysafe/retrysafe/agenttool/observe"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -669,6 +670,8 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	class := map[string]agenttool.Class{ClassKeyed: agenttool.Keyed, ClassAtMostOnce: agenttool.AtMostOnce, ClassReconcilable: agenttool.Reconcilable}[settings.Class]
 	o := agenttool.Options{Store: u.g.store, Class: class, IdentifyingFields: settings.Identifying, KeyTTL: time.Duration(settings.KeyTTL),
 		AttemptTimeout: time.Duration(settings.AttemptTimeout), DestinationKeyTTL: time.Duration(settings.DestinationKeyTTL), Logger: u.g.log}
+	// A line per call, with no input, result or identity in it.
+	o.Hooks = observe.Log(u.g.log)
 	if o.AttemptTimeout == 0 {
 		// A server may apply a request it took after the guard stopped
 		// waiting: the attempt timeout bounds when, for the checks.
@@ -831,7 +834,7 @@ func (u *upstream) passthrough(tool string) mcp.ToolHandler {
 			return refusing(tool, envelope.CodeUnavailable, envelope.Wait, fmt.Sprintf("the server %s cannot be reached: %v", u.name, err),
 				"Nothing was done. The same call can be tried again later.")(ctx, req)
 		}
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: req.Params.Meta})
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: mcptool.PassableMeta(req.Params.Meta)})
 		if errors.Is(err, mcp.ErrConnectionClosed) {
 			u.Lost(s)
 		}

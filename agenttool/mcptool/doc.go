@@ -200,6 +200,17 @@
 //   - A wrapped tool's schema is {"type":"object"}; the client appends the
 //     listed input schema to the description so that a model sees the
 //     members.
+//   - A client that gives up on a call sends notifications/cancelled (the
+//     TypeScript SDK does after 60 s by default): the handler's context
+//     ends, and a guarded tool whose attempt it was answers unknown — for
+//     an AtMostOnce tool, its fence then holds the user's next writes of
+//     the tool until a person settles it. A tool that knows it did
+//     nothing when its context ended returns a definite or transient
+//     error (envelope.MarkDefinite, MarkTransient), not ctx.Err().
+//   - A tool's idempotentHint is its server's word: nothing checks it, and
+//     it is false by default. Keyed is for a server that answers with
+//     retrysafe envelopes or takes an idempotency key (ToolOptions.RefArgument),
+//     never for a hint.
 //   - A connection that broke (in memory, stdio) stays broken: connect
 //     again (ClientOptions.Reconnect does it for you) or build the tools
 //     on a new session with the same store; actions whose outcome was

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -126,15 +127,33 @@ func withPassedMeta(ctx context.Context, m mcp.Meta) context.Context {
 	return context.WithValue(ctx, passedMetaKey{}, m)
 }
 
+// PassableMeta returns what a proxy passes on of a request's _meta: all
+// but the keys the protocol reserves for one connection
+// ("io.modelcontextprotocol/…": a protocol version, client information,
+// capabilities — the proxy's own connection carries its own; a stateful
+// server refuses a request that carries a protocol version it did not
+// negotiate) and retrysafe's own (a request reference, an envelope).
+// nil if nothing is left.
+func PassableMeta(m mcp.Meta) mcp.Meta {
+	var out mcp.Meta
+	for k, v := range m {
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") || k == MetaRequestRef || k == MetaEnvelope {
+			continue
+		}
+		if out == nil {
+			out = make(mcp.Meta, len(m))
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // meta returns the _meta of a call: what the front received, if the tool
-// passes it on, and the request reference.
+// passes it on (PassableMeta), and the request reference.
 func (r *remote) meta(ctx context.Context) mcp.Meta {
 	var m mcp.Meta
 	if passed, ok := ctx.Value(passedMetaKey{}).(mcp.Meta); ok && r.passMeta {
-		m = make(mcp.Meta, len(passed)+1)
-		for k, v := range passed {
-			m[k] = v
-		}
+		m = PassableMeta(passed)
 	}
 	if ref := agenttool.RequestRef(ctx); ref != "" {
 		if m == nil {

@@ -178,7 +178,7 @@ const guardConfig = `{
 // rig is a guard in front of an airline, and a client of the guard, all
 // over in-memory MCP transports.
 type rig struct {
-	t       *testing.T
+	t       testing.TB
 	airline *airline
 	guard   *mcpguard.Guard
 	client  *mcp.ClientSession
@@ -192,7 +192,7 @@ type rigOptions struct {
 	tune   func(tool string, o *agenttool.Options)
 }
 
-func newRig(t *testing.T, a *airline, ro rigOptions) *rig {
+func newRig(t testing.TB, a *airline, ro rigOptions) *rig {
 	t.Helper()
 	if ro.config == "" {
 		ro.config = guardConfig
@@ -237,7 +237,7 @@ func (r *rig) transport(name string, s *mcpguard.Server) (mcp.Transport, error) 
 }
 
 // connect connects a client to the guard's front.
-func connect(t *testing.T, g *mcpguard.Guard) *mcp.ClientSession {
+func connect(t testing.TB, g *mcpguard.Guard) *mcp.ClientSession {
 	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
@@ -258,7 +258,7 @@ func (r *rig) call(name string, args any) (*mcp.CallToolResult, envelope.Envelop
 	return call(r.t, r.client, name, args, nil)
 }
 
-func call(t *testing.T, cs *mcp.ClientSession, name string, args any, meta mcp.Meta) (*mcp.CallToolResult, envelope.Envelope) {
+func call(t testing.TB, cs *mcp.ClientSession, name string, args any, meta mcp.Meta) (*mcp.CallToolResult, envelope.Envelope) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

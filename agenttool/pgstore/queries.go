@@ -198,6 +198,13 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 	onTimeline := func(cut string) string {
 		return `EXISTS (SELECT FROM ` + tl + ` WHERE timeline = ` + serverTimeline + ` AND (` + cut + `::timestamptz IS NULL OR noticed <= ` + cut + `))`
 	}
+	// noticedBy is onTimeline for the rows of a batch: the timeline is read
+	// once per statement (an uncorrelated subquery, an InitPlan), and each
+	// row compares its own cut.
+	noticedBy := func(cut string) string {
+		n := `(SELECT noticed FROM ` + tl + ` WHERE timeline = ` + serverTimeline + `)`
+		return `(` + n + ` IS NOT NULL AND (` + cut + ` IS NULL OR ` + n + ` <= ` + cut + `))`
+	}
 	// durable holds when a claim whose $need is set is durable where a
 	// failover can go: the primary waits for a synchronous standby (and
 	// the store hears, $hears, when such a wait is cancelled), or no
@@ -257,7 +264,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition, input)
 			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
 				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
-				AND ` + syncOn + ` AND ` + onTimeline("v.cut") + ` AND ` + durable("v.need") + `
+				AND (SELECT ` + syncOn + `) AND ` + noticedBy("v.cut") + ` AND (NOT v.need OR (SELECT ` + durable("true") + `))
 			ON CONFLICT DO NOTHING RETURNING key, token, ` + syncNamed,
 		// besideForUpdate finds the records of tool $1 and session $2
 		// beside its session's slot, other than $3.
@@ -273,7 +280,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			input = CASE WHEN v.state = 4 THEN r.input END
 			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
 				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
-			WHERE r.key = v.key AND r.token = v.token AND r.state = 1 AND ` + syncOn + `
+			WHERE r.key = v.key AND r.token = v.token AND r.state = 1 AND (SELECT ` + syncOn + `)
 			RETURNING r.key`,
 		// tokensOf finds what a batch of outcomes whose reply was lost wrote.
 		tokensOf:          `SELECT key, token, state FROM ` + t + ` WHERE key = ANY($1)`,

@@ -838,3 +838,121 @@ func TestGuard_ACheckFindsTheActionByItsInputAcrossARestart(t *testing.T) {
 		t.Errorf("the settled action still keeps an input: %q, %v", rec.Input, err)
 	}
 }
+
+// seats is a third party's booking server for the checks by input: book
+// makes a booking (unless hang is set: then it takes the request and
+// never books, until its caller gives up), and find_by_passenger looks a
+// booking up by what it asked for, the only way its bookings are found.
+type seats struct {
+	mu       sync.Mutex
+	bookings []booking
+	hang     atomic.Bool
+}
+
+func (s *seats) server() *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "seats", Version: "1"}, nil)
+	type in struct {
+		Flight    string `json:"flight"`
+		Passenger string `json:"passenger"`
+	}
+	type found struct {
+		Found   bool     `json:"found"`
+		Booking *booking `json:"booking,omitempty"`
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "book", Description: "Book one seat."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in in) (*mcp.CallToolResult, booking, error) {
+			if s.hang.Load() {
+				<-ctx.Done() // the request never books
+				return nil, booking{}, ctx.Err()
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			b := booking{ID: fmt.Sprintf("BK-%d", len(s.bookings)+1), Flight: in.Flight, Passenger: in.Passenger}
+			s.bookings = append(s.bookings, b)
+			return nil, b, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "find_by_passenger", Description: "Find a booking by flight and passenger."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in in) (*mcp.CallToolResult, found, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, b := range s.bookings {
+				if b.Flight == in.Flight && b.Passenger == in.Passenger {
+					return nil, found{Found: true, Booking: &b}, nil
+				}
+			}
+			return nil, found{}, nil
+		})
+	return srv
+}
+
+func (s *seats) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bookings)
+}
+
+// seatsGuard is a guard in front of s, with cfg, and a client of it.
+func seatsGuard(t *testing.T, s *seats, cfg string) *mcp.ClientSession {
+	t.Helper()
+	c, err := mcpguard.ParseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	up := s.server()
+	g, err := mcpguard.New(context.Background(), c, &mcpguard.Options{
+		Logger: discard(),
+		Transport: func(string, *mcpguard.Server) (mcp.Transport, error) {
+			ct, st := mcp.NewInMemoryTransports()
+			if _, err := up.Connect(context.Background(), st, nil); err != nil {
+				return nil, err
+			}
+			return ct, nil
+		},
+		Tune: func(_ string, o *agenttool.Options) {
+			o.Retry = agenttool.RetryPolicy{MaxAttempts: 1, InitialInterval: time.Millisecond, MaxElapsed: time.Second}
+			o.WaitTimeout = time.Second
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return connect(t, g)
+}
+
+// The envelope never lies (I2), also when a check finds an action by what
+// it asked for. In conversation 1 the user books TP1234 for Ana Lima:
+// done. In conversation 2 — another action, with another key — the same
+// booking is asked for, and the server takes the request and never books
+// it (it hangs until the guard's attempt timeout). The guard's check asks
+// find_by_passenger for TP1234 and Ana Lima, which finds conversation 1's
+// booking: the guard answers success, reconciled, with the other action's
+// booking as this one's result, though this action was never applied.
+// (Across principals the same check hands one user another's booking.)
+// A check by input cannot tell two actions that asked the same apart; its
+// "applied" must not settle an action it may not have found.
+func TestGuard_ACheckByInputNeverSettlesAnActionWithAnothersBooking(t *testing.T) {
+	t.Setenv("GUARD_INPUT_KEY", strings.Repeat("ab", 32))
+	const cfg = `{"principal": "ana@example.com", "input_key": "${GUARD_INPUT_KEY}", "conversation": {"meta": "conversation_id"},
+	  "mcpServers": {"seats": {"command": "x", "tools": {
+	  "book": {"class": "reconcilable", "attempt_timeout": "300ms", "check": {"tool": "find_by_passenger",
+	    "arguments": {"flight": "${input/flight}", "passenger": "${input/passenger}"},
+	    "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_by_passenger": {"class": "read_only"}}}}}`
+	s := &seats{}
+	cs := seatsGuard(t, s, cfg)
+	if _, env := call(t, cs, "book", lunchFlight, mcp.Meta{"conversation_id": "c1"}); env.Status != envelope.Success {
+		t.Fatalf("the first booking, in conversation 1: %s", env)
+	}
+	s.hang.Store(true)
+	res, env := call(t, cs, "book", lunchFlight, mcp.Meta{"conversation_id": "c2"})
+	t.Logf("conversation 2's booking, never made: %s %s", env, resultText(res))
+	if n := s.count(); n != 1 {
+		t.Fatalf("%d bookings, want 1 (conversation 2's request never booked)", n)
+	}
+	if env.Status == envelope.Success {
+		t.Errorf("conversation 2's booking, which the server never made, answered success (%s) with conversation 1's booking %s; want unknown_outcome",
+			env, resultText(res))
+	}
+}

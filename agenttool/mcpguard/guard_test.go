@@ -847,6 +847,7 @@ type seats struct {
 	mu       sync.Mutex
 	bookings []booking
 	hang     atomic.Bool
+	loseNext atomic.Int32 // book_ref: the next n replies are lost after the booking is made
 }
 
 func (s *seats) server() *mcp.Server {
@@ -870,6 +871,35 @@ func (s *seats) server() *mcp.Server {
 			b := booking{ID: fmt.Sprintf("BK-%d", len(s.bookings)+1), Flight: in.Flight, Passenger: in.Passenger}
 			s.bookings = append(s.bookings, b)
 			return nil, b, nil
+		})
+	type refIn struct {
+		Flight    string `json:"flight"`
+		Passenger string `json:"passenger"`
+		Reference string `json:"client_reference,omitempty"`
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "book_ref", Description: "Book one seat, held until the airline confirms it, keeping a client reference."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in refIn) (*mcp.CallToolResult, booking, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			b := booking{ID: fmt.Sprintf("BK-%d", len(s.bookings)+1), Flight: in.Flight, Passenger: in.Passenger, Reference: in.Reference}
+			s.bookings = append(s.bookings, b)
+			if s.loseNext.Add(-1) >= 0 {
+				return nil, booking{}, errReplyLost
+			}
+			return nil, b, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "lookup", Description: "Look a booking up by its client reference."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
+			Reference string `json:"client_reference"`
+		}) (*mcp.CallToolResult, map[string]any, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, b := range s.bookings {
+				if b.Reference == in.Reference {
+					return nil, map[string]any{"booking": map[string]any{"id": b.ID, "state": "held"}}, nil
+				}
+			}
+			return nil, map[string]any{"booking": nil}, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "find_by_passenger", Description: "Find a booking by flight and passenger."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in in) (*mcp.CallToolResult, found, error) {
@@ -954,5 +984,38 @@ func TestGuard_ACheckByInputNeverSettlesAnActionWithAnothersBooking(t *testing.T
 	if env.Status == envelope.Success {
 		t.Errorf("conversation 2's booking, which the server never made, answered success (%s) with conversation 1's booking %s; want unknown_outcome",
 			env, resultText(res))
+	}
+}
+
+// One effect per action (I1): a check's not_applied that says "equals":
+// null matches only a null. The server's lookup answers {"booking": null}
+// when it has no booking of a reference, and the booking, with its state,
+// when it has one; the operator configures applied as a confirmed booking
+// and not_applied as {"pointer": "/booking", "equals": null}. A booking
+// is made, held (not confirmed yet), and its reply is lost. The guard reads
+// "equals": null as no equals at all — "the value must only exist" — so
+// the held booking matches not_applied, and the retry books a second seat.
+func TestGuard_NotAppliedEqualsNullMatchesOnlyNull(t *testing.T) {
+	const cfg = `{"principal": "ana@example.com", "mcpServers": {"seats": {"command": "x", "tools": {
+	  "book_ref": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms",
+	    "check": {"tool": "lookup", "arguments": {"client_reference": "${ref}"},
+	    "applied": {"pointer": "/booking/state", "equals": "confirmed"}, "not_applied": {"pointer": "/booking", "equals": null}}},
+	  "lookup": {"class": "read_only"}}}}}`
+	s := &seats{}
+	s.loseNext.Store(1)
+	cs := seatsGuard(t, s, cfg)
+	_, env := call(t, cs, "book_ref", lunchFlight, nil)
+	t.Logf("a held booking whose reply was lost: %s", env)
+	if n := s.count(); n != 1 {
+		t.Fatalf("%d bookings after the first call, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for env.Status == envelope.UnknownOutcome && time.Now().Before(deadline) && s.count() == 1 {
+		time.Sleep(300 * time.Millisecond) // until a not_applied is trusted (attempt_timeout and a second)
+		_, env = call(t, cs, "book_ref", lunchFlight, nil)
+	}
+	t.Logf("the retry: %s", env)
+	if n := s.count(); n != 1 {
+		t.Errorf("%d bookings: a held booking was read as not applied by \"equals\": null, and booked again; want 1", n)
 	}
 }

@@ -1019,3 +1019,85 @@ func TestGuard_NotAppliedEqualsNullMatchesOnlyNull(t *testing.T) {
 		t.Errorf("%d bookings: a held booking was read as not applied by \"equals\": null, and booked again; want 1", n)
 	}
 }
+
+// A server's progress notifications reach the client that asked it, under
+// the client's own token — and no other. Ana's client books a seat through
+// the guard, asking for progress; the guard gives the seats server a token
+// of its own ("retrysafe-guard-1"). A second server behind the same guard
+// — another party's, configured for another tool — is called by another
+// client, and sends progress notifications under the guard's tokens, which
+// are a counter. The guard looks a token up among all its calls, whichever
+// server sends it: Ana's client receives the other server's message under
+// its own token, as progress of its booking.
+func TestGuard_ProgressReachesOnlyTheClientThatAskedThatServer(t *testing.T) {
+	const cfg = `{"principal": "ana@example.com", "mcpServers": {
+	  "seats": {"command": "x", "tools": {"book": {"class": "at_most_once"}}},
+	  "other": {"command": "y", "tools": {"ping": {"class": "read_only"}}}}}`
+	c, err := mcpguard.ParseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	s := &seats{}
+	seatsUp := s.server()
+	other := mcp.NewServer(&mcp.Implementation{Name: "other", Version: "1"}, nil)
+	mcp.AddTool(other, &mcp.Tool{Name: "ping", Description: "Ping."},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, map[string]string, error) {
+			for i := 1; i <= 3; i++ { // the guard's tokens, guessed
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: fmt.Sprintf("retrysafe-guard-%d", i), Progress: 1, Total: 1, Message: "from the other server"})
+			}
+			return nil, map[string]string{"pong": "yes"}, nil
+		})
+	g, err := mcpguard.New(context.Background(), c, &mcpguard.Options{
+		Logger: discard(),
+		Transport: func(name string, _ *mcpguard.Server) (mcp.Transport, error) {
+			up := seatsUp
+			if name == "other" {
+				up = other
+			}
+			ct, st := mcp.NewInMemoryTransports()
+			if _, err := up.Connect(context.Background(), st, nil); err != nil {
+				return nil, err
+			}
+			return ct, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	var mu sync.Mutex
+	var got []string
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	ana, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got = append(got, fmt.Sprintf("%v: %s", req.Params.ProgressToken, req.Params.Message))
+			mu.Unlock()
+		},
+	}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ana.Close()
+	if _, env := call(t, ana, "book", lunchFlight, mcp.Meta{"progressToken": "mine"}); env.Status != envelope.Success {
+		t.Fatalf("the booking: %s", env)
+	}
+	someone := connect(t, g)
+	if res, _ := call(t, someone, "ping", map[string]any{}, nil); res.IsError {
+		t.Fatalf("ping: %s", resultText(res))
+	}
+	time.Sleep(500 * time.Millisecond) // notifications are delivered apart from answers
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range got {
+		if strings.Contains(n, "other server") {
+			t.Errorf("Ana's client got progress %q, sent by a server it never called; want only the seats server's", got)
+			break
+		}
+	}
+}

@@ -61,8 +61,11 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 		return reconcile.CantSayBecause(fmt.Errorf("the check %s answered what the guard cannot read: %w", c.check.Tool, err))
 	}
 	switch {
-	case c.check.Applied.matches(answer):
+	case c.check.Applied.matches(answer) && !c.check.byInputAlone():
 		return reconcile.AppliedWith(raw)
+	case c.check.Applied.matches(answer):
+		return reconcile.CantSayBecause(errors.New("the check found the action by its input alone, and another action may have asked " +
+			"the same (set input_identifies where the input names one effect at the server)"))
 	case c.check.NotApplied.matches(answer):
 		return reconcile.NotAppliedYet()
 	}
@@ -112,8 +115,10 @@ func (m *Match) matches(v any) bool {
 		return !ok
 	case !ok:
 		return false
-	case m.Equals == nil:
+	case m.Equals == nil && !m.HasEquals:
 		return true
+	case m.Equals == nil:
+		return got == nil // "equals": null matches null alone
 	}
 	return sameValue(got, m.Equals)
 }
@@ -132,8 +137,12 @@ func pointer(v any, p string) (any, bool) {
 				return nil, false
 			}
 		case []any:
+			// An index is digits, with no leading zero (RFC 6901).
+			if tok == "" || (len(tok) > 1 && tok[0] == '0') || strings.TrimLeft(tok, "0123456789") != "" {
+				return nil, false
+			}
 			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
+			if err != nil || i >= len(x) {
 				return nil, false
 			}
 			v = x[i]
@@ -230,4 +239,23 @@ func fill(v any, ref string, input any) (any, error) {
 		return out, nil
 	}
 	return v, nil
+}
+
+// byInputAlone reports whether the check finds the action by its input
+// and not by its reference, where the configuration does not say that the
+// input identifies one effect (Check.InputIdentifies): its "applied" may
+// be another action's.
+func (c *Check) byInputAlone() bool {
+	if c.InputIdentifies || !c.readsInput() {
+		return false
+	}
+	ref := false
+	for _, v := range c.Arguments {
+		strings_(v, func(s string) {
+			if p, _ := placeholder(s); p == "ref" {
+				ref = true
+			}
+		})
+	}
+	return !ref
 }

@@ -142,6 +142,15 @@ type Check struct {
 	// answer with isError, is "cannot say yet".
 	Applied    *Match `json:"applied,omitempty"`
 	NotApplied *Match `json:"not_applied,omitempty"`
+	// InputIdentifies says that at the server, what the check reads of
+	// the input identifies one effect: two actions that asked the same
+	// are the same effect (an entity by its unique name, a file by its
+	// path). Without it, a check that finds the action by its input and
+	// not by its reference cannot tell it from another action that asked
+	// the same — another conversation's, another user's — and its
+	// "applied" is "cannot say": a person settles it. Its "not applied"
+	// holds either way.
+	InputIdentifies bool `json:"input_identifies,omitempty"`
 }
 
 // Match reads one value of a check's answer.
@@ -149,9 +158,14 @@ type Match struct {
 	// Pointer is a JSON pointer (RFC 6901) into the answer: "/status".
 	// "" is the whole answer.
 	Pointer string `json:"pointer"`
-	// Equals is the value it must have; absent (nil) means the value must
-	// only exist. Numbers compare by value.
+	// Equals is the value it must have (null is a value: it matches only
+	// null); without it the value must only exist. Numbers compare by
+	// value.
 	Equals any `json:"equals,omitempty"`
+	// HasEquals says that Equals was given: set by the configuration's
+	// reader, and by a program that builds a Match with Equals nil to
+	// mean null.
+	HasEquals bool `json:"-"`
 	// Absent matches when the pointer leads nowhere (no such member).
 	Absent bool `json:"absent,omitempty"`
 }
@@ -235,10 +249,19 @@ func (c *Check) UnmarshalJSON(b []byte) error {
 	return strictDecode(b, (*plain)(c))
 }
 
-// UnmarshalJSON reads a match, refusing unknown keys.
+// UnmarshalJSON reads a match, refusing unknown keys, and telling
+// "equals": null from no equals.
 func (m *Match) UnmarshalJSON(b []byte) error {
 	type plain Match
-	return strictDecode(b, (*plain)(m))
+	if err := strictDecode(b, (*plain)(m)); err != nil {
+		return err
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return err
+	}
+	_, m.HasEquals = keys["equals"]
+	return nil
 }
 
 func strictDecode(b []byte, v any) error {
@@ -505,7 +528,7 @@ func checkCheck(path string, c *Check, bad func(path, format string, args ...any
 		if m.Pointer != "" && !strings.HasPrefix(m.Pointer, "/") {
 			bad(path+"."+name+".pointer", "%q is not a JSON pointer: it starts with / (\"/status\"), or is \"\" for the whole answer", m.Pointer)
 		}
-		if m.Absent && m.Equals != nil {
+		if m.Absent && (m.Equals != nil || m.HasEquals) {
 			bad(path+"."+name, "absent and equals together can never match")
 		}
 	}

@@ -2,6 +2,7 @@ package mcpguard
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -98,6 +99,7 @@ const progressGrace = 5 * time.Second
 type progressTo struct {
 	session *mcp.ServerSession
 	token   any
+	server  string // the server the call went to: only it may notify
 }
 
 // New connects to the configured servers, lists their tools, and builds
@@ -253,8 +255,13 @@ func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
 			// The client asked for progress: the server gets a token of
 			// the guard's (tokens of several clients may clash), and its
 			// notifications go back under the client's.
-			ours := fmt.Sprintf("retrysafe-guard-%d", g.tokens.Add(1))
-			g.progress.Store(ours, progressTo{session: call.Session, token: tok})
+			var nonce [12]byte
+			rand.Read(nonce[:])
+			ours := fmt.Sprintf("retrysafe-guard-%d-%s", g.tokens.Add(1), hex.EncodeToString(nonce[:]))
+			g.mu.Lock()
+			server := g.listed[call.Params.Name]
+			g.mu.Unlock()
+			g.progress.Store(ours, progressTo{session: call.Session, token: tok, server: server})
 			// The server's notifications are handled apart from its answer
 			// and may be read after it: the token is kept a little longer.
 			defer time.AfterFunc(progressGrace, func() { g.progress.Delete(ours) })
@@ -394,7 +401,7 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
 			key, _ := req.Params.ProgressToken.(string)
-			if v, ok := u.g.progress.Load(key); ok {
+			if v, ok := u.g.progress.Load(key); ok && v.(progressTo).server == u.name {
 				to := v.(progressTo)
 				p := *req.Params
 				p.ProgressToken = to.token

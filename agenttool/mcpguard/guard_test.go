@@ -797,7 +797,8 @@ func TestGuard_AConversationInTheArgumentsIsNotTheModelsToChoose(t *testing.T) {
 }
 
 // A reconcilable tool whose server keeps no reference is checked by what
-// the action asked for: the guard keeps the input, sealed with input_key,
+// the action asked for (a passenger has one seat on a flight: the input
+// identifies the booking, input_identifies): the guard keeps the input, sealed with input_key,
 // while the action is unknown — also across a restart, where the next
 // write of the conversation finds the earlier action by its input.
 func TestGuard_ACheckFindsTheActionByItsInputAcrossARestart(t *testing.T) {
@@ -805,7 +806,8 @@ func TestGuard_ACheckFindsTheActionByItsInputAcrossARestart(t *testing.T) {
 	const cfg = `{"principal": "ana@example.com", "input_key": "${GUARD_INPUT_KEY}", "mcpServers": {"airline": {"command": "x", "tools": {
 	  "book": {"class": "reconcilable", "check": {"tool": "find_by_passenger",
 	    "arguments": {"flight": "${input/flight}", "passenger": "${input/passenger}"},
-	    "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	    "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false},
+	    "input_identifies": true}},
 	  "find_by_passenger": {"class": "read_only"}}}}}`
 	a := &airline{findDown: true}
 	path := filepath.Join(t.TempDir(), "guard.db")

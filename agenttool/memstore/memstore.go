@@ -327,9 +327,9 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 	if d.Write {
 		s.put(slot, res.Record)
 	}
-	res.Record.Outcome = slices.Clone(res.Record.Outcome)
+	res.Record.Outcome, res.Record.Input = slices.Clone(res.Record.Outcome), slices.Clone(res.Record.Input)
 	if res.Blocked != nil {
-		res.Blocked.Outcome = slices.Clone(res.Blocked.Outcome)
+		res.Blocked.Outcome, res.Blocked.Input = slices.Clone(res.Blocked.Outcome), slices.Clone(res.Blocked.Input)
 	}
 	return res, nil
 }
@@ -392,7 +392,7 @@ func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 		return storekit.Record{}, fmt.Errorf("memstore: %s: %w", key, storekit.ErrNotFound)
 	}
 	r := s.entries[i].record()
-	r.Outcome = slices.Clone(r.Outcome)
+	r.Outcome, r.Input = slices.Clone(r.Outcome), slices.Clone(r.Input)
 	return r, nil
 }
 
@@ -484,7 +484,7 @@ func (s *Store) ListUnknown(ctx context.Context, req storekit.ListRequest) ([]st
 	visit := func(k string, i int) {
 		if e := &s.entries[i]; k > req.After && e.open() {
 			if r := e.record(); req.Lists(&r) {
-				r.Outcome = slices.Clone(r.Outcome)
+				r.Outcome, r.Input = slices.Clone(r.Outcome), slices.Clone(r.Input)
 				out = append(out, r)
 			}
 		}
@@ -543,7 +543,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		return fmt.Errorf("memstore: %w", err)
 	}
 	for _, r := range recs {
-		r.Outcome = slices.Clone(r.Outcome)
+		r.Outcome, r.Input = slices.Clone(r.Outcome), slices.Clone(r.Input)
 		s.put(-1, r)
 		s.token = max(s.token, r.Token)
 	}

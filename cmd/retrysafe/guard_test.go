@@ -260,6 +260,22 @@ func TestGuardCommand_HTTPNeedsATokenOfTheConfiguration(t *testing.T) {
 	if n := len(readLines(log)); n != 1 {
 		t.Errorf("%d bookings, want 1", n)
 	}
+	// DNS rebinding: a page elsewhere that resolves its own name to
+	// loopback reaches the guard with its own Host, and is refused.
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Host = "evil.example"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := (&http.Client{Transport: bearer{"s3cret"}}).Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		status := ""
+		if resp != nil {
+			status = resp.Status
+			resp.Body.Close()
+		}
+		t.Errorf("a request with a foreign Host header: %s, %v; want 403", status, err)
+	} else {
+		resp.Body.Close()
+	}
 	bad := &http.Client{Transport: bearer{"guess"}}
 	if _, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).
 		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: bad}, nil); err == nil {

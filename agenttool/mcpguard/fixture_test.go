@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,6 +175,19 @@ const guardConfig = `{
     }
   }
 }`
+
+// configWith returns guardConfig with book's settings replaced (unless
+// book is "") and the top-level settings extra added (unless "").
+func configWith(book, extra string) string {
+	cfg := guardConfig
+	if book != "" {
+		cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": `+book, 1)
+	}
+	if extra != "" {
+		cfg = strings.Replace(cfg, `"principal": "ana@example.com",`, `"principal": "ana@example.com", `+extra+`,`, 1)
+	}
+	return cfg
+}
 
 // rig is a guard in front of an airline, and a client of the guard, all
 // over in-memory MCP transports.

@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg *Config, opts *Options) (*Guard, error) {
 		return nil, err
 	}
 	g.front = mcp.NewServer(impl, &mcp.ServerOptions{Logger: g.log, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}})
-	g.front.AddReceivingMiddleware(g.conversation)
+	g.front.AddReceivingMiddleware(g.receive)
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		g.ups = append(g.ups, &upstream{g: g, name: name, cfg: cfg.MCPServers[name]})
@@ -241,10 +241,11 @@ func (g *Guard) principal(ctx context.Context, c mcptool.Caller) (string, error)
 // conversation middleware, to the tool's Session function.
 type conversationKey struct{}
 
-// conversation reads the conversation a tools/call carries, where the
-// configuration says a client puts one, and takes an argument that
-// carries it out of the arguments.
-func (g *Guard) conversation(next mcp.MethodHandler) mcp.MethodHandler {
+// receive prepares each tools/call before its handler: a progress token
+// of the guard's own for the server (progressTo), the conversation the
+// call carries where the configuration says a client puts one, and the
+// action's label.
+func (g *Guard) receive(next mcp.MethodHandler) mcp.MethodHandler {
 	cv := g.cfg.Conversation
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		call, ok := req.(*mcp.CallToolRequest)

@@ -146,7 +146,7 @@ func TestGuard_ReconcilableLostReplyIsCheckedNotResent(t *testing.T) {
 // retry nor a reworded copy sends it again.
 func TestGuard_AtMostOnceLostReplyIsNeverResent(t *testing.T) {
 	a := &airline{}
-	cfg := strings.Replace(guardConfig, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	cfg := configWith(`{"class": "at_most_once"}`, "")
 	r := newRig(t, a, rigOptions{config: cfg})
 	a.lose(1)
 	_, env := r.call("book", lunchFlight)
@@ -173,8 +173,7 @@ func TestGuard_ToolErrorsAreUnknownUnlessTheConfigurationSays(t *testing.T) {
 		want   envelope.Status
 	}{{"", envelope.UnknownOutcome}, {`, "errors": "definite"`, envelope.DefiniteFailure}} {
 		a := &airline{refuse: true}
-		cfg := strings.Replace(guardConfig, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`,
-			`"book": {"class": "at_most_once"`+tc.errors+`}`, 1)
+		cfg := configWith(`{"class": "at_most_once"`+tc.errors+`}`, "")
 		r := newRig(t, a, rigOptions{config: cfg})
 		_, env := r.call("book", lunchFlight)
 		if env.Status != tc.want {
@@ -250,8 +249,7 @@ func TestGuard_NoPrincipalRunsNothing(t *testing.T) {
 // write is not held by this one's unknown booking.
 func TestGuard_AConversationInMetaScopesTheFence(t *testing.T) {
 	a := &airline{}
-	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"meta": "conversation_id"},`, 1)
-	cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	cfg := configWith(`{"class": "at_most_once"}`, `"conversation": {"meta": "conversation_id"}`)
 	r := newRig(t, a, rigOptions{config: cfg})
 	a.lose(1)
 	_, env := call(t, r.client, "book", lunchFlight, mcp.Meta{"conversation_id": "c1"})
@@ -386,8 +384,7 @@ func (rt headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 // _meta does.
 func TestGuard_AConversationInAHeaderScopesTheFence(t *testing.T) {
 	a := &airline{}
-	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"header": "X-Conversation"},`, 1)
-	cfg = strings.Replace(cfg, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	cfg := configWith(`{"class": "at_most_once"}`, `"conversation": {"header": "X-Conversation"}`)
 	r := newRig(t, a, rigOptions{config: cfg})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return r.guard.Server() }, nil))
 	t.Cleanup(srv.Close) // after the clients close (cleanups run last first): their streams hold connections open
@@ -788,7 +785,7 @@ func brokenListingLater(t *testing.T) {
 // arguments may narrow nothing that keeps an unknown action from being
 // sent again.
 func TestGuard_AConversationInTheArgumentsIsNotTheModelsToChoose(t *testing.T) {
-	cfg := strings.Replace(guardConfig, `"principal": "ana@example.com",`, `"principal": "ana@example.com", "conversation": {"argument": "conversation_id"},`, 1)
+	cfg := configWith("", `"conversation": {"argument": "conversation_id"}`)
 	_, err := mcpguard.ParseConfig([]byte(cfg))
 	t.Logf("%v", err)
 	if err == nil || !strings.Contains(err.Error(), "model") || !strings.Contains(err.Error(), "meta or header") {

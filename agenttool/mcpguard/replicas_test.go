@@ -70,7 +70,7 @@ func TestGuard_TwoGuardsOnOnePostgreSQLStoreBookOnce(t *testing.T) {
 	store := pgtest.Open(t)
 	a := &airline{}
 	up := a.server()
-	cfg := strings.Replace(guardConfig, `"book": {"class": "keyed", "key_argument": "idempotency_key"}`, `"book": {"class": "at_most_once"}`, 1)
+	cfg := configWith(`{"class": "at_most_once"}`, "")
 	var clients []*mcp.ClientSession
 	for range 2 {
 		parsed, err := mcpguard.ParseConfig([]byte(cfg))

@@ -407,17 +407,7 @@ func TestOneEffectPerActionAcrossAFailover(t *testing.T) {
 			replicas[2] = openAppReplica(t, appURL, dest, opts)
 			deadline := time.Now().Add(30 * time.Second)
 			for i, a := range issued {
-				for {
-					env := a.call(replicas[i%len(replicas)], 3*time.Second)
-					transient := env.Error != nil && (env.Error.Code == envelope.CodeStoreUnavailable || env.Error.Code == envelope.CodeInProgress)
-					if !transient {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s %d: still %s after the failover: %s", a.tool, a.id, env.Error.Code, env)
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				afterFailover(t, deadline, fmt.Sprintf("%s %d", a.tool, a.id), func() envelope.Envelope { return a.call(replicas[i%len(replicas)], 3*time.Second) })
 			}
 
 			// What a user checks: one effect at most, and envelopes that
@@ -730,19 +720,7 @@ func TestAToolActsOnlyOnAClaimDurableWhereAFailoverCanGo(t *testing.T) {
 
 	p.failOver(t)
 	dest.phase.Store(2)
-	deadline = time.Now().Add(30 * time.Second)
-	var last envelope.Envelope
-	for {
-		last = a.call(app, 3*time.Second)
-		transient := last.Error != nil && (last.Error.Code == envelope.CodeStoreUnavailable || last.Error.Code == envelope.CodeInProgress)
-		if !transient {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %s after the failover: %s", last.Error.Code, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	last := afterFailover(t, time.Now().Add(30*time.Second), "the charge", func() envelope.Envelope { return a.call(app, 3*time.Second) })
 	effects := dest.of(a.ref)
 	if len(effects) > 1 {
 		t.Errorf("%d effects, in phases %v: the tool acted on a claim the failover lost, and acted again; before the failover %s, after %s",
@@ -828,19 +806,7 @@ func TestTheUnknownFenceHoldsAcrossASynchronousFailover(t *testing.T) {
 	}
 
 	p.failOver(t)
-	deadline := time.Now().Add(30 * time.Second)
-	var after envelope.Envelope
-	for {
-		after = call(reworded)
-		transient := after.Error != nil && (after.Error.Code == envelope.CodeStoreUnavailable || after.Error.Code == envelope.CodeInProgress)
-		if !transient {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %s after the failover: %s", after.Error.Code, after)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	after := afterFailover(t, time.Now().Add(30*time.Second), "the reworded invoice", func() envelope.Envelope { return call(reworded) })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sent) > 1 {
@@ -917,20 +883,25 @@ func TestAnApprovedRetryLostInAFailoverDoesNotRunAgain(t *testing.T) {
 	}
 
 	p.failOver(t)
-	deadline := time.Now().Add(30 * time.Second)
-	var after envelope.Envelope
-	for {
-		after = call()
-		transient := after.Error != nil && (after.Error.Code == envelope.CodeStoreUnavailable || after.Error.Code == envelope.CodeInProgress)
-		if !transient {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %s after the failover: %s", after.Error.Code, after)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	after := afterFailover(t, time.Now().Add(30*time.Second), "the charge", func() envelope.Envelope { return call() })
 	if n := effects.Load(); n != 1 {
 		t.Errorf("%d charges: the approved retry the failover lost ran again on the promoted standby, within the failover window; it answered %s", n, after)
+	}
+}
+
+// afterFailover calls until the answer is other than store_unavailable or
+// in_progress — a claim in flight at the crash keeps its lease until it
+// lapses, and the pool reconnects — by deadline, and returns it.
+func afterFailover(t *testing.T, deadline time.Time, what string, call func() envelope.Envelope) envelope.Envelope {
+	t.Helper()
+	for {
+		env := call()
+		if env.Error == nil || (env.Error.Code != envelope.CodeStoreUnavailable && env.Error.Code != envelope.CodeInProgress) {
+			return env
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %s after the failover: %s", what, env.Error.Code, env)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -58,6 +58,10 @@ type Config struct {
 	// each stands for. Write them as ${VARIABLES} of the guard's
 	// environment rather than in the file. [Config.Verifier] checks them.
 	Tokens map[string]string `json:"tokens,omitempty"`
+	// OAuth makes an HTTP front an OAuth resource server: tokens an
+	// authorization server issued for the guard are accepted too, each
+	// for the principal it names.
+	OAuth *OAuth `json:"oauth,omitempty"`
 }
 
 // Server is one upstream MCP server: a command the guard runs (stdio), or
@@ -71,7 +75,8 @@ type Server struct {
 	Command string            `json:"command,omitempty"`
 	Args    []string          `json:"args,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	// Type is "stdio", "http" or "streamable-http"; empty means stdio for
+	// Type is "stdio", "http" or "streamable-http", or "sse" for a legacy
+	// HTTP+SSE server (its SSE endpoint is the URL); empty means stdio for
 	// a command and streamable HTTP for a URL.
 	Type string `json:"type,omitempty"`
 	// URL and Headers reach a server over streamable HTTP.
@@ -382,6 +387,9 @@ func (c *Config) Check() error {
 			seenTokens[tok] = p
 		}
 	}
+	if c.OAuth != nil {
+		c.OAuth.check(bad)
+	}
 	prefixes := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(c.MCPServers)) {
 		s := c.MCPServers[name]
@@ -407,9 +415,11 @@ func (c *Config) Check() error {
 				bad(path+".type", "%s needs a url", s.Type)
 			}
 		case "sse":
-			bad(path+".type", "legacy HTTP+SSE servers are not supported yet; use the server's streamable HTTP endpoint")
+			if s.URL == "" {
+				bad(path+".type", "sse needs a url: the server's SSE endpoint")
+			}
 		default:
-			bad(path+".type", "%q is not a transport: use stdio, or http for streamable HTTP", s.Type)
+			bad(path+".type", "%q is not a transport: use stdio, http for streamable HTTP, or sse for a legacy HTTP+SSE server", s.Type)
 		}
 		if other, ok := prefixes[s.Prefix]; ok && s.Prefix != "" {
 			bad(path+".prefix", "%q is the prefix of %s too", s.Prefix, other)
@@ -427,7 +437,12 @@ func (c *Config) Check() error {
 				bad(tp+".check.arguments", "the check reads the action's input, which the guard keeps sealed while the action may be unknown: "+
 					"set input_key (32 random bytes in hex, as a ${VARIABLE}: openssl rand -hex 32)")
 			}
-			if t.KeyArgument == MetaKey && len(c.Tokens) > 1 {
+			switch {
+			case t.KeyArgument == MetaKey && c.OAuth != nil:
+				bad(tp+".key_argument", "a retrysafe server keys a repeated call by its own caller, which is the guard for every "+
+					"principal OAuth tokens name: two users' identical calls would be one action there. Use at_most_once or "+
+					"reconcilable for this tool, or run one guard per user")
+			case t.KeyArgument == MetaKey && len(c.Tokens) > 1:
 				bad(tp+".key_argument", "a retrysafe server keys a repeated call by its own caller, which is the guard for every "+
 					"one of the %d principals of tokens: two users' identical calls would be one action there. Use at_most_once or "+
 					"reconcilable for this tool, or run one guard per user", len(c.Tokens))

@@ -38,6 +38,14 @@ func TestConfig_ErrorsNameTheFieldAndTheFix(t *testing.T) {
 			"not valid JSON for a guard", `unknown field "key_arg"`},
 		{"keyed without key", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "keyed"}}}}}`,
 			"mcpServers.pay.tools.charge.key_argument", "idempotency_key"},
+		{"oauth without introspection", `{"oauth": {"resource": "https://g.example.com/mcp", "authorization_servers": ["https://a.example.com"], "client_id": "g"},
+			"mcpServers": {"pay": {"command": "x"}}}`, "oauth.introspection_url", "introspection endpoint"},
+		{"oauth resource not a URL", `{"oauth": {"resource": "guard", "authorization_servers": ["https://a.example.com"], "client_id": "g",
+			"introspection_url": "https://a.example.com/i"}, "mcpServers": {"pay": {"command": "x"}}}`, "oauth.resource", "not an http(s) URL"},
+		{"oauth with a retrysafe server's _meta key", `{"oauth": {"resource": "https://g.example.com/mcp", "authorization_servers": ["https://a.example.com"],
+			"client_id": "g", "introspection_url": "https://a.example.com/i"},
+			"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "keyed", "key_argument": "_meta"}}}}}`,
+			"mcpServers.pay.tools.charge.key_argument", "run one guard per user"},
 		{"reconcilable without check", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "reconcilable"}}}}}`,
 			"mcpServers.pay.tools.charge.check", "read-only tool"},
 		{"check that writes", `{"mcpServers": {"pay": {"command": "x", "tools": {
@@ -53,8 +61,6 @@ func TestConfig_ErrorsNameTheFieldAndTheFix(t *testing.T) {
 			"charge": {"class": "reconcilable", "check": {"tool": "find", "arguments": {"q": "${ref}"}, "applied": {"pointer": "found"}}}, "find": {"class": "read_only"}}}}}`,
 			"mcpServers.pay.tools.charge.check.applied.pointer", "starts with /"},
 		{"command and url", `{"mcpServers": {"pay": {"command": "x", "url": "http://127.0.0.1/"}}}`, "mcpServers.pay", "give one"},
-		{"sse", `{"mcpServers": {"pay": {"type": "sse", "url": "http://127.0.0.1/sse"}}}`, "mcpServers.pay.type", "streamable HTTP"},
-		{"bad default", `{"default": "allow", "mcpServers": {"pay": {"command": "x"}}}`, "default", `"refuse", "read_only"`},
 		{"bad ttl", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "at_most_once", "key_ttl": "a day"}}}}}`,
 			"not valid JSON for a guard", `"24h"`},
 		{"a check that reads the input without a key", `{"mcpServers": {"pay": {"command": "x", "tools": {

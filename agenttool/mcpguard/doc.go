@@ -9,6 +9,12 @@
 //	defer g.Close()
 //	err = g.Server().Run(ctx, &mcp.StdioTransport{}) // a desktop client launches the guard in place of the server
 //
+// or, over streamable HTTP behind the configuration's bearer tokens and
+// OAuth ([Guard.HTTPHandler]):
+//
+//	h, err := g.HTTPHandler()
+//	err = http.ListenAndServe("127.0.0.1:8931", h)
+//
 // # The configuration
 //
 // The mcpServers block of a desktop client's configuration pastes in as

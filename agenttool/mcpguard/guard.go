@@ -368,7 +368,15 @@ func (u *upstream) transport() (mcp.Transport, error) {
 		}
 		hc.Transport = headerTransport{h: h, base: http.DefaultTransport}
 	}
+	if u.cfg.Type == "sse" {
+		return &mcp.SSEClientTransport{Endpoint: os.ExpandEnv(u.cfg.URL), HTTPClient: hc}, nil
+	}
 	return &mcp.StreamableClientTransport{Endpoint: os.ExpandEnv(u.cfg.URL), HTTPClient: hc, MaxRetries: -1}, nil
+}
+
+// newStreamableHandler serves the guard's front as streamable HTTP.
+func newStreamableHandler(g *Guard) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)
 }
 
 func expandAll(ss []string) []string {

@@ -1100,3 +1100,49 @@ func TestGuard_ProgressReachesOnlyTheClientThatAskedThatServer(t *testing.T) {
 		}
 	}
 }
+
+// A legacy HTTP+SSE server ("type": "sse") is guarded as any other: its
+// reply lost on the event stream, the keyed booking is unknown, and the
+// retry under the same key books nothing more; the reconcilable one is
+// checked at the server, not sent again.
+func TestGuard_ALegacySSEServerIsGuarded(t *testing.T) {
+	a := &airline{}
+	up := a.server()
+	srv := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(srv.Close)
+	cfg, err := mcpguard.ParseConfig([]byte(strings.Replace(guardConfig, `"command": "airline-mcp"`, `"type": "sse", "url": "`+srv.URL+`"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(),
+		Tune: func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 1} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	cs := connect(t, g)
+	a.lose(1)
+	_, env := call(t, cs, "book", lunchFlight, nil)
+	_, again := call(t, cs, "book", lunchFlight, nil)
+	t.Logf("first: %s\nretry: %s", env, again)
+	if env.Status != envelope.UnknownOutcome || again.Status != envelope.Success {
+		t.Errorf("a keyed booking whose reply was lost, then retried: %s, %s; want unknown_outcome, then success", env.Status, again.Status)
+	}
+	a.lose(1)
+	_, noted := call(t, cs, "book_noted", map[string]any{"flight": "TP1235", "passenger": "Ana Lima"}, nil)
+	if noted.Status != envelope.Success || !noted.Reconciled {
+		t.Errorf("a reconcilable booking whose reply was lost: %s; want success, reconciled", noted)
+	}
+	if n := a.count(); n != 2 {
+		t.Errorf("%d bookings for two logical actions, want 2", n)
+	}
+}
+
+// A configuration's "sse" server needs the URL of its event stream.
+func TestConfig_ALegacySSEServerNeedsAURL(t *testing.T) {
+	_, err := mcpguard.ParseConfig([]byte(`{"principal": "ana", "mcpServers": {"old": {"type": "sse", "command": "old-mcp"}}}`))
+	if err == nil || !strings.Contains(err.Error(), "mcpServers.old.type") || !strings.Contains(err.Error(), "url") {
+		t.Errorf("an sse server without a url: %v", err)
+	}
+}

@@ -15,10 +15,12 @@ import (
 )
 
 // Verifier returns a bearer-token verifier for the SDK's
-// auth.RequireBearerToken that accepts Config.Tokens: each token stands
-// for its principal, the verified token's UserID. Tokens are compared in
-// constant time, every configured one each time. It fails if there are no
-// tokens, or one is empty once its ${VARIABLES} are read.
+// auth.RequireBearerToken that accepts Config.Tokens — each token stands
+// for its principal, the verified token's UserID; tokens are compared in
+// constant time, every configured one each time — and, with Config.OAuth,
+// a token the authorization server says is active, issued for the guard,
+// for the principal it names. It fails if it would accept no token, or a
+// token or the OAuth client id is empty once its ${VARIABLES} are read.
 func (c *Config) Verifier() (auth.TokenVerifier, error) {
 	type entry struct {
 		principal string
@@ -38,10 +40,17 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 		}
 		entries = append(entries, entry{principal: p, digest: d})
 	}
-	if len(entries) == 0 {
-		return nil, &ConfigError{Path: "tokens", Problem: "none: an HTTP front accepts only the bearer tokens listed here, by principal"}
+	var in *introspector
+	if c.OAuth != nil {
+		var err error
+		if in, err = newIntrospector(c.OAuth); err != nil {
+			return nil, err
+		}
 	}
-	return func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	if len(entries) == 0 && in == nil {
+		return nil, &ConfigError{Path: "tokens", Problem: "none: an HTTP front accepts only the bearer tokens listed here, by principal, or those of an authorization server (oauth)"}
+	}
+	return func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		d := sha256.Sum256([]byte(token))
 		found := ""
 		for _, e := range entries {
@@ -49,7 +58,10 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 				found = e.principal
 			}
 		}
-		if found == "" {
+		switch {
+		case found == "" && in != nil:
+			return in.verify(ctx, token)
+		case found == "":
 			return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
 		}
 		return &auth.TokenInfo{UserID: found, Expiration: time.Now().Add(time.Hour)}, nil

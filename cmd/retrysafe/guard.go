@@ -12,7 +12,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
@@ -27,7 +26,7 @@ func guardSummary() string {
 // stdio, or on streamable HTTP behind bearer tokens with -listen.
 func defineGuard(fs *flag.FlagSet) func(ctx context.Context, args []string, stdout io.Writer, asJSON bool) error {
 	config := fs.String("config", "", "the guard's configuration `FILE` (JSON: a desktop client's mcpServers block, with tools maps)")
-	listen := fs.String("listen", "", "serve streamable HTTP on `ADDR` (127.0.0.1:PORT) instead of stdio; callers need a bearer token of the configuration's tokens")
+	listen := fs.String("listen", "", "serve streamable HTTP on `ADDR` (127.0.0.1:PORT) instead of stdio; callers need a bearer token of the configuration's tokens, or one its oauth authorization server issued")
 	return func(ctx context.Context, args []string, stdout io.Writer, _ bool) error {
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected argument %q: guard takes -config FILE (and -listen ADDR)", opcmd.ErrUsage, args[0])
@@ -62,19 +61,18 @@ func defineGuard(fs *flag.FlagSet) func(ctx context.Context, args []string, stdo
 			}
 			return err
 		}
-		return serveHTTP(ctx, g, cfg, *listen, log)
+		return serveHTTP(ctx, g, *listen, log)
 	}
 }
 
 // serveHTTP serves the guard's front as streamable HTTP on addr, behind
-// the configuration's bearer tokens, until ctx ends.
-func serveHTTP(ctx context.Context, g *mcpguard.Guard, cfg *mcpguard.Config, addr string, log *slog.Logger) error {
-	verify, err := cfg.Verifier()
+// the configuration's bearer tokens and OAuth, until ctx ends.
+func serveHTTP(ctx context.Context, g *mcpguard.Guard, addr string, log *slog.Logger) error {
+	front, err := g.HTTPHandler()
 	if err != nil {
 		return err
 	}
-	front := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)
-	srv := &http.Server{Handler: auth.RequireBearerToken(verify, nil)(front), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: front, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -109,13 +109,17 @@ func median(xs []float64) float64 {
 
 // PairResult is a latency comparison measured in alternation.
 type PairResult struct {
-	CallNs, BaselineNs float64
-	N                  int
+	// CallNs and BaselineNs are the median block's time per call; Ratio
+	// is the median of the blocks' ratios, each block of calls against the
+	// block of baselines right after it, so that the machine's drift and a
+	// stall (a checkpoint, a slow fsync) in one block do not move it.
+	CallNs, BaselineNs, Ratio float64
+	N                         int
 }
 
 // alternate times call and baseline in turns, n times each, in blocks of 10.
 func alternate(n int, call, baseline func()) PairResult {
-	var ct, bt time.Duration
+	var calls, bases, ratios []float64
 	for done := 0; done < n; done += 10 {
 		t0 := time.Now()
 		for range 10 {
@@ -125,11 +129,10 @@ func alternate(n int, call, baseline func()) PairResult {
 		for range 10 {
 			baseline()
 		}
-		ct += t1.Sub(t0)
-		bt += time.Since(t1)
+		c, b := float64(t1.Sub(t0).Nanoseconds())/10, float64(time.Since(t1).Nanoseconds())/10
+		calls, bases, ratios = append(calls, c), append(bases, b), append(ratios, c/b)
 	}
-	rounds := float64((n + 9) / 10 * 10)
-	return PairResult{CallNs: float64(ct.Nanoseconds()) / rounds, BaselineNs: float64(bt.Nanoseconds()) / rounds, N: int(rounds)}
+	return PairResult{CallNs: median(calls), BaselineNs: median(bases), Ratio: median(ratios), N: len(calls) * 10}
 }
 
 // recordSized is a value as large as a record the store writes, so that the

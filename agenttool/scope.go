@@ -106,7 +106,9 @@ type CallInfo struct {
 	// Idempotency-Key header, in a Message-ID, as a client reference. It is
 	// the same on every attempt and every retry of one logical action.
 	RequestRef string
-	// Attempt counts attempts of this call, from 1.
+	// Attempt is the action's count of attempts with this one: its
+	// record's Attempts once the attempt is recorded (from 1 for a new
+	// action; after an approved retry it goes on counting).
 	Attempt int
 	// Scope is the trusted scope of the call.
 	Scope Scope

@@ -120,6 +120,14 @@ type Tool struct {
 	// until then. Default: 60s. A server that applies a request later than
 	// that after it was sent must have a longer one.
 	AttemptTimeout Duration `json:"attempt_timeout,omitempty"`
+	// ListenLate is how long, after AttemptTimeout passed, the guard goes
+	// on listening for the server's answer to that attempt, as a Go
+	// duration, before it cancels the call at the server: an answer that
+	// comes in time settles the unknown outcome (a result: applied, with
+	// it; a refusal the tool's errors setting reads as definite: not
+	// applied). Default: 5m; "0s" cancels the call at the deadline. A call
+	// the client cancels is cancelled at the server at once.
+	ListenLate *Duration `json:"listen_late,omitempty"`
 	// DestinationKeyTTL, for a keyed tool, is how long the server keeps an
 	// idempotency key, as a Go duration. Default: 24h.
 	DestinationKeyTTL Duration `json:"destination_key_ttl,omitempty"`
@@ -490,8 +498,11 @@ func checkTool(path string, t *Tool, bad func(path, format string, args ...any))
 		}
 		checkCheck(path+".check", t.Check, bad)
 	}
-	if t.Class == ClassReadOnly && (len(t.Identifying) > 0 || t.KeyTTL != 0 || t.AttemptTimeout != 0) {
-		bad(path, "a read_only tool is passed through: it has no identifying fields, key lifetime or attempt timeout")
+	if t.Class == ClassReadOnly && (len(t.Identifying) > 0 || t.KeyTTL != 0 || t.AttemptTimeout != 0 || t.ListenLate != nil) {
+		bad(path, "a read_only tool is passed through: it has no identifying fields, key lifetime, attempt timeout or late answers")
+	}
+	if t.ListenLate != nil && *t.ListenLate < 0 {
+		bad(path+".listen_late", "negative: \"0s\" cancels a call at its deadline")
 	}
 	if t.KeyTTL < 0 {
 		bad(path+".key_ttl", "negative")

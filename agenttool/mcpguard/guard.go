@@ -693,7 +693,37 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		// waiting: the attempt timeout bounds when, for the checks.
 		o.AttemptTimeout = DefaultAttemptTimeout
 	}
-	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u}
+	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u, LateWindow: DefaultListenLate,
+		LateDone: u.g.ctx.Done()}
+	if settings.ListenLate != nil {
+		to.LateWindow = time.Duration(*settings.ListenLate)
+	}
+	// A late answer settles the action, through an operator of its tool
+	// (made once the tool is).
+	var late struct {
+		sync.Mutex
+		op *agenttool.Operator
+	}
+	to.Late = func(info agenttool.CallInfo, result string, err error) {
+		late.Lock()
+		op := late.op
+		late.Unlock()
+		if op == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(u.g.ctx, time.Minute)
+		defer cancel()
+		serr := mcptool.SettleLate(ctx, op, info, result, err, "guard:late-answer")
+		switch {
+		case serr == nil:
+			u.g.log.Info("mcpguard: a late answer of the server settled an unknown outcome", "server", u.name, "tool", fn, "ref", info.RequestRef)
+		case errors.Is(serr, agenttool.ErrStale) || errors.Is(serr, agenttool.ErrNotUnknown):
+			// The action moved on (a retry, a check, a person): the
+			// late answer is about an attempt that is no longer its own.
+		default:
+			u.g.log.Warn("mcpguard: a late answer of the server could not be recorded", "server", u.name, "tool", fn, "ref", info.RequestRef, "err", serr)
+		}
+	}
 	switch {
 	case settings.KeyArgument != "" && settings.KeyArgument != MetaKey:
 		to.RefArgument = settings.KeyArgument
@@ -720,6 +750,13 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	if err != nil {
 		return &ConfigError{Path: path, Problem: strings.TrimPrefix(err.Error(), "mcptool: ")}
 	}
+	op, err := agenttool.NewOperator(u.g.store, guarded)
+	if err != nil {
+		return err
+	}
+	late.Lock()
+	late.op = op
+	late.Unlock()
 	listing := *t
 	listing.Name = fn
 	listing.InputSchema = hide(t.InputSchema, to.RefArgument)
@@ -743,6 +780,10 @@ func (g *Guard) inputCodec() (agenttool.Codec, error) {
 	}
 	return agenttool.NewSealingCodec(key)
 }
+
+// DefaultListenLate is how long the guard listens for a late answer when
+// a tool's settings do not say (Tool.ListenLate).
+const DefaultListenLate = 5 * time.Minute
 
 // DefaultAttemptTimeout is a guarded tool's attempt timeout when its
 // settings give none (Tool.AttemptTimeout).

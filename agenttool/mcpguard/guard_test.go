@@ -1146,3 +1146,79 @@ func TestConfig_ALegacySSEServerNeedsAURL(t *testing.T) {
 		t.Errorf("an sse server without a url: %v", err)
 	}
 }
+
+// lateGuard runs a guard whose book_noted (at most once) waits 150ms for
+// the airline, which commits a booking in 400ms, with listen_late as
+// given ("" for the default).
+func lateGuard(t *testing.T, a *airline, listenLate string) *mcp.ClientSession {
+	t.Helper()
+	up := slowAirline(a, 400*time.Millisecond)
+	late := ""
+	if listenLate != "" {
+		late = `, "listen_late": "` + listenLate + `"`
+	}
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "at_most_once", "ref_argument": "client_reference", "attempt_timeout": "150ms"` + late + `}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return connect(t, g)
+}
+
+// I4 with a server slower than the attempt timeout: the call is unknown
+// at its deadline, but the guard goes on listening, and the server's late
+// answer settles the action: the model's retry then answers success with
+// the booking the server made, and nothing is sent twice. With
+// listen_late "0s" the call is cancelled at the server at its deadline,
+// and the retry stays unknown.
+func TestGuard_ALateAnswerOfTheServerSettlesTheAction(t *testing.T) {
+	for _, tc := range []struct {
+		listenLate string
+		settled    bool
+	}{{"", true}, {"0s", false}} {
+		t.Run("listen_late="+tc.listenLate, func(t *testing.T) {
+			a := &airline{}
+			cs := lateGuard(t, a, tc.listenLate)
+			_, first := call(t, cs, "book_noted", lunchFlight, nil)
+			if first.Status != envelope.UnknownOutcome {
+				t.Fatalf("a call past its attempt timeout: %s; want unknown_outcome", first)
+			}
+			// The server commits (400ms), and its answer reaches the guard.
+			var (
+				again envelope.Envelope
+				res   *mcp.CallToolResult
+			)
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if res, again = call(t, cs, "book_noted", lunchFlight, nil); again.Status != envelope.UnknownOutcome {
+					break
+				}
+				if !tc.settled && a.count() == 1 && time.Since(deadline.Add(-5*time.Second)) > time.Second {
+					break
+				}
+			}
+			t.Logf("first: %s\nretry: %s %s", first, again, resultText(res))
+			if n := a.count(); n != 1 {
+				t.Fatalf("%d bookings for one action, want 1", n)
+			}
+			switch {
+			case tc.settled && (again.Status != envelope.Success || !strings.Contains(resultText(res), "TP1234")):
+				t.Errorf("after the server's late answer, the retry: %s; want success with the booking", again)
+			case !tc.settled && again.Status == envelope.Success:
+				t.Errorf("with listen_late 0s, the retry answered success: nothing heard the server's answer")
+			}
+		})
+	}
+}

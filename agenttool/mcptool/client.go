@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -222,7 +223,8 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		name = to.Name
 	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta}, opts)
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta,
+		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
@@ -233,9 +235,12 @@ type remote struct {
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
-	refArg      string    // ToolOptions.RefArgument
-	whole       bool      // ToolOptions.WholeResult
-	passMeta    bool      // ToolOptions.PassMeta
+	refArg      string // ToolOptions.RefArgument
+	whole       bool   // ToolOptions.WholeResult
+	passMeta    bool   // ToolOptions.PassMeta
+	lateWindow  time.Duration
+	late        func(agenttool.CallInfo, string, error) // ToolOptions.LateWindow, Late, LateDone
+	lateDone    <-chan struct{}
 	seen        sightings // the server's actions this tool saw done
 }
 
@@ -271,11 +276,42 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 		return "", err
 	}
 	sent := time.Now()
-	res, err := session.CallTool(ctx, params)
-	if err != nil {
-		return "", r.callFailed(ctx, session, err)
+	if r.lateWindow <= 0 || r.late == nil {
+		res, err := session.CallTool(ctx, params)
+		if err != nil {
+			return "", r.callFailed(ctx, session, err)
+		}
+		return r.readResult(ctx, res, sent)
 	}
-	return r.readResult(ctx, res, sent)
+	// The call runs on a context of its own, so that an attempt that
+	// reaches its deadline can go on listening for the answer.
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	answered := make(chan callAnswer, 1)
+	go func() {
+		res, err := session.CallTool(callCtx, params)
+		answered <- callAnswer{res, err}
+	}()
+	select {
+	case a := <-answered:
+		cancel()
+		if a.err != nil {
+			return "", r.callFailed(ctx, session, a.err)
+		}
+		return r.readResult(ctx, a.res, sent)
+	case <-ctx.Done():
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The caller cancelled: so is the call, at the server.
+		cancel()
+		a := <-answered
+		if a.err != nil {
+			return "", r.callFailed(ctx, session, a.err)
+		}
+		return r.readResult(ctx, a.res, sent) // it answered first
+	}
+	info, _ := agenttool.CallInfoFrom(ctx)
+	go r.listenLate(info, answered, cancel, sent)
+	return "", envelope.MarkUnknown(fmt.Errorf("no answer from the MCP server by the attempt's deadline (%w); the server may act still, and its answer will be recorded if it comes within %v", ctx.Err(), r.lateWindow))
 }
 
 // toolSchema is what NewTool reads of a listed tool's input schema.

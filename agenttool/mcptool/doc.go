@@ -124,6 +124,11 @@
 //     connection closed too proves that the call was not sent.
 //  10. Nothing was sent.
 //  11. The request may have been delivered and run; only an answer tells.
+//     With ToolOptions.LateWindow, a call whose attempt reached its
+//     deadline is not cancelled at the server then: the client goes on
+//     listening, and an answer that comes within the window reaches
+//     ToolOptions.Late, which [SettleLate] turns into a settlement of the
+//     action (applied with the result, or not applied).
 //
 // A replayed success of a retrysafe server says that the action was done
 // for an earlier request. It may be a copy of this call's own request,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -45,6 +46,27 @@ type ToolOptions struct {
 	// reached a front made with ServerOptions.Listing carried in its own
 	// (a progressToken, a traceparent), beside the request reference.
 	PassMeta bool
+	// LateWindow keeps listening, for up to this long after an attempt's
+	// deadline passed (agenttool.Options.AttemptTimeout, or a keyed
+	// tool's key deadline), for the server's answer to the call it was
+	// sent, rather than cancelling the call at the server then; the
+	// attempt itself ends at its deadline, unknown, as before. An answer
+	// that comes within the window goes to Late. A call whose caller
+	// cancelled it is cancelled at the server at once
+	// (notifications/cancelled), whatever the window: the SDK then drops
+	// any answer. 0 (or no Late): every call is cancelled at the server
+	// when its attempt ends.
+	LateWindow time.Duration
+	// LateDone, closed, ends every late listening of the tool at once,
+	// cancelling its calls at the server: a program that shuts down
+	// closes it (nil: never).
+	LateDone <-chan struct{}
+	// Late hears a late answer (see LateWindow): the call it answers (its
+	// request reference, and its attempt: the action's attempt count with
+	// it, agenttool.Record.Attempts once recorded), and what the call
+	// would have returned — a result, or an error with its class. It runs
+	// on a goroutine of its own. [SettleLate] settles the action by it.
+	Late func(info agenttool.CallInfo, result string, err error)
 	// Sessions, if set, gives the session each call goes on, and hears of
 	// a session lost under a call: an application that keeps its own
 	// connection to the server (a guard that restarts a server it runs)
@@ -71,6 +93,54 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 		return nil, fmt.Errorf("mcptool: NewToolWith needs a client session (or ToolOptions.Sessions) and a listed tool: %w", agenttool.ErrInvalidOptions)
 	}
 	return newTool(&link{session: session, sessions: to.Sessions}, t, opts, to)
+}
+
+// SettleLate settles the unknown outcome of info's action by a late
+// answer of its server (ToolOptions.Late), with op, an operator of the
+// action's tool: a result settles it as applied, with that result; an
+// error the tool's class reads as definite or transient (the server did
+// nothing) settles it as not applied, so one more attempt may go; an
+// unknown error settles nothing. by says who settles, as the record keeps
+// it. Nothing is settled if the record moved on since that attempt (another
+// attempt ran, or something else settled it): agenttool.ErrStale or
+// agenttool.ErrNotUnknown then, which a caller may ignore. A record still
+// held by the call whose attempt the answer was late for is waited for,
+// up to the tool's WaitTimeout.
+func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.CallInfo, result string, err error, by string) error {
+	const why = "the server answered after the attempt's deadline"
+	if err == nil {
+		return op.ResolveApplied(ctx, info.RequestRef, info.Attempt, envelope.ResultFromText(result), by, why)
+	}
+	switch envelope.Classify(err) {
+	case envelope.Definite, envelope.Transient:
+		return op.ResolveNotApplied(ctx, info.RequestRef, info.Attempt, by, why+": "+err.Error())
+	}
+	return nil
+}
+
+// listenLate waits for the answer of a call whose attempt ended at its
+// deadline, for up to the tool's LateWindow, and hands it to Late; then,
+// or once nothing can come, it cancels the call at the server.
+func (r *remote) listenLate(info agenttool.CallInfo, answered <-chan callAnswer, cancel context.CancelFunc, sent time.Time) {
+	defer cancel()
+	t := time.NewTimer(r.lateWindow)
+	defer t.Stop()
+	select {
+	case a := <-answered:
+		if a.err != nil {
+			return // no answer came: the session failed under it
+		}
+		out, err := r.readResult(context.Background(), a.res, sent)
+		r.late(info, out, err)
+	case <-t.C:
+	case <-r.lateDone:
+	}
+}
+
+// callAnswer is what a tools/call returned.
+type callAnswer struct {
+	res *mcp.CallToolResult
+	err error
 }
 
 // arguments returns the call's arguments: input, the canonical JSON

@@ -40,6 +40,9 @@ type Options struct {
 	// Logger receives a line per call and the guard's warnings. nil means
 	// standard error, text.
 	Logger *slog.Logger
+	// Hooks, if set, observe every guarded call besides the log line:
+	// agenttool/otelhooks makes them OpenTelemetry spans and metrics.
+	Hooks agenttool.Hooks
 	// Transport, if set, makes the transport that reaches a server, in
 	// place of the one its configuration says (a command over stdio, or
 	// streamable HTTP): an in-memory one in tests.
@@ -687,7 +690,7 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	o := agenttool.Options{Store: u.g.store, Class: class, IdentifyingFields: settings.Identifying, KeyTTL: time.Duration(settings.KeyTTL),
 		AttemptTimeout: time.Duration(settings.AttemptTimeout), DestinationKeyTTL: time.Duration(settings.DestinationKeyTTL), Logger: u.g.log}
 	// A line per call, with no input, result or identity in it.
-	o.Hooks = observe.Log(u.g.log)
+	o.Hooks = observe.Join(observe.Log(u.g.log), u.g.opts.Hooks)
 	if o.AttemptTimeout == 0 {
 		// A server may apply a request it took after the guard stopped
 		// waiting: the attempt timeout bounds when, for the checks.

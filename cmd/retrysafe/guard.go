@@ -48,7 +48,12 @@ func defineGuard(fs *flag.FlagSet) func(ctx context.Context, args []string, stdo
 		} else if cfg.Principal == "" {
 			return fmt.Errorf("%s: principal: over stdio no token says who acts: name the guard's user (\"principal\": \"ana@example.com\")", *config)
 		}
-		g, err := mcpguard.New(ctx, cfg, &mcpguard.Options{Logger: log})
+		hooks, stop, err := guardTelemetry(ctx)
+		if err != nil {
+			return fmt.Errorf("OpenTelemetry export (OTEL_EXPORTER_OTLP_*): %w", err)
+		}
+		defer stop()
+		g, err := mcpguard.New(ctx, cfg, &mcpguard.Options{Logger: log, Hooks: hooks})
 		if err != nil {
 			return err
 		}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,4 +292,53 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// With OpenTelemetry's own variables set, the guard sends a span per
+// guarded call to the collector they name (OTLP over HTTP), flushed when
+// it stops; none carries the call's input.
+func TestGuardCommand_SendsSpansWhereOpenTelemetrySays(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		bodies [][]byte
+	)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/traces" {
+			mu.Lock()
+			bodies = append(bodies, b)
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	_, config, _, _ := guardFiles(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := guardCommand(t, "-config", config)
+	cmd.Env = append(cmd.Env, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_SERVICE_NAME=guard-under-test")
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "book", Arguments: map[string]any{"flight": "TP1234", "passenger": "Ana Lima"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := envelopeOf(t, res); env.Status != envelope.Success {
+		t.Fatalf("the booking: %s", env)
+	}
+	cs.Close() // the guard stops, and flushes its spans
+	cmd.Wait()
+	mu.Lock()
+	all := bytes.Join(bodies, nil)
+	mu.Unlock()
+	for _, want := range []string{"execute_tool", "book", "guard-under-test"} {
+		if !bytes.Contains(all, []byte(want)) {
+			t.Errorf("the collector got no %q in %d exports", want, len(bodies))
+		}
+	}
+	if bytes.Contains(all, []byte("Ana Lima")) {
+		t.Error("a span carries the call's input")
+	}
 }

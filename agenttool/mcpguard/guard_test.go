@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -1220,5 +1221,64 @@ func TestGuard_ALateAnswerOfTheServerSettlesTheAction(t *testing.T) {
 				t.Errorf("with listen_late 0s, the retry answered success: nothing heard the server's answer")
 			}
 		})
+	}
+}
+
+// Bad input gets a clear answer and loses nothing: a request that is not
+// JSON-RPC, a call of a tool the guard does not list, and arguments
+// larger than a guarded tool takes are refused before anything is
+// recorded or sent, and the guard serves the next call as before.
+func TestGuard_BadInputRecordsNothingAndSendsNothing(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	front := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return r.guard.Server() }, nil))
+	t.Cleanup(front.Close)
+
+	for _, body := range []string{`{"jsonrpc": "2.0", "id": 1, "method": `, `[1, 2, 3]`, `{"id": 1, "method": "tools/call"}`} {
+		req, _ := http.NewRequest(http.MethodPost, front.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("%q: %s %s; want a 4xx refusal", body, resp.Status, b)
+		}
+	}
+
+	res, err := r.client.CallTool(context.Background(), &mcp.CallToolParams{Name: "cancel_everything", Arguments: map[string]any{}})
+	t.Logf("a tool the guard does not list: %v %v", err, res)
+	if err == nil && (res == nil || !res.IsError) {
+		t.Errorf("a tool the guard does not list was answered as a success")
+	}
+
+	huge := map[string]any{"flight": "TP1234", "passenger": strings.Repeat("Ana ", 300_000)}
+	hugeRes, env := r.call("book", huge)
+	t.Logf("oversized: %s", env)
+	if !hugeRes.IsError || env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeInvalidInput ||
+		!strings.Contains(env.Error.Message, "at most") {
+		t.Errorf("arguments larger than the tool takes: %s; want definite_failure invalid_input saying the limit", env)
+	}
+	if n := a.count(); n != 0 {
+		t.Fatalf("%d bookings after bad input, want 0", n)
+	}
+	op, err := agenttool.NewOperator(r.guard.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, err := op.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range counts {
+		if c.Records > 0 {
+			t.Errorf("bad input left %d records of %s (%v)", c.Records, c.Tool, c.State)
+		}
+	}
+	if _, env := r.call("book", lunchFlight); env.Status != envelope.Success || a.count() != 1 {
+		t.Errorf("the next good call: %s, %d bookings", env, a.count())
 	}
 }

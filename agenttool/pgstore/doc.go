@@ -56,8 +56,20 @@
 // index cannot know when a notice ends): read through them, as from
 // migration 5 to 6, a takeover of four unknown records read thousands of
 // notices, and took half of the server's time by a soak's third minute.
-// Besides its key the table has four indexes: records_slot,
-// records_beside, records_open, and records_expires for the sweep.
+// A listing of one principal's open records (of one tool, or of all: the
+// operator's view of one user) reads them by records_open_scope
+// (principal, key) instead: it reads that principal's open records, and
+// no other tenant's. Besides its key the table has five indexes:
+// records_slot, records_beside, records_open, records_open_scope, and
+// records_expires for the sweep.
+//
+// The planner needs to know the table's size for these reads to stop at
+// their page: autovacuum analyses the table as it grows, and Import
+// analyses it at once when it grew it by a tenth or more (ANALYZE needs
+// the table's owner; another role is warned, and the import stands).
+// After a restore or pg_upgrade, analyse the database before serving
+// (vacuumdb --analyze-in-stages), or the first listings read every open
+// record.
 //
 // A connection keeps the plan of each statement it prepares. The
 // statements that read the table by anything but one key — a batch's

@@ -62,11 +62,26 @@ type Query struct {
 func OpenRecordQueries(s *Store, now time.Time, tool string, principal []byte) map[string]Query {
 	var none []byte
 	return map[string]Query{
-		"listUnknown":  {s.q.listUnknown, []any{now, "", none, 100, "", none}},
-		"listScope":    {s.q.listScope, []any{now, "", principal, 100, tool, none}},
-		"countUnknown": {s.q.countUnknown, nil},
-		"claimUnknown": {s.q.claimUnknown, []any{now, now, none, []string{tool}, 100, "sweeper", now.Add(time.Minute)}},
+		"listUnknown":   {s.q.listUnknown, []any{now, "", none, 100, "", none}},
+		"listScope":     {s.q.listScope, []any{now, "", principal, 100, tool, none}},
+		"listPrincipal": {s.q.listPrincipal, []any{now, "", principal, 100, none}},
+		"countUnknown":  {s.q.countUnknown, nil},
+		"claimUnknown":  {s.q.claimUnknown, []any{now, now, none, []string{tool}, 100, "sweeper", now.Add(time.Minute)}},
 	}
+}
+
+// Statement returns the text of s's statement of that name (listScope,
+// listUnknown).
+func Statement(s *Store, name string) string {
+	switch name {
+	case "listScope":
+		return s.q.listScope
+	case "listUnknown":
+		return s.q.listUnknown
+	case "listPrincipal":
+		return s.q.listPrincipal
+	}
+	panic("pgstore: no statement " + name)
 }
 
 // BatchQueries are s's statements that write a group commit's batch — the

@@ -135,6 +135,11 @@ var migrations = []string{
 	// (storekit.Record.Input, agenttool.Options.KeepInput), as the tool's
 	// codec encoded it; NULL for every other record.
 	`ALTER TABLE {s}.records ADD COLUMN input bytea;`,
+	// 10: the open records again, by principal: a listing of one
+	// principal's open records (of one tool, or of all) reads theirs
+	// alone, in key order, rather than walking records_open past every
+	// other tenant's. A claim writes one index entry more for it.
+	`CREATE INDEX records_open_scope ON {s}.records (principal, key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input`
@@ -179,8 +184,8 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 }
 
 type queries struct {
-	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                       string
+	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
+	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                      string
 }
 
 // newQueries builds the statements of a store on schema. What a store
@@ -309,16 +314,22 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,
-		// listScope is listUnknown for one tool and principal, from the
-		// open records (open).
+		// listScope is listUnknown for one tool and principal, from their
+		// open records (records_open_scope).
 		count: `SELECT tool, state, retry_approved, count(*) FROM ` + t + `
 			WHERE $1::bytea IS NULL OR principal = $1 GROUP BY tool, state, retry_approved`,
 		// raiseTokens moves the token sequence past every token in the table.
 		raiseTokens: `SELECT setval('` + seq + `', GREATEST((SELECT COALESCE(max(token), 1) FROM ` + t + `), (SELECT last_value FROM ` + seq + `)))`,
 		// countUnknown reads the open records only (records_open).
 		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE ` + open + ` AND state = 4 AND NOT retry_approved`,
-		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $5 AND principal = $3
+		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE principal = $3 AND tool = $5
 			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + ` AND ` + open + `
+			AND key > $2 ORDER BY key LIMIT $4`,
+		// listPrincipal is listUnknown for one principal, of every tool,
+		// from their open records (records_open_scope): as many as that
+		// principal has open are read, and no other's.
+		listPrincipal: `SELECT ` + columns + ` FROM ` + t + ` WHERE principal = $3
+			AND ($5::bytea IS NULL OR session = $5) AND ` + awaiting + ` AND ` + open + `
 			AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1, taken_over = true,
 			attempts = CASE WHEN r.state = 1 THEN r.attempts + 1 ELSE r.attempts END

@@ -1,0 +1,139 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
+)
+
+// rowsRead runs EXPLAIN (ANALYZE) of the prepared statement q with each
+// plan_cache_mode and returns, by mode, the rows its scans read: those
+// they returned and those they read and dropped (by a filter, or on
+// rechecking a bitmap's pages).
+func rowsRead(t *testing.T, url, name string, q pgstore.Query) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+q.SQL); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	out := map[string]int{}
+	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		var plan []byte
+		if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+execute(t, name, q.Args)).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var root []struct{ Plan planNode }
+		if err := json.Unmarshal(plan, &root); err != nil || len(root) != 1 {
+			t.Fatalf("%s: %v: %s", name, err, plan)
+		}
+		out[mode] = root[0].Plan.read()
+	}
+	return out
+}
+
+type planNode struct {
+	NodeType       string     `json:"Node Type"`
+	ActualRows     float64    `json:"Actual Rows"`
+	ActualLoops    float64    `json:"Actual Loops"`
+	RemovedFilter  float64    `json:"Rows Removed by Filter"`
+	RemovedRecheck float64    `json:"Rows Removed by Index Recheck"`
+	Plans          []planNode `json:"Plans"`
+}
+
+// read sums the rows the scans of the plan read.
+func (p planNode) read() int {
+	n := 0
+	if strings.Contains(p.NodeType, "Scan") && p.NodeType != "Bitmap Index Scan" {
+		n = int(p.ActualRows*p.ActualLoops + p.RemovedFilter + p.RemovedRecheck)
+	}
+	for _, c := range p.Plans {
+		n += c.read()
+	}
+	return n
+}
+
+// The store stays flat as it fills: a page of a listing reads its page,
+// not the store. Other tenants keep 3,000 open records whose keys come
+// before Ana's 60 (a hundred tenants, thirty each), among 20,000 settled
+// ones; a page of 50 of Ana's open
+// records of one tool — the listing an operator command or the fence's
+// user sees — reads hers alone (at most all 60 of them), and a page of
+// all open records reads its page, once the planner knows the table: after
+// ANALYZE, or after an Import, which analyses a table it grew by a tenth.
+func TestAListingReadsItsPageNotTheStore(t *testing.T) {
+	for _, how := range []string{"analysed", "imported"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			s := pgtest.Open(t)
+			url := pgtest.URL(t)
+			records := pgx.Identifier{s.Schema(), "records"}.Sanitize()
+			admin(t, url, `ALTER TABLE `+records+` SET (autovacuum_enabled = false)`)
+			now := time.Now()
+			ana := storekit.Digest(sha256.Sum256([]byte("tenant-2/ana")))
+			var recs []storekit.Record
+			open := func(key string, principal func(i int) storekit.Digest, n int) {
+				for i := range n {
+					d := storekit.Digest(sha256.Sum256(fmt.Appendf(nil, "%s-%d", key, i)))
+					recs = append(recs, storekit.Record{Key: fmt.Sprintf("%s-%05d", key, i), Tool: "send_email", State: storekit.Unknown,
+						Principal: principal(i), Session: d, Fingerprint: d, Token: uint64(len(recs) + 1), Attempts: 1, Created: now, Updated: now})
+				}
+			}
+			// A hundred other tenants, thirty open records each.
+			open("a-other", func(i int) storekit.Digest { return sha256.Sum256(fmt.Appendf(nil, "tenant-%d", i%100)) }, 3000)
+			open("m-ana", func(int) storekit.Digest { return ana }, 60)
+			for i := range 20_000 {
+				d := storekit.Digest(sha256.Sum256(fmt.Appendf(nil, "settled-%d", i)))
+				recs = append(recs, storekit.Record{Key: fmt.Sprintf("settled-%05d", i), Tool: "send_email", State: storekit.Succeeded,
+					Principal: sha256.Sum256(fmt.Appendf(nil, "tenant-%d", i%100)), Session: d, Fingerprint: d, Token: uint64(len(recs) + 1), Attempts: 1, Outcome: []byte("{}"),
+					Created: now, Updated: now, Expires: now.Add(time.Hour)})
+			}
+			if err := s.Import(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+			if how == "analysed" {
+				admin(t, url, `ANALYZE `+records)
+			}
+
+			page, err := s.ListUnknown(ctx, storekit.ListRequest{Now: now, Tool: "send_email", Principal: &ana, Limit: 50})
+			if err != nil || len(page) != 50 || !strings.HasPrefix(page[0].Key, "m-ana-") {
+				t.Fatalf("a page of Ana's open records: %d, %v", len(page), err)
+			}
+			var none []byte
+			for name, c := range map[string]struct {
+				q   pgstore.Query
+				max int
+			}{
+				"scope":      {pgstore.Query{SQL: pgstore.Statement(s, "listScope"), Args: []any{now, "", ana[:], 50, "send_email", none}}, 60},
+				"principal":  {pgstore.Query{SQL: pgstore.Statement(s, "listUnknown"), Args: []any{now, "", ana[:], 50, "", none}}, 60},
+				"everything": {pgstore.Query{SQL: pgstore.Statement(s, "listUnknown"), Args: []any{now, "", none, 50, "", none}}, 50},
+			} {
+				for mode, n := range rowsRead(t, url, name, c.q) {
+					t.Logf("%s (%s): %d rows read", name, mode, n)
+					// The store has its listings planned for their
+					// arguments (replanned): a generic plan is only logged.
+					if mode == "force_custom_plan" && n > c.max {
+						t.Errorf("a page of 50 (%s, %s) read %d rows; want at most %d", name, mode, n, c.max)
+					}
+				}
+			}
+		})
+	}
+}

@@ -90,6 +90,7 @@ type Report struct {
 type Ratios struct {
 	BoltCallVsTwoUpdates float64  `json:"bolt_call_vs_two_updates"`   // lone caller, latency
 	Bolt64VsUpdate64     float64  `json:"bolt_64_vs_update_64"`       // 64 callers, throughput
+	Bolt64VsBatch64      float64  `json:"bolt_64_vs_batch_64"`        // 64 callers, throughput, against bbolt's Batch
 	MemOverheadNs        float64  `json:"mem_overhead_ns"`            // guarded on memstore minus bare, ns per call
 	PGCallVsPair         *float64 `json:"pg_call_vs_pair,omitempty"`  // lone caller, latency
 	PG64VsPair64         *float64 `json:"pg_64_vs_pair_64,omitempty"` // 64 callers, throughput
@@ -194,6 +195,7 @@ func run(w io.Writer, asJSON bool, svgPath string, quick bool) error {
 		rep.Concurrency = append(rep.Concurrency, r)
 		if c == 64 {
 			rep.Ratios.Bolt64VsUpdate64 = r.Guarded / r.Update
+			rep.Ratios.Bolt64VsBatch64 = r.Guarded / r.Batch
 		}
 	}
 
@@ -255,9 +257,9 @@ func printTable(w io.Writer, rep Report) {
 		line("ratio (median of blocks)", f2(pg.Single.Ratio))
 		fmt.Fprintln(w)
 		line("pgstore, callers", "guarded calls/s", fmt.Sprintf("bare pair calls/s (pool of %d)", pg.PoolConns),
-			fmt.Sprintf("bare pair calls/s (pool of %d)", pg.WidePoolConns), "guarded / bare")
+			fmt.Sprintf("bare pair calls/s (pool of %d)", pg.WidePoolConns), "pair group-committed by hand calls/s", "guarded / bare", "guarded / grouped")
 		for _, c := range pg.Concurrency {
-			line(fmt.Sprint(c.Callers), f0(c.Guarded), f0(c.Bare), f0(c.BareWide), f2(c.Guarded/c.Bare))
+			line(fmt.Sprint(c.Callers), f0(c.Guarded), f0(c.Bare), f0(c.BareWide), f0(c.Grouped), f2(c.Guarded/c.Bare), f2(c.Guarded/c.Grouped))
 		}
 		fmt.Fprintf(w, "group commit: %.1f claims and %.1f outcomes per shared commit\n", pg.ClaimsPerBatch, pg.OutcomesPerBatch)
 	}

@@ -33,13 +33,14 @@ type PGResult struct {
 }
 
 // PGConcResult is calls per second at one concurrency: guarded calls, the
-// bare pair on the same pool, and the bare pair on a pool of up to
-// wideConns connections, one per caller (information: what the pair gets
-// from PostgreSQL's own sharing of WAL flushes when callers have
-// connections of their own).
+// bare pair on the same pool, the bare pair on a pool of up to wideConns
+// connections, one per caller (information: what the pair gets from
+// PostgreSQL's own sharing of WAL flushes when callers have connections
+// of their own), and the bare pair group-committed by hand on the
+// store's pool (groupedPair: the floor a group commit stands on).
 type PGConcResult struct {
-	Callers                 int
-	Guarded, Bare, BareWide float64
+	Callers                          int
+	Guarded, Bare, BareWide, Grouped float64
 }
 
 // wideConns is the size of the bare pair's wide pool: within PostgreSQL's
@@ -72,6 +73,13 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 		attempts integer NOT NULL, outcome bytea, created timestamptz NOT NULL, updated timestamptz NOT NULL, expires timestamptz)`); err != nil {
 		return nil, err
 	}
+	tokens := pgx.Identifier{schema, "bare_tokens"}.Sanitize()
+	if _, err := store.Pool().Exec(ctx, `CREATE SEQUENCE `+tokens); err != nil {
+		return nil, err
+	}
+	gctx, stopGrouped := context.WithCancel(ctx)
+	defer stopGrouped()
+	grouped := groupedPair(gctx, store.Pool(), bare, tokens)
 	tool := guard(store)
 	var seq atomic.Int64
 	digest := make([]byte, 32)
@@ -124,6 +132,12 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 				return nil, err
 			}
 			r.BareWide += v / 3
+			if v, err = fanOut(c, count, func(int) error {
+				return grouped("send_email/g" + strconv.FormatInt(seq.Add(1), 10) + "abcdefghijklmnopqrstuvwxyz")
+			}); err != nil {
+				return nil, err
+			}
+			r.Grouped += v / 3
 		}
 		res.Concurrency = append(res.Concurrency, r)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -123,6 +124,119 @@ func TestGuard_ACheckNeverLetsASecondAttemptGoWhileTheGuardStillListensForTheFir
 			t.Logf("first: %s\nretry: %s", first, again)
 			if n := a.count(); n != 1 {
 				t.Errorf("%d bookings for one action, want 1 (the retry answered %s)", n, again.Status)
+			}
+		})
+	}
+}
+
+// forgetfulAirline is a plain MCP server whose book honours an
+// idempotency key for keyTTL after it first booked under it, as a
+// Stripe-style server does for its key's lifetime. The first call books
+// and its reply is lost; the second waits secondDelay before it looks at
+// its key (a queue), and stops, booking nothing, if its call is cancelled
+// first. secondDone is closed once the second call has booked, replayed
+// or stopped.
+func forgetfulAirline(a *airline, keyTTL, secondDelay time.Duration) (s *mcp.Server, secondDone <-chan struct{}) {
+	done := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	calls := 0
+	keys := map[string]time.Time{} // key → when it was first booked under
+	bookUnder := func(in bookIn) (*mcp.CallToolResult, booking, error) {
+		mu.Lock()
+		if at, ok := keys[in.IdempotencyKey]; ok && time.Since(at) < keyTTL {
+			mu.Unlock()
+			return nil, booking{ID: "BK-replayed", Flight: in.Flight, Passenger: in.Passenger}, nil
+		}
+		keys[in.IdempotencyKey] = time.Now()
+		mu.Unlock()
+		in.IdempotencyKey = "" // the airline's own dedupe is this server's, above
+		return a.book(in)
+	}
+	s = mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "book", Description: "Book one seat."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in bookIn) (*mcp.CallToolResult, booking, error) {
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			switch n {
+			case 1:
+				bookUnder(in)
+				return nil, booking{}, errReplyLost
+			case 2:
+				defer once.Do(func() { close(done) })
+				select {
+				case <-time.After(secondDelay):
+				case <-ctx.Done():
+					return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "cancelled, nothing booked"}}}, booking{}, nil
+				}
+			}
+			return bookUnder(in)
+		})
+	return s, done
+}
+
+// I1 with listen_late, for a keyed tool: "A request that reached the
+// destination after it forgot the key could act twice: the attempt stops
+// before then" (agenttool's key deadline, destination_key_ttl less the
+// clock skew). With listen_late the attempt still ends at that deadline,
+// unknown, but its request is no longer cancelled at the server: it stays
+// open for listen_late more, and may reach the server's key after the
+// server forgot it.
+//
+// The server keeps keys for 1.5s, the guard's destination_key_ttl. The
+// first delivery books and its reply is lost; the guard resends under the
+// same key, and the server takes 2.5s (a queue) to look at that delivery.
+// With listen_late "0s" the resend is cancelled at the key deadline
+// (0.5s) and books nothing. With the default listen_late it is not, and it
+// books a second time under the key the server has forgotten.
+func TestGuard_AKeyedResendNeverOutlivesTheServersKey(t *testing.T) {
+	for _, listenLate := range []string{"0s", ""} {
+		t.Run("listen_late="+listenLate, func(t *testing.T) {
+			a := &airline{}
+			up, secondDone := forgetfulAirline(a, 1500*time.Millisecond, 2500*time.Millisecond)
+			late := ""
+			if listenLate != "" {
+				late = `, "listen_late": "` + listenLate + `"`
+			}
+			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book": {"class": "keyed", "key_argument": "idempotency_key", "destination_key_ttl": "1500ms"` + late + `}}}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+				ct, st := mcp.NewInMemoryTransports()
+				if _, err := up.Connect(context.Background(), st, nil); err != nil {
+					return nil, err
+				}
+				return ct, nil
+			}
+			tune := func(_ string, o *agenttool.Options) {
+				o.Retry = agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond, MaxElapsed: 500 * time.Millisecond}
+				o.Lease = 500 * time.Millisecond
+			}
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Tune: tune, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			cs := connect(t, g)
+
+			_, first := call(t, cs, "book", lunchFlight, nil)
+			select {
+			case <-secondDone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the resend neither booked nor stopped in 10s")
+			}
+			time.Sleep(100 * time.Millisecond)
+			t.Logf("the call: %s", first)
+			if first.Status == envelope.DefiniteFailure {
+				t.Errorf("the call answered definite_failure; the first delivery booked")
+			}
+			if n := a.count(); n != 1 {
+				t.Errorf("%d bookings for one action, want 1", n)
 			}
 		})
 	}

@@ -241,3 +241,80 @@ func TestGuard_AKeyedResendNeverOutlivesTheServersKey(t *testing.T) {
 		})
 	}
 }
+
+// I2 with listen_late: definite_failure says the effect was not applied.
+// A reconcilable call whose attempt passed attempt_timeout is checked at
+// once; a check slower than attempt_timeout + 1s has its "not found"
+// trusted, and the call, with no attempt left, gives its key back and
+// answers definite_failure. But the guard still listens for the attempt
+// it did not cancel, and the server, which would have stopped had it been
+// cancelled, books 3s after it took the request: the model was told
+// nothing happened, the booking exists, and the model's next call books a
+// second seat.
+func TestGuard_ADefiniteFailureNeverAnswersARequestTheGuardStillListensFor(t *testing.T) {
+	for _, listenLate := range []string{"0s", ""} {
+		t.Run("listen_late="+listenLate, func(t *testing.T) {
+			a := &airline{}
+			up, firstDone := politeAirline(a, 3*time.Second)
+			slowFind(up, a, 1500*time.Millisecond)
+			late := ""
+			if listenLate != "" {
+				late = `, "listen_late": "` + listenLate + `"`
+			}
+			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"` + late + `,
+			    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
+			      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+			  "find_booking": {"class": "read_only"}}}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+				ct, st := mcp.NewInMemoryTransports()
+				if _, err := up.Connect(context.Background(), st, nil); err != nil {
+					return nil, err
+				}
+				return ct, nil
+			}
+			tune := func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 1} }
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Tune: tune, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			cs := connect(t, g)
+
+			_, first := call(t, cs, "book_noted", lunchFlight, nil)
+			select {
+			case <-firstDone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first request neither committed nor stopped in 10s")
+			}
+			time.Sleep(100 * time.Millisecond)
+			t.Logf("the call: %s", first)
+			if first.Status == envelope.DefiniteFailure && a.count() > 0 {
+				t.Errorf("the call answered definite_failure, and the server booked it (%d bookings)", a.count())
+			}
+		})
+	}
+}
+
+// slowFind replaces up's find_booking with one that takes d to answer.
+func slowFind(up *mcp.Server, a *airline, d time.Duration) {
+	type findIn struct {
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_booking", Description: "Find a booking by its client reference."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, map[string]any, error) {
+			time.Sleep(d)
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, b := range a.bookings {
+				if b.Reference == in.Reference {
+					return nil, map[string]any{"found": true, "booking": b}, nil
+				}
+			}
+			return nil, map[string]any{"found": false}, nil
+		})
+}

@@ -318,3 +318,71 @@ func slowFind(up *mcp.Server, a *airline, d time.Duration) {
 			return nil, map[string]any{"found": false}, nil
 		})
 }
+
+// I2 and I9 with listen_late: the unknown fence settles an earlier action
+// before a new write of the scope runs. A new action of the same tool
+// and user meets the earlier one unknown, checks it, finds nothing (more
+// than attempt_timeout + 1s after it was sent), and goes on in its place:
+// the earlier action is recorded as not applied and never to be
+// (definite_failure). But its request is still open at the server, which
+// the guard is listening to, and it books. The model that asks about the
+// earlier booking again is told definite_failure — nothing was done —
+// for a booking the server made.
+func TestGuard_TheFenceNeverReplacesAnActionTheGuardStillListensFor(t *testing.T) {
+	for _, listenLate := range []string{"0s", ""} {
+		t.Run("listen_late="+listenLate, func(t *testing.T) {
+			a := &airline{}
+			up, firstDone := politeAirline(a, 3*time.Second)
+			late := ""
+			if listenLate != "" {
+				late = `, "listen_late": "` + listenLate + `"`
+			}
+			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"` + late + `,
+			    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
+			      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+			  "find_booking": {"class": "read_only"}}}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+				ct, st := mcp.NewInMemoryTransports()
+				if _, err := up.Connect(context.Background(), st, nil); err != nil {
+					return nil, err
+				}
+				return ct, nil
+			}
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			cs := connect(t, g)
+
+			_, first := call(t, cs, "book_noted", lunchFlight, nil)
+			if first.Status != envelope.UnknownOutcome {
+				t.Fatalf("a call past its attempt timeout: %s; want unknown_outcome", first)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			_, other := call(t, cs, "book_noted", map[string]any{"flight": "TP1235", "passenger": "Ana Lima"}, nil)
+			select {
+			case <-firstDone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first request neither committed nor stopped in 10s")
+			}
+			time.Sleep(200 * time.Millisecond)
+			_, again := call(t, cs, "book_noted", lunchFlight, nil)
+			t.Logf("first: %s\nanother booking: %s\nthe first asked again: %s", first, other, again)
+			booked := false
+			a.mu.Lock()
+			for _, b := range a.bookings {
+				booked = booked || b.Reference == first.RequestRef
+			}
+			a.mu.Unlock()
+			if booked && again.Status == envelope.DefiniteFailure {
+				t.Errorf("the server booked %s, and the guard answers definite_failure for it", first.RequestRef)
+			}
+		})
+	}
+}

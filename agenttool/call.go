@@ -664,6 +664,17 @@ func (c *call) stopped(o outcome, err error, r reason) outcome {
 }
 
 // run1 runs the tool once with the call's information on its context.
+// keyDeadline is when the destination may forget a Keyed action's key, on
+// the machine's clock (as a context's deadline is); zero for another
+// class, or a destination that keeps keys forever.
+func (c *call) keyDeadline() time.Time {
+	cfg := c.t.cfg
+	if d := cfg.keyDeadline(c.claimed.Created); cfg.Class == Keyed && !d.IsZero() {
+		return time.Now().Add(d.Sub(cfg.Now()))
+	}
+	return time.Time{}
+}
+
 func (c *call) run1(n int) (json.RawMessage, error) {
 	cfg := c.t.cfg
 	var ctx context.Context
@@ -679,11 +690,11 @@ func (c *call) run1(n int) (json.RawMessage, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.AttemptTimeout)
 		defer cancel()
 	}
-	if d := cfg.keyDeadline(c.claimed.Created); cfg.Class == Keyed && !d.IsZero() {
+	if d := c.keyDeadline(); !d.IsZero() {
 		// A request that reached the destination after it forgot the key
 		// could act twice: the attempt stops before then.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, time.Now().Add(d.Sub(cfg.Now())), errKeyDeadline)
+		ctx, cancel = context.WithDeadlineCause(ctx, d, errKeyDeadline)
 		defer cancel()
 	}
 	start := cfg.Now()

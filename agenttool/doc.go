@@ -204,7 +204,9 @@
 //     the lapsed lease's end (or, for an outcome its holder recorded as
 //     unknown, the last attempt's start) plus AttemptTimeout plus ClockSkew
 //     (the holder stops its attempt before its lease ends, and the attempt
-//     timeout bounds a request already on the wire). The residual risk: a tool that ignores its
+//     timeout bounds a request already on the wire), plus LateWindow for a
+//     tool that keeps its request open past the deadline to hear a late
+//     answer. The residual risk: a tool that ignores its
 //     context and an AttemptTimeout of 0, or clocks further apart than
 //     ClockSkew, or a destination that applies a request later than that.
 //     A reconciler that knows no request in flight can land (the

@@ -275,6 +275,15 @@ type Options struct {
 	// AttemptTimeout bounds one attempt; 0 means only the caller's context
 	// does. A timeout is an unknown outcome, not a failure.
 	AttemptTimeout time.Duration
+	// LateWindow is how long past AttemptTimeout a tool keeps an attempt's
+	// request open at the destination, to hear a late answer, rather than
+	// cancelling it at the deadline (mcptool.ToolOptions.LateWindow sets
+	// it): the attempt ends, unknown, at its deadline, but its request may
+	// still land until AttemptTimeout plus LateWindow after it was sent,
+	// and the rules that wait for an attempt to stop landing count it (a
+	// not-applied answer is trusted only after that, plus ClockSkew). 0:
+	// the tool cancels its request when the attempt's context ends.
+	LateWindow time.Duration
 	// Lease is how long a claim is held before another call may presume its
 	// holder dead; the holder renews it every third of a lease for as long as
 	// it holds the key (while the tool or a check runs, and between
@@ -293,7 +302,7 @@ type Options struct {
 	// ClockSkew is how far apart the clocks of the processes sharing a store
 	// may be. A call that takes over a key whose holder's lease lapsed
 	// trusts a not-applied answer only after that lease's end plus
-	// AttemptTimeout plus ClockSkew; before then the holder's attempt may
+	// AttemptTimeout (and LateWindow) plus ClockSkew; before then the holder's attempt may
 	// still be in flight, and the answer counts as pending. 0 means 1s;
 	// negative means none (one process, one clock).
 	ClockSkew time.Duration
@@ -437,6 +446,9 @@ func newConfig(name string, o Options) (*config, error) {
 	}
 	if o.AttemptTimeout < 0 {
 		return nil, bad("AttemptTimeout %v is negative", o.AttemptTimeout)
+	}
+	if o.LateWindow < 0 {
+		return nil, bad("LateWindow %v is negative", o.LateWindow)
 	}
 	if o.Lease == 0 {
 		o.Lease = time.Minute

@@ -3,6 +3,7 @@ package agenttool
 import (
 	"context"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -116,6 +117,11 @@ type CallInfo struct {
 	// claim of the key. A destination that stores it can refuse a write
 	// from a holder whose lease was taken over (see boltstore.Store.Effect).
 	Token uint64
+	// KeyDeadline, for a Keyed tool, is when the destination may forget
+	// the action's key (Options.DestinationKeyTTL): no request of the
+	// attempt may be in flight after it, so a tool that listens for a late
+	// answer (Options.LateWindow) cancels its request then. Zero: none.
+	KeyDeadline time.Time
 	// Codec is the tool's Codec: a store that keeps data for the call
 	// (boltstore.Store.Effect) encodes it so, and its reconciler decodes it.
 	Codec Codec
@@ -222,7 +228,8 @@ type attemptCtx struct {
 
 func (a *attemptCtx) Value(key any) any {
 	if key == any(callKey) {
-		return CallInfo{RequestRef: a.c.ref, Attempt: a.attempt, Scope: a.c.scope, Token: a.c.token, Codec: a.c.t.cfg.codec}
+		return CallInfo{RequestRef: a.c.ref, Attempt: a.attempt, Scope: a.c.scope, Token: a.c.token, Codec: a.c.t.cfg.codec,
+			KeyDeadline: a.c.keyDeadline()}
 	}
 	if key == any(replayKey) {
 		return a

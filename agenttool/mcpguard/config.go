@@ -125,8 +125,13 @@ type Tool struct {
 	// duration, before it cancels the call at the server: an answer that
 	// comes in time settles the unknown outcome (a result: applied, with
 	// it; a refusal the tool's errors setting reads as definite: not
-	// applied). Default: 5m; "0s" cancels the call at the deadline. A call
-	// the client cancels is cancelled at the server at once.
+	// applied). Default: the tool's attempt_timeout; "0s" cancels the
+	// call at the deadline. The request may land as long as the guard
+	// listens, so a check's "not applied" is trusted only once both have
+	// passed since the last attempt was sent: a longer window hears more
+	// late answers and holds a retry longer. A keyed tool's call is
+	// cancelled at its key's deadline (destination_key_ttl) whatever the
+	// window. A call the client cancels is cancelled at the server at once.
 	ListenLate *Duration `json:"listen_late,omitempty"`
 	// DestinationKeyTTL, for a keyed tool, is how long the server keeps an
 	// idempotency key, as a Go duration. Default: 24h.

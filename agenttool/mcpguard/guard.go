@@ -696,7 +696,9 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		// waiting: the attempt timeout bounds when, for the checks.
 		o.AttemptTimeout = DefaultAttemptTimeout
 	}
-	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u, LateWindow: DefaultListenLate,
+	// The guard listens for a late answer as long again as the attempt
+	// took (listen_late): a check's not-applied then waits for both.
+	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u, LateWindow: o.AttemptTimeout,
 		LateDone: u.g.ctx.Done()}
 	if settings.ListenLate != nil {
 		to.LateWindow = time.Duration(*settings.ListenLate)
@@ -783,10 +785,6 @@ func (g *Guard) inputCodec() (agenttool.Codec, error) {
 	}
 	return agenttool.NewSealingCodec(key)
 }
-
-// DefaultListenLate is how long the guard listens for a late answer when
-// a tool's settings do not say (Tool.ListenLate).
-const DefaultListenLate = 5 * time.Minute
 
 // DefaultAttemptTimeout is a guarded tool's attempt timeout when its
 // settings give none (Tool.AttemptTimeout).

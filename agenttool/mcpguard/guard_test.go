@@ -1150,7 +1150,8 @@ func TestConfig_ALegacySSEServerNeedsAURL(t *testing.T) {
 
 // lateGuard runs a guard whose book_noted (at most once) waits 150ms for
 // the airline, which commits a booking in 400ms, with listen_late as
-// given ("" for the default).
+// given ("" for the default, as long again as the attempt: too short to
+// hear this airline).
 func lateGuard(t *testing.T, a *airline, listenLate string) *mcp.ClientSession {
 	t.Helper()
 	up := slowAirline(a, 400*time.Millisecond)
@@ -1189,7 +1190,7 @@ func TestGuard_ALateAnswerOfTheServerSettlesTheAction(t *testing.T) {
 	for _, tc := range []struct {
 		listenLate string
 		settled    bool
-	}{{"", true}, {"0s", false}} {
+	}{{"2s", true}, {"0s", false}} {
 		t.Run("listen_late="+tc.listenLate, func(t *testing.T) {
 			a := &airline{}
 			cs := lateGuard(t, a, tc.listenLate)

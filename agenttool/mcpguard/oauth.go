@@ -46,7 +46,10 @@ type OAuth struct {
 	// is answered 403 insufficient_scope.
 	Scopes []string `json:"scopes,omitempty"`
 	// PrincipalClaim is the member of the introspection response that
-	// names who acts: "sub" unless set ("email", "username").
+	// names who acts: "sub" unless set. Name a claim the authorization
+	// server keeps unique and unchanging for a user: one users may choose
+	// or change (a username, an email address at some servers) lets one
+	// user act as another once the name passes to them.
 	PrincipalClaim string `json:"principal_claim,omitempty"`
 	// Cache is how long an active token's introspection is reused (never
 	// past the token's expiry). Unset, every request asks the
@@ -241,9 +244,20 @@ func (in *introspector) ask(ctx context.Context, token string) (*auth.TokenInfo,
 // valid token is answered 401 with a WWW-Authenticate header that points
 // a client to it. It fails as [Config.Verifier] does.
 func (g *Guard) HTTPHandler() (http.Handler, error) {
-	verify, err := g.cfg.Verifier()
+	checked, err := g.cfg.Verifier()
 	if err != nil {
 		return nil, err
+	}
+	// A token that could not be checked is answered 500 with no detail:
+	// the request is not yet anyone's, and the detail (the introspection
+	// endpoint, what failed) is the operator's, in the log.
+	verify := func(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+		info, err := checked(ctx, token, r)
+		if err != nil && !errors.Is(err, auth.ErrInvalidToken) {
+			g.log.Warn("mcpguard: a bearer token could not be checked", "err", err)
+			return nil, errors.New("the bearer token could not be checked; try again later")
+		}
+		return info, err
 	}
 	front := http.Handler(newStreamableHandler(g))
 	o := g.cfg.OAuth
@@ -265,7 +279,7 @@ func (g *Guard) HTTPHandler() (http.Handler, error) {
 		ResourceMetadataURL: u.Scheme + "://" + u.Host + path, Scopes: o.Scopes,
 		// An introspected token without exp is valid while the
 		// authorization server says it is active.
-		AllowMissingExpiration: true, ClockSkew: time.Minute,
+		AllowMissingExpiration: true,
 	})(front))
 	return mux, nil
 }

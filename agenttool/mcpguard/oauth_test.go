@@ -3,6 +3,7 @@ package mcpguard_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -223,5 +224,55 @@ func TestGuard_OAuthIntrospectionFailuresActOnNothing(t *testing.T) {
 	}
 	if c.count() != 0 {
 		t.Errorf("a request whose token could not be checked sent a message")
+	}
+}
+
+// A request the guard cannot authenticate learns nothing of the guard's
+// setup: when the introspection fails (here the authorization server
+// refuses the guard's credentials), the 500 goes to whoever sent a bearer
+// token, before anyone is authenticated, and its body must not name the
+// introspection endpoint, the guard's client or how it is configured —
+// the guard's log is the place for that.
+func TestGuard_AFailedIntrospectionTellsAnUnauthenticatedClientNothingOfTheGuard(t *testing.T) {
+	a := newAuthServer(t, map[string]map[string]any{})
+	front, _ := oauthFront(t, a, "", "wrong")
+	req, _ := http.NewRequest(http.MethodPost, front.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	req.Header.Set("Authorization", "Bearer anything-at-all")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("%s: %s", resp.Status, body)
+	for _, secret := range []string{a.srv.URL, "/introspect", "client_id", "client_secret"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("the answer to an unauthenticated request names %q", secret)
+		}
+	}
+}
+
+// Static tokens serve beside OAuth: a static token is the operator's own
+// and carries the scopes the front requires, so it is not answered 403.
+func TestGuard_AStaticTokenServesBesideOAuthScopes(t *testing.T) {
+	a := newAuthServer(t, nil)
+	t.Setenv("GUARD_OAUTH_SECRET", "s3cret")
+	cfg, err := mcpguard.ParseConfig([]byte(`{"tokens": {"svc@example.com": "svc-token"},
+	  "oauth": {"resource": "` + guardResource + `", "authorization_servers": ["https://auth.example.com"],
+	    "introspection_url": "` + a.srv.URL + `/introspect", "client_id": "guard", "client_secret": "${GUARD_OAUTH_SECRET}", "scopes": ["messages"]},
+	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify, err := cfg.Verifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := verify(context.Background(), "svc-token", nil)
+	if err != nil || info.UserID != "svc@example.com" || len(info.Scopes) != 1 || info.Scopes[0] != "messages" {
+		t.Errorf("the static token: %+v, %v; want svc@example.com with scope messages", info, err)
+	}
+	if a.asked.Load() != 0 {
+		t.Errorf("a static token was sent to the authorization server")
 	}
 }

@@ -64,6 +64,12 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 		case found == "":
 			return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
 		}
-		return &auth.TokenInfo{UserID: found, Expiration: time.Now().Add(time.Hour)}, nil
+		// A static token is the operator's own: it carries the scopes an
+		// OAuth token must have, so that both serve side by side.
+		var scopes []string
+		if c.OAuth != nil {
+			scopes = c.OAuth.Scopes
+		}
+		return &auth.TokenInfo{UserID: found, Scopes: scopes, Expiration: time.Now().Add(time.Hour)}, nil
 	}, nil
 }

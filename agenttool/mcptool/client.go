@@ -222,6 +222,10 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 	if to.Name != "" {
 		name = to.Name
 	}
+	if to.Late != nil && to.LateWindow > opts.LateWindow {
+		// Its requests may land that much later: the engine's rules count it.
+		opts.LateWindow = to.LateWindow
+	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
 		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta,
 		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone}, opts)
@@ -300,8 +304,15 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 		return r.readResult(ctx, a.res, sent)
 	case <-ctx.Done():
 	}
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// The caller cancelled: so is the call, at the server.
+	info, _ := agenttool.CallInfoFrom(ctx)
+	until := time.Now().Add(r.lateWindow)
+	if k := info.KeyDeadline; !k.IsZero() && k.Before(until) {
+		// No request may be in flight once the server may forget its key.
+		until = k
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(until) {
+		// The caller cancelled, or the key's deadline passed: so is the
+		// call, at the server.
 		cancel()
 		a := <-answered
 		if a.err != nil {
@@ -309,8 +320,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 		}
 		return r.readResult(ctx, a.res, sent) // it answered first
 	}
-	info, _ := agenttool.CallInfoFrom(ctx)
-	go r.listenLate(info, answered, cancel, sent)
+	go r.listenLate(info, answered, cancel, sent, until)
 	return "", envelope.MarkUnknown(fmt.Errorf("no answer from the MCP server by the attempt's deadline (%w); the server may act still, and its answer will be recorded if it comes within %v", ctx.Err(), r.lateWindow))
 }
 

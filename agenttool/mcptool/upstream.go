@@ -47,11 +47,15 @@ type ToolOptions struct {
 	// (a progressToken, a traceparent), beside the request reference.
 	PassMeta bool
 	// LateWindow keeps listening, for up to this long after an attempt's
-	// deadline passed (agenttool.Options.AttemptTimeout, or a keyed
-	// tool's key deadline), for the server's answer to the call it was
-	// sent, rather than cancelling the call at the server then; the
+	// deadline (agenttool.Options.AttemptTimeout) passed, for the server's
+	// answer to the call it was sent, rather than cancelling the call at
+	// the server then; the
 	// attempt itself ends at its deadline, unknown, as before. An answer
-	// that comes within the window goes to Late. A call whose caller
+	// that comes within the window goes to Late. The tool's
+	// agenttool.Options.LateWindow is raised to it: a check's not-applied
+	// is trusted only once the request can no longer land. A keyed
+	// tool's request is cancelled at its key's deadline
+	// (agenttool.CallInfo.KeyDeadline) whatever the window. A call whose caller
 	// cancelled it is cancelled at the server at once
 	// (notifications/cancelled), whatever the window: the SDK then drops
 	// any answer. 0 (or no Late): every call is cancelled at the server
@@ -119,11 +123,12 @@ func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.Call
 }
 
 // listenLate waits for the answer of a call whose attempt ended at its
-// deadline, for up to the tool's LateWindow, and hands it to Late; then,
-// or once nothing can come, it cancels the call at the server.
-func (r *remote) listenLate(info agenttool.CallInfo, answered <-chan callAnswer, cancel context.CancelFunc, sent time.Time) {
+// deadline, until until (the tool's LateWindow later, or the key's
+// deadline if sooner), and hands it to Late; then, or once nothing can
+// come, it cancels the call at the server.
+func (r *remote) listenLate(info agenttool.CallInfo, answered <-chan callAnswer, cancel context.CancelFunc, sent, until time.Time) {
 	defer cancel()
-	t := time.NewTimer(r.lateWindow)
+	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
 	case a := <-answered:

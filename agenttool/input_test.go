@@ -730,8 +730,8 @@ func TestInputBeyondTheBoundsIsRefusedAndNothingStored(t *testing.T) {
 	mustStatus(t, wrapped.Invoke(scoped(), `{"to":"cy@example.com","meta":{`+names(64<<10-400)+`}}`), envelope.Success)
 }
 
-// What one call costs is bounded by its input (docs/performance.md, "The
-// costliest input"), also for a parameter whose type parses numbers in
+// What one call costs is bounded by its input (docs/performance.md,
+// "Where a call's time goes"), also for a parameter whose type parses numbers in
 // exponent form: the key follows the value the tool receives, which is
 // encoded again, and *big.Float writes "1e1000000" out digit by digit. A
 // 40-byte input must not cost more than the documented cost of an

@@ -68,7 +68,7 @@
 // (BenchmarkOpenBuildsTheFilters).
 //
 // go run ./internal/bench -soak -boltstats prints pages and commit times per
-// ten seconds (docs/performance.md quotes a run).
+// ten seconds.
 //
 // Two of bbolt's options differ from its defaults, so that a commit does
 // not also cost more as free space accumulates in the file (after a burst

@@ -18,7 +18,8 @@ import (
 // from its parent, which writes no page of it — instead of deleting its
 // records one by one, each from a leaf page of its own. So a busy store's
 // commits write no more pages once records expire as fast as they are made
-// than before any had expired (the soak benchmark, docs/performance.md).
+// than before any had expired (the soak benchmark: go run ./internal/bench
+// -soak -boltstats).
 //
 // A window is a power of two seconds, the largest no longer than an eighth
 // of the record's lifetime (its expiry less the time it was settled): a

@@ -99,9 +99,10 @@
 // its record. Two writes of one key never share a batch, and a batch's
 // rows are written in key order, so that two processes' batches lock the
 // keys they share in one order. With 64 concurrent callers a commit
-// carried 13–47 claims or outcomes, and a guarded call got 2.8–5.2× the
-// throughput of the bare INSERT and UPDATE pair on the same pool
-// (docs/performance.md). A pipelined pgx.Batch of the single statements
+// carried 13–47 claims or outcomes, and a guarded call got 2.4–5.2× the
+// throughput of the bare INSERT and UPDATE pair on the same pool, about
+// half that of the same pair group-committed by hand
+// (docs/performance.md, "Under load"). A pipelined pgx.Batch of the single statements
 // in one implicit transaction measured the same within the noise
 // (BenchmarkGroupCommit); the multi-row statements, one statement for the
 // server to run instead of one per row, were kept. Two batches of a kind

@@ -30,13 +30,15 @@ func chart(rep Report) string {
 		pgG := series{name: "pgstore, guarded", color: "#9467bd", dashed: true}
 		pgB := series{name: fmt.Sprintf("bare SQL pair, %d conns", pg.PoolConns), color: "#8c564b", dashed: true}
 		pgW := series{name: fmt.Sprintf("bare SQL pair, %d conns", pg.WidePoolConns), color: "#e377c2", dashed: true}
+		pgC := series{name: "SQL pair, grouped by hand", color: "#7f7f7f", dashed: true}
 		for _, c := range pg.Concurrency {
 			x := float64(c.Callers)
 			pgG.points = append(pgG.points, [2]float64{x, c.Guarded})
 			pgB.points = append(pgB.points, [2]float64{x, c.Bare})
 			pgW.points = append(pgW.points, [2]float64{x, c.BareWide})
+			pgC.points = append(pgC.points, [2]float64{x, c.Grouped})
 		}
-		all = append(all, pgG, pgB, pgW)
+		all = append(all, pgG, pgB, pgW, pgC)
 	}
 	maxY := 1.0
 	for _, s := range all {

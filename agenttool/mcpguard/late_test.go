@@ -2,7 +2,9 @@ package mcpguard_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -384,5 +386,142 @@ func TestGuard_TheFenceNeverReplacesAnActionTheGuardStillListensFor(t *testing.T
 				t.Errorf("the server booked %s, and the guard answers definite_failure for it", first.RequestRef)
 			}
 		})
+	}
+}
+
+// busyKeyAirline is a plain MCP server whose book honours an idempotency
+// key as a Stripe-style server does: a repeat of a key it booked under
+// answers that booking, and a delivery of a key whose first delivery is
+// still being processed is refused (isError), changing nothing — what
+// errors "definite" says of the server. The first delivery books once
+// releaseFirst is closed (nothing, if its call is cancelled first); the
+// second delivery answers once releaseSecond is closed.
+func busyKeyAirline(a *airline, releaseFirst, releaseSecond <-chan struct{}) *mcp.Server {
+	var mu sync.Mutex
+	busy := map[string]bool{}
+	deliveries := 0
+	s := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "book", Description: "Book one seat."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in bookIn) (*mcp.CallToolResult, booking, error) {
+			mu.Lock()
+			deliveries++
+			n := deliveries
+			if busy[in.IdempotencyKey] {
+				mu.Unlock()
+				if n == 2 {
+					<-releaseSecond
+				}
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+					Text: "a request with this idempotency key is in progress; nothing was done"}}}, booking{}, nil
+			}
+			busy[in.IdempotencyKey] = true
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				delete(busy, in.IdempotencyKey)
+				mu.Unlock()
+			}()
+			a.mu.Lock()
+			_, booked := a.byKey[in.IdempotencyKey]
+			a.mu.Unlock()
+			if !booked {
+				select {
+				case <-releaseFirst:
+				case <-ctx.Done():
+					return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "cancelled, nothing booked"}}}, booking{}, nil
+				}
+			}
+			return a.book(in)
+		})
+	return s
+}
+
+// lateLog is a slog handler that reports each time the guard says a late
+// answer settled an action.
+type lateLog struct{ settled chan<- struct{} }
+
+func (l lateLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l lateLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "a late answer of the server settled") {
+		select {
+		case l.settled <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (l lateLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l lateLog) WithGroup(string) slog.Handler      { return l }
+
+// I2 with listen_late, for a keyed tool whose server reports isError only
+// for calls that changed nothing (errors "definite"): definite_failure
+// says the effect was not applied. The first delivery passes its
+// attempt_timeout while the server still processes it; the guard keeps
+// listening, and resends under the same key. The server refuses the
+// resend (the key's first delivery is in progress), after the resend's
+// own deadline: a late answer, which settles the action as not applied —
+// one more attempt may go — though it is about the resend alone, and the
+// first delivery is still open. The model's next call sends that attempt,
+// which the server refuses as the resend, and is answered
+// definite_failure; then the first delivery books.
+func TestGuard_ALateRefusalOfAResendNeverSettlesAnActionWhoseFirstDeliveryIsOpen(t *testing.T) {
+	a := &airline{}
+	releaseFirst, releaseSecond := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-releaseFirst:
+		default:
+			close(releaseFirst)
+		}
+	})
+	up := busyKeyAirline(a, releaseFirst, releaseSecond)
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book": {"class": "keyed", "key_argument": "idempotency_key", "errors": "definite", "attempt_timeout": "100ms", "listen_late": "1m"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+	tune := func(_ string, o *agenttool.Options) {
+		o.Retry = agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}
+	}
+	settled := make(chan struct{}, 4)
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Tune: tune, Logger: slog.New(lateLog{settled})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	cs := connect(t, g)
+
+	_, first := call(t, cs, "book", lunchFlight, nil)
+	if first.Status != envelope.UnknownOutcome || first.Attempts != 2 {
+		t.Fatalf("two deliveries past their deadline: %s; want unknown_outcome after 2 attempts", first)
+	}
+	close(releaseSecond) // the resend's refusal comes, late
+	select {
+	case <-settled:
+	case <-time.After(10 * time.Second): // a bound on a broken test, not a timing
+		t.Fatal("the resend's late refusal settled nothing")
+	}
+	_, again := call(t, cs, "book", lunchFlight, nil)
+	close(releaseFirst) // the first delivery books
+	for deadline := time.Now().Add(10 * time.Second); a.count() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, last := call(t, cs, "book", lunchFlight, nil)
+	t.Logf("first: %s\nagain: %s\nlast: %s", first, again, last)
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one action, want 1", n)
+	}
+	for _, env := range []envelope.Envelope{again, last} {
+		if env.Status == envelope.DefiniteFailure && a.count() > 0 {
+			t.Errorf("the server booked the action, and a call of it answers definite_failure: %s", env)
+		}
 	}
 }

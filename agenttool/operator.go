@@ -233,6 +233,41 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 	return err
 }
 
+// SettleByAnswer settles an unknown outcome by what its destination
+// answered of one of its attempts outside a check — a late answer, which
+// came after the attempt's deadline (mcptool.SettleLate) — as a check's
+// answer settles it. attempts is the Record.Attempts of the attempt the
+// answer is about: if another attempt has run since, nothing is settled
+// (ErrStale). Applied settles it as applied, with the answer's result;
+// not applied only once no attempt of the action may still land
+// (AttemptTimeout, LateWindow and ClockSkew after the last was sent):
+// a refusal of one attempt says nothing of an earlier one still in
+// flight. Otherwise, and for any other verdict, the record stays unknown.
+// It returns the verdict it settled by (Pending when a not-applied answer
+// came too early). by says who settles.
+func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
+	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
+	}
+	h, err := o.hold(ctx, ref, by)
+	if err != nil {
+		return reconcile.CantSay, err
+	}
+	defer h.end()
+	if err := h.about(ctx, "settling", attempts); err != nil {
+		return reconcile.CantSay, err
+	}
+	ans = h.t.trust(ans, h.heldUntil)
+	switch ans.Verdict {
+	case reconcile.Applied:
+		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
+		return ans.Verdict, err
+	case reconcile.NotApplied:
+		return ans.Verdict, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
+	}
+	return ans.Verdict, h.stillUnknown(ctx)
+}
+
 // ResolveNotApplied settles an unknown outcome as not applied: the next call
 // for the action runs the tool once more, with the same key. attempts is the
 // Record.Attempts of the outcome the person found not applied, as Show or

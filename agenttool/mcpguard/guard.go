@@ -28,6 +28,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/observe"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // Options tune a guard beyond its configuration: for a program that
@@ -718,10 +719,16 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		}
 		ctx, cancel := context.WithTimeout(u.g.ctx, time.Minute)
 		defer cancel()
-		serr := mcptool.SettleLate(ctx, op, info, result, err, "guard:late-answer")
+		verdict, serr := mcptool.SettleLate(ctx, op, info, result, err, "guard:late-answer")
 		switch {
+		case serr == nil && (verdict == reconcile.Applied || verdict == reconcile.NotApplied):
+			u.g.log.Info("mcpguard: a late answer of the server settled an unknown outcome", "server", u.name, "tool", fn, "ref", info.RequestRef,
+				"verdict", observe.VerdictValue(verdict))
 		case serr == nil:
-			u.g.log.Info("mcpguard: a late answer of the server settled an unknown outcome", "server", u.name, "tool", fn, "ref", info.RequestRef)
+			// A refusal while an earlier attempt may still land proves
+			// nothing of that one: the action stays unknown.
+			u.g.log.Info("mcpguard: a late answer of the server settled nothing: an earlier attempt may still land", "server", u.name, "tool", fn,
+				"ref", info.RequestRef, "verdict", observe.VerdictValue(verdict))
 		case errors.Is(serr, agenttool.ErrStale) || errors.Is(serr, agenttool.ErrNotUnknown):
 			// The action moved on (a retry, a check, a person): the
 			// late answer is about an attempt that is no longer its own.

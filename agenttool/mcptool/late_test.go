@@ -43,7 +43,8 @@ func TestALateAnswerSettlesAnUnknownOutcome(t *testing.T) {
 	tool, err := mcptool.NewToolWith(cs, list.Tools[0],
 		agenttool.Options{Store: store, Class: agenttool.AtMostOnce, IdentifyingFields: []string{"text"}, AttemptTimeout: 100 * time.Millisecond},
 		mcptool.ToolOptions{LateWindow: 5 * time.Second, Late: func(info agenttool.CallInfo, result string, err error) {
-			settled <- mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
+			_, serr := mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
+			settled <- serr
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,8 @@ func TestADefiniteFailureNeverAnswersAnActionWhoseEarlierAttemptMayStillLand(t *
 			Retry: agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}},
 		mcptool.ToolOptions{RefArgument: "idempotency_key", ToolErrors: mcptool.DefiniteToolErrors, LateWindow: time.Minute,
 			Late: func(info agenttool.CallInfo, result string, err error) {
-				settled <- mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
+				_, serr := mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
+				settled <- serr
 			}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // ToolOptions say how a guarded client tool calls its server, beyond what
@@ -101,25 +102,31 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 
 // SettleLate settles the unknown outcome of info's action by a late
 // answer of its server (ToolOptions.Late), with op, an operator of the
-// action's tool: a result settles it as applied, with that result; an
-// error the tool's class reads as definite or transient (the server did
-// nothing) settles it as not applied, so one more attempt may go; an
-// unknown error settles nothing. by says who settles, as the record keeps
-// it. Nothing is settled if the record moved on since that attempt (another
-// attempt ran, or something else settled it): agenttool.ErrStale or
-// agenttool.ErrNotUnknown then, which a caller may ignore. A record still
-// held by the call whose attempt the answer was late for is waited for,
-// up to the tool's WaitTimeout.
-func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.CallInfo, result string, err error, by string) error {
-	const why = "the server answered after the attempt's deadline"
-	if err == nil {
-		return op.ResolveApplied(ctx, info.RequestRef, info.Attempt, envelope.ResultFromText(result), by, why)
+// action's tool, as a check's answer settles it
+// (agenttool.Operator.SettleByAnswer): a result settles it as applied,
+// with that result; an error the tool's class reads as definite or
+// transient (the server did nothing for that attempt) settles it as not
+// applied — so that one more attempt may go — only once no other attempt
+// of the action may still land; an unknown error settles nothing. by says
+// who settles, as the record keeps it. Nothing is settled if the record
+// moved on since that attempt (another attempt ran, or something else
+// settled it): agenttool.ErrStale or agenttool.ErrNotUnknown then, which
+// a caller may ignore. A record still held by the call whose attempt the
+// answer was late for is waited for, up to the tool's WaitTimeout. It
+// returns the verdict it settled by: Applied, NotApplied, or another when
+// it settled nothing (Pending: a refusal came while an earlier attempt
+// may still land).
+func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.CallInfo, result string, err error, by string) (reconcile.Verdict, error) {
+	ans := reconcile.Answer{Verdict: reconcile.Applied, Result: envelope.ResultFromText(result)}
+	if err != nil {
+		switch envelope.Classify(err) {
+		case envelope.Definite, envelope.Transient:
+			ans = reconcile.Answer{Verdict: reconcile.NotApplied, Err: err}
+		default:
+			return reconcile.CantSay, nil
+		}
 	}
-	switch envelope.Classify(err) {
-	case envelope.Definite, envelope.Transient:
-		return op.ResolveNotApplied(ctx, info.RequestRef, info.Attempt, by, why+": "+err.Error())
-	}
-	return nil
+	return op.SettleByAnswer(ctx, info.RequestRef, info.Attempt, ans, by)
 }
 
 // listenLate waits for the answer of a call whose attempt ended at its

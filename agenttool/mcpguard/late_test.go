@@ -72,13 +72,13 @@ func politeAirline(a *airline, commit time.Duration) (s *mcp.Server, firstDone <
 //
 // The server honours cancellation and commits its first booking after
 // 3s. With listen_late "0s" the guard cancels the request at the deadline
-// (200ms), the server books nothing, and the retry books once. With the
-// default listen_late the request stays open, the model's retry 1.5s
-// after the unknown outcome is checked (nothing found yet, and more than
-// attempt_timeout + 1s since sent), a second booking is sent, and the
-// first request commits too: two bookings for one action.
+// (200ms), the server books nothing, and the retry books once. With
+// listen_late "1m" the request stays open, and the model's retry 1.5s
+// after the unknown outcome is checked: nothing found yet, more than
+// attempt_timeout + 1s since sent, but the request may land for a minute
+// more — a second booking sent then would make two for one action.
 func TestGuard_ACheckNeverLetsASecondAttemptGoWhileTheGuardStillListensForTheFirst(t *testing.T) {
-	for _, listenLate := range []string{"0s", ""} {
+	for _, listenLate := range []string{"0s", "1m"} {
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, firstDone := politeAirline(a, 3*time.Second)
@@ -191,10 +191,10 @@ func forgetfulAirline(a *airline, keyTTL, secondDelay time.Duration) (s *mcp.Ser
 // first delivery books and its reply is lost; the guard resends under the
 // same key, and the server takes 2.5s (a queue) to look at that delivery.
 // With listen_late "0s" the resend is cancelled at the key deadline
-// (0.5s) and books nothing. With the default listen_late it is not, and it
+// (0.5s) and books nothing; with listen_late "1m" it must be too, or it
 // books a second time under the key the server has forgotten.
 func TestGuard_AKeyedResendNeverOutlivesTheServersKey(t *testing.T) {
-	for _, listenLate := range []string{"0s", ""} {
+	for _, listenLate := range []string{"0s", "1m"} {
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, secondDone := forgetfulAirline(a, 1500*time.Millisecond, 2500*time.Millisecond)
@@ -254,7 +254,7 @@ func TestGuard_AKeyedResendNeverOutlivesTheServersKey(t *testing.T) {
 // nothing happened, the booking exists, and the model's next call books a
 // second seat.
 func TestGuard_ADefiniteFailureNeverAnswersARequestTheGuardStillListensFor(t *testing.T) {
-	for _, listenLate := range []string{"0s", ""} {
+	for _, listenLate := range []string{"0s", "1m"} {
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, firstDone := politeAirline(a, 3*time.Second)
@@ -331,7 +331,7 @@ func slowFind(up *mcp.Server, a *airline, d time.Duration) {
 // earlier booking again is told definite_failure — nothing was done —
 // for a booking the server made.
 func TestGuard_TheFenceNeverReplacesAnActionTheGuardStillListensFor(t *testing.T) {
-	for _, listenLate := range []string{"0s", ""} {
+	for _, listenLate := range []string{"0s", "1m"} {
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, firstDone := politeAirline(a, 3*time.Second)

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
 )
 
@@ -101,11 +99,7 @@ func TestConfig_WhatTheServerListsIsCheckedAtStart(t *testing.T) {
 			}
 			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
 			up := (&airline{}).server()
-			_, err = mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(), Transport: func(string, *mcpguard.Server) (mcp.Transport, error) {
-				ct, st := mcp.NewInMemoryTransports()
-				_, err := up.Connect(context.Background(), st, nil)
-				return ct, err
-			}})
+			_, err = mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(), Transport: serving(up)})
 			if err == nil {
 				t.Fatal("the guard started")
 			}

@@ -230,7 +230,7 @@ func newRig(t testing.TB, a *airline, ro rigOptions) *rig {
 		}
 	}
 	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{
-		Store: ro.store, Transport: r.transport, Tune: tune, Logger: discard(),
+		Store: ro.store, Transport: serving(r.up), Tune: tune, Logger: discard(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -239,15 +239,6 @@ func newRig(t testing.TB, a *airline, ro rigOptions) *rig {
 	t.Cleanup(func() { g.Close() })
 	r.client = connect(t, g)
 	return r
-}
-
-// transport connects the guard to the airline's server, in memory.
-func (r *rig) transport(name string, s *mcpguard.Server) (mcp.Transport, error) {
-	ct, st := mcp.NewInMemoryTransports()
-	if _, err := r.up.Connect(context.Background(), st, nil); err != nil {
-		return nil, err
-	}
-	return ct, nil
 }
 
 // connect connects a client to the guard's front.
@@ -326,4 +317,38 @@ func (c *counter) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.sent)
+}
+
+// serving is an Options.Transport that serves up in memory, anew on each
+// connection of the guard.
+func serving(up *mcp.Server) func(string, *mcpguard.Server) (mcp.Transport, error) {
+	return func(string, *mcpguard.Server) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+}
+
+// guardOver starts a guard with config in front of up (see serving), its
+// store a bbolt file of the test's, closed when the test ends. opts may
+// set anything but Transport; its Logger defaults to none.
+func guardOver(t testing.TB, up *mcp.Server, config string, opts mcpguard.Options) *mcpguard.Guard {
+	t.Helper()
+	cfg, err := mcpguard.ParseConfig([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	opts.Transport = serving(up)
+	if opts.Logger == nil {
+		opts.Logger = discard()
+	}
+	g, err := mcpguard.New(context.Background(), cfg, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
 }

@@ -531,13 +531,7 @@ func TestGuard_ARetrysafeUpstreamKeepsPrincipalsApart(t *testing.T) {
 		return
 	}
 	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := up.Connect(context.Background(), st, nil); err != nil {
-			return nil, err
-		}
-		return ct, nil
-	}
+	transport := serving(up)
 	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
@@ -627,31 +621,15 @@ func slowAirline(a *airline, commit time.Duration) *mcp.Server {
 func TestGuard_ReconcilableCancelledCallIsNotSentAgainWhileTheFirstMayLand(t *testing.T) {
 	a := &airline{}
 	up := slowAirline(a, 2*time.Second)
-	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
 	  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference",
 	    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
 	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
-	  "find_booking": {"class": "read_only"}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := up.Connect(context.Background(), st, nil); err != nil {
-			return nil, err
-		}
-		return ct, nil
-	}
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	  "find_booking": {"class": "read_only"}}}}}`, mcpguard.Options{})
 	cs := connect(t, g)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "book_noted", Arguments: lunchFlight})
+	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "book_noted", Arguments: lunchFlight})
 	cancel()
 	t.Logf("the first call, given up after 300ms: %v", err)
 	time.Sleep(1300 * time.Millisecond)
@@ -711,13 +689,7 @@ func TestGuard_ABrokenListingNeverTakesTheGuardDown(t *testing.T) {
 		var bad atomic.Bool
 		bad.Store(true)
 		brokenListing(up, "list_flights", &bad)
-		transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-			ct, st := mcp.NewInMemoryTransports()
-			if _, err := up.Connect(context.Background(), st, nil); err != nil {
-				return nil, err
-			}
-			return ct, nil
-		}
+		transport := serving(up)
 		var g *mcpguard.Guard
 		func() {
 			defer func() {
@@ -931,14 +903,8 @@ func seatsGuard(t *testing.T, s *seats, cfg string) *mcp.ClientSession {
 	c.Store.Path = filepath.Join(t.TempDir(), "guard.db")
 	up := s.server()
 	g, err := mcpguard.New(context.Background(), c, &mcpguard.Options{
-		Logger: discard(),
-		Transport: func(string, *mcpguard.Server) (mcp.Transport, error) {
-			ct, st := mcp.NewInMemoryTransports()
-			if _, err := up.Connect(context.Background(), st, nil); err != nil {
-				return nil, err
-			}
-			return ct, nil
-		},
+		Logger:    discard(),
+		Transport: serving(up),
 		Tune: func(_ string, o *agenttool.Options) {
 			o.Retry = agenttool.RetryPolicy{MaxAttempts: 1, InitialInterval: time.Millisecond, MaxElapsed: time.Second}
 			o.WaitTimeout = time.Second
@@ -1150,33 +1116,13 @@ func TestConfig_ALegacySSEServerNeedsAURL(t *testing.T) {
 
 // lateGuard runs a guard whose book_noted (at most once) waits 150ms for
 // the airline, which commits a booking in 400ms, with listen_late as
-// given ("" for the default, as long again as the attempt: too short to
-// hear this airline).
+// given.
 func lateGuard(t *testing.T, a *airline, listenLate string) *mcp.ClientSession {
 	t.Helper()
 	up := slowAirline(a, 400*time.Millisecond)
-	late := ""
-	if listenLate != "" {
-		late = `, "listen_late": "` + listenLate + `"`
-	}
-	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
-	  "book_noted": {"class": "at_most_once", "ref_argument": "client_reference", "attempt_timeout": "150ms"` + late + `}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := up.Connect(context.Background(), st, nil); err != nil {
-			return nil, err
-		}
-		return ct, nil
-	}
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "at_most_once", "ref_argument": "client_reference", "attempt_timeout": "150ms", "listen_late": "`+listenLate+`"}}}}}`,
+		mcpguard.Options{})
 	return connect(t, g)
 }
 

@@ -3,7 +3,6 @@ package mcpguard_test
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -82,31 +81,12 @@ func TestGuard_ACheckNeverLetsASecondAttemptGoWhileTheGuardStillListensForTheFir
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, firstDone := politeAirline(a, 3*time.Second)
-			late := ""
-			if listenLate != "" {
-				late = `, "listen_late": "` + listenLate + `"`
-			}
-			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
-			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"` + late + `,
+			late := `, "listen_late": "` + listenLate + `"`
+			g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"`+late+`,
 			    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
 			      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
-			  "find_booking": {"class": "read_only"}}}}}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-				ct, st := mcp.NewInMemoryTransports()
-				if _, err := up.Connect(context.Background(), st, nil); err != nil {
-					return nil, err
-				}
-				return ct, nil
-			}
-			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { g.Close() })
+			  "find_booking": {"class": "read_only"}}}}}`, mcpguard.Options{})
 			cs := connect(t, g)
 
 			_, first := call(t, cs, "book_noted", lunchFlight, nil)
@@ -198,32 +178,13 @@ func TestGuard_AKeyedResendNeverOutlivesTheServersKey(t *testing.T) {
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, secondDone := forgetfulAirline(a, 1500*time.Millisecond, 2500*time.Millisecond)
-			late := ""
-			if listenLate != "" {
-				late = `, "listen_late": "` + listenLate + `"`
-			}
-			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
-			  "book": {"class": "keyed", "key_argument": "idempotency_key", "destination_key_ttl": "1500ms"` + late + `}}}}}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-				ct, st := mcp.NewInMemoryTransports()
-				if _, err := up.Connect(context.Background(), st, nil); err != nil {
-					return nil, err
-				}
-				return ct, nil
-			}
+			late := `, "listen_late": "` + listenLate + `"`
 			tune := func(_ string, o *agenttool.Options) {
 				o.Retry = agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond, MaxElapsed: 500 * time.Millisecond}
 				o.Lease = 500 * time.Millisecond
 			}
-			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Tune: tune, Logger: discard()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { g.Close() })
+			g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book": {"class": "keyed", "key_argument": "idempotency_key", "destination_key_ttl": "1500ms"`+late+`}}}}}`, mcpguard.Options{Tune: tune})
 			cs := connect(t, g)
 
 			_, first := call(t, cs, "book", lunchFlight, nil)
@@ -259,32 +220,13 @@ func TestGuard_ADefiniteFailureNeverAnswersARequestTheGuardStillListensFor(t *te
 			a := &airline{}
 			up, firstDone := politeAirline(a, 3*time.Second)
 			slowFind(up, a, 1500*time.Millisecond)
-			late := ""
-			if listenLate != "" {
-				late = `, "listen_late": "` + listenLate + `"`
-			}
-			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
-			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"` + late + `,
+			late := `, "listen_late": "` + listenLate + `"`
+			tune := func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 1} }
+			g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"`+late+`,
 			    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
 			      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
-			  "find_booking": {"class": "read_only"}}}}}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-				ct, st := mcp.NewInMemoryTransports()
-				if _, err := up.Connect(context.Background(), st, nil); err != nil {
-					return nil, err
-				}
-				return ct, nil
-			}
-			tune := func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 1} }
-			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Tune: tune, Logger: discard()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { g.Close() })
+			  "find_booking": {"class": "read_only"}}}}}`, mcpguard.Options{Tune: tune})
 			cs := connect(t, g)
 
 			_, first := call(t, cs, "book_noted", lunchFlight, nil)
@@ -335,31 +277,12 @@ func TestGuard_TheFenceNeverReplacesAnActionTheGuardStillListensFor(t *testing.T
 		t.Run("listen_late="+listenLate, func(t *testing.T) {
 			a := &airline{}
 			up, firstDone := politeAirline(a, 3*time.Second)
-			late := ""
-			if listenLate != "" {
-				late = `, "listen_late": "` + listenLate + `"`
-			}
-			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
-			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"` + late + `,
+			late := `, "listen_late": "` + listenLate + `"`
+			g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+			  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "200ms"`+late+`,
 			    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
 			      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
-			  "find_booking": {"class": "read_only"}}}}}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-			transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-				ct, st := mcp.NewInMemoryTransports()
-				if _, err := up.Connect(context.Background(), st, nil); err != nil {
-					return nil, err
-				}
-				return ct, nil
-			}
-			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { g.Close() })
+			  "find_booking": {"class": "read_only"}}}}}`, mcpguard.Options{})
 			cs := connect(t, g)
 
 			_, first := call(t, cs, "book_noted", lunchFlight, nil)
@@ -475,28 +398,12 @@ func TestGuard_ALateRefusalOfAResendNeverSettlesAnActionWhoseFirstDeliveryIsOpen
 		}
 	})
 	up := busyKeyAirline(a, releaseFirst, releaseSecond)
-	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
-	  "book": {"class": "keyed", "key_argument": "idempotency_key", "errors": "definite", "attempt_timeout": "100ms", "listen_late": "1m"}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := up.Connect(context.Background(), st, nil); err != nil {
-			return nil, err
-		}
-		return ct, nil
-	}
 	tune := func(_ string, o *agenttool.Options) {
 		o.Retry = agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}
 	}
 	settled := make(chan struct{}, 4)
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Tune: tune, Logger: slog.New(lateLog{settled})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book": {"class": "keyed", "key_argument": "idempotency_key", "errors": "definite", "attempt_timeout": "100ms", "listen_late": "1m"}}}}}`, mcpguard.Options{Tune: tune, Logger: slog.New(lateLog{settled})})
 	cs := connect(t, g)
 
 	_, first := call(t, cs, "book", lunchFlight, nil)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,29 +54,13 @@ func oauthFront(t *testing.T, a *authServer, extra, secret string) (*httptest.Se
 	t.Helper()
 	c := &counter{}
 	up := c.server("send_message")
-	cfg, err := mcpguard.ParseConfig([]byte(`{
-	  "oauth": {"resource": "` + guardResource + `", "authorization_servers": ["https://auth.example.com"],
-	    "introspection_url": "` + a.srv.URL + `/introspect", "client_id": "guard", "client_secret": "${GUARD_OAUTH_SECRET}",
-	    "scopes": ["messages"]` + extra + `},
-	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
-	    "tools": {"send_message": {"class": "at_most_once"}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Setenv("GUARD_OAUTH_SECRET", secret)
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	transport := func(string, *mcpguard.Server) (mcp.Transport, error) {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := up.Connect(context.Background(), st, nil); err != nil {
-			return nil, err
-		}
-		return ct, nil
-	}
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := guardOver(t, up, `{
+	  "oauth": {"resource": "`+guardResource+`", "authorization_servers": ["https://auth.example.com"],
+	    "introspection_url": "`+a.srv.URL+`/introspect", "client_id": "guard", "client_secret": "${GUARD_OAUTH_SECRET}",
+	    "scopes": ["messages"]`+extra+`},
+	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
+	    "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
 	h, err := g.HTTPHandler()
 	if err != nil {
 		t.Fatal(err)

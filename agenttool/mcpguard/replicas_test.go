@@ -78,12 +78,8 @@ func TestGuard_TwoGuardsOnOnePostgreSQLStoreBookOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		g, err := mcpguard.New(context.Background(), parsed, &mcpguard.Options{Store: store, Logger: discard(),
-			Transport: func(string, *mcpguard.Server) (mcp.Transport, error) {
-				ct, st := mcp.NewInMemoryTransports()
-				_, err := up.Connect(context.Background(), st, nil)
-				return ct, err
-			},
-			Tune: func(_ string, o *agenttool.Options) { o.WaitTimeout = 5e9 }})
+			Transport: serving(up),
+			Tune:      func(_ string, o *agenttool.Options) { o.WaitTimeout = 5e9 }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -706,14 +706,9 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	}
 	// A late answer settles the action, through an operator of its tool
 	// (made once the tool is).
-	var late struct {
-		sync.Mutex
-		op *agenttool.Operator
-	}
+	var late atomic.Pointer[agenttool.Operator]
 	to.Late = func(info agenttool.CallInfo, result string, err error) {
-		late.Lock()
-		op := late.op
-		late.Unlock()
+		op := late.Load()
 		if op == nil {
 			return
 		}
@@ -766,9 +761,7 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	if err != nil {
 		return err
 	}
-	late.Lock()
-	late.op = op
-	late.Unlock()
+	late.Store(op)
 	listing := *t
 	listing.Name = fn
 	listing.InputSchema = hide(t.InputSchema, to.RefArgument)

@@ -33,27 +33,8 @@ func TestALateAnswerSettlesAnUnknownOutcome(t *testing.T) {
 			return nil, map[string]int64{"note": posted.Add(1)}, nil
 		})
 	cs := connectInMemory(t, server, "", nil)
-	list, err := cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var op atomic.Pointer[agenttool.Operator]
-	settled := make(chan error, 1)
-	store := memstore.New()
-	tool, err := mcptool.NewToolWith(cs, list.Tools[0],
-		agenttool.Options{Store: store, Class: agenttool.AtMostOnce, IdentifyingFields: []string{"text"}, AttemptTimeout: 100 * time.Millisecond},
-		mcptool.ToolOptions{LateWindow: 5 * time.Second, Late: func(info agenttool.CallInfo, result string, err error) {
-			_, serr := mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
-			settled <- serr
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := agenttool.NewOperator(store, tool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	op.Store(o)
+	tool, settled := settlingLate(t, cs, agenttool.Options{Class: agenttool.AtMostOnce, IdentifyingFields: []string{"text"}, AttemptTimeout: 100 * time.Millisecond},
+		mcptool.ToolOptions{LateWindow: 5 * time.Second})
 	ctx := agenttool.WithScope(context.Background(), "ana", "chat-1")
 	first := tool.Invoke(ctx, `{"text": "standup moved to 10"}`)
 	if first.Status != envelope.UnknownOutcome {
@@ -160,29 +141,9 @@ func TestADefiniteFailureNeverAnswersAnActionWhoseEarlierAttemptMayStillLand(t *
 			close(releaseFirst)
 		}
 	})
-	list, err := cs.ListTools(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var op atomic.Pointer[agenttool.Operator]
-	settled := make(chan error, 4)
-	store := memstore.New()
-	tool, err := mcptool.NewToolWith(cs, list.Tools[0],
-		agenttool.Options{Store: store, Class: agenttool.Keyed, AttemptTimeout: 100 * time.Millisecond,
-			Retry: agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}},
-		mcptool.ToolOptions{RefArgument: "idempotency_key", ToolErrors: mcptool.DefiniteToolErrors, LateWindow: time.Minute,
-			Late: func(info agenttool.CallInfo, result string, err error) {
-				_, serr := mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
-				settled <- serr
-			}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := agenttool.NewOperator(store, tool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	op.Store(o)
+	tool, settled := settlingLate(t, cs, agenttool.Options{Class: agenttool.Keyed, AttemptTimeout: 100 * time.Millisecond,
+		Retry: agenttool.RetryPolicy{MaxAttempts: 2, InitialInterval: time.Millisecond}},
+		mcptool.ToolOptions{RefArgument: "idempotency_key", ToolErrors: mcptool.DefiniteToolErrors, LateWindow: time.Minute})
 	heard := func(what string) error {
 		select {
 		case err := <-settled:
@@ -213,4 +174,32 @@ func TestADefiniteFailureNeverAnswersAnActionWhoseEarlierAttemptMayStillLand(t *
 			t.Errorf("the server booked the action, and a call of it answers definite_failure: %s", env)
 		}
 	}
+}
+
+// settlingLate wraps the first tool cs lists, on a memstore of its own,
+// with opts and to, its late answers settled by mcptool.SettleLate through
+// an operator of the tool; each settlement's error comes on the channel.
+func settlingLate(t *testing.T, cs *mcp.ClientSession, opts agenttool.Options, to mcptool.ToolOptions) (*agenttool.Tool, <-chan error) {
+	t.Helper()
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var op atomic.Pointer[agenttool.Operator]
+	settled := make(chan error, 4)
+	to.Late = func(info agenttool.CallInfo, result string, err error) {
+		_, serr := mcptool.SettleLate(context.Background(), op.Load(), info, result, err, "test")
+		settled <- serr
+	}
+	opts.Store = memstore.New()
+	tool, err := mcptool.NewToolWith(cs, list.Tools[0], opts, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := agenttool.NewOperator(opts.Store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Store(o)
+	return tool, settled
 }

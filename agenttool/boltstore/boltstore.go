@@ -435,25 +435,25 @@ func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 const sweepStep = 50
 
 // MaxSweepStep implements storekit.SweepStepBound: a step deletes
-// SweepGrowth times the store's own step one by one at most, whatever it is
-// asked. The count of a step of the store's own size includes whole
-// generations, from which storekit.SweepExpired would otherwise size steps
-// of tens of thousands of deletions, each stalling calls.
+// SweepGrowth times the store's own step at most, whatever it is asked,
+// so that calls wait behind one short commit at most.
 func (s *Store) MaxSweepStep() int { return storekit.SweepGrowth * sweepStep }
 
-// Sweep implements storekit.Store: one step, in one write transaction. A
-// step the store sizes itself (req.Limit 0) first drops every generation
-// whose window has ended, whole, at a cost that does not grow with its
-// records, and counts them; then, like a step of a given size, it deletes
-// records one by one, oldest expiry first, reading the expiry indexes of the
-// records bucket and of the generations that ended from their oldest
-// entries, so that its cost grows with the records it deletes and calls wait
-// behind one step at most (of SweepGrowth times its own at most, whatever
-// it is asked). A settled record whose generation has not ended stays
+// Sweep implements storekit.Store: one step, in one write transaction. It
+// first deletes the records of generations whose windows have ended
+// (gens.go): a small generation whole, at a cost that hardly grows with
+// its records, a big one cut down over several steps — up to the step's
+// limit, or for a step the store sizes itself (req.Limit 0) up to 1,024
+// records and one generation of up to 8,192 whole. Then it deletes
+// records of the records bucket one by one, oldest expiry first, reading
+// its expiry index from the oldest entries, so that its cost grows with
+// the records it deletes. Calls wait behind one step at most, of about a
+// millisecond. A settled record whose generation has not ended stays
 // until it does (see gens.go), even if it expired.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
+	own := req.Limit <= 0
 	limit := req.Limit
-	if limit <= 0 {
+	if own {
 		limit = sweepStep
 	}
 	limit = min(limit, s.MaxSweepStep())
@@ -461,18 +461,25 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	var corrupt []error
 	err := s.update(ctx, func(b *bolt.Bucket) error {
 		n, corrupt = 0, corrupt[:0] // the function may run twice
-		if req.Limit <= 0 {
-			dropped, err := dropEnded(b.Tx(), req.Now)
-			if err != nil {
-				return err
-			}
-			n += dropped
+		// Generations that ended first: whole, or cut down from their
+		// ends (gens.go), up to genStep records in a step of the
+		// store's own size and the step's limit otherwise.
+		budget, slack := limit, 0
+		if own {
+			budget, slack = genStep, genWhole
 		}
-		// The index entries due by now, oldest first: up to four steps'
-		// worth from the records bucket, and a step's from each
-		// generation that ended. Every entry used is consumed (its record
-		// deleted, or the entry dropped from the index), so that no entry
-		// can hold a later step back.
+		dropped, err := dropEnded(b.Tx(), req.Now, budget, slack)
+		if err != nil {
+			return err
+		}
+		n += dropped
+		if !own {
+			limit = max(0, limit-dropped)
+		}
+		// The records bucket's index entries due by now, oldest first,
+		// up to four steps' worth. Every entry used is consumed (its
+		// record deleted, or the entry dropped from the index), so that
+		// no entry can hold a later step back.
 		type entry struct {
 			k []byte
 			p place
@@ -490,17 +497,7 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 			}
 		}
 		collect(place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, 4*limit)
-		err := forEachGen(b.Tx(), func(p place) error {
-			if genEnd(p.gen) <= req.Now.Unix() {
-				collect(p, limit)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
 		slices.SortStableFunc(due, func(x, y entry) int { return bytes.Compare(x.k, y.k) })
-		emptied := map[string]bool{}
 		deleted := 0
 		for _, e := range due {
 			if deleted == limit {
@@ -522,9 +519,6 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 					return err
 				}
 				deleted++
-				if e.p.gen != nil && e.p.records.Sequence() == 0 {
-					emptied[string(e.p.gen)] = true
-				}
 				continue
 			case err != nil:
 				// Left in place and reported, out of the index: it is not
@@ -539,11 +533,6 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 			}
 		}
 		n += deleted
-		for name := range emptied {
-			if err := dropGen(b.Tx().Bucket(gensBucket), []byte(name)); err != nil {
-				return err
-			}
-		}
 		return nil
 	})
 	if err != nil {

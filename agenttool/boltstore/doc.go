@@ -39,7 +39,10 @@
 //     the lifetime. Once the window has passed, every record in it has
 //     expired, and the sweeper drops the generation whole — bbolt frees its
 //     pages without writing them — instead of deleting its records one by
-//     one, each rewriting a leaf page. A settled record thus stays in the
+//     one, each rewriting a leaf page; a generation of more than 8,192
+//     records is first cut down in key order, 1,024 records a step, so
+//     that no call waits behind one commit freeing tens of thousands of
+//     pages. A settled record thus stays in the
 //     file up to an eighth of its lifetime after it expires; a claim treats
 //     it as absent from its expiry on.
 //   - Everything else — unknown outcomes, records holding a fence slot or a

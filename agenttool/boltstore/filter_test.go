@@ -175,7 +175,7 @@ func TestALookupSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 					// First it drops the generations that end within
 					// minutes (a sweep whose clock runs ahead, in the
 					// batch), which the keys below may make again.
-					if _, err := dropEnded(tx, now.Add(time.Duration(rng.IntN(600))*time.Second)); err != nil {
+					if _, err := dropEnded(tx, now.Add(time.Duration(rng.IntN(600))*time.Second), genStep, genWhole); err != nil {
 						return err
 					}
 				}
@@ -560,7 +560,7 @@ func TestAGenerationMadeAgainByTheWriteThatDroppedItKeepsItsFilter(t *testing.T)
 	settle(t, s, "t", "old", t0, ttl)
 	gen := mustHex(t, places(t, s, "old")[0])
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute)); err != nil || n != 1 {
+		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute), genStep, genWhole); err != nil || n != 1 {
 			return fmt.Errorf("dropped %d records: %v", n, err)
 		}
 		r := succeeded("new", t0, ttl)
@@ -625,7 +625,7 @@ func TestAClaimAfterACommitThatFailedReplaysWhatItsGenerationHolds(t *testing.T)
 	failedID := -1
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		failedID = tx.ID()
-		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute)); err != nil || n != 1 {
+		if n, err := dropEnded(tx, t0.Add(ttl+time.Minute), genStep, genWhole); err != nil || n != 1 {
 			return fmt.Errorf("dropped %d records: %v", n, err)
 		}
 		r := succeeded("new", t0, ttl)
@@ -705,7 +705,7 @@ func TestALookupInAnOpenSnapshotSkipsNoGenerationThatHoldsTheKey(t *testing.T) {
 	// sweep whose clock runs ahead) and settles keys whose clock is behind,
 	// which may make them again.
 	mess := func(tx *bolt.Tx, step int) error {
-		if _, err := dropEnded(tx, now.Add(time.Duration(rng.IntN(600))*time.Second)); err != nil {
+		if _, err := dropEnded(tx, now.Add(time.Duration(rng.IntN(600))*time.Second), genStep, genWhole); err != nil {
 			return err
 		}
 		for i := range 1 + rng.IntN(5) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,54 +27,76 @@ func settledRecord(key string, exp time.Time, t0 time.Time) agenttool.Record {
 // at most 2*limit due entries of the expiry index; when that many of the
 // oldest ones name unreadable records, every step deletes nothing, and
 // SweepAll stops at once: no expired record behind them is ever swept.
-// Steps of a given size read records one by one; steps the store sizes
-// drop generations that ended whole, unread records included — only
-// settled records whose lifetime is over ever enter one.
+// Records of the records bucket (here: a file of layout 6, read one by
+// one) are read and the unreadable reported; a generation that ended goes
+// whole, or cut down, unread records included — only settled records
+// whose lifetime is over ever enter one.
 func TestSweep_CorruptRecordsNeverStopIt(t *testing.T) {
-	for _, limit := range []int{50, 0} {
-		t.Run(fmt.Sprintf("steps of %d", limit), func(t *testing.T) {
-			ctx := context.Background()
-			t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-			s := boltstore.OpenTemp(t)
-			var recs []agenttool.Record
-			for i := range 100 { // expire first
-				recs = append(recs, settledRecord(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0))
-			}
-			for i := range 1000 { // expire later, still long before the sweep
-				recs = append(recs, settledRecord(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
-			}
-			if err := s.Import(ctx, recs); err != nil {
-				t.Fatal(err)
-			}
-			// A disk error, or a record written by a later version, damages the 100 oldest.
-			if err := s.DB().Update(func(tx *bolt.Tx) error {
-				for i := range 100 {
-					if err := boltstore.Corrupt(tx, fmt.Sprintf("a/%03d", i), []byte{9, 9, 9}); err != nil {
-						return err
+	for _, layout := range []string{"records bucket", "generations"} {
+		for _, limit := range []int{50, 0} {
+			t.Run(fmt.Sprintf("%s, steps of %d", layout, limit), func(t *testing.T) {
+				ctx := context.Background()
+				t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+				path := filepath.Join(t.TempDir(), "keys.db")
+				s, err := boltstore.Open(path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var recs []agenttool.Record
+				for i := range 100 { // expire first
+					recs = append(recs, settledRecord(fmt.Sprintf("a/%03d", i), t0.Add(time.Minute), t0))
+				}
+				for i := range 1000 { // expire later, still long before the sweep
+					recs = append(recs, settledRecord(fmt.Sprintf("b/%04d", i), t0.Add(time.Hour), t0))
+				}
+				if err := s.Import(ctx, recs); err != nil {
+					t.Fatal(err)
+				}
+				if layout == "records bucket" {
+					s.Close()
+					db, err := bolt.Open(path, 0o600, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := db.Update(boltstore.LayoutSix); err != nil {
+						t.Fatal(err)
+					}
+					db.Close()
+					if s, err = boltstore.Open(path, nil); err != nil {
+						t.Fatal(err)
 					}
 				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			n, err := storekit.SweepAll(ctx, s, t0.Add(24*time.Hour), limit, nil)
-			t.Logf("SweepAll: %d deleted, corrupt reported: %v", n, errors.Is(err, agenttool.ErrCorrupt))
-			left := 0
-			for i := range 1000 {
-				if _, err := s.Get(ctx, fmt.Sprintf("b/%04d", i)); err == nil {
-					left++
+				defer s.Close()
+				// A disk error, or a record written by a later version, damages the 100 oldest.
+				if err := s.DB().Update(func(tx *bolt.Tx) error {
+					for i := range 100 {
+						if err := boltstore.Corrupt(tx, fmt.Sprintf("a/%03d", i), []byte{9, 9, 9}); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if left != 0 {
-				t.Errorf("SweepAll left %d of 1000 readable expired records; every later sweep does the same", left)
-			}
-			switch {
-			case limit > 0 && (n != 1000 || !errors.Is(err, agenttool.ErrCorrupt)):
-				t.Errorf("steps of %d deleted %d (%v); want the 1000 readable ones, and the others reported", limit, n, err)
-			case limit == 0 && (n != 1100 || err != nil):
-				t.Errorf("steps the store sizes deleted %d (%v); want all 1100 expired records, dropped with their generations", n, err)
-			}
-		})
+				n, err := storekit.SweepAll(ctx, s, t0.Add(24*time.Hour), limit, nil)
+				t.Logf("SweepAll: %d deleted, corrupt reported: %v", n, errors.Is(err, agenttool.ErrCorrupt))
+				left := 0
+				for i := range 1000 {
+					if _, err := s.Get(ctx, fmt.Sprintf("b/%04d", i)); err == nil {
+						left++
+					}
+				}
+				if left != 0 {
+					t.Errorf("SweepAll left %d of 1000 readable expired records; every later sweep does the same", left)
+				}
+				switch {
+				case layout == "records bucket" && (n != 1000 || !errors.Is(err, agenttool.ErrCorrupt)):
+					t.Errorf("deleted %d (%v); want the 1000 readable ones, and the others reported", n, err)
+				case layout == "generations" && (n != 1100 || err != nil):
+					t.Errorf("deleted %d (%v); want all 1100 expired records, deleted with their generations", n, err)
+				}
+			})
+		}
 	}
 }
 

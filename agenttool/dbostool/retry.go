@@ -67,12 +67,17 @@ func newBackoff(o Options) backoff {
 // window returns at least how long DBOS waits between the step's runs, in
 // all, before its retries run out; it stops counting at enough.
 func (b backoff) window(enough time.Duration) time.Duration {
-	var sum time.Duration
-	for n := 1; n <= b.retries && sum < enough; n++ {
-		d := math.Min(float64(b.base)*math.Pow(b.factor, float64(n-1)), float64(b.max))
-		sum += time.Duration(d * dbosJitterLow)
+	var sum float64
+	for n := 1; n <= b.retries && sum < float64(enough); n++ {
+		d := math.Min(float64(b.base)*math.Pow(b.factor, float64(n-1)), float64(b.max)) * dbosJitterLow
+		if b.factor == 1 || d >= float64(b.max)*dbosJitterLow {
+			// Every later wait is the same: count them at once.
+			sum += d * float64(b.retries-n+1)
+			break
+		}
+		sum += d
 	}
-	return sum
+	return time.Duration(math.Min(sum, float64(enough)))
 }
 
 // checkRetries refuses retries with two owners, and a step that could not

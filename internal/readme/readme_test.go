@@ -54,6 +54,8 @@ var imports = map[string]string{
 	"github.com/retrysafe/retrysafe/agenttool/openaitool":    "openaitool.New",
 	"github.com/retrysafe/retrysafe/agenttool/anthropictool": "anthropictool.New",
 	"github.com/retrysafe/retrysafe/agenttool/mcpgo":         "mcpgo.Register",
+	"github.com/dbos-inc/dbos-transact-golang/dbos":          "dbos.Launch",
+	"github.com/retrysafe/retrysafe/agenttool/dbostool":      "dbostool.New",
 	"github.com/retrysafe/retrysafe/reconcile":               "reconcile.Poll",
 }
 

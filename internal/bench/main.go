@@ -110,6 +110,7 @@ func main() {
 	boltStats := flag.Bool("boltstats", false, "with -soak: after each window on boltstore, where its commits' time went")
 	pgIndexes := flag.Bool("pgindexes", false, "where a lone pgstore call's statements go instead: the store's INSERT and UPDATE on copies of its table with and without each index, against the bare pair (needs DATABASE_URL)")
 	stores := flag.String("stores", "", "with -soak: comma-separated stores, bolt and pg; default bolt, and pg when DATABASE_URL is set")
+	peers := flag.Bool("peers", false, "beside DBOS Transact Go instead: a DBOS workflow of one step, a guarded call, and the guarded call as the DBOS step, on one PostgreSQL, one caller and 64 (needs DATABASE_URL)")
 	guard := flag.Bool("guard", false, "the guard's cost instead: a call through retrysafe guard against straight to the server, over stdio and streamable HTTP, one caller and 64")
 	flag.Parse()
 	if asBenchProcess() {
@@ -119,6 +120,12 @@ func main() {
 	switch {
 	case *guard:
 		err = runGuard(os.Stdout, *asJSON, *quick)
+	case *peers:
+		if url := os.Getenv("DATABASE_URL"); url == "" {
+			err = errors.New("-peers needs a PostgreSQL server: set DATABASE_URL")
+		} else {
+			err = runPeers(os.Stdout, *asJSON, url, *quick)
+		}
 	case *freelist && *quick:
 		err = runFreelist(os.Stdout, *asJSON, 30_000, 500)
 	case *freelist:

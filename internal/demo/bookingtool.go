@@ -43,19 +43,32 @@ const bookingAttemptTimeout = 400 * time.Millisecond
 // guarded book_flight tool over it (see [NewBookTool]), in a bbolt store at
 // env.DB. It is the Setup of the booking examples.
 func SetupBooking(ctx context.Context, env *Env) (*Scenario, error) {
+	return SetupBookingWith(ctx, env, func(context.Context) (agenttool.Store, func(), error) {
+		store, err := boltstore.Open(env.DB, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return store, func() { store.Close() }, nil
+	}, agenttool.Options{})
+}
+
+// SetupBookingWith is [SetupBooking] with the store open opens, and opts
+// (its Store set from open) for book_flight.
+func SetupBookingWith(ctx context.Context, env *Env, open func(context.Context) (agenttool.Store, func(), error), opts agenttool.Options) (*Scenario, error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(env.Out, "  "+format+"\n", args...) }
 	svc, err := StartBookingService(env.Fault, 2*bookingAttemptTimeout, logf)
 	if err != nil {
 		return nil, err
 	}
-	store, err := boltstore.Open(env.DB, nil)
+	store, closeStore, err := open(ctx)
 	if err != nil {
 		svc.Close()
 		return nil, err
 	}
-	tool, err := NewBookTool(svc.URL, &http.Client{Transport: &httpsend.Transport{}}, logf, agenttool.Options{Store: store})
+	opts.Store = store
+	tool, err := NewBookTool(svc.URL, &http.Client{Transport: &httpsend.Transport{}}, logf, opts)
 	if err != nil {
-		store.Close()
+		closeStore()
 		svc.Close()
 		return nil, err
 	}
@@ -63,7 +76,7 @@ func SetupBooking(ctx context.Context, env *Env) (*Scenario, error) {
 		Tools:   []*agenttool.Tool{tool},
 		Effects: svc.Count,
 		Final:   func(w io.Writer) { fmt.Fprintf(w, "bookings: %d\n", svc.Count()) },
-		Close:   func() { store.Close(); svc.Close() },
+		Close:   func() { closeStore(); svc.Close() },
 	}, nil
 }
 

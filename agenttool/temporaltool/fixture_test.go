@@ -17,6 +17,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/agenttool/temporaltool"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -196,6 +197,13 @@ func (l *ledger) tool(t *testing.T, o agenttool.Options) *agenttool.Tool {
 		t.Fatal(err)
 	}
 	return tool
+}
+
+// activity returns place_order over l, of class, in a store of its own,
+// as an activity.
+func (l *ledger) activity(t *testing.T, class agenttool.Class) *temporaltool.Activity {
+	t.Helper()
+	return mustActivity(t, l.tool(t, l.options(class, memstore.New())))
 }
 
 func mustActivity(t *testing.T, tool *agenttool.Tool) *temporaltool.Activity {

@@ -1,0 +1,149 @@
+package temporaltool_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/temporaltool"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// One owner of retries: a tool that retries inside one call is refused,
+// with the fix named, unless the activity is told to keep both; its
+// budget then covers the tool's retry window.
+func TestNewRefusesTwoRetryOwners(t *testing.T) {
+	l := newLedger(false)
+	o := l.options(agenttool.Keyed, memstore.New())
+	o.Retry = agenttool.RetryPolicy{} // the default: 3 attempts
+	tool := l.tool(t, o)
+	_, err := temporaltool.New(tool, nil)
+	if !errors.Is(err, temporaltool.ErrConfig) {
+		t.Fatalf("New: %v, want ErrConfig", err)
+	}
+	for _, fix := range []string{"MaxAttempts: 1", "ToolRetries"} {
+		if !strings.Contains(err.Error(), fix) {
+			t.Errorf("the error does not name the fix %q: %v", fix, err)
+		}
+	}
+	both, err := temporaltool.New(tool, &temporaltool.Options{ToolRetries: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := l.activity(t, agenttool.Keyed)
+	if got, want := both.Budget()-one.Budget(), 15*time.Second; got != want {
+		t.Errorf("the budget of a tool that retries grew by %v, want its retry window %v", got, want)
+	}
+}
+
+// A tool without an AttemptTimeout is refused: no activity timeout could
+// be said to cover its calls.
+func TestNewRefusesNoAttemptTimeout(t *testing.T) {
+	l := newLedger(false)
+	o := l.options(agenttool.Keyed, memstore.New())
+	o.AttemptTimeout = 0
+	_, err := temporaltool.New(l.tool(t, o), nil)
+	if !errors.Is(err, temporaltool.ErrConfig) || !strings.Contains(err.Error(), "AttemptTimeout") {
+		t.Fatalf("New: %v, want ErrConfig naming AttemptTimeout", err)
+	}
+}
+
+// result is what a workflow saw of one call: its envelope, or its error.
+type result struct {
+	Env      envelope.Envelope
+	Err      string
+	IsConfig bool
+}
+
+// attempt is a workflow that runs one call with the activity options
+// given (none: the tool's), through Execute or, direct, through
+// workflow.ExecuteActivity, and says what it saw.
+func attempt(a *temporaltool.Activity, direct bool) func(ctx workflow.Context, c temporaltool.Call, o *workflow.ActivityOptions) (result, error) {
+	return func(ctx workflow.Context, c temporaltool.Call, o *workflow.ActivityOptions) (result, error) {
+		if o != nil {
+			ctx = workflow.WithActivityOptions(ctx, *o)
+		}
+		var r result
+		var err error
+		if direct {
+			err = workflow.ExecuteActivity(ctx, a.Name(), c).Get(ctx, &r.Env)
+			var app *temporal.ApplicationError
+			r.IsConfig = errors.As(err, &app) && app.Type() == temporaltool.ErrorTypeConfig && app.NonRetryable()
+		} else {
+			r.Env, err = temporaltool.Execute(ctx, a, c)
+			r.IsConfig = errors.Is(err, temporaltool.ErrConfig)
+		}
+		if err != nil {
+			r.Err = err.Error()
+		}
+		return r, nil
+	}
+}
+
+func runOne(t *testing.T, a *temporaltool.Activity, direct bool, c temporaltool.Call, o *workflow.ActivityOptions, runTimeout time.Duration) result {
+	t.Helper()
+	env := newEnv(t, a)
+	if runTimeout > 0 {
+		env.SetWorkflowRunTimeout(runTimeout)
+	}
+	env.RegisterWorkflowWithOptions(attempt(a, direct), workflow.RegisterOptions{Name: "one"})
+	env.ExecuteWorkflow("one", c, o)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	if err := env.GetWorkflowResult(&r); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("saw %s; error: %s", r.Env, r.Err)
+	return r
+}
+
+// Timeouts that do not fit the tool are refused before anything runs,
+// by Execute and by the activity itself (for a workflow that schedules
+// it directly, or a server that cut the timeouts), with the fix named.
+// Timeouts the workflow leaves unset take the tool's.
+func TestTimeoutsThatDoNotFitAreRefused(t *testing.T) {
+	agent := call(tea, temporaltool.Agent)
+	withSession := agent
+	withSession.Session = "order-7/r1"
+	for _, tc := range []struct {
+		name       string
+		direct     bool
+		call       temporaltool.Call
+		opts       *workflow.ActivityOptions
+		runTimeout time.Duration
+		names      string // in the error; "" for a call that runs
+	}{
+		{"the tool's options", false, agent, nil, 0, ""},
+		{"a short StartToCloseTimeout", false, agent, &workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second}, 0, "StartToCloseTimeout 5s"},
+		{"a retry window longer than the record", false, agent, &workflow.ActivityOptions{ScheduleToCloseTimeout: 48 * time.Hour}, 0, "KeyTTL"},
+		{"a short ScheduleToCloseTimeout", false, agent, &workflow.ActivityOptions{ScheduleToCloseTimeout: 5 * time.Second}, 0, "StartToCloseTimeout"},
+		{"a step in agent mode", false, temporaltool.Call{Args: tea, Principal: "p", Step: "charge"}, nil, 0, "Step mode"},
+		{"direct, a short StartToCloseTimeout", true, withSession, &workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second,
+			ScheduleToCloseTimeout: time.Hour}, 0, "StartToCloseTimeout 5s"},
+		{"direct, without a session", true, agent, &workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+			ScheduleToCloseTimeout: time.Hour}, 0, "Session"},
+		{"the server cut the timeouts to the run's", false, agent, nil, 8 * time.Second, "StartToCloseTimeout 8s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLedger(false)
+			r := runOne(t, l.activity(t, agenttool.Keyed), tc.direct, tc.call, tc.opts, tc.runTimeout)
+			if tc.names == "" {
+				want(t, r.Env, envelope.Success, "")
+				l.check(t, 1)
+				return
+			}
+			if !r.IsConfig || !strings.Contains(r.Err, tc.names) {
+				t.Errorf("error %q (config %v), want a configuration error naming %q", r.Err, r.IsConfig, tc.names)
+			}
+			l.check(t, 0)
+		})
+	}
+}

@@ -1,0 +1,101 @@
+package temporaltool_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/temporaltool"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// execution is one execution of the child workflow: its ID, its calls,
+// and how many times it continues as new, making the same calls again.
+type execution struct {
+	ID    string
+	Calls []temporaltool.Call
+	CAN   int
+}
+
+// identity runs the executions one after the other, as child workflows,
+// and returns the envelopes of every call of every run, in order.
+func identity(t *testing.T, mode temporaltool.Mode, execs []execution) ([]envelope.Envelope, *ledger) {
+	t.Helper()
+	l := newLedger(false)
+	o := l.options(agenttool.AtMostOnce, memstore.New())
+	var mu sync.Mutex
+	var seen []envelope.Envelope
+	o.Hooks.Outcome = func(_ context.Context, e agenttool.OutcomeEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, e.Envelope)
+	}
+	a := mustActivity(t, l.tool(t, o))
+	env := newEnv(t, a)
+	child := func(ctx workflow.Context, cs []temporaltool.Call, can int) error {
+		for _, c := range cs {
+			if _, err := temporaltool.Execute(ctx, a, c); err != nil {
+				return err
+			}
+		}
+		if can > 0 {
+			return workflow.NewContinueAsNewError(ctx, "child", cs, can-1)
+		}
+		return nil
+	}
+	env.RegisterWorkflowWithOptions(child, workflow.RegisterOptions{Name: "child"})
+	parent := func(ctx workflow.Context, execs []execution) ([]envelope.Envelope, error) {
+		for _, e := range execs {
+			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: e.ID})
+			if err := workflow.ExecuteChildWorkflow(cctx, "child", e.Calls, e.CAN).Get(ctx, nil); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	run(t, env, parent, execs)
+	for _, e := range seen {
+		t.Logf("envelope: %s", e)
+	}
+	return seen, l
+}
+
+// Step mode: a workflow ID reused by a later execution names another
+// execution, whose steps are new actions — the same order is taken again,
+// not replayed. A run that continues as new begins its steps anew too
+// (activity IDs start again in each run); a step named by the workflow
+// (Call.Step) in a session it carries across the runs is one action, and
+// is replayed.
+func TestStepIdentity(t *testing.T) {
+	step := call(tea, temporaltool.Step)
+	named := step
+	named.Step, named.Session = "charge", "order-7/carried"
+	for _, tc := range []struct {
+		name     string
+		execs    []execution
+		orders   int
+		replayed bool // the last call's envelope
+	}{
+		{"workflow ID reused", []execution{{ID: "order-7", Calls: []temporaltool.Call{step}}, {ID: "order-7", Calls: []temporaltool.Call{step}}}, 2, false},
+		{"continued as new", []execution{{ID: "order-7", Calls: []temporaltool.Call{step}, CAN: 1}}, 2, false},
+		{"named step across continue-as-new", []execution{{ID: "order-7", Calls: []temporaltool.Call{named}, CAN: 1}}, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen, l := identity(t, temporaltool.Step, tc.execs)
+			if len(seen) != 2 {
+				t.Fatalf("%d calls, want 2", len(seen))
+			}
+			for _, e := range seen {
+				want(t, e, envelope.Success, "")
+			}
+			if last := seen[len(seen)-1]; last.Replayed != tc.replayed {
+				t.Errorf("the second call says replayed %v, want %v", last.Replayed, tc.replayed)
+			}
+			l.check(t, tc.orders)
+		})
+	}
+}

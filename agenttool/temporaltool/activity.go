@@ -98,21 +98,21 @@ func (a *Activity) Name() string { return a.name }
 // Tool returns the guarded tool.
 func (a *Activity) Tool() *agenttool.Tool { return a.tool }
 
-// Mode says what makes one action of a call: see "Action identity" in the
-// package doc.
-type Mode string
+// Identity says what makes one action of a call: see "Action identity"
+// in the package doc.
+type Identity string
 
 const (
-	// Agent keys a call by the tool's identifying fields within the
-	// session (the conversation): a model that repeats or rewords a call
-	// in a later activity meets the same key, or the unknown fence. The
-	// default.
-	Agent Mode = "agent"
-	// Step keys a call by its step: the activity (its ID, the same on
+	// ByStep keys a call by its step: the activity (its ID, the same on
 	// every retry) of one run, or Call.Step. Each step is a session of its
 	// own, so steps run in parallel and one step's unknown outcome holds
-	// back no other.
-	Step Mode = "step"
+	// back no other. The default.
+	ByStep Identity = "step"
+	// ByInput keys a call by the tool's identifying fields within the
+	// session (the conversation): a model that repeats or rewords a call
+	// in a later activity meets the same key, or the unknown fence. Use it
+	// where a model proposes the calls.
+	ByInput Identity = "input"
 )
 
 // Call is what a workflow hands the activity: the model's arguments as it
@@ -127,17 +127,17 @@ type Call struct {
 	// otherwise).
 	Principal string `json:"principal"`
 	// Session is the window within which calls are one action when they
-	// are alike. [Start] sets it when empty: for Agent, the workflow's
-	// chain of runs (the workflow ID and its first run's ID); for Step,
+	// are alike. [Start] sets it when empty: for ByInput, the workflow's
+	// chain of runs (the workflow ID and its first run's ID); for ByStep,
 	// the run (the workflow ID and the run ID a reset keeps). The
 	// activity refuses a call without one.
 	Session string `json:"session,omitempty"`
 	// Label tells an operator whose action a record is (agenttool.WithLabel):
 	// a user's name, a ticket, the workflow's ID.
 	Label string `json:"label,omitempty"`
-	// Mode is Agent (the default) or Step.
-	Mode Mode `json:"mode,omitempty"`
-	// Step names the step, in Step mode: calls of one step are one action
+	// Identity is ByStep (the default) or ByInput.
+	Identity Identity `json:"identity,omitempty"`
+	// Step names the step, under ByStep: calls of one step are one action
 	// across activities, so that a workflow can call a step again (after
 	// an unknown outcome, with an approval) and meet its key. Default: the
 	// activity's ID, which is the same on every retry of the activity and
@@ -149,7 +149,7 @@ type Call struct {
 }
 
 // Run is the activity: it runs one guarded call of c on a context that
-// carries c's scope, label, action id (Step) and approval, heartbeats while
+// carries c's scope, label, action id (ByStep) and approval, heartbeats while
 // the call runs, and returns the envelope as the activity's result — a
 // success, a definite failure or an unknown outcome alike. An answer that
 // says this attempt did nothing and may be sent again under the same key
@@ -188,13 +188,13 @@ func (a *Activity) scoped(ctx context.Context, activityID string, c Call) (conte
 		return nil, fmt.Errorf("%w: activity %s: Call.Session is empty; start the call with temporaltool.Start or Execute, "+
 			"which set it from the workflow, or set it yourself", ErrConfig, a.name)
 	}
-	switch c.Mode {
-	case "", Agent:
+	switch c.Identity {
+	case ByInput:
 		if c.Step != "" {
-			return nil, fmt.Errorf("%w: activity %s: Call.Step %q is for Step mode; an Agent call is one action by its arguments", ErrConfig, a.name, c.Step)
+			return nil, fmt.Errorf("%w: activity %s: Call.Step %q is for ByStep; a ByInput call is one action by its arguments", ErrConfig, a.name, c.Step)
 		}
 		ctx = agenttool.WithScope(ctx, c.Principal, c.Session)
-	case Step:
+	case "", ByStep:
 		step := "activity:" + activityID
 		if c.Step != "" {
 			step = "step:" + c.Step
@@ -204,7 +204,7 @@ func (a *Activity) scoped(ctx context.Context, activityID string, c Call) (conte
 		ctx = agenttool.WithScope(ctx, c.Principal, c.Session+"/"+step)
 		ctx = agenttool.WithActionID(ctx, step)
 	default:
-		return nil, fmt.Errorf("%w: activity %s: Call.Mode %q is neither %q nor %q", ErrConfig, a.name, c.Mode, Agent, Step)
+		return nil, fmt.Errorf("%w: activity %s: Call.Identity %q is neither %q nor %q", ErrConfig, a.name, c.Identity, ByStep, ByInput)
 	}
 	if c.Label != "" {
 		ctx = agenttool.WithLabel(ctx, c.Label)

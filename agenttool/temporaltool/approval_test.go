@@ -69,7 +69,7 @@ func TestApprovalBySignal(t *testing.T) {
 			signal(2*time.Minute, func(ok *temporaltool.Approval) { ok.Attempts++ })
 			signal(3*time.Minute, func(*temporaltool.Approval) {})
 			c := call(tea, mode)
-			if mode == temporaltool.Step {
+			if mode == temporaltool.ByStep {
 				c.Step = "order" // a step the workflow calls again meets its key
 			}
 			envs := run(t, env, approvals(a), c)

@@ -110,7 +110,7 @@ func runOne(t *testing.T, a *temporaltool.Activity, direct bool, c temporaltool.
 // it directly, or a server that cut the timeouts), with the fix named.
 // Timeouts the workflow leaves unset take the tool's.
 func TestTimeoutsThatDoNotFitAreRefused(t *testing.T) {
-	agent := call(tea, temporaltool.Agent)
+	agent := call(tea, temporaltool.ByInput)
 	withSession := agent
 	withSession.Session = "order-7/r1"
 	for _, tc := range []struct {
@@ -125,7 +125,7 @@ func TestTimeoutsThatDoNotFitAreRefused(t *testing.T) {
 		{"a short StartToCloseTimeout", false, agent, &workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second}, 0, "StartToCloseTimeout 5s"},
 		{"a retry window longer than the record", false, agent, &workflow.ActivityOptions{ScheduleToCloseTimeout: 48 * time.Hour}, 0, "KeyTTL"},
 		{"a short ScheduleToCloseTimeout", false, agent, &workflow.ActivityOptions{ScheduleToCloseTimeout: 5 * time.Second}, 0, "StartToCloseTimeout"},
-		{"a step in agent mode", false, temporaltool.Call{Args: tea, Principal: "p", Step: "charge"}, nil, 0, "Step mode"},
+		{"a step named under ByInput", false, temporaltool.Call{Args: tea, Principal: "p", Step: "charge", Identity: temporaltool.ByInput}, nil, 0, "is for ByStep"},
 		{"direct, a short StartToCloseTimeout", true, withSession, &workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second,
 			ScheduleToCloseTimeout: time.Hour}, 0, "StartToCloseTimeout 5s"},
 		{"direct, without a session", true, agent, &workflow.ActivityOptions{StartToCloseTimeout: time.Minute,

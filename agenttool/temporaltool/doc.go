@@ -15,8 +15,9 @@
 //	})
 //	sendAct, err := temporaltool.Register(w, send, nil) // w is a worker.Worker
 //
-//	// The workflow: trusted code says who acts; the model wrote args.
-//	env, err := temporaltool.Execute(ctx, sendAct, temporaltool.Call{Principal: "tenant-42/user-7", Args: args})
+//	// The workflow: trusted code says who acts; the model wrote args, so a repeat
+//	// of them in a later activity is the same action (ByInput; the default is ByStep).
+//	env, err := temporaltool.Execute(ctx, sendAct, temporaltool.Call{Principal: "tenant-42/user-7", Args: args, Identity: temporaltool.ByInput})
 //	messages = append(messages, toolMessage(callID, env.String())) // the model reads every outcome
 //
 // [Execute] returns the envelope whatever became of the call; its error
@@ -42,30 +43,11 @@
 // # Action identity
 //
 // Every attempt of one activity is the same action: its Call, and the
-// IDs it is keyed by, are the same on every retry. Beyond that, a
-// [Mode] says what one action is.
+// IDs it is keyed by, are the same on every retry. Beyond that, the
+// Call's [Identity] says what one action is.
 //
-// Agent, the default: the model proposes the calls, each in an activity
-// of its own, and may repeat or reword one in a later activity — after an
-// unknown outcome above all. The key comes from the tool's identifying
-// fields within the session, the conversation, as in any agent loop:
-// a repeat meets the same key (replayed, or its unknown outcome), a
-// reworded copy meets the unknown fence. The default session is the
-// workflow ID and the first run's ID (FirstRunID): the chain of runs
-// Temporal keeps across Continue-As-New (an agent loop continues as new
-// to keep its history short), a workflow retry and a reset (the model
-// proposes the same calls again) — but not across a later execution that
-// reuses the workflow ID, which is, to Temporal, another history. A
-// conversation that spans executions (a workflow per user turn) sets
-// Call.Session to its own id. Each run of a cron workflow is a
-// conversation of its own, although Temporal chains them too. Agent is
-// the default because it is the one that keeps the promise where the
-// model drives: a call merged with a deliberate repeat is told as
-// replayed, while a model's repeat made into a second action is a second
-// email.
-//
-// Step: the workflow's code decides each step, and a step is one
-// activity. The key comes from the step, not the arguments
+// ByStep, the default: the workflow's code decides each step, and a step
+// is one activity. The key comes from the step, not the arguments
 // (agenttool.WithActionID): by default the activity's ID, the same on
 // every retry, in the session of the run. An activity ID is unique only
 // within a run — it starts again after Continue-As-New — and a workflow
@@ -76,26 +58,45 @@
 // their input differs: key_reused_with_different_input). Call.Step names
 // a step across activities — a step the workflow calls again, after an
 // unknown outcome or with an approval, meets its key — and Call.Session
-// can carry it across runs.
+// can carry it across runs. ByStep is the default because it is what
+// Temporal owns and what a workflow means by an activity: the action is
+// the step, whatever its arguments, and steps run side by side (below).
 //
-//	                                   Agent (conversation)    Step (run)
-//	a retry of the activity            the same action         the same action
-//	Continue-As-New                    the same conversation   new steps
-//	a reset                            the same conversation   the same steps, replayed
-//	a workflow retry                   the same conversation   new steps
-//	a cron run                         a new conversation      new steps
-//	a new execution, same workflow ID  a new conversation      new steps
+// ByInput: the model proposes the calls, each in an activity of its own,
+// and may repeat or reword one in a later activity — after an unknown
+// outcome above all. The key comes from the tool's identifying fields
+// within the session, the conversation, as in any agent loop: a repeat
+// meets the same key (replayed, or its unknown outcome), a reworded copy
+// meets the unknown fence. The default session is the workflow ID and
+// the first run's ID (FirstRunID): the chain of runs Temporal keeps
+// across Continue-As-New (an agent loop continues as new to keep its
+// history short), a workflow retry and a reset (the model proposes the
+// same calls again) — but not across a later execution that reuses the
+// workflow ID, which is, to Temporal, another history. A conversation
+// that spans executions (a workflow per user turn) sets Call.Session to
+// its own id. Each run of a cron workflow is a conversation of its own,
+// although Temporal chains them too. A workflow whose model chooses the
+// calls must choose ByInput: under ByStep the model's repeat, a new
+// activity, is a new action, and runs — a second email.
+//
+//	                                   ByStep (run)              ByInput (conversation)
+//	a retry of the activity            the same action           the same action
+//	Continue-As-New                    new steps                 the same conversation
+//	a reset                            the same steps, replayed  the same conversation
+//	a workflow retry                   new steps                 the same conversation
+//	a cron run                         new steps                 a new conversation
+//	a new execution, same workflow ID  new steps                 a new conversation
 //
 // # Parallel calls
 //
 // agenttool's default fence (FenceSession) runs one write of a tool at a
 // time in a session, and holds its new writes while an earlier one is
-// unknown. In Step mode each step is a session of its own
+// unknown. Under ByStep each step is a session of its own
 // ("session/step"): steps of one tool started together run side by
 // side, and a step whose outcome is unknown holds back no other — the
 // steps are the workflow's, not a model's copies of each other. A tool
 // whose Fence is FencePrincipal is still serialised across them: that
-// was asked for. In Agent mode the fence stays, as in every agent loop:
+// was asked for. Under ByInput the fence stays, as in every agent loop:
 // two calls of one turn may be one action in other words. Calls of one
 // tool started together in one conversation run one after the other (a
 // later one waits up to WaitTimeout, then answers in_progress, which
@@ -175,8 +176,8 @@
 //	  in_progress                               its envelope (unknown_outcome, naming the action)
 //	  a later attempt's                         unknown_outcome: an earlier attempt may have acted
 //	a timeout, a panic, a lost worker,          unknown_outcome, without a reference: next wait
-//	  the workflow cancelled while it ran         (Agent: the same call again meets the action)
-//	                                            or ask_human (Step)
+//	  the workflow cancelled while it ran         (ByInput: the same call again meets the action)
+//	                                            or ask_human (ByStep)
 //	ErrorTypeConfig, or not scheduled           an error; nothing ran
 //
 // # Heartbeats and cancellation
@@ -195,8 +196,8 @@
 // An AtMostOnce tool whose Approver is a [WorkflowApprover] takes a
 // person's decision from the workflow: the workflow waits for a signal
 // (or an update), puts the [Approval] in the Call, and calls again; the
-// call meets the action's key (the same arguments in Agent mode, the same
-// Call.Step in Step mode), asks the approver, and runs once more only for
+// call meets the action's key (the same arguments under ByInput, the same
+// Call.Step under ByStep), asks the approver, and runs once more only for
 // an approval of this action (RequestRef) and of this outcome (Attempts):
 //
 //	env, err := temporaltool.Execute(ctx, refundAct, c)
@@ -230,7 +231,7 @@
 //		acts[t.Name()], err = temporaltool.Register(w, t, nil)
 //	}
 //
-// The workflow calls them with Execute, in Agent mode. mcptool's client
+// The workflow calls them with Execute, with Identity ByInput. mcptool's client
 // classes each answer by what it proves (a timeout is unknown, not a
 // failure); Keyed is for servers that answer with retrysafe envelopes.
 //
@@ -256,11 +257,11 @@
 //     envelope (results) are kept in the workflow's history; encrypt them
 //     with a Temporal payload codec. The tool's Codec covers only its store.
 //   - Activities still pending when a workflow continues as new are
-//     abandoned, not stopped: in Step mode, a step the new run schedules
+//     abandoned, not stopped: under ByStep, a step the new run schedules
 //     again is a new action. Wait for them first, or name the step
 //     (Call.Step) in a session carried across the runs (Call.Session).
 //   - A record lives KeyTTL: a reset, a named step called again or, in
-//     Agent mode, a repeat later than that is a new action.
+//     ByInput, a repeat later than that is a new action.
 //   - The SDK's test environment leaves FirstRunID and OriginalRunID
 //     empty (the run ID stands in), tells the activity no retry policy
 //     (the activity then counts on retries without end), and retries an

@@ -50,8 +50,9 @@ func Example() {
 	}
 
 	agent := func(ctx workflow.Context, args string) (envelope.Envelope, error) {
-		// Trusted workflow code says who acts; the model wrote args.
-		return temporaltool.Execute(ctx, bookAct, temporaltool.Call{Principal: "tenant-42/user-7", Args: args})
+		// Trusted workflow code says who acts; the model wrote args, so a
+		// repeat of them is the same action (ByInput).
+		return temporaltool.Execute(ctx, bookAct, temporaltool.Call{Principal: "tenant-42/user-7", Args: args, Identity: temporaltool.ByInput})
 	}
 	w.RegisterWorkflow(agent)
 	w.ExecuteWorkflow(agent, `{"restaurant":"Lisboa","time":"20:00"}`)

@@ -40,7 +40,7 @@ func TestStepsRunInParallel(t *testing.T) {
 	l := newLedger(false)
 	l.meet = 2
 	a := l.activity(t, agenttool.AtMostOnce)
-	envs := run(t, newEnv(t, a), parallel(a), []temporaltool.Call{call(tea, temporaltool.Step), call(coffee, temporaltool.Step)})
+	envs := run(t, newEnv(t, a), parallel(a), []temporaltool.Call{call(tea, temporaltool.ByStep), call(coffee, temporaltool.ByStep)})
 	for _, env := range envs {
 		want(t, env, envelope.Success, "")
 	}
@@ -50,14 +50,14 @@ func TestStepsRunInParallel(t *testing.T) {
 	l.check(t, 2)
 }
 
-// Agent mode keeps the fence: two different orders of one tool started
+// ByInput keeps the fence: two different orders of one tool started
 // in parallel in one conversation both run, one after the other (in an
 // agent loop they may be one action in other words).
 func TestAgentCallsOfOneToolRunOneAtATime(t *testing.T) {
 	l := newLedger(false)
 	l.slow = 100 * time.Millisecond
 	a := l.activity(t, agenttool.AtMostOnce)
-	envs := run(t, newEnv(t, a), parallel(a), []temporaltool.Call{call(tea, temporaltool.Agent), call(coffee, temporaltool.Agent)})
+	envs := run(t, newEnv(t, a), parallel(a), []temporaltool.Call{call(tea, temporaltool.ByInput), call(coffee, temporaltool.ByInput)})
 	for _, env := range envs {
 		want(t, env, envelope.Success, "")
 	}
@@ -72,12 +72,12 @@ func TestAgentCallsOfOneToolRunOneAtATime(t *testing.T) {
 // settled (the unknown fence), since it may be the same order reworded.
 func TestUnknownStepHoldsBackNoOther(t *testing.T) {
 	for _, tc := range []struct {
-		mode temporaltool.Mode
+		mode temporaltool.Identity
 		next envelope.Status
 		code string
 	}{
-		{temporaltool.Step, envelope.Success, ""},
-		{temporaltool.Agent, envelope.UnknownOutcome, envelope.CodeEarlierUnknown},
+		{temporaltool.ByStep, envelope.Success, ""},
+		{temporaltool.ByInput, envelope.UnknownOutcome, envelope.CodeEarlierUnknown},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			l := newLedger(false)

@@ -289,8 +289,8 @@ func execute(env *testsuite.TestWorkflowEnvironment, wf any, args ...any) ([]env
 	return out, nil
 }
 
-func call(args string, mode temporaltool.Mode) temporaltool.Call {
-	return temporaltool.Call{Args: args, Principal: "tenant-42/user-7", Mode: mode}
+func call(args string, mode temporaltool.Identity) temporaltool.Call {
+	return temporaltool.Call{Args: args, Principal: "tenant-42/user-7", Identity: mode}
 }
 
 // want fails t unless env has status and, if code is not empty, code.
@@ -316,4 +316,4 @@ func starts(o *agenttool.Options) *atomic.Int32 {
 	return &n
 }
 
-var modes = []temporaltool.Mode{temporaltool.Agent, temporaltool.Step}
+var modes = []temporaltool.Identity{temporaltool.ByInput, temporaltool.ByStep}

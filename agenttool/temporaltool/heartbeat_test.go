@@ -31,7 +31,7 @@ func TestHeartbeatsWhileTheCallRuns(t *testing.T) {
 	env := newEnv(t, a)
 	var beats atomic.Int32
 	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { beats.Add(1) })
-	got := run(t, env, calls(a), []temporaltool.Call{call(tea, temporaltool.Agent)})[0]
+	got := run(t, env, calls(a), []temporaltool.Call{call(tea, temporaltool.ByInput)})[0]
 	want(t, got, envelope.Success, "")
 	if n := beats.Load(); n < 2 {
 		t.Errorf("%d heartbeats in a call of %v under a HeartbeatTimeout of %v", n, l.slow, o.Lease)

@@ -23,7 +23,7 @@ type execution struct {
 
 // identity runs the executions one after the other, as child workflows,
 // and returns the envelopes of every call of every run, in order.
-func identity(t *testing.T, mode temporaltool.Mode, execs []execution) ([]envelope.Envelope, *ledger) {
+func identity(t *testing.T, mode temporaltool.Identity, execs []execution) ([]envelope.Envelope, *ledger) {
 	t.Helper()
 	l := newLedger(false)
 	o := l.options(agenttool.AtMostOnce, memstore.New())
@@ -64,14 +64,14 @@ func identity(t *testing.T, mode temporaltool.Mode, execs []execution) ([]envelo
 	return seen, l
 }
 
-// Step mode: a workflow ID reused by a later execution names another
+// ByStep: a workflow ID reused by a later execution names another
 // execution, whose steps are new actions — the same order is taken again,
 // not replayed. A run that continues as new begins its steps anew too
 // (activity IDs start again in each run); a step named by the workflow
 // (Call.Step) in a session it carries across the runs is one action, and
 // is replayed.
 func TestStepIdentity(t *testing.T) {
-	step := call(tea, temporaltool.Step)
+	step := call(tea, temporaltool.ByStep)
 	named := step
 	named.Step, named.Session = "charge", "order-7/carried"
 	for _, tc := range []struct {
@@ -85,7 +85,7 @@ func TestStepIdentity(t *testing.T) {
 		{"named step across continue-as-new", []execution{{ID: "order-7", Calls: []temporaltool.Call{named}, CAN: 1}}, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seen, l := identity(t, temporaltool.Step, tc.execs)
+			seen, l := identity(t, temporaltool.ByStep, tc.execs)
 			if len(seen) != 2 {
 				t.Fatalf("%d calls, want 2", len(seen))
 			}
@@ -97,5 +97,27 @@ func TestStepIdentity(t *testing.T) {
 			}
 			l.check(t, tc.orders)
 		})
+	}
+}
+
+// A Call that names no identity is a step (ByStep): the same arguments in
+// two activities of one workflow are two actions, and both act; under
+// ByInput the second is the first replayed.
+func TestACallIsAStepUnlessItSaysByInput(t *testing.T) {
+	for _, tc := range []struct {
+		identity temporaltool.Identity
+		effects  int
+	}{{"", 2}, {temporaltool.ByInput, 1}} {
+		l := newLedger(true)
+		a := l.activity(t, agenttool.Keyed)
+		c := temporaltool.Call{Args: tea, Principal: "tenant-42/user-7", Identity: tc.identity}
+		envs := run(t, newEnv(t, a), calls(a), []temporaltool.Call{c, c})
+		for _, env := range envs {
+			want(t, env, envelope.Success, "")
+		}
+		l.check(t, tc.effects)
+		if replayed := envs[1].Replayed; replayed != (tc.effects == 1) {
+			t.Errorf("identity %q: the second call replayed %v; want %v", tc.identity, replayed, tc.effects == 1)
+		}
 	}
 }

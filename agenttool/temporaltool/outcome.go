@@ -113,7 +113,7 @@ func (f *Future) settle(err error) (envelope.Envelope, error) {
 func (f *Future) unknown(ref string, attempts int, why string) envelope.Envelope {
 	env := envelope.Envelope{Version: envelope.Version, Status: envelope.UnknownOutcome, Tool: f.tool, RequestRef: ref, Attempts: attempts,
 		Error: &envelope.Error{Code: envelope.CodeOutcomeUnknown, Message: why}}
-	if f.mode == Step {
+	if f.mode == ByStep {
 		env.Next = envelope.AskHuman
 		env.Note = "This may already have happened. Do not run it again as a new step; ask a person to check it"
 		if ref != "" {

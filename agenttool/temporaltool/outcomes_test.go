@@ -63,7 +63,7 @@ func TestNotDoneIsRetriedByTemporal(t *testing.T) {
 				env, err := temporaltool.Execute(workflow.WithActivityOptions(ctx, opts), a, c)
 				return []envelope.Envelope{env}, err
 			}
-			env := run(t, newEnv(t, a), wf, call(tea, temporaltool.Agent))[0]
+			env := run(t, newEnv(t, a), wf, call(tea, temporaltool.ByInput))[0]
 			want(t, env, tc.status, tc.code)
 			if tc.attempts > 1 && !strings.Contains(env.Error.Message, "attempt 3") {
 				t.Errorf("the unknown outcome does not say which attempt: %s", env)
@@ -98,7 +98,7 @@ func TestCancelledWhileRunningIsUnknown(t *testing.T) {
 		env, err := f.Get(ctx)
 		return []envelope.Envelope{env}, err
 	}
-	env := run(t, newEnv(t, a), wf, call(tea, temporaltool.Agent))[0]
+	env := run(t, newEnv(t, a), wf, call(tea, temporaltool.ByInput))[0]
 	want(t, env, envelope.UnknownOutcome, envelope.CodeOutcomeUnknown)
 	if env.Next != envelope.Wait {
 		t.Errorf("next %s, want wait: calling again with the same input meets the same action", env.Next)

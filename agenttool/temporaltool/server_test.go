@@ -112,21 +112,21 @@ func TestWithServer(t *testing.T) {
 		return out
 	}
 
-	got := start("lost-reply", "calls", []temporaltool.Call{call(tea, temporaltool.Agent)})
+	got := start("lost-reply", "calls", []temporaltool.Call{call(tea, temporaltool.ByInput)})
 	want(t, got[0], envelope.Success, "")
 	if !got[0].Replayed {
 		t.Errorf("the retried lost reply is not replayed: %s", got[0])
 	}
 	l.check(t, 1)
 
-	got = start("conversation-9", "conversation", []temporaltool.Call{call(coffee, temporaltool.Agent), call(coffee, temporaltool.Agent)}, 1)
+	got = start("conversation-9", "conversation", []temporaltool.Call{call(coffee, temporaltool.ByInput), call(coffee, temporaltool.ByInput)}, 1)
 	if len(got) != 1 || !got[0].Replayed {
 		t.Errorf("after Continue-As-New the repeated order is not replayed: %v", got)
 	}
 	l.check(t, 2)
 
 	for i := range 2 {
-		got = start("order-7", "calls", []temporaltool.Call{call(`{"item":"milk","qty":1}`, temporaltool.Step)})
+		got = start("order-7", "calls", []temporaltool.Call{call(`{"item":"milk","qty":1}`, temporaltool.ByStep)})
 		want(t, got[0], envelope.Success, "")
 		if got[0].Replayed {
 			t.Errorf("execution %d of a reused workflow ID replays an earlier execution's step: %s", i+1, got[0])

@@ -30,10 +30,10 @@ func TestSessionOverRuns(t *testing.T) {
 			false, false, "another workflow: new actions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if same := session(&tc.run, Agent) == session(&first, Agent); same != tc.agentSame {
+			if same := session(&tc.run, ByInput) == session(&first, ByInput); same != tc.agentSame {
 				t.Errorf("agent: same conversation %v, want %v", same, tc.agentSame)
 			}
-			if same := session(&tc.run, Step) == session(&first, Step); same != tc.stepSame {
+			if same := session(&tc.run, ByStep) == session(&first, ByStep); same != tc.stepSame {
 				t.Errorf("step: same steps %v, want %v: %s", same, tc.stepSame, tc.stepReason)
 			}
 		})
@@ -43,13 +43,13 @@ func TestSessionOverRuns(t *testing.T) {
 	// Temporal chains them under one FirstRunID.
 	cron1 := workflow.Info{WorkflowExecution: workflow.Execution{ID: "digest", RunID: "c1"}, FirstRunID: "c1", OriginalRunID: "c1", CronSchedule: "0 8 * * *"}
 	cron2 := workflow.Info{WorkflowExecution: workflow.Execution{ID: "digest", RunID: "c2"}, FirstRunID: "c1", OriginalRunID: "c2", CronSchedule: "0 8 * * *"}
-	if session(&cron1, Agent) == session(&cron2, Agent) {
+	if session(&cron1, ByInput) == session(&cron2, ByInput) {
 		t.Error("two runs of a cron workflow share a conversation: the second day's digest would replay the first's")
 	}
 
 	// The test environment's runs: the run ID stands in.
 	test := workflow.Info{WorkflowExecution: workflow.Execution{ID: "w", RunID: "r"}}
-	if got := session(&test, Agent); got != "w/r" {
+	if got := session(&test, ByInput); got != "w/r" {
 		t.Errorf("session without chain IDs %q, want w/r", got)
 	}
 }

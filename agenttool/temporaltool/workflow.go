@@ -30,7 +30,7 @@ func Start(ctx workflow.Context, a *Activity, c Call) *Future {
 	if err == nil {
 		err = a.check(&c, workflow.GetInfo(ctx))
 	}
-	f.mode = c.Mode
+	f.mode = c.Identity
 	if err != nil {
 		fut, set := workflow.NewFuture(ctx)
 		set.SetError(err)
@@ -63,35 +63,35 @@ func (a *Activity) optionsFor(o workflow.ActivityOptions) (workflow.ActivityOpti
 
 // check completes c for the workflow of info, or says why it cannot run.
 func (a *Activity) check(c *Call, info *workflow.Info) error {
-	switch c.Mode {
+	switch c.Identity {
 	case "":
-		c.Mode = Agent
-	case Agent, Step:
+		c.Identity = ByStep
+	case ByStep, ByInput:
 	default:
-		return fmt.Errorf("%w: Call.Mode %q is neither %q nor %q", ErrConfig, c.Mode, Agent, Step)
+		return fmt.Errorf("%w: Call.Identity %q is neither %q nor %q", ErrConfig, c.Identity, ByStep, ByInput)
 	}
-	if c.Mode == Agent && c.Step != "" {
-		return fmt.Errorf("%w: Call.Step %q is for Step mode; an Agent call is one action by its arguments", ErrConfig, c.Step)
+	if c.Identity == ByInput && c.Step != "" {
+		return fmt.Errorf("%w: Call.Step %q is for ByStep; a ByInput call is one action by its arguments", ErrConfig, c.Step)
 	}
 	if c.Session == "" {
-		c.Session = session(info, c.Mode)
+		c.Session = session(info, c.Identity)
 	}
 	return nil
 }
 
-// session is the default session of a call of mode m from the workflow
+// session is the default session of a call of identity m from the workflow
 // of info: the workflow ID, and the ID of the run that starts its window.
 //
-// Agent: the conversation is the chain of runs — FirstRunID, kept across
+// ByInput: the conversation is the chain of runs — FirstRunID, kept across
 // Continue-As-New, a workflow retry and a reset — but each run of a cron
 // workflow is a conversation of its own (the chain links them too).
-// Step: the run, as a reset keeps it (OriginalRunID): steps of one run are
+// ByStep: the run, as a reset keeps it (OriginalRunID): steps of one run are
 // its own, since the activity IDs that name them begin again in a new run.
 // A test environment leaves both IDs empty: the run's ID stands in.
-func session(info *workflow.Info, m Mode) string {
+func session(info *workflow.Info, m Identity) string {
 	run := info.WorkflowExecution.RunID
 	switch {
-	case m == Step || info.CronSchedule != "":
+	case m == ByStep || info.CronSchedule != "":
 		if info.OriginalRunID != "" {
 			run = info.OriginalRunID
 		}
@@ -107,7 +107,7 @@ type Future struct {
 	f    workflow.Future
 	err  error // why the call was not started
 	tool string
-	mode Mode
+	mode Identity
 }
 
 // Get waits for the call and returns its envelope: the activity's result

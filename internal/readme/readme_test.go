@@ -56,6 +56,9 @@ var imports = map[string]string{
 	"github.com/retrysafe/retrysafe/agenttool/mcpgo":         "mcpgo.Register",
 	"github.com/dbos-inc/dbos-transact-golang/dbos":          "dbos.Launch",
 	"github.com/retrysafe/retrysafe/agenttool/dbostool":      "dbostool.New",
+	"github.com/retrysafe/retrysafe/agenttool/temporaltool":  "temporaltool.Register",
+	"go.temporal.io/sdk/workflow":                            "workflow.GetInfo",
+	"go.temporal.io/sdk/worker":                              "worker.New",
 	"github.com/retrysafe/retrysafe/reconcile":               "reconcile.Poll",
 }
 

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"time"
 
@@ -154,7 +155,11 @@ func genFor(tx *bolt.Tx, name []byte, now time.Time) (place, error) {
 	g := gens.Bucket(name)
 	if g == nil {
 		if gens.Sequence() >= maxGenerations {
-			if _, err := dropEnded(tx, now, genStep, genWhole); err != nil {
+			// At least one ended generation goes, whole whatever its
+			// size (no slack): a cut would leave the count where it is,
+			// and a file no sweeper sweeps would then gain a generation
+			// with each window, its records never freed.
+			if _, err := dropEnded(tx, now, genStep, math.MaxInt); err != nil {
 				return place{}, err
 			}
 		}

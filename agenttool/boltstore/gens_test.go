@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -827,4 +828,125 @@ func BenchmarkSweepOfAnEndedGeneration(b *testing.B) {
 			b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*n), "ns/record")
 		})
 	}
+}
+
+// Without a sweeper, the rule of maxGenerations holds even when a
+// generation that ended is too big to go in one step: a write that starts
+// a generation in a full file takes at least one generation away, so
+// lookups (which walk every ended generation: its filter is forgotten)
+// stay quick.
+func TestGenerationsStayFewWithoutASweeperBehindABigEndedOne(t *testing.T) {
+	s := OpenTemp(t)
+	ended := bigGeneration(t, s, 3*genWhole)
+	const ttl = 80 * time.Second // windows of 8 s
+	for i := range 2 * maxGenerations {
+		now := ended.Add(time.Duration(i) * 8 * time.Second)
+		settle(t, s, "t", fmt.Sprintf("k/%04d", i), now, ttl)
+		if names, _ := gensLeft(s); len(names) > maxGenerations+1 {
+			t.Errorf("after %d writes, %d generations; want at most %d", i+1, len(names), maxGenerations+1)
+			return
+		}
+	}
+}
+
+// While a big generation that ended is cut down over steps, keys move out
+// of it (claimed again), back in (a write whose clock is behind puts a
+// record in its window again) and are written into it anew: each step
+// counts what it deleted, each generation's count stays the keys it
+// holds, and no live record goes.
+func TestAGenerationCutWhileKeysMoveInAndOutCountsTrueAndKeepsTheLive(t *testing.T) {
+	ctx := context.Background()
+	s := OpenTemp(t)
+	const n = genWhole + 4*genStep
+	at := bigGeneration(t, s, n)
+	t0 := time.Unix(1_780_000_000, 0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	actual := func() (total int) {
+		t.Helper()
+		s.db.View(func(tx *bolt.Tx) error {
+			return forEachGen(tx, func(p place) error {
+				keys := 0
+				p.records.ForEach(func(k, v []byte) error { keys++; return nil })
+				if int(p.records.Sequence()) != keys {
+					t.Fatalf("generation %x counts %d records and holds %d", p.gen, p.records.Sequence(), keys)
+				}
+				total += keys
+				return nil
+			})
+		})
+		return total
+	}
+	live := map[string]bool{}
+	for step := 0; ; step++ {
+		for range 20 {
+			key := fmt.Sprintf("send/%07d", rng.IntN(n+100))
+			switch rng.IntN(3) {
+			case 0: // written (again) into the ended window, by a clock that is behind
+				if err := s.db.Update(func(tx *bolt.Tx) error {
+					b := tx.Bucket(recordsBucket)
+					prev, err := load(b, key)
+					if err != nil || (prev != nil && live[key]) {
+						return err
+					}
+					r := succeeded(key, t0, time.Hour)
+					r.Tool = "send"
+					return saveAt(b, &r, prev, time.Time{})
+				}); err != nil {
+					t.Fatal(err)
+				}
+			case 1: // claimed again and settled for a day: out of the window, live
+				if live[key] {
+					continue
+				}
+				res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send", Fingerprint: storekit.Digest{1}, Owner: "o", Now: at, Lease: time.Minute})
+				if err != nil || !res.Claimed {
+					t.Fatalf("claim %s: %+v %v", key, res, err)
+				}
+				if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: agenttool.Succeeded, Attempts: 1,
+					Outcome: []byte(`{}`), Now: at, TTL: 24 * time.Hour}); err != nil {
+					t.Fatal(err)
+				}
+				live[key] = true
+			case 2: // claimed again and left pending
+				if live[key] {
+					continue
+				}
+				res, err := s.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send", Fingerprint: storekit.Digest{1}, Owner: "o", Now: at, Lease: time.Hour})
+				if err != nil || !res.Claimed {
+					t.Fatalf("claim %s: %+v %v", key, res, err)
+				}
+				live[key] = true
+			}
+		}
+		before := actual()
+		req := storekit.SweepRequest{Now: at}
+		if rng.IntN(2) == 0 {
+			req.Limit = 1 + rng.IntN(400)
+		}
+		got, err := s.Sweep(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after := actual(); before-after != got {
+			t.Fatalf("step %d (limit %d) said it deleted %d; the generations lost %d", step, req.Limit, got, before-after)
+		}
+		for key := range live {
+			if _, err := s.Get(ctx, key); err != nil {
+				t.Fatalf("step %d: %s, live, went: %v", step, key, err)
+			}
+		}
+		if got == 0 {
+			break
+		}
+	}
+	names, left := gensLeft(s)
+	if len(names) != 1 || left != len(live)-countPending(t, s) {
+		t.Errorf("left: %v, %d records; want the one live generation", names, left)
+	}
+}
+
+func countPending(t *testing.T, s *Store) (n int) {
+	t.Helper()
+	s.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(pendingBucket).Stats().KeyN; return nil })
+	return n
 }

@@ -113,8 +113,12 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	defer up.Close()
 	config := func(name string, server map[string]any) (string, error) {
 		server["tools"] = map[string]any{"book": map[string]any{"class": "keyed", "key_argument": "idempotency_key"}}
+		// Over HTTP each client is a conversation of its own, as 64 users'
+		// chats are: one conversation's writes of a tool run one at a
+		// time (the unknown fence), and 64 clients in one would take
+		// turns.
 		b, err := json.Marshal(map[string]any{"principal": "bench", "store": map[string]any{"path": filepath.Join(dir, name+".db")},
-			"mcpServers": map[string]any{"bench": server}})
+			"conversation": map[string]any{"header": benchConversationHeader}, "mcpServers": map[string]any{"bench": server}})
 		if err != nil {
 			return "", err
 		}
@@ -194,8 +198,12 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	defer g.Close()
 	front := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil))
 	defer front.Close()
-	httpTransport := func(url string) mcp.Transport {
-		return &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}
+	httpTransport := func(url string, conversation ...string) mcp.Transport {
+		t := &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}
+		if len(conversation) > 0 {
+			t.HTTPClient = &http.Client{Transport: headerTransport{benchConversationHeader, conversation[0]}}
+		}
+		return t
 	}
 	if cs, err = connect(httpTransport(up.URL)); err != nil {
 		return err
@@ -205,7 +213,7 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	if err != nil {
 		return err
 	}
-	if cs, err = connect(httpTransport(front.URL)); err != nil {
+	if cs, err = connect(httpTransport(front.URL, "lone")); err != nil {
 		return err
 	}
 	res.HTTPGuardedP50, err = lone(cs, "hg")
@@ -216,7 +224,7 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	many := func(url, tag string) (float64, error) {
 		sessions := make([]*mcp.ClientSession, 64)
 		for i := range sessions {
-			if sessions[i], err = connect(httpTransport(url)); err != nil {
+			if sessions[i], err = connect(httpTransport(url, "client-"+strconv.Itoa(i))); err != nil {
 				return 0, err
 			}
 			defer sessions[i].Close()
@@ -256,6 +264,19 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 		return err
 	}
 	return printGuard(w, asJSON, res)
+}
+
+// benchConversationHeader carries each HTTP client's conversation to the
+// guard (its config's "conversation").
+const benchConversationHeader = "X-Bench-Conversation"
+
+// headerTransport sends every request with one header more.
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // boltCommitP50 is the median time of one bbolt Update that writes a

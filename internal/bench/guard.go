@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -26,8 +29,9 @@ import (
 
 // The guard's cost: a guarded call through `retrysafe guard` against the
 // same call straight to the server, over stdio and streamable HTTP, one
-// caller; and 64 HTTP clients, each in a session of its own, through the
-// guard (bbolt, group commit) against straight to the server.
+// caller; and 64 HTTP clients, each in a session and a conversation of
+// its own, through the guard (bbolt, group commit; a process of its own,
+// as retrysafe guard -listen runs) against straight to the server.
 
 // benchServerEnv makes this program an MCP server over stdio (the
 // upstream), or the guard over stdio in front of one (its value is the
@@ -35,6 +39,9 @@ import (
 const (
 	benchServerEnv = "RETRYSAFE_BENCH_SERVER"
 	benchGuardEnv  = "RETRYSAFE_BENCH_GUARD"
+	// benchGuardHTTPEnv makes the process a guard on streamable HTTP, on
+	// a free port of 127.0.0.1 it prints as its first line.
+	benchGuardHTTPEnv = "RETRYSAFE_BENCH_GUARD_HTTP"
 )
 
 // benchServer is the upstream: book takes an idempotency key and does
@@ -58,15 +65,20 @@ func asBenchProcess() bool {
 	case os.Getenv(benchServerEnv) != "":
 		benchServer().Run(context.Background(), &mcp.StdioTransport{})
 		return true
-	case os.Getenv(benchGuardEnv) != "":
+	case os.Getenv(benchGuardEnv) != "" || os.Getenv(benchGuardHTTPEnv) != "":
 		if os.Getenv("GOGC") == "" {
 			debug.SetGCPercent(400) // as retrysafe guard runs
 		}
-		cfg, err := mcpguard.LoadConfig(os.Getenv(benchGuardEnv))
+		path := os.Getenv(benchGuardEnv) + os.Getenv(benchGuardHTTPEnv)
+		cfg, err := mcpguard.LoadConfig(path)
 		if err == nil {
 			var g *mcpguard.Guard
 			if g, err = mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: slog.New(slog.DiscardHandler)}); err == nil {
-				err = g.Server().Run(context.Background(), &mcp.StdioTransport{})
+				if os.Getenv(benchGuardEnv) != "" {
+					err = g.Server().Run(context.Background(), &mcp.StdioTransport{})
+				} else {
+					err = serveHTTPGuard(g)
+				}
 				g.Close()
 			}
 		}
@@ -77,6 +89,20 @@ func asBenchProcess() bool {
 		return true
 	}
 	return false
+}
+
+// serveHTTPGuard serves g on streamable HTTP on a free port of 127.0.0.1,
+// whose URL it prints first, until its standard input closes.
+func serveHTTPGuard(g *mcpguard.Guard) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)}
+	go srv.Serve(l)
+	fmt.Printf("http://%s\n", l.Addr())
+	io.Copy(io.Discard, os.Stdin)
+	return srv.Close()
 }
 
 // GuardResult is the -guard run's figures.
@@ -187,17 +213,25 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := mcpguard.LoadConfig(path)
+	// The guard in a process of its own, as retrysafe guard -listen runs.
+	guardProc := stdioCmd(benchGuardHTTPEnv + "=" + path)
+	stdin, err := guardProc.StdinPipe()
 	if err != nil {
 		return err
 	}
-	g, err := mcpguard.New(ctx, cfg, &mcpguard.Options{Logger: slog.New(slog.DiscardHandler)})
+	stdout, err := guardProc.StdoutPipe()
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	front := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil))
-	defer front.Close()
+	if err := guardProc.Start(); err != nil {
+		return err
+	}
+	defer func() { stdin.Close(); guardProc.Wait() }()
+	frontURL, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("the guard process did not start: %w", err)
+	}
+	front := struct{ URL string }{strings.TrimSpace(frontURL)}
 	httpTransport := func(url string, conversation ...string) mcp.Transport {
 		t := &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}
 		if len(conversation) > 0 {

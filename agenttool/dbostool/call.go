@@ -17,7 +17,7 @@ type Identity uint8
 
 const (
 	// ByStep: the action is the workflow's step, named by the workflow's
-	// ID and the step's ID (or the Call's Action), whatever the input
+	// ID and the step's ID (or the Call's Step), whatever the input
 	// says. DBOS's step retries and its recovery after a crash reach the
 	// same key; another step is another action, even with the same input.
 	// Each action is its own session, so that steps run in parallel are
@@ -56,20 +56,20 @@ type Call struct {
 	// Label names the principal for an operator (agenttool.WithLabel): a
 	// display name, a ticket. Not part of the key.
 	Label string
-	// Input is the tool's arguments, as the model (or the code) wrote
-	// them: one JSON object, or text for a tool built with TextInput.
-	Input string
+	// Args is the tool's input, as the model (or the code) wrote it: one
+	// JSON object, or text for a tool built with TextInput.
+	Args string
 	// Session, under ByInput, is the conversation the model's calls belong
 	// to; "" means the workflow's ID. Set it to the conversation's own ID,
 	// carried in the workflow's input, for a conversation that outlives
 	// one workflow (a fork, a next run). Refused under ByStep.
 	Session string
-	// Action, under ByStep, names the action within its workflow in place
-	// of the step's ID: a later step of the workflow with the same Action
+	// Step, under ByStep, names the action within its workflow in place
+	// of the step's ID: a later step of the workflow with the same Step
 	// meets the same key (to call again after an answer that says wait,
 	// or to learn how an unknown action was settled). "" means the step's
 	// ID. Refused under ByInput.
-	Action string
+	Step string
 }
 
 // check refuses a call that trusted code got wrong.
@@ -79,9 +79,9 @@ func (c Call) check(id Identity) error {
 	case c.Principal == "":
 		return bad("the call has no Principal: say who acts, from the workflow's code or input, never from the model")
 	case id == ByStep && c.Session != "":
-		return bad("Session is for ByInput: under ByStep each action is its own session (name a later step's action the same with Action)")
-	case id == ByInput && c.Action != "":
-		return bad("Action is for ByStep: under ByInput the input's identifying fields name the action within the Session")
+		return bad("Session is for ByInput: under ByStep each action is its own session (name a later step's action the same with Step)")
+	case id == ByInput && c.Step != "":
+		return bad("Step is for ByStep: under ByInput the input's identifying fields name the action within the Session")
 	}
 	return nil
 }
@@ -103,7 +103,7 @@ func scope(ctx context.Context, id Identity, c Call) (context.Context, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dbostool: %w", err)
 		}
-		action := actionID(wf, c.Action, step)
+		action := actionID(wf, c.Step, step)
 		ctx = agenttool.WithActionID(agenttool.WithScope(ctx, c.Principal, action), action)
 	case ByInput:
 		session := c.Session
@@ -119,8 +119,8 @@ func scope(ctx context.Context, id Identity, c Call) (context.Context, error) {
 }
 
 // actionID names a ByStep action: the workflow and the step's ID, or the
-// call's Action. Quoting keeps any two names apart, whatever characters
-// a workflow ID or an Action holds.
+// call's Step. Quoting keeps any two names apart, whatever characters
+// a workflow ID or a Step holds.
 func actionID(workflow, action string, step int) string {
 	if action != "" {
 		return "dbos:" + strconv.Quote(workflow) + "@" + strconv.Quote(action)

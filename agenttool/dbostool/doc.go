@@ -10,13 +10,12 @@
 //	send, err := agenttool.New("send_email", "Send an email.", sendEmail, agenttool.Options{
 //		Store: store, // pgstore: in DBOS's database, in a schema of its own, if you like
 //		Class: agenttool.Keyed,
-//		Lease: 15 * time.Second, WaitTimeout: 20 * time.Second, // a recovered step outwaits a dead process's lease
 //	})
 //	sendStep, err := dbostool.New(send, nil)
 //
 //	func notify(ctx dbos.Context, in Job) (envelope.Envelope, error) {
 //		// trusted workflow code says who acts; the model's arguments are passed apart
-//		return sendStep.Run(ctx, dbostool.Call{Principal: in.User, Label: in.UserName, Input: in.Args})
+//		return sendStep.Run(ctx, dbostool.Call{Principal: in.User, Label: in.UserName, Args: in.Args})
 //	}
 //	dbos.RegisterWorkflow(dbosCtx, notify)
 //
@@ -56,7 +55,7 @@
 // arguments changed is refused (key_reused_with_different_input). Two
 // steps are two actions, even with the same input — what a workflow that
 // decides to send two reminders means. Steps of a workflow that give
-// the same [Call].Action are one action.
+// the same [Call].Step are one action.
 //
 // [ByInput] keys by the tool's identifying fields within the call's
 // Session (the conversation; the workflow's ID if it has none), as any
@@ -70,7 +69,14 @@
 // its arguments; steps run in parallel are not serialised; and a fork
 // does what a fork is for. A workflow that lets a model decide whether to
 // call the tool again must choose ByInput: under ByStep the model's
-// repeat in a later step is another action, and runs.
+// repeat in a later step is another action, and runs. So under ByStep an
+// unknown outcome never tells its reader to call again later (the
+// advice of a Keyed tool's unknown outcome, true of its reference): its
+// next is do_not_retry, and its note says that only this step run again
+// (or a step of the same Call.Step) learns what became of the action.
+// Run and Go belong to the workflow itself: called inside a step of the
+// workflow's own, where DBOS runs them as plain calls under that step's
+// ID, they refuse (ErrInvalidCall).
 //
 // A workflow ID reused returns the earlier workflow's result (DBOS's
 // default WorkflowIDReusePolicyReturnExisting; the reject policy refuses
@@ -94,8 +100,8 @@
 // its writes run one at a time per principal, across workflows. Under
 // ByInput the fence is the conversation's, as in any agent loop: writes
 // of one tool in one conversation run one after another (a second waits
-// up to WaitTimeout, then answers in_progress), and an unknown one holds
-// the others.
+// for the first; see "Crashes and leases"), and an unknown one holds the
+// others.
 //
 // # One retry owner
 //
@@ -104,10 +110,10 @@
 // DBOS runs the step once. [Options].StepRetries makes DBOS the owner
 // instead: the tool must make one attempt per call (Retry.MaxAttempts
 // 1), and the step fails — so that DBOS runs it again, after its own
-// backoff, under the same key — only when calling again can change the
-// envelope: store_unavailable, unavailable, in_progress, and a Keyed
-// tool's outcome_unknown with next wait (the retry its RetryPolicy would
-// have made; the destination dedupes the reference). Any other unknown
+// backoff, under the same key — only when another attempt can change the
+// envelope: unavailable, and a Keyed tool's outcome_unknown with next
+// wait (the retry its RetryPolicy would have made; the destination
+// dedupes the reference). Any other unknown
 // outcome is the step's outcome at once: DBOS never retries it blindly.
 // When DBOS's retries run out, the last envelope is the step's outcome.
 // New refuses both owners at once ([ErrRetriesMultiply]): every DBOS
@@ -115,18 +121,20 @@
 //
 // # Crashes and leases
 //
-// A process that dies while its step runs leaves the action's record
-// pending under its lease (agenttool Options.Lease). The step DBOS runs
-// again after the restart meets it, and must outwait it: the dead
-// holder's lease lapses, then the action is settled (checked, resent
-// under its reference, or found unknown). New refuses a tool whose step
-// would give up first ([ErrRecoveryWindow]) and record in_progress as the
-// step's outcome: when the tool owns retries, set its WaitTimeout to at
-// least Lease plus ClockSkew (Lease 15s, WaitTimeout 20s, say: agenttool's
-// defaults, 1m and 10s, do not fit); when DBOS does, let its retries
-// (StepRetries, StepMaxInterval) cover as long. A shorter lease gets a
-// recovered workflow going sooner; it must still outlast the pauses of a
-// live process (agenttool's caveats).
+// The step's outcome is what DBOS records and replays for good, so it is
+// always an answer about the action: a call whose answer is about itself
+// alone — store_unavailable (the record could not be read), in_progress
+// (another run holds the action), cancelled — is made again inside the
+// step, after the envelope's retry_after or a pause growing to 5s, for as
+// long as the workflow runs. A process that dies while its step runs
+// leaves the action's record pending under its lease (agenttool
+// Options.Lease); the step DBOS runs again after the restart waits it
+// out, then settles the action (checks it, resends it under its
+// reference, or finds it unknown). A shorter lease gets a recovered
+// workflow going sooner; it must still outlast the pauses of a live
+// process (agenttool's caveats). A step that waits on a store that is
+// down waits until it is back: cancel the workflow to stop it, and DBOS
+// records nothing.
 //
 // # One database
 //

@@ -6,8 +6,8 @@ import (
 )
 
 // Errors of [New] and of a [Call]. Each message says what to change;
-// match them with errors.Is. ErrRetriesMultiply and ErrRecoveryWindow also
-// match ErrInvalidOptions.
+// match them with errors.Is. ErrRetriesMultiply also matches
+// ErrInvalidOptions.
 var (
 	// ErrInvalidOptions: New was given a nil tool or options it cannot
 	// work with.
@@ -17,11 +17,6 @@ var (
 	// more than one attempt): every DBOS retry would run a whole round of
 	// the tool's attempts. Retries need one owner.
 	ErrRetriesMultiply = errors.New("DBOS's step retries and the tool's own retries would multiply")
-	// ErrRecoveryWindow: a step that DBOS runs again after a crash would
-	// meet the dead process's claim of the action and give up before that
-	// claim's lease lapses, recording in_progress as the step's outcome
-	// instead of settling the action.
-	ErrRecoveryWindow = errors.New("a recovered step would give up before a dead process's lease lapses")
 	// ErrInvalidCall: a Call lacks its principal, or sets a field its
 	// Step's Identity does not use. Run and Go return it before any step
 	// runs, so a workflow's replay meets it at the same place.

@@ -37,10 +37,9 @@ func Example() {
 		// Pass agenttool.RequestRef(ctx) to the mail API as its idempotency key.
 		return "sent", nil
 	}, agenttool.Options{
-		Store:       store,
-		Class:       agenttool.Keyed,
-		Lease:       15 * time.Second,
-		WaitTimeout: 20 * time.Second, // a step DBOS runs again after a crash outwaits the dead process's lease
+		Store: store,
+		Class: agenttool.Keyed,
+		Lease: 15 * time.Second, // a step DBOS runs again after a crash waits out a dead process's claim: sooner than the default minute
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -51,7 +50,7 @@ func Example() {
 	}
 
 	notify := func(ctx dbos.Context, in Notice) (envelope.Envelope, error) {
-		return sendStep.Run(ctx, dbostool.Call{Principal: in.User, Label: in.UserName, Input: in.Args})
+		return sendStep.Run(ctx, dbostool.Call{Principal: in.User, Label: in.UserName, Args: in.Args})
 	}
 	dbosCtx, err := dbos.NewContext(ctx, dbos.Config{AppName: "mailer", DatabaseURL: url})
 	if err != nil {

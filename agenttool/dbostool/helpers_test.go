@@ -269,7 +269,7 @@ type job struct {
 // sendOnce returns the workflow that sends one email through s: one line.
 func sendOnce(s *dbostool.Step) dbos.Workflow[job, envelope.Envelope] {
 	return func(ctx dbos.Context, in job) (envelope.Envelope, error) {
-		return s.Run(ctx, dbostool.Call{Principal: in.User, Input: in.Args, Session: in.Session})
+		return s.Run(ctx, dbostool.Call{Principal: in.User, Args: in.Args, Session: in.Session})
 	}
 }
 

@@ -25,7 +25,7 @@ func TestCompletedStepReplaysFromDBOS(t *testing.T) {
 	hold.Store(true)
 	first := make(chan envelope.Envelope, 1)
 	wf := func(ctx dbos.Context, in job) (envelope.Envelope, error) {
-		env, err := s.Run(ctx, dbostool.Call{Principal: in.User, Input: in.Args})
+		env, err := s.Run(ctx, dbostool.Call{Principal: in.User, Args: in.Args})
 		if err != nil || !hold.Load() {
 			return env, err
 		}

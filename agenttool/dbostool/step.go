@@ -23,9 +23,9 @@ type Options struct {
 	// tool's name.
 	StepName string
 	// StepRetries makes DBOS the owner of retries: how many times DBOS
-	// runs the step again after a call whose envelope calling again under
-	// the same key can change (store_unavailable, unavailable,
-	// in_progress, and a Keyed tool's outcome_unknown with next wait).
+	// runs the step again after an attempt that another attempt under the
+	// same key can change (unavailable, and a Keyed tool's
+	// outcome_unknown with next wait).
 	// The tool must then make one attempt per call (Retry.MaxAttempts 1);
 	// New refuses it otherwise (ErrRetriesMultiply). When they run out,
 	// the last envelope is the step's outcome. 0, the default: the tool's
@@ -55,9 +55,7 @@ type Step struct {
 }
 
 // New returns a Step that runs tool. It refuses a nil tool, options out of
-// range, retries with two owners (ErrRetriesMultiply), and a tool whose
-// step, run again after a crash, could not outwait the dead process's
-// lease (ErrRecoveryWindow).
+// range, and retries with two owners (ErrRetriesMultiply).
 func New(tool *agenttool.Tool, opts *Options) (*Step, error) {
 	if tool == nil {
 		return nil, fmt.Errorf("dbostool: the tool is nil: %w", ErrInvalidOptions)
@@ -124,7 +122,7 @@ func (s *Step) Run(ctx dbos.Context, call Call) (envelope.Envelope, error) {
 	if err := call.check(s.identity); err != nil {
 		return envelope.Envelope{}, err
 	}
-	return settle(dbos.RunAsStep(ctx, s.body(call), s.opts...))
+	return settle(dbos.RunAsStep(ctx, s.body(ctx, call), s.opts...))
 }
 
 // Go is Run in a goroutine (dbos.Go): steps of one workflow started with
@@ -136,7 +134,7 @@ func (s *Step) Go(ctx dbos.Context, call Call) (<-chan dbos.StepOutcome[envelope
 	if err := call.check(s.identity); err != nil {
 		return nil, err
 	}
-	in, err := dbos.Go(ctx, s.body(call), s.opts...)
+	in, err := dbos.Go(ctx, s.body(ctx, call), s.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,21 +148,105 @@ func (s *Step) Go(ctx dbos.Context, call Call) (<-chan dbos.StepOutcome[envelope
 	return out, nil
 }
 
-// body is the step: the call's scope on the step's context, one Invoke,
-// and, when DBOS owns the retries, a step error for an envelope that
-// calling again can change.
-func (s *Step) body(call Call) dbos.Step[envelope.Envelope] {
+// body is the step: the call's scope on the step's context, one Invoke
+// (asked again while its answer is about the call alone, see
+// answersTheAction), and, when DBOS owns the retries, a step error for an
+// envelope that another attempt can change. outer is the context Run was
+// given: DBOS runs a step inside another step as a plain call, with that
+// context, and the two would share the outer step's ID.
+func (s *Step) body(outer dbos.Context, call Call) dbos.Step[envelope.Envelope] {
 	return func(ctx context.Context) (envelope.Envelope, error) {
+		if any(ctx) == any(outer) {
+			return envelope.Envelope{}, fmt.Errorf("dbostool: tool %q: Run or Go was called inside another step (a RunAsStep of the workflow's own), "+
+				"where DBOS runs it as a plain call under the outer step's ID, so every call in it would be one action: call it from the workflow itself: %w",
+				s.tool.Name(), ErrInvalidCall)
+		}
 		ctx, err := scope(ctx, s.identity, call)
 		if err != nil {
 			return envelope.Envelope{}, err
 		}
-		env := s.tool.Invoke(ctx, call.Input)
-		if s.retries && retryable(env, s.class) {
+		env, err := s.invoke(ctx, call)
+		if err != nil {
+			return env, err
+		}
+		retry := s.retries && retryable(env, s.class)
+		if s.identity == ByStep {
+			env = stepGuidance(env)
+		}
+		if retry {
 			return env, &retryError{code: env.Error.Code, ref: env.RequestRef}
 		}
 		return env, nil
 	}
+}
+
+// invoke calls the tool until its answer is about the action, not about
+// this call alone (answersTheAction): the step's output is what DBOS
+// records and replays for good, and "the store could not be read" or
+// "another run holds the action" said nothing about it — the action may
+// even have been done by an earlier run of the step. It waits between
+// calls (the envelope's retry_after, else a growing pause up to
+// maxPause) for as long as the workflow runs; when its context ends it
+// returns the last envelope with the context's error, and DBOS records
+// nothing.
+func (s *Step) invoke(ctx context.Context, call Call) (envelope.Envelope, error) {
+	pause := firstPause
+	for {
+		env := s.tool.Invoke(ctx, call.Args)
+		if answersTheAction(env) {
+			return env, nil
+		}
+		wait := pause
+		if env.RetryAfter > 0 {
+			wait = time.Duration(env.RetryAfter) * time.Second
+		}
+		pause = min(2*pause, maxPause)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return env, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// firstPause and maxPause bound the waits of invoke.
+const (
+	firstPause = 100 * time.Millisecond
+	maxPause   = 5 * time.Second
+)
+
+// answersTheAction reports whether env says what became of the call's
+// action, so that it may be the step's outcome for good: every envelope
+// but those that say only that this call could not find out —
+// store_unavailable (the record could not be read or written),
+// in_progress (another run of the step holds the action) and cancelled
+// (the call's context ended before the tool ran).
+func answersTheAction(env envelope.Envelope) bool {
+	if env.Error == nil {
+		return true
+	}
+	switch env.Error.Code {
+	case envelope.CodeStoreUnavailable, envelope.CodeInProgress, envelope.CodeCancelled:
+		return false
+	}
+	return true
+}
+
+// stepGuidance makes an unknown outcome's guidance true for a call keyed
+// by its step: a later call in another step is another action, so
+// "calling again with the same input is safe" holds only for this step
+// run again (or a step with the same Call.Step).
+func stepGuidance(env envelope.Envelope) envelope.Envelope {
+	if env.Status != envelope.UnknownOutcome || env.Next != envelope.Wait {
+		return env
+	}
+	env.Next = envelope.DoNotRetry
+	env.Note = "The outcome of this step's action is unknown, and its record awaits reconciliation under " + env.RequestRef +
+		". Do not call " + env.Tool + " again for it: a call in another step is another action and would act again." +
+		" The workflow learns what became of it by running this step again (the same Call.Step), once it is settled."
+	return env
 }
 
 // settle turns what DBOS answered for the step into Run's answer: the

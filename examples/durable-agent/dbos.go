@@ -44,7 +44,7 @@ func runDBOS(ctx context.Context, run *demo.LoopRun, c conversation) (string, er
 			for _, tc := range t.Calls {
 				env := unknownTool(tc.Name)
 				if step, ok := steps[tc.Name]; ok {
-					if env, err = step.Run(ctx, dbostool.Call{Principal: c.Principal, Label: c.Label, Session: c.ID, Input: tc.Arguments}); err != nil {
+					if env, err = step.Run(ctx, dbostool.Call{Principal: c.Principal, Label: c.Label, Session: c.ID, Args: tc.Arguments}); err != nil {
 						return "", err
 					}
 				}

@@ -91,10 +91,10 @@ func setup(ctx context.Context, env *demo.Env) (*demo.Scenario, error) {
 		return store, func() { store.Close() }, nil
 	}
 	return demo.SetupBookingWith(ctx, env, open, agenttool.Options{
-		// A step run again after a crash outwaits the dead process's
-		// lease (dbostool.ErrRecoveryWindow).
-		Lease:       10 * time.Second,
-		WaitTimeout: 15 * time.Second,
+		// A step run again after a crash waits out the dead process's
+		// claim: a shorter lease than the default minute gets it going
+		// sooner.
+		Lease: 10 * time.Second,
 	})
 }
 

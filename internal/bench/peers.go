@@ -16,7 +16,6 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/dbostool"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -70,14 +69,7 @@ func runPeers(w io.Writer, asJSON bool, url string, quick bool) error {
 		store.Close()
 	}()
 	guarded := guard(store)
-	// As a DBOS step, the tool outwaits a dead process's lease
-	// (dbostool.ErrRecoveryWindow); the call itself is the same.
-	inStep, err := agenttool.Wrap(benchtool.Tool{}, agenttool.Options{Store: store, Class: agenttool.Keyed, IdentifyingFields: benchtool.Fields,
-		Lease: 15 * time.Second, WaitTimeout: 20 * time.Second})
-	if err != nil {
-		return err
-	}
-	step, err := dbostool.New(inStep, nil)
+	step, err := dbostool.New(guarded, nil)
 	if err != nil {
 		return err
 	}
@@ -94,7 +86,7 @@ func runPeers(w io.Writer, asJSON bool, url string, quick bool) error {
 	}
 	// Both: the guarded call as that step.
 	both := func(ctx dbos.Context, i int64) (envelope.Envelope, error) {
-		return step.Run(ctx, dbostool.Call{Principal: "tenant-42/user-7", Input: input(i)})
+		return step.Run(ctx, dbostool.Call{Principal: "tenant-42/user-7", Args: input(i)})
 	}
 	dbos.RegisterWorkflow(dctx, plain, dbos.WithWorkflowName("plain"))
 	dbos.RegisterWorkflow(dctx, both, dbos.WithWorkflowName("both"))

@@ -77,7 +77,11 @@
 // its own id. Each run of a cron workflow is a conversation of its own,
 // although Temporal chains them too. A workflow whose model chooses the
 // calls must choose ByInput: under ByStep the model's repeat, a new
-// activity, is a new action, and runs — a second email.
+// activity, is a new action, and runs — a second email. So under ByStep
+// an unknown outcome never says "call again later with the same input"
+// (a Keyed tool's advice, and in_progress's, true of the same action):
+// [Future.Get] makes its next do_not_retry, and its note says that only
+// the same step called again (Call.Step) learns what became of it.
 //
 //	                                   ByStep (run)              ByInput (conversation)
 //	a retry of the activity            the same action           the same action

@@ -2,8 +2,10 @@ package temporaltool_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -120,4 +122,33 @@ func TestACallIsAStepUnlessItSaysByInput(t *testing.T) {
 			t.Errorf("identity %q: the second call replayed %v; want %v", tc.identity, replayed, tc.effects == 1)
 		}
 	}
+}
+
+// Under ByStep an unknown outcome's advice holds: a Keyed tool whose
+// attempt took the order and lost its reply answers unknown_outcome,
+// and its envelope says to call again with the same input only where
+// that meets the same action. A workflow that does what the envelope
+// says — a later activity, the same input, as a model would — must not
+// make a second order.
+func TestByStepUnknownOutcomeAdviceHolds(t *testing.T) {
+	l := newLedger(true)
+	l.hold = make(chan struct{}) // the order is taken, then the attempt runs out of time: the reply is lost
+	o := l.options(agenttool.Keyed, memstore.New())
+	o.AttemptTimeout = 200 * time.Millisecond
+	a := mustActivity(t, l.tool(t, o))
+	follow := func(ctx workflow.Context, c temporaltool.Call) ([]envelope.Envelope, error) {
+		first, err := temporaltool.Execute(ctx, a, c)
+		if err != nil || first.Status != envelope.UnknownOutcome || first.Next != envelope.Wait {
+			return []envelope.Envelope{first}, err
+		}
+		close(l.hold)
+		second, err := temporaltool.Execute(ctx, a, c) // what the envelope said to do
+		return []envelope.Envelope{first, second}, err
+	}
+	envs := run(t, newEnv(t, a), follow, call(tea, temporaltool.ByStep))
+	want(t, envs[0], envelope.UnknownOutcome, "")
+	if envs[0].Next == envelope.Wait || strings.Contains(envs[0].Note, "is safe") {
+		t.Errorf("the unknown outcome of a step says to call again: next %s, %q", envs[0].Next, envs[0].Note)
+	}
+	l.check(t, 1)
 }

@@ -144,7 +144,8 @@ type Call struct {
 	// new for each activity.
 	Step string `json:"step,omitempty"`
 	// Approval is a person's decision about the action's unknown outcome,
-	// for a tool whose Approver is a [WorkflowApprover].
+	// for a tool whose Approver is a [WorkflowApprover]. Under ByStep it
+	// needs Step: without one the call is a new action, and is refused.
 	Approval *Approval `json:"approval,omitempty"`
 }
 
@@ -195,6 +196,9 @@ func (a *Activity) scoped(ctx context.Context, activityID string, c Call) (conte
 		}
 		ctx = agenttool.WithScope(ctx, c.Principal, c.Session)
 	case "", ByStep:
+		if c.Step == "" && c.Approval != nil {
+			return nil, fmt.Errorf("activity %s: %w", a.name, errApprovalWithoutStep)
+		}
 		step := "activity:" + activityID
 		if c.Step != "" {
 			step = "step:" + c.Step

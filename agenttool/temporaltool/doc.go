@@ -198,7 +198,9 @@
 // (or an update), puts the [Approval] in the Call, and calls again; the
 // call meets the action's key (the same arguments under ByInput, the same
 // Call.Step under ByStep), asks the approver, and runs once more only for
-// an approval of this action (RequestRef) and of this outcome (Attempts):
+// an approval of this action (RequestRef) and of this outcome (Attempts).
+// A ByStep call that carries an approval and no Call.Step is refused
+// ([ErrConfig]): it would be a new activity, a new action, and run again.
 //
 //	env, err := temporaltool.Execute(ctx, refundAct, c)
 //	for err == nil && env.Status == envelope.UnknownOutcome && env.Next == envelope.AskHuman {

@@ -134,7 +134,10 @@
 // I7: a retry that found the record gone would act again). [Start] fills
 // the timeouts the workflow left unset from them, and refuses, before
 // anything runs, timeouts that do not fit; the activity checks the
-// timeouts the server gave it the same way, and refuses to run.
+// timeouts the server gave it the same way, and refuses to run. An
+// attempt that starts with less of ScheduleToCloseTimeout left than the
+// budget (a late retry, a long wait in the queue) does not run either: it
+// ends Temporal's retries with ErrorTypeNotDone, not retryable.
 //
 // # What the activity returns
 //

@@ -144,7 +144,8 @@ type Call struct {
 	// new for each activity.
 	Step string `json:"step,omitempty"`
 	// Approval is a person's decision about the action's unknown outcome,
-	// for a tool whose Approver is a [WorkflowApprover].
+	// for a tool whose Approver is a [WorkflowApprover]. Under ByStep it
+	// needs Step: without one the call is a new action, and is refused.
 	Approval *Approval `json:"approval,omitempty"`
 }
 
@@ -174,6 +175,16 @@ func (a *Activity) Run(ctx context.Context, c Call) (envelope.Envelope, error) {
 	if err != nil {
 		return envelope.Envelope{}, refuse(err)
 	}
+	if info.ScheduleToCloseTimeout > 0 {
+		// ScheduleToCloseTimeout bounds all attempts together, from the
+		// first one's scheduling (the SDK cuts the attempt's context there):
+		// a retry, or an attempt that waited in the queue, may have less
+		// time left than the timeouts above promise. A call it cannot
+		// finish is not begun.
+		if left := time.Until(info.ScheduledTime.Add(info.ScheduleToCloseTimeout)); left < a.Budget() {
+			return envelope.Envelope{}, a.tooLate(left, info.Attempt)
+		}
+	}
 	stop := heartbeat(ctx, info.HeartbeatTimeout/3)
 	defer stop() // also when the tool panics
 	env := a.tool.Invoke(call, c.Args)
@@ -195,6 +206,9 @@ func (a *Activity) scoped(ctx context.Context, activityID string, c Call) (conte
 		}
 		ctx = agenttool.WithScope(ctx, c.Principal, c.Session)
 	case "", ByStep:
+		if c.Step == "" && c.Approval != nil {
+			return nil, fmt.Errorf("activity %s: %w", a.name, errApprovalWithoutStep)
+		}
 		step := "activity:" + activityID
 		if c.Step != "" {
 			step = "step:" + c.Step
@@ -213,6 +227,19 @@ func (a *Activity) scoped(ctx context.Context, activityID string, c Call) (conte
 		ctx = context.WithValue(ctx, approvalKey{}, *c.Approval)
 	}
 	return ctx, nil
+}
+
+// tooLate is the error of an attempt that did not run because the time
+// Temporal left it, left, is short of the longest call: did nothing, and
+// not retryable, since a retry would have less time still.
+func (a *Activity) tooLate(left time.Duration, attempt int32) error {
+	env := envelope.Envelope{Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: a.tool.Name(), Next: envelope.Wait,
+		Error: &envelope.Error{Code: envelope.CodeUnavailable, Message: fmt.Sprintf(
+			"attempt %d of activity %s was not run: %v was left before Temporal's deadline (ScheduleToCloseTimeout), short of the longest call of the tool, %v",
+			attempt, a.name, left.Round(time.Millisecond), a.Budget())},
+		Note: "This was not done: it was started too late to finish. Calling it again is safe."}
+	return temporal.NewApplicationErrorWithOptions(env.Error.Message, ErrorTypeNotDone, temporal.ApplicationErrorOptions{
+		NonRetryable: true, Details: []any{env, attempt}})
 }
 
 // refuse is the error of an activity that does not run: not retryable.

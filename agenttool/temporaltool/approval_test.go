@@ -2,6 +2,8 @@ package temporaltool_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,6 +86,113 @@ func TestApprovalBySignal(t *testing.T) {
 				}
 			}
 			want(t, envs[3], envelope.Success, "")
+			l.check(t, 1)
+		})
+	}
+}
+
+// The package doc's approval loop, with the default identity (ByStep) and
+// no Call.Step: the order is taken but its reply is lost (unknown_outcome,
+// ask_human); a person approves that action by its reference; the loop
+// calls again with the approval. Under ByStep without Call.Step, that call
+// is a new activity, so a new action under a new key: the approval (for
+// the first reference) is never consulted, and nothing stands in the way
+// of a second order. An approval can only ever be about the action of a
+// named step, so a ByStep call that carries one without Call.Step must be
+// refused before anything runs.
+func TestApprovalNeverRunsAnotherStep(t *testing.T) {
+	l := newLedger(false)
+	o := l.options(agenttool.AtMostOnce, memstore.New())
+	o.Approver = temporaltool.WorkflowApprover{}
+	var first atomic.Pointer[envelope.Envelope]
+	o.Hooks.Outcome = func(_ context.Context, e agenttool.OutcomeEvent) {
+		first.CompareAndSwap(nil, &e.Envelope)
+	}
+	var n atomic.Int32
+	place := func(ctx context.Context, in order) (placed, error) {
+		p, err := l.place(ctx, in)
+		if n.Add(1) == 1 && err == nil {
+			return placed{}, envelope.MarkUnknown(context.DeadlineExceeded) // taken; the reply is lost
+		}
+		return p, err
+	}
+	tool, err := agenttool.New("place_order", "Place one order.", place, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustActivity(t, tool)
+	env := newEnv(t, a)
+	env.RegisterDelayedCallback(func() {
+		f := first.Load()
+		env.SignalWorkflow("approval", temporaltool.Approval{RequestRef: f.RequestRef, Decision: temporaltool.RetryOnce,
+			By: "ana", Attempts: f.Attempts})
+	}, time.Minute)
+	wf := func(ctx workflow.Context, c temporaltool.Call) ([]envelope.Envelope, error) {
+		var out []envelope.Envelope
+		env, err := temporaltool.Execute(ctx, a, c)
+		for err == nil && env.Status == envelope.UnknownOutcome && env.Next == envelope.AskHuman && len(out) < 3 {
+			out = append(out, env)
+			var ok temporaltool.Approval
+			workflow.GetSignalChannel(ctx, "approval").Receive(ctx, &ok)
+			c.Approval = &ok
+			env, err = temporaltool.Execute(ctx, a, c)
+		}
+		if err != nil {
+			if errors.Is(err, temporaltool.ErrConfig) && strings.Contains(err.Error(), "Call.Step") {
+				return out, nil // refused, naming the fix: nothing ran
+			}
+			return out, err
+		}
+		return append(out, env), nil
+	}
+	envs := run(t, env, wf, temporaltool.Call{Args: tea, Principal: "tenant-42/user-7"}) // Identity: the default
+	for _, e := range envs[1:] {
+		if e.RequestRef != envs[0].RequestRef {
+			t.Errorf("the approved call met another action %s, not the approved %s", e.RequestRef, envs[0].RequestRef)
+		}
+	}
+	l.check(t, 1)
+}
+
+// An approved retry whose worker dies after the order is taken (the tool
+// panics) is retried by Temporal with the same Call, the same approval in
+// it. The approval allowed one attempt, and that attempt was made: the
+// retry must not make another.
+func TestApprovalReplayedByTemporalRetryAllowsNothing(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			l := newLedger(false)
+			l.lose, l.crash = 1, 1 // the first request is lost; the approved one is taken and its worker dies
+			o := l.options(agenttool.AtMostOnce, memstore.New())
+			o.Approver = temporaltool.WorkflowApprover{}
+			var first atomic.Pointer[envelope.Envelope]
+			o.Hooks.Outcome = func(_ context.Context, e agenttool.OutcomeEvent) {
+				first.CompareAndSwap(nil, &e.Envelope)
+			}
+			a := mustActivity(t, l.tool(t, o))
+			env := newEnv(t, a)
+			env.RegisterDelayedCallback(func() {
+				f := first.Load()
+				env.SignalWorkflow("approval", temporaltool.Approval{RequestRef: f.RequestRef, Decision: temporaltool.RetryOnce,
+					By: "ana", Attempts: f.Attempts})
+			}, time.Minute)
+			c := call(tea, mode)
+			if mode == temporaltool.ByStep {
+				c.Step = "order"
+			}
+			wf := func(ctx workflow.Context, c temporaltool.Call) ([]envelope.Envelope, error) {
+				e1, err := temporaltool.Execute(ctx, a, c)
+				if err != nil {
+					return nil, err
+				}
+				var ok temporaltool.Approval
+				workflow.GetSignalChannel(ctx, "approval").Receive(ctx, &ok)
+				c.Approval = &ok
+				e2, err := temporaltool.Execute(ctx, a, c)
+				return []envelope.Envelope{e1, e2}, err
+			}
+			envs := run(t, env, wf, c)
+			want(t, envs[1], envelope.UnknownOutcome, "")
 			l.check(t, 1)
 		})
 	}

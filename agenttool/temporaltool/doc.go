@@ -138,7 +138,10 @@
 // I7: a retry that found the record gone would act again). [Start] fills
 // the timeouts the workflow left unset from them, and refuses, before
 // anything runs, timeouts that do not fit; the activity checks the
-// timeouts the server gave it the same way, and refuses to run.
+// timeouts the server gave it the same way, and refuses to run. An
+// attempt that starts with less of ScheduleToCloseTimeout left than the
+// budget (a late retry, a long wait in the queue) does not run either: it
+// ends Temporal's retries with ErrorTypeNotDone, not retryable.
 //
 // # What the activity returns
 //
@@ -202,7 +205,9 @@
 // (or an update), puts the [Approval] in the Call, and calls again; the
 // call meets the action's key (the same arguments under ByInput, the same
 // Call.Step under ByStep), asks the approver, and runs once more only for
-// an approval of this action (RequestRef) and of this outcome (Attempts):
+// an approval of this action (RequestRef) and of this outcome (Attempts).
+// A ByStep call that carries an approval and no Call.Step is refused
+// ([ErrConfig]): it would be a new activity, a new action, and run again.
 //
 //	env, err := temporaltool.Execute(ctx, refundAct, c)
 //	for err == nil && env.Status == envelope.UnknownOutcome && env.Next == envelope.AskHuman {

@@ -1,6 +1,9 @@
 package temporaltool
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // ErrConfig is wrapped by every error that reports a configuration that
 // does not fit: a tool that retries inside one call while Temporal retries
@@ -24,3 +27,10 @@ const (
 	// retryable; nothing ran.
 	ErrorTypeConfig = "RetrysafeConfig"
 )
+
+// errApprovalWithoutStep refuses a ByStep call that carries an approval but
+// names no step: its action is the new activity, never the one approved, so
+// the approval could only be ignored while the tool runs again.
+var errApprovalWithoutStep = fmt.Errorf("%w: Call.Approval is set on a ByStep call without Call.Step: the call is a new activity, "+
+	"so a new action that the approval, for the earlier action's reference, cannot reach, and it would run again; name the step (Call.Step) "+
+	"on the first call and on the approved one, or use ByInput", ErrConfig)

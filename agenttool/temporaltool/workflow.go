@@ -73,6 +73,9 @@ func (a *Activity) check(c *Call, info *workflow.Info) error {
 	if c.Identity == ByInput && c.Step != "" {
 		return fmt.Errorf("%w: Call.Step %q is for ByStep; a ByInput call is one action by its arguments", ErrConfig, c.Step)
 	}
+	if c.Identity == ByStep && c.Step == "" && c.Approval != nil {
+		return errApprovalWithoutStep
+	}
 	if c.Session == "" {
 		c.Session = session(info, c.Identity)
 	}

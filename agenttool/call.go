@@ -282,7 +282,13 @@ func (c *call) claim() outcome {
 	req := c.req
 	req.Now, req.Replace = cfg.Now(), c.replace
 	c.replace = nil
-	res, err := cfg.Store.Claim(c.ctx, req)
+	// A claim is bounded as every store write is (StoreTimeout), so that
+	// a slow store cannot eat into the time the call's attempts were
+	// given: a claim that takes longer answers store_unavailable, and
+	// nothing runs.
+	ctx, cancel := context.WithTimeout(c.ctx, cfg.StoreTimeout)
+	res, err := cfg.Store.Claim(ctx, req)
+	cancel()
 	c.letGo(res, err)
 	if err != nil {
 		c.unclaim()

@@ -318,9 +318,10 @@ type Options struct {
 	// same key before answering in_progress. 0 means 10s; negative means do
 	// not wait.
 	WaitTimeout time.Duration
-	// StoreTimeout bounds each store write that records an outcome. Outcomes
-	// are recorded on a context that survives the caller's cancellation.
-	// 0 means 10s.
+	// StoreTimeout bounds each store write: a claim (one that takes
+	// longer answers store_unavailable, and nothing runs) and each write
+	// that records an outcome. Outcomes are recorded on a context that
+	// survives the caller's cancellation. 0 means 10s.
 	StoreTimeout time.Duration
 	// Reconciler asks the destination what became of a request reference
 	// whose outcome is unknown. A Reconcilable tool uses it after an

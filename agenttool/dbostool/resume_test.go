@@ -60,6 +60,20 @@ func (o *outage) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit
 	return o.Store.Claim(ctx, req)
 }
 
+// sendReporting is a workflow that sends one email through s and reports
+// on returned what its first execution's Run answered.
+func sendReporting(s *dbostool.Step, returned chan<- error) dbos.Workflow[job, envelope.Envelope] {
+	var runs atomic.Int32
+	return func(ctx dbos.Context, in job) (envelope.Envelope, error) {
+		n := runs.Add(1)
+		env, err := s.Run(ctx, dbostool.Call{Principal: in.User, Args: in.Args})
+		if n == 1 {
+			returned <- err
+		}
+		return env, err
+	}
+}
+
 // pending reports whether the workflow id has recorded no result yet:
 // it runs, or waits in DBOS's queue to run (a resumed workflow is
 // enqueued first, and stays so a while on a busy machine).
@@ -111,15 +125,7 @@ func TestRecoveredStepNeverRecordsDefiniteFailureForADoneAction(t *testing.T) {
 			store := &outage{Store: db.store(t, "")}
 			s := step(t, m.tool(t, store, to), so)
 			returned := make(chan error, 1)
-			var runs atomic.Int32
-			wf := func(ctx dbos.Context, in job) (envelope.Envelope, error) {
-				n := runs.Add(1)
-				env, err := s.Run(ctx, dbostool.Call{Principal: in.User, Args: in.Args})
-				if n == 1 {
-					returned <- err
-				}
-				return env, err
-			}
+			wf := sendReporting(s, returned)
 			ctx := launch(t, db.url, func(ctx dbos.Context) { dbos.RegisterWorkflow(ctx, wf, dbos.WithWorkflowName("send")) })
 			cancelMidStep(t, ctx, wf, "store-down-1", acted, hold, returned)
 
@@ -173,16 +179,8 @@ func TestResumedStepNeverRecordsInProgress(t *testing.T) {
 		}
 	}
 	s := step(t, m.tool(t, db.store(t, ""), agenttool.Options{WaitTimeout: 100 * time.Millisecond}), nil)
-	returned := make(chan error, 2)
-	var runs atomic.Int32
-	wf := func(ctx dbos.Context, in job) (envelope.Envelope, error) {
-		n := runs.Add(1)
-		env, err := s.Run(ctx, dbostool.Call{Principal: in.User, Args: in.Args})
-		if n == 1 {
-			returned <- err
-		}
-		return env, err
-	}
+	returned := make(chan error, 1)
+	wf := sendReporting(s, returned)
 	ctx := launch(t, db.url, func(ctx dbos.Context) { dbos.RegisterWorkflow(ctx, wf, dbos.WithWorkflowName("send")) })
 	if _, err := dbos.RunWorkflow(ctx, wf, job{User: "tenant-42/user-7", Args: toAna}, dbos.WithWorkflowID("slow-1")); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/internal/durable"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -171,7 +172,7 @@ func (s *Step) body(outer dbos.Context, call Call) dbos.Step[envelope.Envelope] 
 		}
 		retry := s.retries && retryable(env, s.class)
 		if s.identity == ByStep {
-			env = stepGuidance(env)
+			env = durable.StepAdvice(env)
 		}
 		if retry {
 			return env, &retryError{code: env.Error.Code, ref: env.RequestRef}
@@ -232,21 +233,6 @@ func answersTheAction(env envelope.Envelope) bool {
 		return false
 	}
 	return true
-}
-
-// stepGuidance makes an unknown outcome's guidance true for a call keyed
-// by its step: a later call in another step is another action, so
-// "calling again with the same input is safe" holds only for this step
-// run again (or a step with the same Call.Step).
-func stepGuidance(env envelope.Envelope) envelope.Envelope {
-	if env.Status != envelope.UnknownOutcome || env.Next != envelope.Wait {
-		return env
-	}
-	env.Next = envelope.DoNotRetry
-	env.Note = "The outcome of this step's action is unknown, and its record awaits reconciliation under " + env.RequestRef +
-		". Do not call " + env.Tool + " again for it: a call in another step is another action and would act again." +
-		" The workflow learns what became of it by running this step again (the same Call.Step), once it is settled."
-	return env
 }
 
 // settle turns what DBOS answered for the step into Run's answer: the

@@ -6,6 +6,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/retrysafe/retrysafe/agenttool/internal/durable"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -132,22 +133,10 @@ func (f *Future) Get(ctx workflow.Context) (envelope.Envelope, error) {
 	if err != nil {
 		return f.unknown("", 0, fmt.Sprintf("the tool's activity answered with something that is not an envelope (%v); it may have acted", err)), nil
 	}
-	return f.guidance(env), nil
-}
-
-// guidance makes what an unknown outcome tells its reader to do true of
-// a call keyed by its step: the tool's "calling again later with the same
-// input is safe" (a Keyed tool's, or in_progress) holds for the same
-// action, and under ByStep a call in another activity is another action,
-// which would act again.
-func (f *Future) guidance(env envelope.Envelope) envelope.Envelope {
-	if f.mode != ByStep || env.Status != envelope.UnknownOutcome || env.Next != envelope.Wait {
-		return env
+	if f.mode == ByStep {
+		env = durable.StepAdvice(env)
 	}
-	env.Next = envelope.DoNotRetry
-	env.Note = "The outcome of this step's action is not known yet (reference " + env.RequestRef + "). Do not call " + env.Tool +
-		" again for it as a new step: that is another action, and would act again. Calling the same step again (Call.Step) learns what became of it."
-	return env
+	return env, nil
 }
 
 // IsReady reports whether Get would not block.

@@ -16,7 +16,11 @@
 // group-committed: a write that finds no commit running commits alone at
 // once, and writes that arrive while one runs share the next transaction,
 // with no timer, so a lone caller pays no batch delay and many callers share
-// fsyncs.
+// fsyncs. A process that serves its calls over the network needs two Ps
+// (GOMAXPROCS ≥ 2) for that, also on one CPU: with one, the calls that
+// arrive while a commit waits for the disk are not read until it ends, so
+// none queues to share the next commit, and each commits alone (the guard
+// measured half the calls a second; mcpguard.TuneRuntime sets two).
 //
 // # Commits
 //

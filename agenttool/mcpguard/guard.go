@@ -154,7 +154,7 @@ func New(ctx context.Context, cfg *Config, opts *Options) (*Guard, error) {
 	g.front.AddReceivingMiddleware(g.receive)
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
-		g.ups = append(g.ups, &upstream{g: g, name: name, cfg: cfg.MCPServers[name]})
+		g.ups = append(g.ups, newUpstream(g, name, cfg.MCPServers[name]))
 	}
 	var errs []error
 	for _, u := range g.ups {
@@ -344,10 +344,25 @@ type upstream struct {
 	name string
 	cfg  *Server
 
+	http *http.Transport // for a server on HTTP: one for all its sessions
+
 	mu      sync.Mutex
 	session *mcp.ClientSession
 	schemas map[string]string // tool → its input schema as listed, for a re-listing to compare
 	closed  bool
+}
+
+func newUpstream(g *Guard, name string, cfg *Server) *upstream {
+	u := &upstream{g: g, name: name, cfg: cfg}
+	if cfg.URL != "" {
+		// The calls of every client share the one session, each a
+		// request of its own: keep as many connections open as calls
+		// run at once, not net/http's two per host, or each call past
+		// the second dials (and, on https, shakes hands) anew.
+		u.http = http.DefaultTransport.(*http.Transport).Clone()
+		u.http.MaxIdleConnsPerHost = upstreamIdleConns
+	}
+	return u
 }
 
 // transport makes the transport to the server.
@@ -364,19 +379,23 @@ func (u *upstream) transport() (mcp.Transport, error) {
 		cmd.Stderr = os.Stderr
 		return &mcp.CommandTransport{Command: cmd}, nil
 	}
-	hc := &http.Client{}
+	hc := &http.Client{Transport: u.http}
 	if len(u.cfg.Headers) > 0 {
 		h := http.Header{}
 		for k, v := range u.cfg.Headers {
 			h.Set(k, os.ExpandEnv(v))
 		}
-		hc.Transport = headerTransport{h: h, base: http.DefaultTransport}
+		hc.Transport = headerTransport{h: h, base: u.http}
 	}
 	if u.cfg.Type == "sse" {
 		return &mcp.SSEClientTransport{Endpoint: os.ExpandEnv(u.cfg.URL), HTTPClient: hc}, nil
 	}
 	return &mcp.StreamableClientTransport{Endpoint: os.ExpandEnv(u.cfg.URL), HTTPClient: hc, MaxRetries: -1}, nil
 }
+
+// upstreamIdleConns is how many idle connections the guard keeps to an
+// HTTP server: enough for the calls of many clients at once.
+const upstreamIdleConns = 256
 
 // newStreamableHandler serves the guard's front as streamable HTTP.
 func newStreamableHandler(g *Guard) http.Handler {
@@ -491,6 +510,9 @@ func (u *upstream) close() {
 	u.mu.Unlock()
 	if s != nil {
 		s.Close()
+	}
+	if u.http != nil {
+		u.http.CloseIdleConnections()
 	}
 }
 

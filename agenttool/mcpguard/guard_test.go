@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -1103,6 +1104,57 @@ func TestGuard_ALegacySSEServerIsGuarded(t *testing.T) {
 	}
 	if n := a.count(); n != 2 {
 		t.Errorf("%d bookings for two logical actions, want 2", n)
+	}
+}
+
+// The calls of many clients go to a server on HTTP over connections kept
+// open: a second round of concurrent calls dials nothing new (net/http's
+// default keeps two a host, and each call past the second dialled, on
+// https a handshake each).
+func TestGuard_ConcurrentCallsReuseTheServersConnections(t *testing.T) {
+	const concurrent = 16
+	up := (&airline{}).server()
+	var dials atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			time.Sleep(20 * time.Millisecond) // so that a round's calls overlap
+		}
+		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true}).ServeHTTP(w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cfg, err := mcpguard.ParseConfig([]byte(strings.Replace(guardConfig, `"command": "airline-mcp"`, `"url": "`+srv.URL+`"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	cs := connect(t, g)
+	round := func() int64 {
+		before := dials.Load()
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Go(func() {
+				if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "list_flights", Arguments: map[string]any{"from": "LIS"}}); err != nil || res.IsError {
+					t.Errorf("list_flights: %v %+v", err, res)
+				}
+			})
+		}
+		wg.Wait()
+		return dials.Load() - before
+	}
+	first := round()
+	if second := round(); second > concurrent/4 {
+		t.Errorf("a second round of %d concurrent calls opened %d new connections to the server (the first %d); want them kept open and used again", concurrent, second, first)
 	}
 }
 

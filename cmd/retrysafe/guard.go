@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -18,9 +17,6 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
 	"github.com/retrysafe/retrysafe/agenttool/opcmd"
 )
-
-// guardGCPercent is the guard's GOGC unless the environment sets one.
-const guardGCPercent = 400
 
 func guardSummary() string {
 	return "Stand in front of MCP servers and guard their tools' calls, as -config says: over stdio (a desktop client launches it in place of the server) or streamable HTTP (-listen)."
@@ -52,13 +48,7 @@ func defineGuard(fs *flag.FlagSet) func(ctx context.Context, args []string, stdo
 		} else if cfg.Principal == "" {
 			return fmt.Errorf("%s: principal: over stdio no token says who acts: name the guard's user (\"principal\": \"ana@example.com\")", *config)
 		}
-		if os.Getenv("GOGC") == "" {
-			// Each call through the guard decodes JSON-RPC twice more than
-			// a call straight to the server, and the MCP SDK's decoder
-			// allocates a buffer per message: collecting less often costs
-			// a few megabytes of heap and takes a tenth off a call's time.
-			debug.SetGCPercent(guardGCPercent)
-		}
+		mcpguard.TuneRuntime()
 		hooks, stop, err := guardTelemetry(ctx)
 		if err != nil {
 			return fmt.Errorf("OpenTelemetry export (OTEL_EXPORTER_OTLP_*): %w", err)

@@ -10,6 +10,7 @@ require (
 	github.com/dbos-inc/dbos-transact-golang v1.9.0
 	github.com/eino-contrib/jsonschema v1.0.3
 	github.com/emersion/go-smtp v0.25.1
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/mark3labs/mcp-go v1.2.1

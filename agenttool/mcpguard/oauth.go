@@ -22,11 +22,15 @@ import (
 // OAuth makes an HTTP front an OAuth 2.1 resource server, as the MCP
 // authorization specification describes: it publishes its protected
 // resource metadata (RFC 9728), so that a client finds the authorization
-// server to get a token from, and it checks each bearer token by asking
-// that server (token introspection, RFC 7662). A token counts only while
-// the server says it is active, only if it was issued for this guard
-// (its audience is Resource), and only with the scopes Scopes names; the
-// token's PrincipalClaim is the principal that acts.
+// server to get a token from, and it checks each bearer token one of two
+// ways: by asking that server (token introspection, RFC 7662:
+// IntrospectionURL), or, for a server that issues JWT access tokens (RFC
+// 9068) and offers no introspection, by their signature against the keys
+// the server publishes (JWKSURL). A token counts only while it is active
+// (the server says so; a JWT: its signature holds, and it is within its
+// exp and nbf), only if it was issued for this guard (its audience is
+// Resource) by one of AuthorizationServers, and only with the scopes
+// Scopes names; the token's PrincipalClaim is the principal that acts.
 type OAuth struct {
 	// Resource is the guard's URL as clients reach it
 	// ("https://guard.example.com/mcp"): the audience a token must have.
@@ -39,20 +43,29 @@ type OAuth struct {
 	// endpoint; ClientID and ClientSecret the guard's credentials there
 	// (HTTP Basic). Write the secret as a ${VARIABLE} of the guard's
 	// environment.
-	IntrospectionURL string `json:"introspection_url"`
-	ClientID         string `json:"client_id"`
-	ClientSecret     string `json:"client_secret"`
+	IntrospectionURL string `json:"introspection_url,omitempty"`
+	ClientID         string `json:"client_id,omitempty"`
+	ClientSecret     string `json:"client_secret,omitempty"`
+	// JWKSURL is the authorization server's JSON Web Key Set (its
+	// metadata's jwks_uri), in place of IntrospectionURL: tokens are JWTs
+	// signed by one of its keys (RS*, PS*, ES*, EdDSA; never none or
+	// HMAC), with an iss among AuthorizationServers and an exp. The keys
+	// are fetched at the first token and again every ten minutes, or when
+	// a token names a key the set lacks (at most every ten seconds). A
+	// JWT cannot be revoked before its exp: the server's token lifetime
+	// is how long a revoked one keeps working.
+	JWKSURL string `json:"jwks_url,omitempty"`
 	// Scopes are the scopes every call needs; a token without one of them
 	// is answered 403 insufficient_scope.
 	Scopes []string `json:"scopes,omitempty"`
-	// PrincipalClaim is the member of the introspection response that
-	// names who acts: "sub" unless set. Name a claim the authorization
+	// PrincipalClaim is the member of the introspection response, or
+	// the JWT's claim, that names who acts: "sub" unless set. Name a claim the authorization
 	// server keeps unique and unchanging for a user: one users may choose
 	// or change (a username, an email address at some servers) lets one
 	// user act as another once the name passes to them.
 	PrincipalClaim string `json:"principal_claim,omitempty"`
 	// Cache is how long an active token's introspection is reused (never
-	// past the token's expiry). Unset, every request asks the
+	// past the token's expiry); introspection only. Unset, every request asks the
 	// authorization server, and a revoked token stops at once; a cache
 	// spares that round trip and keeps a revoked token working that long.
 	Cache Duration `json:"cache,omitempty"`
@@ -83,14 +96,28 @@ func (o *OAuth) check(bad func(path, format string, args ...any)) {
 	if len(o.AuthorizationServers) == 0 {
 		bad("oauth.authorization_servers", "none: name the issuer clients get tokens from")
 	}
-	if _, err := url.Parse(o.IntrospectionURL); err != nil || o.IntrospectionURL == "" {
-		bad("oauth.introspection_url", "the authorization server's token introspection endpoint (RFC 7662) is needed to check tokens")
-	}
-	if o.ClientID == "" {
-		bad("oauth.client_id", "empty: the guard's client id at the authorization server, to call its introspection endpoint")
-	}
-	if o.Cache < 0 {
-		bad("oauth.cache", "negative: leave it out to ask the authorization server at each request")
+	switch {
+	case o.IntrospectionURL == "" && o.JWKSURL == "":
+		bad("oauth.introspection_url", "how are tokens checked? Name the authorization server's token introspection endpoint (RFC 7662), or, for JWT access tokens, its key set (jwks_url)")
+	case o.IntrospectionURL != "" && o.JWKSURL != "":
+		bad("oauth.jwks_url", "tokens are checked one way: by introspection_url or by jwks_url, not both")
+	case o.JWKSURL != "":
+		if u, err := url.Parse(o.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			bad("oauth.jwks_url", "%q is not an http(s) URL: the authorization server's jwks_uri", o.JWKSURL)
+		}
+		if o.ClientID != "" || o.ClientSecret != "" || o.Cache != 0 {
+			bad("oauth.jwks_url", "client_id, client_secret and cache are for introspection_url: a JWT is checked here, without asking the server")
+		}
+	default:
+		if _, err := url.Parse(o.IntrospectionURL); err != nil {
+			bad("oauth.introspection_url", "%q is not a URL", o.IntrospectionURL)
+		}
+		if o.ClientID == "" {
+			bad("oauth.client_id", "empty: the guard's client id at the authorization server, to call its introspection endpoint")
+		}
+		if o.Cache < 0 {
+			bad("oauth.cache", "negative: leave it out to ask the authorization server at each request")
+		}
 	}
 }
 

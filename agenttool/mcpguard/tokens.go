@@ -18,8 +18,8 @@ import (
 // auth.RequireBearerToken that accepts Config.Tokens — each token stands
 // for its principal, the verified token's UserID; tokens are compared in
 // constant time, every configured one each time — and, with Config.OAuth,
-// a token the authorization server says is active, issued for the guard,
-// for the principal it names. It fails if it would accept no token, or a
+// a token the authorization server says is active, or a JWT one of its
+// keys signed, issued for the guard, for the principal it names. It fails if it would accept no token, or a
 // token or the OAuth client id is empty once its ${VARIABLES} are read.
 func (c *Config) Verifier() (auth.TokenVerifier, error) {
 	type entry struct {
@@ -40,14 +40,21 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 		}
 		entries = append(entries, entry{principal: p, digest: d})
 	}
-	var in *introspector
-	if c.OAuth != nil {
-		var err error
-		if in, err = newIntrospector(c.OAuth); err != nil {
+	var oauth func(context.Context, string) (*auth.TokenInfo, error)
+	switch {
+	case c.OAuth != nil && c.OAuth.JWKSURL != "":
+		if os.ExpandEnv(c.OAuth.JWKSURL) == "" {
+			return nil, &ConfigError{Path: "oauth.jwks_url", Problem: "empty once its variables are read: set them in the guard's environment"}
+		}
+		oauth = newJWTVerifier(c.OAuth).verify
+	case c.OAuth != nil:
+		in, err := newIntrospector(c.OAuth)
+		if err != nil {
 			return nil, err
 		}
+		oauth = in.verify
 	}
-	if len(entries) == 0 && in == nil {
+	if len(entries) == 0 && oauth == nil {
 		return nil, &ConfigError{Path: "tokens", Problem: "none: an HTTP front accepts only the bearer tokens listed here, by principal, or those of an authorization server (oauth)"}
 	}
 	return func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
@@ -59,8 +66,8 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 			}
 		}
 		switch {
-		case found == "" && in != nil:
-			return in.verify(ctx, token)
+		case found == "" && oauth != nil:
+			return oauth(ctx, token)
 		case found == "":
 			return nil, fmt.Errorf("%w: unknown bearer token", auth.ErrInvalidToken)
 		}

@@ -1,0 +1,11 @@
+package mcpguard
+
+import "time"
+
+// SetJWKSMinInterval sets the least time between two fetches of a key
+// set, until restore.
+func SetJWKSMinInterval(d time.Duration) (restore func()) {
+	old := jwksMinInterval
+	jwksMinInterval = d
+	return func() { jwksMinInterval = old }
+}

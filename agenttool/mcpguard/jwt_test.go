@@ -1,0 +1,293 @@
+package mcpguard_test
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// keyServer is an authorization server's key set (jwks_uri) on loopback,
+// and the keys to sign its tokens with.
+type keyServer struct {
+	t       *testing.T
+	srv     *httptest.Server
+	fetched atomic.Int64
+	failing atomic.Bool
+
+	mu   sync.Mutex
+	keys []map[string]any
+}
+
+func newKeyServer(t *testing.T) *keyServer {
+	k := &keyServer{t: t}
+	k.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		k.fetched.Add(1)
+		if k.failing.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		json.NewEncoder(w).Encode(map[string]any{"keys": k.keys})
+	}))
+	t.Cleanup(k.srv.Close)
+	return k
+}
+
+func b64url(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// publish adds pub to the set as kid.
+func (k *keyServer) publish(kid string, pub crypto.PublicKey) {
+	j := map[string]any{"kid": kid, "use": "sig"}
+	switch pub := pub.(type) {
+	case *rsa.PublicKey:
+		j["kty"], j["n"], j["e"] = "RSA", b64url(pub.N.Bytes()), b64url(big.NewInt(int64(pub.E)).Bytes())
+	case *ecdsa.PublicKey:
+		b, err := pub.Bytes()
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		j["kty"], j["crv"], j["x"], j["y"] = "EC", "P-256", b64url(b[1:33]), b64url(b[33:])
+	case ed25519.PublicKey:
+		j["kty"], j["crv"], j["x"] = "OKP", "Ed25519", b64url(pub)
+	}
+	k.mu.Lock()
+	k.keys = append(k.keys, j)
+	k.mu.Unlock()
+}
+
+const jwtIssuer = "https://auth.example.com/"
+
+// claims are a valid access token's for sub, with changes.
+func claims(sub string, changes ...any) jwt.MapClaims {
+	c := jwt.MapClaims{"iss": jwtIssuer, "sub": sub, "aud": guardResource, "scope": "messages profile",
+		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}
+	for i := 0; i+1 < len(changes); i += 2 {
+		if changes[i+1] == nil {
+			delete(c, changes[i].(string))
+		} else {
+			c[changes[i].(string)] = changes[i+1]
+		}
+	}
+	return c
+}
+
+func sign(t *testing.T, m jwt.SigningMethod, kid string, key any, c jwt.MapClaims) string {
+	tok := jwt.NewWithClaims(m, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// jwtFront runs a guard whose HTTP front takes the JWTs of k's keys, in
+// front of a plain message server that counts what it sends.
+func jwtFront(t *testing.T, k *keyServer) (*httptest.Server, *counter) {
+	t.Helper()
+	c := &counter{}
+	g := guardOver(t, c.server("send_message"), `{
+	  "oauth": {"resource": "`+guardResource+`", "authorization_servers": ["https://auth.example.com"],
+	    "jwks_url": "`+k.srv.URL+`/jwks", "scopes": ["messages"]},
+	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
+	    "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
+	h, err := g.HTTPHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(h)
+	t.Cleanup(front.Close)
+	return front, c
+}
+
+// status is the front's answer to an initialize request with token.
+func status(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A JWT access token (jwks_url) acts for the principal it names, and only
+// one a key of the authorization server's set signed, with an asymmetric
+// algorithm, issued by that server for the guard, within its lifetime,
+// with the scope the guard needs: the others are refused before anything
+// is recorded or sent (401, 403 for a scope), a token signed with the
+// public key as an HMAC secret or with "none" among them.
+func TestGuard_AJWTActsForThePrincipalItNames(t *testing.T) {
+	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
+	k := newKeyServer(t)
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edPub, edKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("r1", &rsaKey.PublicKey)
+	k.publish("e1", &ecKey.PublicKey)
+	k.publish("d1", edPub)
+	front, c := jwtFront(t, k)
+
+	rsaPub, _ := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims("ana@example.com")).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	hour := time.Now().Add(time.Hour).Unix()
+	for name, tc := range map[string]struct {
+		token string
+		want  int
+	}{
+		"RS256":                  {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com")), 200},
+		"ES256":                  {sign(t, jwt.SigningMethodES256, "e1", ecKey, claims("ana@example.com")), 200},
+		"EdDSA":                  {sign(t, jwt.SigningMethodEdDSA, "d1", edKey, claims("ana@example.com")), 200},
+		"another audience":       {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "aud", "https://other.example.com/mcp")), 401},
+		"another issuer":         {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "iss", "https://evil.example.com")), 401},
+		"no issuer":              {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "iss", nil)), 401},
+		"expired":                {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "exp", time.Now().Add(-time.Hour).Unix())), 401},
+		"not yet valid":          {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "nbf", hour-60)), 401},
+		"no exp":                 {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "exp", nil)), 401},
+		"no subject":             {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("", "sub", nil)), 401},
+		"no scope":               {sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com", "scope", "profile")), 403},
+		"alg none":               {none, 401},
+		"HS256 on the RSA key":   {sign(t, jwt.SigningMethodHS256, "r1", rsaPub, claims("ana@example.com")), 401},
+		"a key not in the set":   {sign(t, jwt.SigningMethodES256, "e1", strangerKey, claims("ana@example.com")), 401},
+		"an unknown kid":         {sign(t, jwt.SigningMethodES256, "x9", strangerKey, claims("ana@example.com")), 401},
+		"RS256 on the EC key id": {sign(t, jwt.SigningMethodRS256, "e1", rsaKey, claims("ana@example.com")), 401},
+		"not a JWT":              {"ana-at", 401},
+	} {
+		if got := status(t, front.URL, tc.token); got != tc.want {
+			t.Errorf("%s: %d, want %d", name, got, tc.want)
+		}
+	}
+	if c.count() != 0 {
+		t.Fatalf("initialize sent %d messages", c.count())
+	}
+
+	// scp as a list (as some servers write it) carries the scope too; two
+	// users' identical calls are two actions, each for its principal.
+	msg := map[string]any{"to": "#team", "text": "Lunch at one?"}
+	ana, err := connectWith(t, front.URL, sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := connectWith(t, front.URL, sign(t, jwt.SigningMethodES256, "e1", ecKey, claims("bob@example.com", "scope", nil, "scp", []string{"messages"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first := call(t, ana, "send_message", msg, nil)
+	_, again := call(t, ana, "send_message", msg, nil)
+	_, bobs := call(t, bob, "send_message", msg, nil)
+	if first.Status != envelope.Success || bobs.Status != envelope.Success {
+		t.Fatalf("ana %s, bob %s", first, bobs)
+	}
+	if again.RequestRef != first.RequestRef || bobs.RequestRef == first.RequestRef {
+		t.Errorf("references: ana %s and %s, bob %s: one action per principal and call", first.RequestRef, again.RequestRef, bobs.RequestRef)
+	}
+	if c.count() != 2 {
+		t.Errorf("%d messages sent, want 2 (ana's once, bob's once)", c.count())
+	}
+}
+
+// Keys rotate: a token signed by a key the server has just added is
+// accepted once the set is fetched again; a token naming a key the set
+// lacks fetches it at most once per interval, so made-up key ids cannot
+// make the guard hammer the server; and when the set cannot be fetched,
+// a token nobody could check is answered 500 and acts on nothing.
+func TestGuard_JWTKeysRotateAndAnUnreachableSetActsOnNothing(t *testing.T) {
+	t.Cleanup(mcpguard.SetJWKSMinInterval(time.Hour))
+	k := newKeyServer(t)
+	old, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("old", &old.PublicKey)
+	front, c := jwtFront(t, k)
+	if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "old", old, claims("ana@example.com"))); got != 200 {
+		t.Fatalf("a token of the set's key: %d", got)
+	}
+	for i := range 5 {
+		if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "made-up-"+string(rune('a'+i)), old, claims("ana@example.com"))); got != 401 {
+			t.Errorf("a made-up key id: %d, want 401", got)
+		}
+	}
+	if n := k.fetched.Load(); n != 1 {
+		t.Errorf("the key set was fetched %d times within the interval, want 1", n)
+	}
+
+	mcpguard.SetJWKSMinInterval(0)
+	fresh, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("new", &fresh.PublicKey)
+	if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "new", fresh, claims("ana@example.com"))); got != 200 {
+		t.Errorf("a token of a key added to the set: %d, want 200 once the set is fetched again", got)
+	}
+
+	k.failing.Store(true)
+	other := newKeyServer(t)
+	other.failing.Store(true)
+	down, downC := jwtFront(t, other)
+	if got := status(t, down.URL, sign(t, jwt.SigningMethodES256, "old", old, claims("ana@example.com"))); got != http.StatusInternalServerError {
+		t.Errorf("a key set that cannot be fetched: %d, want 500", got)
+	}
+	if c.count()+downC.count() != 0 {
+		t.Errorf("initialize sent messages")
+	}
+}
+
+// A configuration checks tokens one way, and says how to fix it.
+func TestConfig_OAuthChecksTokensOneWay(t *testing.T) {
+	base := `{"oauth": {"resource": "` + guardResource + `", "authorization_servers": ["https://auth.example.com"]%s}, "mcpServers": {"s": {"url": "http://s.internal/mcp"}}}`
+	for extra, want := range map[string]string{
+		``: "oauth.introspection_url",
+		`, "introspection_url": "https://auth.example.com/introspect", "client_id": "g", "jwks_url": "https://auth.example.com/jwks"`: "oauth.jwks_url",
+		`, "jwks_url": "https://auth.example.com/jwks", "client_id": "g"`:                                                             "oauth.jwks_url",
+		`, "jwks_url": "not a url"`: "oauth.jwks_url",
+	} {
+		_, err := mcpguard.ParseConfig([]byte(strings.Replace(base, "%s", extra, 1)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("oauth {…%s}: %v, want an error at %s", extra, err, want)
+		}
+	}
+	if _, err := mcpguard.ParseConfig([]byte(strings.Replace(base, "%s", `, "jwks_url": "https://auth.example.com/jwks"`, 1))); err != nil {
+		t.Errorf("oauth with jwks_url alone: %v", err)
+	}
+}

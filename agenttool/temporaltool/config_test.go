@@ -128,6 +128,8 @@ func TestTimeoutsThatDoNotFitAreRefused(t *testing.T) {
 		{"a short StartToCloseTimeout", false, agent, &workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second}, 0, "StartToCloseTimeout 5s"},
 		{"a retry window longer than the record", false, agent, &workflow.ActivityOptions{ScheduleToCloseTimeout: 48 * time.Hour}, 0, "KeyTTL"},
 		{"a short ScheduleToCloseTimeout", false, agent, &workflow.ActivityOptions{ScheduleToCloseTimeout: 5 * time.Second}, 0, "StartToCloseTimeout"},
+		{"a ScheduleToCloseTimeout of the budget alone", false, agent, &workflow.ActivityOptions{StartToCloseTimeout: time.Hour,
+			ScheduleToCloseTimeout: newLedger(false).activity(t, agenttool.Keyed).Budget()}, 0, "leaves no time to start"},
 		{"a step named under ByInput", false, temporaltool.Call{Args: tea, Principal: "p", Step: "charge", Identity: temporaltool.ByInput}, nil, 0, "is for ByStep"},
 		{"direct, a short StartToCloseTimeout", true, withSession, &workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second,
 			ScheduleToCloseTimeout: time.Hour}, 0, "StartToCloseTimeout 5s"},
@@ -201,8 +203,8 @@ func TestAttemptNeverStartsShortOfItsCall(t *testing.T) {
 	a := mustActivity(t, tool)
 	wf := func(ctx workflow.Context, c temporaltool.Call) ([]envelope.Envelope, error) {
 		opts := a.ActivityOptions()
-		opts.ScheduleToCloseTimeout = 2 * time.Second // fits: the budget is 1.7s
-		opts.HeartbeatTimeout = 5 * time.Second       // the test environment counts it from the first attempt
+		opts.ScheduleToCloseTimeout = 2700 * time.Millisecond // fits: the budget is 1.7s, and a second to start
+		opts.HeartbeatTimeout = 5 * time.Second               // the test environment counts it from the first attempt
 		opts.RetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumInterval: time.Millisecond}
 		env, err := temporaltool.Execute(workflow.WithActivityOptions(ctx, opts), a, c)
 		return []envelope.Envelope{env}, err

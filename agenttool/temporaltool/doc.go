@@ -141,7 +141,10 @@
 // timeouts the server gave it the same way, and refuses to run. An
 // attempt that starts with less of ScheduleToCloseTimeout left than the
 // budget (a late retry, a long wait in the queue) does not run either: it
-// ends Temporal's retries with ErrorTypeNotDone, not retryable.
+// ends Temporal's retries with ErrorTypeNotDone, not retryable. So a
+// ScheduleToCloseTimeout must leave a second beyond the budget for the
+// first attempt to be dispatched and started; one that does not is
+// refused with the others.
 //
 // # What the activity returns
 //

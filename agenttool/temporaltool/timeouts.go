@@ -97,6 +97,11 @@ func (a *Activity) ActivityOptions() workflow.ActivityOptions {
 	}
 }
 
+// startSlack is what a ScheduleToCloseTimeout must leave beyond the
+// tool's budget for an attempt to be dispatched and started: an attempt
+// starts only with the whole budget still left.
+const startSlack = time.Second
+
 // fits reports what in an activity's timeouts does not fit the tool, or
 // nil. maxAttempts is the retry policy's MaximumAttempts (0: no count).
 func (a *Activity) fits(startToClose, scheduleToClose time.Duration, maxAttempts int32) error {
@@ -108,6 +113,11 @@ func (a *Activity) fits(startToClose, scheduleToClose time.Duration, maxAttempts
 			"Temporal would cut a call it has not finished, and an action cut during its attempt is left unknown; "+
 			"set it to %v or more (Activity.ActivityOptions does)", ErrConfig, a.name, startToClose, a.tool.Name(), need, a.budget,
 			a.ActivityOptions().StartToCloseTimeout)
+	}
+	if need := a.Budget() + startSlack; scheduleToClose > 0 && scheduleToClose < need {
+		return fmt.Errorf("%w: activity %s: ScheduleToCloseTimeout %v leaves no time to start tool %q: an attempt begins only with its longest call (%v) still left, "+
+			"and the first one is dispatched and started after it is scheduled, so every attempt would be refused; set it to %v or more (Activity.ActivityOptions does)",
+			ErrConfig, a.name, scheduleToClose, a.tool.Name(), a.Budget(), need)
 	}
 	if a.settings.Class == agenttool.ReadOnly || maxAttempts == 1 {
 		return nil // nothing is kept, or Temporal never retries

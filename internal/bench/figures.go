@@ -67,6 +67,13 @@ func figures(rep Report) []Figure {
 			fs = append(fs, atLeast("pg_64_vs_grouped_pair_64", "pgstore, 64 callers: guarded calls per second against the bare pair group-committed by hand (the floor)",
 				c.Guarded/c.Grouped, 0.8))
 		}
+		if c := pg.at(64); c != nil && c.Grouped > 0 && c.GroupedOnStoreTable > 0 {
+			fs = append(fs,
+				Figure{Name: "pg_64_grouped_on_store_table_vs_grouped", What: "pgstore, 64 callers: the floor on a copy of the store's table (its indexes) against the floor, calls per second: what the indexes' upkeep takes",
+					Value: c.GroupedOnStoreTable / c.Grouped, Information: true},
+				Figure{Name: "pg_64_vs_grouped_on_store_table_64", What: "pgstore, 64 callers: guarded calls per second against the floor on a copy of the store's table: what the store decides and the engine around it take",
+					Value: c.Guarded / c.GroupedOnStoreTable, Information: true})
+		}
 		if c := pg.at(64); c != nil {
 			fs = append(fs, Figure{Name: "pg_64_vs_wide_pair_64",
 				What:  fmt.Sprintf("pgstore, 64 callers: guarded calls per second against the bare pair's on a pool of %d connections", pg.WidePoolConns),

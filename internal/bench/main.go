@@ -264,9 +264,11 @@ func printTable(w io.Writer, rep Report) {
 		line("ratio (median of blocks)", f2(pg.Single.Ratio))
 		fmt.Fprintln(w)
 		line("pgstore, callers", "guarded calls/s", fmt.Sprintf("bare pair calls/s (pool of %d)", pg.PoolConns),
-			fmt.Sprintf("bare pair calls/s (pool of %d)", pg.WidePoolConns), "pair group-committed by hand calls/s", "guarded / bare", "guarded / grouped")
+			fmt.Sprintf("bare pair calls/s (pool of %d)", pg.WidePoolConns), "pair group-committed by hand calls/s",
+			"the same on the store's table calls/s", "guarded / bare", "guarded / grouped", "guarded / grouped on the store's table")
 		for _, c := range pg.Concurrency {
-			line(fmt.Sprint(c.Callers), f0(c.Guarded), f0(c.Bare), f0(c.BareWide), f0(c.Grouped), f2(c.Guarded/c.Bare), f2(c.Guarded/c.Grouped))
+			line(fmt.Sprint(c.Callers), f0(c.Guarded), f0(c.Bare), f0(c.BareWide), f0(c.Grouped), f0(c.GroupedOnStoreTable),
+				f2(c.Guarded/c.Bare), f2(c.Guarded/c.Grouped), f2(c.Guarded/c.GroupedOnStoreTable))
 		}
 		fmt.Fprintf(w, "group commit: %.1f claims and %.1f outcomes per shared commit\n", pg.ClaimsPerBatch, pg.OutcomesPerBatch)
 	}

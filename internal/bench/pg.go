@@ -41,6 +41,9 @@ type PGResult struct {
 type PGConcResult struct {
 	Callers                          int
 	Guarded, Bare, BareWide, Grouped float64
+	// GroupedOnStoreTable is the grouped pair on a copy of the store's
+	// table, with its indexes.
+	GroupedOnStoreTable float64
 }
 
 // wideConns is the size of the bare pair's wide pool: within PostgreSQL's
@@ -79,7 +82,14 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 	}
 	gctx, stopGrouped := context.WithCancel(ctx)
 	defer stopGrouped()
-	grouped := groupedPair(gctx, store.Pool(), bare, tokens)
+	grouped := groupedPair(gctx, store.Pool(), bare, tokens, false)
+	// The same floor on a copy of the store's own table, its indexes and
+	// all: what of the gap the indexes' upkeep is.
+	onStore := pgx.Identifier{schema, "bare_as_store"}.Sanitize()
+	if _, err := store.Pool().Exec(ctx, `CREATE TABLE `+onStore+` (LIKE `+pgx.Identifier{schema, "records"}.Sanitize()+` INCLUDING ALL)`); err != nil {
+		return nil, err
+	}
+	groupedOnStore := groupedPair(gctx, store.Pool(), onStore, tokens, true)
 	tool := guard(store)
 	var seq atomic.Int64
 	digest := make([]byte, 32)
@@ -138,6 +148,12 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 				return nil, err
 			}
 			r.Grouped += v / 3
+			if v, err = fanOut(c, count, func(int) error {
+				return groupedOnStore("send_email/s" + strconv.FormatInt(seq.Add(1), 10) + "abcdefghijklmnopqrstuvwxyz")
+			}); err != nil {
+				return nil, err
+			}
+			r.GroupedOnStoreTable += v / 3
 		}
 		res.Concurrency = append(res.Concurrency, r)
 	}

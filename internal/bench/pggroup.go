@@ -86,13 +86,19 @@ func (b *batcher) run(ctx context.Context) {
 
 // groupedPair returns the hand group-committed pair on pool and table,
 // its tokens from the sequence tokens: a call claims its key in one batch
-// and writes its outcome in another.
-func groupedPair(ctx context.Context, pool *pgxpool.Pool, table, tokens string) func(key string) error {
+// and writes its outcome in another. With slots, each claim also fills
+// the store's fence columns (fence_scope and session, distinct per key,
+// as 64 conversations' are), for table a copy of the store's own.
+func groupedPair(ctx context.Context, pool *pgxpool.Pool, table, tokens string, slots bool) func(key string) error {
 	digest := make([]byte, 32)
+	cols, vals := "", ""
+	if slots {
+		cols, vals = ", fence_scope, session", ", convert_to(k, 'UTF8'), convert_to(k, 'UTF8')"
+	}
 	claims := newBatcher(ctx, 2, func(ctx context.Context, keys []string, _ []int64) ([]int64, error) {
 		now := time.Now()
-		rows, err := pool.Query(ctx, `INSERT INTO `+table+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated)
-			SELECT k, 'send_email', 1, $2, $2, 'owner', nextval('`+tokens+`'), $3, 0, $4, $4 FROM unnest($1::text[]) AS k
+		rows, err := pool.Query(ctx, `INSERT INTO `+table+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated`+cols+`)
+			SELECT k, 'send_email', 1, $2, $2, 'owner', nextval('`+tokens+`'), $3, 0, $4, $4`+vals+` FROM unnest($1::text[]) AS k
 			ON CONFLICT (key) DO NOTHING RETURNING key, token`, keys, digest, now.Add(time.Minute), now)
 		if err != nil {
 			return nil, err

@@ -60,7 +60,9 @@
 //     and fingerprint are computed from the decoded value, re-encoded.
 //   - A wrapped tool takes one JSON object ([Options].TextInput for plain
 //     text); names that differ only in case are refused, and the tool
-//     receives the canonical form that was digested.
+//     receives the canonical form that was digested. A wrapped tool that
+//     is an [InputChecker] (mcptool's, checking an MCP server's input
+//     schema) refuses what it would refuse before any key is claimed.
 //   - Identifying values are compared loosely: Unicode NFKC, case folded,
 //     invisible format characters dropped, blank-looking letters read as
 //     spaces, white space trimmed and collapsed, and lookalike letters

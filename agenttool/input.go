@@ -46,7 +46,8 @@ type typedInput struct {
 //	  stripped), names equal under case folding, request references
 //	typed tools: check the shape (exact names, no null where the field
 //	  cannot hold it, required fields present and not empty), decode, and
-//	  continue with the canonical form of the decoded value
+//	  continue with the canonical form of the decoded value; wrapped
+//	  tools that are InputCheckers: their check
 //	fingerprint: the exact canonical form; identifying: the loose form of
 //	  the identifying values, none of them empty nor larger than
 //	  MaxIdentifyingValue
@@ -126,6 +127,11 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 		in.value = v
 	} else {
 		in.forward = text
+		if t.checkInput != nil {
+			if err := t.checkInput(text); err != nil {
+				return input{}, invalid(err.Error())
+			}
+		}
 	}
 	in.fingerprint, in.canonical = c.digest(fingerprintTag, canon), canon
 	var e *envelope.Error

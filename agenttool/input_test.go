@@ -93,6 +93,52 @@ func TestTypedInputIsReadStrictly(t *testing.T) {
 	}
 }
 
+// checkedSender is a wrapped tool that knows its own input's rules
+// (agenttool.InputChecker): "to" must be a channel.
+type checkedSender struct{ runs atomic.Int64 }
+
+func (*checkedSender) Name() string        { return "send_message" }
+func (*checkedSender) Description() string { return "Send a message." }
+func (s *checkedSender) Call(context.Context, string) (string, error) {
+	s.runs.Add(1)
+	return `{"sent":true}`, nil
+}
+func (*checkedSender) CheckInput(input string) error {
+	var in struct{ To string }
+	if json.Unmarshal([]byte(input), &in) != nil || !strings.HasPrefix(in.To, "#") {
+		return errors.New(`"to" must be a channel, such as "#team"`)
+	}
+	return nil
+}
+
+// A wrapped tool's own check of its input (an InputChecker: an MCP
+// server's input schema) refuses before anything is claimed, as a typed
+// tool's strict reading does: nothing recorded, nothing run, and the
+// model's corrected call — the same identifying values, other details —
+// is a new request, not one held back by the refused input's record.
+func TestAWrappedToolsInputCheckRefusesBeforeAnyClaim(t *testing.T) {
+	s := &checkedSender{}
+	store := memstore.New()
+	tool, err := agenttool.Wrap(s, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, IdentifyingFields: []string{"text"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), `{"to":"team","text":"Lunch at one?"}`)
+	if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeInvalidInput || env.Next != envelope.FixInput ||
+		!strings.Contains(env.Error.Message, "must be a channel") || env.RequestRef != "" {
+		t.Errorf("an input the tool's check refuses: %s; want invalid_input, fix_input, its message, no request reference", env)
+	}
+	if s.runs.Load() != 0 || store.Len() != 0 {
+		t.Fatalf("a refused input ran the tool %d times and left %d records", s.runs.Load(), store.Len())
+	}
+	if env := tool.Invoke(scoped(), `{"to":"#team","text":"Lunch at one?"}`); env.Status != envelope.Success {
+		t.Errorf("the corrected call: %s, want success", env)
+	}
+	if s.runs.Load() != 1 {
+		t.Errorf("%d runs, want 1", s.runs.Load())
+	}
+}
+
 // A model calls in parallel: the first calls of a new tool, all with a
 // misspelled field, are read strictly and alike by every one of them (the
 // race detector checks the tool holds no state a call writes).

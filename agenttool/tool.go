@@ -27,7 +27,8 @@ type Tool struct {
 	description string
 	cfg         *config
 	run         func(ctx context.Context, in args) (json.RawMessage, error)
-	typed       *typedInput // nil for wrapped tools
+	typed       *typedInput              // nil for wrapped tools
+	checkInput  func(input string) error // a wrapped InputChecker's, or nil
 	schema      json.RawMessage
 	flights     flights
 	scopeMemo   atomic.Pointer[scopeMemo]
@@ -42,6 +43,18 @@ type Callable interface {
 }
 
 var _ Callable = (*Tool)(nil)
+
+// InputChecker is implemented by a Callable that can tell from its input
+// alone that it would refuse it (an input schema the input must match).
+// [Wrap] asks it after reading the input and before any key is claimed,
+// as [New] checks a typed tool's input: an error refuses the call as
+// invalid_input with the error's text, nothing recorded and nothing run,
+// so that the model's corrected call is a new request, not one the
+// refused input's record holds back. It receives the input as the tool
+// would (canonical JSON, key-like fields removed under StripModelKeys).
+type InputChecker interface {
+	CheckInput(input string) error
+}
 
 // Wrap guards a tool that takes text, such as a langchaingo tools.Tool. Its
 // input must be one JSON object (or, with
@@ -71,10 +84,15 @@ func Wrap(t Callable, opts Options) (*Tool, error) {
 			"retrysafe cannot see which members the tool reads), or TextInput for plain text; or build it with New: %w", t.Name(), ErrInvalidOptions)
 	}
 	cfg.defineTool(t.Name(), nil)
+	var check func(string) error
+	if ic, ok := t.(InputChecker); ok {
+		check = ic.CheckInput
+	}
 	return &Tool{
 		name:        t.Name(),
 		description: t.Description() + EnvelopeHint,
 		cfg:         cfg,
+		checkInput:  check,
 		run: func(ctx context.Context, in args) (json.RawMessage, error) {
 			out, err := t.Call(ctx, in.forward)
 			if err != nil {

@@ -775,7 +775,16 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	if u.g.opts.Tune != nil {
 		u.g.opts.Tune(fn, &o)
 	}
+	// Arguments the server's schema refuses are refused here, nothing
+	// sent: sent, a refusal would be unknown (MCP reports an error after
+	// acting the same way), and hold the tool's fence.
+	to.ValidateArguments = true
 	guarded, err := mcptool.NewToolWith(nil, t, o, to)
+	if errors.Is(err, mcptool.ErrSchemaUnreadable) {
+		u.g.log.Warn("mcpguard: the server's input schema cannot be read to check arguments; calls go unchecked", "server", u.name, "tool", t.Name, "err", err)
+		to.ValidateArguments = false
+		guarded, err = mcptool.NewToolWith(nil, t, o, to)
+	}
 	if err != nil {
 		return &ConfigError{Path: path, Problem: strings.TrimPrefix(err.Error(), "mcptool: ")}
 	}

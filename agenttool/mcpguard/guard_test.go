@@ -1069,6 +1069,75 @@ func TestGuard_ProgressReachesOnlyTheClientThatAskedThatServer(t *testing.T) {
 	}
 }
 
+// Arguments the server's input schema refuses are refused at the guard,
+// nothing sent and nothing held: sent, the server's refusal would be an
+// unknown outcome (MCP reports an error after acting the same way), and an
+// at-most-once tool would be fenced until a person acts. The model fixes
+// its call and the next one goes through, once.
+func TestGuard_ArgumentsTheSchemaRefusesAreRefusedUnsent(t *testing.T) {
+	c := &counter{}
+	g := guardOver(t, c.server("send_message"), `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
+	  "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
+	cs := connect(t, g)
+	for name, args := range map[string]map[string]any{
+		"text is a number":  {"to": "#team", "text": 42},
+		"to is a list":      {"to": []string{"#team"}, "text": "Lunch at one?"},
+		"an unknown member": {"to": "#team", "text": "Lunch at one?", "urgent": true},
+	} {
+		res, env := call(t, cs, "send_message", args, nil)
+		t.Logf("%s: %s", name, env)
+		if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeInvalidInput || !res.IsError {
+			t.Errorf("%s: %s, want definite_failure invalid_input", name, env)
+		}
+	}
+	if n := c.count(); n != 0 {
+		t.Fatalf("%d messages sent for arguments the schema refuses", n)
+	}
+	if _, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch at one?"}, nil); env.Status != envelope.Success {
+		t.Errorf("the corrected call: %s, want success (nothing held)", env)
+	}
+	if n := c.count(); n != 1 {
+		t.Errorf("%d messages sent, want 1", n)
+	}
+}
+
+// A server's schema the validator cannot read (another draft) does not
+// stop its tool: its calls go unchecked, as before, and the guard says so
+// in its log.
+func TestGuard_AnUnreadableSchemaLeavesCallsUnchecked(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "old", Version: "1"}, nil)
+	var sent atomic.Int64
+	up.AddTool(&mcp.Tool{Name: "send_message", Description: "Send a message.", InputSchema: json.RawMessage(`{
+	  "$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+	  "properties": {"to": {"type": "string"}, "text": {"type": "string"}}, "required": ["to", "text"]}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			sent.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent"}}}, nil
+		})
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
+	  "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{Logger: log})
+	cs := connect(t, g)
+	if _, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch at one?"}, nil); env.Status != envelope.Success {
+		t.Errorf("a call to a tool whose schema is draft-04: %s, want success", env)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent.Load() != 1 || !strings.Contains(logged.String(), "calls go unchecked") {
+		t.Errorf("sent %d; log:\n%s\nwant one message sent and a warning that calls go unchecked", sent.Load(), logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
 // A legacy HTTP+SSE server ("type": "sse") is guarded as any other: its
 // reply lost on the event stream, the keyed booking is unknown, and the
 // retry under the same key books nothing more; the reconcilable one is

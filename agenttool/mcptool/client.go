@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -222,13 +223,19 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 	if to.Name != "" {
 		name = to.Name
 	}
+	var argSchema *jsonschema.Resolved
+	if to.ValidateArguments {
+		if argSchema, err = argumentSchema(t); err != nil {
+			return nil, fmt.Errorf("mcptool: tool %q: %w", t.Name, err)
+		}
+	}
 	if to.Late != nil && to.LateWindow > opts.LateWindow {
 		// Its requests may land that much later: the engine's rules count it.
 		opts.LateWindow = to.LateWindow
 	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
 		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta,
-		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone}, opts)
+		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone, schema: argSchema}, opts)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.
@@ -245,7 +252,8 @@ type remote struct {
 	lateWindow  time.Duration
 	late        func(agenttool.CallInfo, string, error) // ToolOptions.LateWindow, Late, LateDone
 	lateDone    <-chan struct{}
-	seen        sightings // the server's actions this tool saw done
+	seen        sightings            // the server's actions this tool saw done
+	schema      *jsonschema.Resolved // ToolOptions.ValidateArguments: the input schema, resolved
 }
 
 // servesEnvelopes reports whether a listed tool declares the envelope's

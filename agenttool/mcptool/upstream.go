@@ -3,10 +3,13 @@ package mcptool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -78,6 +81,69 @@ type ToolOptions struct {
 	// decides when to connect again. The session given to NewToolWith is
 	// then not used.
 	Sessions Sessions
+	// ValidateArguments checks each call's arguments (its RefArgument
+	// filled in) against the tool's input schema as listed, before
+	// anything is sent: arguments the schema refuses fail definitely
+	// (invalid_input, saying what is wrong), so that a call the server
+	// would refuse costs no unknown outcome — for an AtMostOnce tool, a
+	// fence held until a person acts. JSON Schema draft 2020-12 and
+	// draft-07 are read; NewToolWith fails with ErrSchemaUnreadable for a
+	// schema the validator cannot read (another draft, a remote $ref).
+	ValidateArguments bool
+}
+
+// ErrSchemaUnreadable is wrapped by NewToolWith's error when
+// ToolOptions.ValidateArguments is set and the tool's input schema cannot
+// be read for validation.
+var ErrSchemaUnreadable = errors.New("mcptool: the input schema cannot be read for validation")
+
+// argumentSchema resolves t's input schema for validating arguments.
+func argumentSchema(t *mcp.Tool) (*jsonschema.Resolved, error) {
+	b, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
+	}
+	var schema jsonschema.Schema
+	if err := json.Unmarshal(b, &schema); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
+	}
+	if schema.Schema != "" && !slices.Contains(readableDrafts, strings.TrimSuffix(schema.Schema, "#")) {
+		return nil, fmt.Errorf("%w: it is %s; draft 2020-12 and draft-07 are read", ErrSchemaUnreadable, schema.Schema)
+	}
+	resolved, err := schema.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
+	}
+	return resolved, nil
+}
+
+var readableDrafts = []string{"https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema"}
+
+// CheckInput implements agenttool.InputChecker: before anything is
+// claimed, input that carries the RefArgument is refused, and, with
+// ToolOptions.ValidateArguments, arguments the tool's input schema refuses
+// (its RefArgument filled in with a reference of the usual shape).
+func (r *remote) CheckInput(input string) error {
+	if r.refArg == "" && r.schema == nil {
+		return nil
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(input), &args); err != nil {
+		return fmt.Errorf("the input is not a JSON object: %w", err)
+	}
+	if r.refArg != "" {
+		if _, ok := args[r.refArg]; ok {
+			return fmt.Errorf("the input carries %q, which the guard fills in with each action's request reference; send the call without it", r.refArg)
+		}
+		args[r.refArg] = r.name + "/" + strings.Repeat("a", 32)
+	}
+	if r.schema == nil {
+		return nil
+	}
+	if err := r.schema.Validate(args); err != nil {
+		return fmt.Errorf("the arguments do not match the tool's input schema, so nothing was sent: %v; fix them and call again", err)
+	}
+	return nil
 }
 
 // Sessions gives the sessions the calls of a tool go on (see

@@ -431,6 +431,11 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, err
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, &mcp.ClientOptions{
+		// A server's request for input (multi-round-trip) comes back as
+		// the call's answer, which mcptool reads as nothing done: the
+		// SDK's own handling would ask this client, which answers none,
+		// and its failure after the server's answer reads as unknown.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
 			key, _ := req.Params.ProgressToken.(string)
 			if v, ok := u.g.progress.Load(key); ok && v.(progressTo).server == u.name {

@@ -1138,6 +1138,53 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
+// A server that answers a call by asking for input (a multi-round-trip
+// result: here an elicitation, "Send it?") has done nothing, and acts only
+// in a later round that carries the answers. The guard does not relay the
+// question yet: the call is a definite failure (input_required), nothing
+// sent, and nothing holds the tool's fence — before, the SDK's own attempt
+// to answer failed after the server's reply and read as unknown, holding
+// an at-most-once tool for a person.
+func TestGuard_AServerThatAsksForInputHasDoneNothing(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	var sent atomic.Int64
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			if len(req.Params.InputResponses) == 0 {
+				return &mcp.CallToolResult{RequestState: "draft-1", InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{Message: "Send it?",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}}}, nil, nil
+			}
+			sent.Add(1)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
+	  "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int64
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked.Add(1)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	for _, text := range []string{"Lunch at one?", "Lunch at two?"} {
+		_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": text}, nil)
+		t.Logf("%s", env)
+		if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || !strings.Contains(env.Error.Message, "Send it?") {
+			t.Errorf("a call its server answers with a question: %s; want definite_failure input_required naming the question (and no fence held)", env)
+		}
+	}
+	if sent.Load() != 0 || asked.Load() != 0 {
+		t.Errorf("%d messages sent, the client asked %d times; want none of either", sent.Load(), asked.Load())
+	}
+}
+
 // A legacy HTTP+SSE server ("type": "sse") is guarded as any other: its
 // reply lost on the event stream, the keyed booking is unknown, and the
 // retry under the same key books nothing more; the reconcilable one is

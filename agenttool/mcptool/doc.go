@@ -63,6 +63,7 @@
 //	a result carrying a retrysafe envelope       retrysafe   the envelope's status (1)
 //	a result with isError                        plain       ToolErrors, or unknown (2)
 //	a result without isError                     plain       success
+//	a result that asks for input (12)            any         definite, input_required
 //	JSON-RPC parse error, method not found,      retrysafe   definite (3)
 //	invalid params, header mismatch, missing
 //	client capabilities, unsupported protocol
@@ -129,6 +130,15 @@
 //     listening, and an answer that comes within the window reaches
 //     ToolOptions.Late, which [SettleLate] turns into a settlement of the
 //     action (applied with the result, or not applied).
+//  12. A multi-round-trip result (the 2026-07-28 revision): the server
+//     ended the request to ask the client for input (an elicitation, a
+//     sampling or a roots request) and acts only in a later round that
+//     carries the answers. The SDK's client answers it by itself when the
+//     client has handlers for what is asked, and the call goes on; when
+//     it hands the result back (mcp.MultiRoundTripOptions.Disabled), the
+//     call did nothing ([CodeInputRequired]). Without the handlers, the
+//     SDK's attempt fails after the server's answer, and that reads as
+//     unknown: give the client the handlers, or turn the handling off.
 //
 // A replayed success of a retrysafe server says that the action was done
 // for an earlier request. It may be a copy of this call's own request,

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +27,13 @@ import (
 // sent is when the call was sent: a replayed success is told as replayed
 // only if the server's action was seen done before it (see [sightings]).
 func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent time.Time) (string, error) {
+	if res.NeedsInput() {
+		// The server ended the request to ask the client for input
+		// (multi-round-trip, SEP-2322): it acts only in a later round that
+		// carries the answers, which this call will not send.
+		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s asks for input before it acts (%s), which this client does not relay; nothing was done: "+
+			"tell the user, who can do it where their client can answer", r.tool.Name, describeInputRequests(res.InputRequests)), CodeInputRequired)
+	}
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.tool.Name && res.IsError == (env.Status != envelope.Success) {
 		if env.Status == envelope.Success {
 			r.seen.success(ctx, env, sent)
@@ -161,4 +170,31 @@ func sameJSON(text string, structured any) bool {
 		return false
 	}
 	return reflect.DeepEqual(v, w)
+}
+
+// CodeInputRequired is the code of a call's definite failure when its
+// server asked for input before acting (an elicitation, a sampling or a
+// roots request of a multi-round-trip result) and the call did not relay
+// it: nothing was done.
+const CodeInputRequired = "input_required"
+
+// describeInputRequests names what a server asked for, for a message.
+func describeInputRequests(reqs mcp.InputRequestMap) string {
+	if len(reqs) == 0 {
+		return "none named: the server is busy"
+	}
+	var kinds []string
+	for _, id := range slices.Sorted(maps.Keys(reqs)) {
+		switch p := reqs[id].(type) {
+		case *mcp.ElicitParams:
+			kinds = append(kinds, fmt.Sprintf("a question to the user, %q", p.Message))
+		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+			kinds = append(kinds, "a completion from the client's model")
+		case *mcp.ListRootsParams:
+			kinds = append(kinds, "the client's roots")
+		default:
+			kinds = append(kinds, fmt.Sprintf("%T", p))
+		}
+	}
+	return strings.Join(kinds, "; ")
 }

@@ -230,3 +230,41 @@ func TestClient_ReplayOfAnActionSeenDoneBeforeIsAReplay(t *testing.T) {
 		t.Errorf("the second conversation's call answered %s; want the first booking, told as replayed", second)
 	}
 }
+
+// A result that asks for input (multi-round-trip) carries no outcome:
+// the server has not acted. A client whose SDK hands it back (its
+// automatic handling turned off) reads it as nothing done, a definite
+// failure (input_required) — never as a success with no content.
+func TestClient_AResultThatAsksForInputIsNotASuccess(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	type in struct {
+		Text string `json:"text"`
+	}
+	var acted int
+	mcp.AddTool(server, &mcp.Tool{Name: "send_message"}, func(_ context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, any, error) {
+		if len(req.Params.InputResponses) == 0 {
+			return &mcp.CallToolResult{RequestState: "s", InputRequests: mcp.InputRequestMap{"r": &mcp.ListRootsParams{}}}, nil, nil
+		}
+		acted++
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent"}}}, nil, nil
+	})
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := server.Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}}).
+		Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	tools, err := mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{ByName: map[string]agenttool.Options{
+		"send_message": {Store: memstore.New(), Class: agenttool.AtMostOnce}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tools[0].Invoke(agenttool.WithScope(context.Background(), "ana", "chat-1"), `{"text":"Lunch at one?"}`)
+	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || acted != 0 {
+		t.Errorf("a result that asks for the client's roots: %s (acted %d); want definite_failure input_required, nothing done", env, acted)
+	}
+}

@@ -190,10 +190,8 @@ func describeInputRequests(reqs mcp.InputRequestMap) string {
 			kinds = append(kinds, fmt.Sprintf("a question to the user, %q", p.Message))
 		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
 			kinds = append(kinds, "a completion from the client's model")
-		case *mcp.ListRootsParams:
-			kinds = append(kinds, "the client's roots")
-		default:
-			kinds = append(kinds, fmt.Sprintf("%T", p))
+		default: // the client's roots, say
+			kinds = append(kinds, strings.TrimPrefix(fmt.Sprintf("%T", p), "*mcp."))
 		}
 	}
 	return strings.Join(kinds, "; ")

@@ -243,7 +243,8 @@ func TestClient_AResultThatAsksForInputIsNotASuccess(t *testing.T) {
 	var acted int
 	mcp.AddTool(server, &mcp.Tool{Name: "send_message"}, func(_ context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, any, error) {
 		if len(req.Params.InputResponses) == 0 {
-			return &mcp.CallToolResult{RequestState: "s", InputRequests: mcp.InputRequestMap{"r": &mcp.ListRootsParams{}}}, nil, nil
+			return &mcp.CallToolResult{RequestState: "s", InputRequests: mcp.InputRequestMap{"r": &mcp.ElicitParams{Message: "Which channel?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"to": map[string]any{"type": "string"}}}}}}, nil, nil
 		}
 		acted++
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent"}}}, nil, nil
@@ -265,6 +266,6 @@ func TestClient_AResultThatAsksForInputIsNotASuccess(t *testing.T) {
 	}
 	env := tools[0].Invoke(agenttool.WithScope(context.Background(), "ana", "chat-1"), `{"text":"Lunch at one?"}`)
 	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || acted != 0 {
-		t.Errorf("a result that asks for the client's roots: %s (acted %d); want definite_failure input_required, nothing done", env, acted)
+		t.Errorf("a result that asks the user a question: %s (acted %d); want definite_failure input_required, nothing done", env, acted)
 	}
 }

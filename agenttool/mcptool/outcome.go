@@ -30,7 +30,11 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 	if res.NeedsInput() {
 		// The server ended the request to ask the client for input
 		// (multi-round-trip, SEP-2322): it acts only in a later round that
-		// carries the answers, which this call will not send.
+		// carries the answers, which this call will not send. Asking for
+		// nothing is how it sheds load: try again later.
+		if len(res.InputRequests) == 0 {
+			return "", envelope.MarkTransient(fmt.Errorf("the MCP tool %s is busy: it ended the call asking for no input, and did nothing", r.tool.Name))
+		}
 		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s asks for input before it acts (%s), which this client does not relay; nothing was done: "+
 			"tell the user, who can do it where their client can answer", r.tool.Name, describeInputRequests(res.InputRequests)), CodeInputRequired)
 	}
@@ -180,17 +184,12 @@ const CodeInputRequired = "input_required"
 
 // describeInputRequests names what a server asked for, for a message.
 func describeInputRequests(reqs mcp.InputRequestMap) string {
-	if len(reqs) == 0 {
-		return "none named: the server is busy"
-	}
 	var kinds []string
 	for _, id := range slices.Sorted(maps.Keys(reqs)) {
 		switch p := reqs[id].(type) {
 		case *mcp.ElicitParams:
 			kinds = append(kinds, fmt.Sprintf("a question to the user, %q", p.Message))
-		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
-			kinds = append(kinds, "a completion from the client's model")
-		default: // the client's roots, say
+		default: // a completion of the client's model, the client's roots
 			kinds = append(kinds, strings.TrimPrefix(fmt.Sprintf("%T", p), "*mcp."))
 		}
 	}

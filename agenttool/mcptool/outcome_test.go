@@ -268,4 +268,28 @@ func TestClient_AResultThatAsksForInputIsNotASuccess(t *testing.T) {
 	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || acted != 0 {
 		t.Errorf("a result that asks the user a question: %s (acted %d); want definite_failure input_required, nothing done", env, acted)
 	}
+
+	// Asking for nothing is shedding load: nothing done, try later.
+	mcp.AddTool(server, &mcp.Tool{Name: "post"}, func(context.Context, *mcp.CallToolRequest, in) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{}}, nil, nil
+	})
+	tools, err = mcptool.Tools(context.Background(), cs, mcptool.ClientOptions{ByName: map[string]agenttool.Options{
+		"post": {Store: memstore.New(), Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tool := range tools {
+		if tool.Name() != "post" {
+			continue
+		}
+		found = true
+		env := tool.Invoke(agenttool.WithScope(context.Background(), "ana", "chat-1"), `{"text":"Lunch at one?"}`)
+		if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeUnavailable {
+			t.Errorf("a result that asks for nothing (load shedding): %s; want definite_failure unavailable, to try later", env)
+		}
+	}
+	if !found {
+		t.Fatal("the server's post tool was not listed")
+	}
 }

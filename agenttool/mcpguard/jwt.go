@@ -68,6 +68,7 @@ type jwtVerifier struct {
 	fetched time.Time      // when keys were fetched
 	tried   time.Time      // the last fetch, whatever came of it
 	failed  error          // why the last fetch failed, or nil
+	pending chan struct{}  // closed when the fetch under way ends; nil if none is
 }
 
 // jwk is one verification key of the set.
@@ -139,15 +140,21 @@ func tokenScopes(claims jwt.MapClaims) []string {
 // key finds the key that must have signed t: by its kid, or the set's
 // only key for its algorithm when it names none. A kid the set lacks
 // fetches the set again (a key the server just added), at most once per
-// jwksMinInterval.
+// jwksMinInterval. Keys past jwksMaxAge serve while the set is fetched
+// again: only a request that needs the new set (the guard holds none, or
+// its kid is not in the set held) waits for it.
 func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := time.Now()
-	if (v.keys == nil || now.Sub(v.fetched) > jwksMaxAge) && now.Sub(v.tried) >= jwksMinInterval {
-		v.fetch(ctx, now)
+	if v.keys == nil || now.Sub(v.fetched) > jwksMaxAge {
+		if pending := v.refresh(now); pending != nil && v.keys == nil {
+			if err := v.await(ctx, pending); err != nil {
+				return nil, err
+			}
+		}
 	}
 	switch {
 	case v.keys == nil:
@@ -156,11 +163,16 @@ func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 		return nil, fmt.Errorf("%w: the keys held were fetched %s ago: %v", errKeys, now.Sub(v.fetched).Round(time.Second), v.failed)
 	}
 	k, ok := v.find(kid, alg)
-	if !ok && kid != "" && now.Sub(v.tried) >= jwksMinInterval {
-		if err := v.fetch(ctx, now); err != nil {
-			return nil, err
+	if !ok && kid != "" {
+		if pending := v.refresh(now); pending != nil {
+			if err := v.await(ctx, pending); err != nil {
+				return nil, err
+			}
+			if v.failed != nil {
+				return nil, fmt.Errorf("%w: %v", errKeys, v.failed)
+			}
+			k, ok = v.find(kid, alg)
 		}
-		k, ok = v.find(kid, alg)
 	}
 	switch {
 	case !ok && kid == "":
@@ -171,6 +183,43 @@ func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 		return nil, fmt.Errorf("key %q is for %s, the token is signed %s", kid, k.alg, alg)
 	}
 	return k.key, nil
+}
+
+// refresh starts fetching the set, unless a fetch is under way or the
+// last one began less than jwksMinInterval ago, and returns the fetch
+// under way (closed when it ends), or nil; v.mu is held. The fetch is
+// the guard's, not the request's: a client that hangs up does not fail
+// it, and it runs without v.mu, so that the keys held serve meanwhile.
+func (v *jwtVerifier) refresh(now time.Time) <-chan struct{} {
+	if v.pending == nil && now.Sub(v.tried) >= jwksMinInterval {
+		v.tried = now
+		done := make(chan struct{})
+		v.pending = done
+		go func() {
+			keys, err := v.fetch()
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if err == nil {
+				v.keys, v.fetched = keys, now
+			}
+			v.failed, v.pending = err, nil
+			close(done)
+		}()
+	}
+	return v.pending
+}
+
+// await waits, v.mu released, for the fetch under way to end, or for the
+// request to be given up.
+func (v *jwtVerifier) await(ctx context.Context, pending <-chan struct{}) error {
+	v.mu.Unlock()
+	defer v.mu.Lock()
+	select {
+	case <-pending:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: the request ended while they were fetched: %v", errKeys, context.Cause(ctx))
+	}
 }
 
 func (v *jwtVerifier) find(kid, alg string) (jwk, bool) {
@@ -190,34 +239,30 @@ func (v *jwtVerifier) find(kid, alg string) (jwk, bool) {
 	return found[0], true
 }
 
-// fetch gets the key set; v.mu is held. On failure the keys already held
-// stay, and v.failed says why.
-func (v *jwtVerifier) fetch(ctx context.Context, now time.Time) (err error) {
-	v.tried = now
-	defer func() { v.failed = err }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.url, nil)
+// fetch gets the key set, within the client's timeout; v.mu is not held.
+func (v *jwtVerifier) fetch() (map[string]jwk, error) {
+	req, err := http.NewRequest(http.MethodGet, v.url, nil)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errKeys, err)
+		return nil, fmt.Errorf("%w: %v", errKeys, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := v.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errKeys, err)
+		return nil, fmt.Errorf("%w: %v", errKeys, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("%w: %v", errKeys, err)
+		return nil, fmt.Errorf("%w: %v", errKeys, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: %s answered %s", errKeys, v.url, resp.Status)
+		return nil, fmt.Errorf("%w: %s answered %s", errKeys, v.url, resp.Status)
 	}
 	keys, err := parseJWKS(body)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", errKeys, v.url, err)
+		return nil, fmt.Errorf("%w: %s: %v", errKeys, v.url, err)
 	}
-	v.keys, v.fetched = keys, now
-	return nil
+	return keys, nil
 }
 
 // parseJWKS reads a JSON Web Key Set (RFC 7517): its public signature

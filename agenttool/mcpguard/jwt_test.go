@@ -291,3 +291,130 @@ func TestConfig_OAuthChecksTokensOneWay(t *testing.T) {
 		t.Errorf("oauth with jwks_url alone: %v", err)
 	}
 }
+
+// A client that gives up on its request while the guard fetches the key
+// set does not make the fetch fail for the others: the set is fetched
+// for the guard, not for the request that happened to need it, so an
+// unauthenticated caller that hangs up cannot leave the guard without
+// keys (every token answered 500) until the next fetch is allowed.
+func TestGuard_AClientThatHangsUpDoesNotLeaveTheGuardWithoutKeys(t *testing.T) {
+	k := newKeyServer(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("e1", &key.PublicKey)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		k.srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	front, _ := jwtFront(t, &keyServer{t: t, srv: slow})
+
+	// A GET (no body to read) lets the front see the client hang up.
+	req, _ := http.NewRequest(http.MethodGet, front.URL, nil)
+	req.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodES256, "made-up", key, claims("mallory@example.com")))
+	if resp, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the impatient request was answered %s before the key set", resp.Status)
+	}
+	if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com"))); got != 200 {
+		t.Errorf("a token of the set's key after a client hung up during the fetch: %d, want 200", got)
+	}
+}
+
+// While the key set endpoint hangs, the keys held still serve at once: a
+// fetch under way (here one that a token naming a made-up key set off)
+// holds up only the requests that need the new set, not every token of a
+// key the guard already has.
+func TestGuard_AHangingKeySetHoldsUpNoTokenOfAKeyHeld(t *testing.T) {
+	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
+	k := newKeyServer(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("e1", &key.PublicKey)
+	var hanging atomic.Bool
+	released := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hanging.Load() {
+			select {
+			case <-released:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		k.srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	front, _ := jwtFront(t, &keyServer{t: t, srv: srv})
+	t.Cleanup(func() { close(released) })
+	token := sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com"))
+	if got := status(t, front.URL, token); got != 200 {
+		t.Fatalf("a token of the set's key: %d", got)
+	}
+
+	hanging.Store(true)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, front.URL, strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodES256, "made-up", key, claims("mallory@example.com")))
+		if resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the made-up key's fetch is under way
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, front.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("a token of a key held, while the key set hangs: no answer after %s (%v)", time.Since(start).Round(time.Millisecond), err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("a token of a key held, while the key set hangs: %s, want 200", resp.Status)
+	}
+}
+
+// Tokens checked side by side while the set is fetched again and again
+// (made-up key ids, with no least interval) are each judged on their own:
+// every token of a key held is accepted, every made-up one refused (run
+// with -race).
+func TestGuard_JWTsCheckedSideBySideDuringRefetchesAreEachJudgedAlone(t *testing.T) {
+	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
+	k := newKeyServer(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("e1", &key.PublicKey)
+	cfg, err := mcpguard.ParseConfig([]byte(`{"oauth": {"resource": "` + guardResource + `", "authorization_servers": ["https://auth.example.com"],
+	  "jwks_url": "` + k.srv.URL + `/jwks"}, "mcpServers": {"s": {"url": "http://s.internal/mcp"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify, err := cfg.Verifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com"))
+	madeUp := sign(t, jwt.SigningMethodES256, "made-up", key, claims("mallory@example.com"))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 40 {
+				if i%2 == 0 {
+					if info, err := verify(t.Context(), madeUp, nil); err == nil {
+						t.Errorf("a made-up key id acted for %s", info.UserID)
+					}
+				} else if info, err := verify(t.Context(), good, nil); err != nil || info.UserID != "ana@example.com" {
+					t.Errorf("a token of the set's key: %v, %v", info, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

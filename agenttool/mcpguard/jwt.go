@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net/http"
 	"os"
@@ -64,17 +65,35 @@ type jwtVerifier struct {
 	parser *jwt.Parser
 
 	mu      sync.Mutex
-	keys    map[string]jwk // by kid
-	fetched time.Time      // when keys were fetched
-	tried   time.Time      // the last fetch, whatever came of it
-	failed  error          // why the last fetch failed, or nil
-	pending chan struct{}  // closed when the fetch under way ends; nil if none is
+	keys    map[string][]jwk // by kid
+	fetched time.Time        // when keys were fetched
+	tried   time.Time        // the last fetch, whatever came of it
+	failed  error            // why the last fetch failed, or nil
+	pending chan struct{}    // closed when the fetch under way ends; nil if none is
 }
 
 // jwk is one verification key of the set.
 type jwk struct {
 	alg string // the algorithm the set pins the key to, if any
 	key crypto.PublicKey
+}
+
+// fits reports whether a token signed alg may have been signed by k: the
+// key's type (and an EC key's curve, RFC 7518 §3.4) is the algorithm's,
+// and the set pins the key to no other algorithm.
+func (k jwk) fits(alg string) bool {
+	if k.alg != "" && k.alg != alg {
+		return false
+	}
+	switch key := k.key.(type) {
+	case *rsa.PublicKey:
+		return strings.HasPrefix(alg, "RS") || strings.HasPrefix(alg, "PS")
+	case *ecdsa.PublicKey:
+		return map[string]string{"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}[alg] == key.Curve.Params().Name
+	case ed25519.PublicKey:
+		return alg == "EdDSA"
+	}
+	return false
 }
 
 func newJWTVerifier(o *OAuth) *jwtVerifier {
@@ -162,8 +181,8 @@ func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 	case now.Sub(v.fetched) > jwksStale:
 		return nil, fmt.Errorf("%w: the keys held were fetched %s ago: %v", errKeys, now.Sub(v.fetched).Round(time.Second), v.failed)
 	}
-	k, ok := v.find(kid, alg)
-	if !ok && kid != "" {
+	k, err := v.find(kid, alg)
+	if errors.Is(err, errNoKey) {
 		if pending := v.refresh(now); pending != nil {
 			if err := v.await(ctx, pending); err != nil {
 				return nil, err
@@ -171,18 +190,45 @@ func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 			if v.failed != nil {
 				return nil, fmt.Errorf("%w: %v", errKeys, v.failed)
 			}
-			k, ok = v.find(kid, alg)
+			k, err = v.find(kid, alg)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return k.key, nil
+}
+
+// errNoKey is a kid the key set lacks.
+var errNoKey = errors.New("no such key in the authorization server's key set")
+
+// find returns the key that must have signed a token of alg naming kid:
+// the one key of that kid that fits alg (two keys may share a kid when
+// their types differ), or, when the token names none, the set's one key
+// that fits alg.
+func (v *jwtVerifier) find(kid, alg string) (jwk, error) {
+	named := v.keys[kid]
+	if kid == "" {
+		named = slices.Concat(slices.Collect(maps.Values(v.keys))...)
+	}
+	var fit []jwk
+	for _, k := range named {
+		if k.fits(alg) {
+			fit = append(fit, k)
 		}
 	}
 	switch {
-	case !ok && kid == "":
-		return nil, errors.New("the token names no key (kid), and the key set has not exactly one key for its algorithm")
-	case !ok:
-		return nil, fmt.Errorf("no key %q in the authorization server's key set", kid)
-	case k.alg != "" && k.alg != alg:
-		return nil, fmt.Errorf("key %q is for %s, the token is signed %s", kid, k.alg, alg)
+	case len(fit) == 1:
+		return fit[0], nil
+	case kid == "":
+		return jwk{}, fmt.Errorf("the token names no key (kid), and the key set has not exactly one key for %s", alg)
+	case len(named) == 0:
+		return jwk{}, fmt.Errorf("%w: %q", errNoKey, kid)
+	case len(fit) == 0:
+		return jwk{}, fmt.Errorf("key %q is not for %s", kid, alg)
+	default:
+		return jwk{}, fmt.Errorf("the key set has %d keys %q for %s", len(fit), kid, alg)
 	}
-	return k.key, nil
 }
 
 // refresh starts fetching the set, unless a fetch is under way or the
@@ -222,25 +268,8 @@ func (v *jwtVerifier) await(ctx context.Context, pending <-chan struct{}) error 
 	}
 }
 
-func (v *jwtVerifier) find(kid, alg string) (jwk, bool) {
-	if kid != "" {
-		k, ok := v.keys[kid]
-		return k, ok
-	}
-	var found []jwk
-	for _, k := range v.keys {
-		if k.alg == "" || k.alg == alg {
-			found = append(found, k)
-		}
-	}
-	if len(found) != 1 {
-		return jwk{}, false
-	}
-	return found[0], true
-}
-
 // fetch gets the key set, within the client's timeout; v.mu is not held.
-func (v *jwtVerifier) fetch() (map[string]jwk, error) {
+func (v *jwtVerifier) fetch() (map[string][]jwk, error) {
 	req, err := http.NewRequest(http.MethodGet, v.url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errKeys, err)
@@ -267,8 +296,11 @@ func (v *jwtVerifier) fetch() (map[string]jwk, error) {
 
 // parseJWKS reads a JSON Web Key Set (RFC 7517): its public signature
 // keys, by kid. Keys of other types or uses (symmetric keys, encryption
-// keys) are left out.
-func parseJWKS(b []byte) (map[string]jwk, error) {
+// keys), and those the guard cannot or will not use (another curve, an
+// RSA key too weak or too large, a garbled one), are left out, so that
+// one of them does not take the rest of the set down; a set with no key
+// left is an error.
+func parseJWKS(b []byte) (map[string][]jwk, error) {
 	var set struct {
 		Keys []struct {
 			Kty string `json:"kty"`
@@ -285,7 +317,8 @@ func parseJWKS(b []byte) (map[string]jwk, error) {
 	if err := json.Unmarshal(b, &set); err != nil {
 		return nil, fmt.Errorf("not a JSON Web Key Set: %v", err)
 	}
-	keys := map[string]jwk{}
+	keys := map[string][]jwk{}
+	var left []error
 	for _, k := range set.Keys {
 		if k.Use != "" && k.Use != "sig" {
 			continue
@@ -303,15 +336,13 @@ func parseJWKS(b []byte) (map[string]jwk, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %v", k.Kid, err)
+			left = append(left, fmt.Errorf("key %q: %v", k.Kid, err))
+			continue
 		}
-		if _, dup := keys[k.Kid]; dup {
-			return nil, fmt.Errorf("two keys named %q", k.Kid)
-		}
-		keys[k.Kid] = jwk{alg: k.Alg, key: pub}
+		keys[k.Kid] = append(keys[k.Kid], jwk{alg: k.Alg, key: pub})
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("no public signature key in the set")
+		return nil, errors.Join(append([]error{errors.New("no public signature key the guard can use in the set")}, left...)...)
 	}
 	return keys, nil
 }
@@ -325,8 +356,8 @@ func rsaKey(n, e string) (*rsa.PublicKey, error) {
 		return nil, errors.New("an RSA key's n and e must be base64url")
 	}
 	key := &rsa.PublicKey{N: new(big.Int).SetBytes(nb), E: int(new(big.Int).SetBytes(eb).Int64())}
-	if key.N.BitLen() < 2048 {
-		return nil, fmt.Errorf("an RSA key of %d bits: 2048 at least", key.N.BitLen())
+	if bits := key.N.BitLen(); bits < 2048 || bits > 16384 {
+		return nil, fmt.Errorf("an RSA key of %d bits: 2048 at least, 16384 at most", bits)
 	}
 	return key, nil
 }

@@ -418,3 +418,84 @@ func TestGuard_JWTsCheckedSideBySideDuringRefetchesAreEachJudgedAlone(t *testing
 	}
 	wg.Wait()
 }
+
+// A key set may hold keys the guard cannot or will not use: of a curve or
+// type it lacks (Ed448, X25519, secp256k1), too weak (an RSA key under
+// 2048 bits), so large that checking one made-up signature would take
+// the guard seconds, or garbled. They are left out, and the rest of the
+// set serves: one such key does not answer every token 500. Two keys may
+// share a kid when their types differ (RFC 7517 §4.5): the token's
+// algorithm tells which signed it. A token naming a key left out, or
+// whose algorithm the key does not fit (ES384 on a P-256 key), is refused.
+func TestGuard_AKeyTheGuardCannotUseLeavesTheRestOfTheSetServing(t *testing.T) {
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 1<<19), big.NewInt(1))
+	k := newKeyServer(t)
+	k.publish("e1", &ecKey.PublicKey)
+	k.publish("e1", &rsaKey.PublicKey)
+	k.publish("weak", &weak.PublicKey)
+	k.mu.Lock()
+	k.keys = append(k.keys,
+		map[string]any{"kty": "OKP", "crv": "Ed448", "kid": "d448", "x": b64url(make([]byte, 57))},
+		map[string]any{"kty": "OKP", "crv": "X25519", "kid": "x1", "x": b64url(make([]byte, 32))},
+		map[string]any{"kty": "EC", "crv": "secp256k1", "kid": "k1", "x": b64url(make([]byte, 32)), "y": b64url(make([]byte, 32))},
+		map[string]any{"kty": "RSA", "kid": "huge", "n": b64url(huge.Bytes()), "e": "AQAB"},
+		map[string]any{"kty": "RSA", "kid": "garbled", "n": "not base64url!", "e": "AQAB"})
+	k.mu.Unlock()
+	front, c := jwtFront(t, k)
+
+	// ES384 over the P-256 key: a valid ECDSA signature, with the hash and
+	// size of ES384 (48-byte r and s), which RFC 7518 §3.4 gives P-384.
+	es384 := func() string {
+		head := b64url([]byte(`{"alg":"ES384","kid":"e1","typ":"JWT"}`))
+		body, _ := json.Marshal(claims("ana@example.com"))
+		input := head + "." + b64url(body)
+		h := crypto.SHA384.New()
+		h.Write([]byte(input))
+		r, s, err := ecdsa.Sign(rand.Reader, ecKey, h.Sum(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig := make([]byte, 96)
+		r.FillBytes(sig[:48])
+		s.FillBytes(sig[48:])
+		return input + "." + b64url(sig)
+	}()
+	// A made-up signature of the huge key's size.
+	hugeToken := b64url([]byte(`{"alg":"RS256","kid":"huge","typ":"JWT"}`)) + "." + b64url([]byte(`{"sub":"mallory@example.com"}`)) + "." + b64url(make([]byte, len(huge.Bytes())))
+
+	for name, tc := range map[string]struct {
+		token string
+		want  int
+	}{
+		"ES256 by e1":              {sign(t, jwt.SigningMethodES256, "e1", ecKey, claims("ana@example.com")), 200},
+		"RS256 by e1 (RSA)":        {sign(t, jwt.SigningMethodRS256, "e1", rsaKey, claims("ana@example.com")), 200},
+		"a 1024-bit RSA key":       {sign(t, jwt.SigningMethodRS256, "weak", weak, claims("ana@example.com")), 401},
+		"ES384 on the P-256 key":   {es384, 401},
+		"the huge key":             {hugeToken, 401},
+		"naming the secp256k1 key": {sign(t, jwt.SigningMethodES256, "k1", ecKey, claims("ana@example.com")), 401},
+		"naming the X25519 key":    {sign(t, jwt.SigningMethodES256, "x1", ecKey, claims("ana@example.com")), 401},
+	} {
+		start := time.Now()
+		if got := status(t, front.URL, tc.token); got != tc.want {
+			t.Errorf("%s: %d, want %d", name, got, tc.want)
+		}
+		if d := time.Since(start); d > 250*time.Millisecond {
+			t.Errorf("%s: answered after %s", name, d.Round(time.Millisecond))
+		}
+	}
+	if c.count() != 0 {
+		t.Fatalf("initialize sent %d messages", c.count())
+	}
+}

@@ -499,3 +499,30 @@ func TestGuard_AKeyTheGuardCannotUseLeavesTheRestOfTheSetServing(t *testing.T) {
 		t.Fatalf("initialize sent %d messages", c.count())
 	}
 }
+
+// jwks_url may name ${VARIABLES} of the guard's environment, as the
+// verifier reads it: the configuration takes it, and the URL is checked
+// once they are read, so that one that is not an http(s) URL then stops
+// the front at start rather than answering every token 500.
+func TestConfig_AJWKSURLMayNameVariablesAndIsCheckedOnceTheyAreRead(t *testing.T) {
+	verifier := func(jwksURL string) error {
+		cfg, err := mcpguard.ParseConfig([]byte(`{"oauth": {"resource": "` + guardResource + `", "authorization_servers": ["https://auth.example.com"],
+		  "jwks_url": "` + jwksURL + `"}, "mcpServers": {"s": {"url": "http://s.internal/mcp"}}}`))
+		if err != nil {
+			return err
+		}
+		_, err = cfg.Verifier()
+		return err
+	}
+	t.Setenv("AUTH_HOST", "auth.example.com")
+	t.Setenv("JWKS_URL", "https://auth.example.com/.well-known/jwks.json")
+	for _, u := range []string{"${JWKS_URL}", "https://${AUTH_HOST}/.well-known/jwks.json"} {
+		if err := verifier(u); err != nil {
+			t.Errorf("jwks_url %q: %v", u, err)
+		}
+	}
+	t.Setenv("JWKS_URL", "auth.example.com/.well-known/jwks.json")
+	if err := verifier("${JWKS_URL}"); err == nil || !strings.Contains(err.Error(), "oauth.jwks_url") {
+		t.Errorf("jwks_url %q once read: %v, want an error at oauth.jwks_url", "auth.example.com/.well-known/jwks.json", err)
+	}
+}

@@ -526,3 +526,28 @@ func TestConfig_AJWKSURLMayNameVariablesAndIsCheckedOnceTheyAreRead(t *testing.T
 		t.Errorf("jwks_url %q once read: %v, want an error at oauth.jwks_url", "auth.example.com/.well-known/jwks.json", err)
 	}
 }
+
+// The clocks of the authorization server and the guard may differ by 30
+// seconds, for exp as for nbf: a JWT whose exp passed less than that ago
+// by the guard's clock is accepted, one past it longer refused.
+func TestGuard_AJWTIsJudgedWithTheClockSkewAllowedForItsExp(t *testing.T) {
+	k := newKeyServer(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("e1", &key.PublicKey)
+	front, _ := jwtFront(t, k)
+	now := time.Now()
+	for name, tc := range map[string]struct {
+		exp  time.Time
+		want int
+	}{
+		"exp 10s ago": {now.Add(-10 * time.Second), 200},
+		"exp 60s ago": {now.Add(-60 * time.Second), 401},
+	} {
+		if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com", "exp", tc.exp.Unix(), "iat", tc.exp.Add(-time.Hour).Unix()))); got != tc.want {
+			t.Errorf("%s: %d, want %d", name, got, tc.want)
+		}
+	}
+}

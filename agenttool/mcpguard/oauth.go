@@ -301,6 +301,10 @@ func (g *Guard) HTTPHandler() (http.Handler, error) {
 	}
 	u, _ := url.Parse(o.Resource)
 	path := metadataPath(o.Resource)
+	var skew time.Duration
+	if o.JWKSURL != "" {
+		skew = jwtLeeway
+	}
 	meta := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: o.Resource, AuthorizationServers: o.AuthorizationServers, ScopesSupported: o.Scopes,
 		BearerMethodsSupported: []string{"header"}, ResourceName: "retrysafe guard",
@@ -315,6 +319,8 @@ func (g *Guard) HTTPHandler() (http.Handler, error) {
 		// An introspected token without exp is valid while the
 		// authorization server says it is active.
 		AllowMissingExpiration: true,
+		// A JWT's exp is judged with the clock skew its verifier allows.
+		ClockSkew: skew,
 	})(front))
 	return mux, nil
 }

@@ -39,14 +39,16 @@ const (
 	// jwtLeeway is the clock skew allowed between the authorization
 	// server and the guard, for exp, nbf and iat.
 	jwtLeeway = 30 * time.Second
-	// jwksMaxAge is how long fetched keys serve before they are fetched
-	// again, so that a key the server withdrew stops verifying.
-	jwksMaxAge = 10 * time.Minute
 	// jwksStale is how long keys serve while the set cannot be fetched
 	// again: past it, tokens are not judged (500) rather than checked
 	// against keys the server may have withdrawn.
 	jwksStale = time.Hour
 )
+
+// jwksMaxAge is how long fetched keys serve before they are fetched
+// again, so that a key the server withdrew stops verifying (a variable
+// for tests).
+var jwksMaxAge = 10 * time.Minute
 
 // jwksMinInterval is the least time between two fetches of the key set,
 // so that tokens with made-up key ids cannot make the guard hammer the

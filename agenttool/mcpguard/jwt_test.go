@@ -1,6 +1,7 @@
 package mcpguard_test
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -422,7 +424,7 @@ func TestGuard_JWTsCheckedSideBySideDuringRefetchesAreEachJudgedAlone(t *testing
 // A key set may hold keys the guard cannot or will not use: of a curve or
 // type it lacks (Ed448, X25519, secp256k1), too weak (an RSA key under
 // 2048 bits), so large that checking one made-up signature would take
-// the guard seconds, or garbled. They are left out, and the rest of the
+// the guard seconds, garbled, or a point off its curve. They are left out, and the rest of the
 // set serves: one such key does not answer every token 500. Two keys may
 // share a kid when their types differ (RFC 7517 §4.5): the token's
 // algorithm tells which signed it. A token naming a key left out, or
@@ -451,7 +453,8 @@ func TestGuard_AKeyTheGuardCannotUseLeavesTheRestOfTheSetServing(t *testing.T) {
 		map[string]any{"kty": "OKP", "crv": "X25519", "kid": "x1", "x": b64url(make([]byte, 32))},
 		map[string]any{"kty": "EC", "crv": "secp256k1", "kid": "k1", "x": b64url(make([]byte, 32)), "y": b64url(make([]byte, 32))},
 		map[string]any{"kty": "RSA", "kid": "huge", "n": b64url(huge.Bytes()), "e": "AQAB"},
-		map[string]any{"kty": "RSA", "kid": "garbled", "n": "not base64url!", "e": "AQAB"})
+		map[string]any{"kty": "RSA", "kid": "garbled", "n": "not base64url!", "e": "AQAB"},
+		map[string]any{"kty": "EC", "crv": "P-256", "kid": "off-curve", "x": b64url(bytes.Repeat([]byte{1}, 32)), "y": b64url(bytes.Repeat([]byte{1}, 32))})
 	k.mu.Unlock()
 	front, c := jwtFront(t, k)
 
@@ -486,6 +489,7 @@ func TestGuard_AKeyTheGuardCannotUseLeavesTheRestOfTheSetServing(t *testing.T) {
 		"the huge key":             {hugeToken, 401},
 		"naming the secp256k1 key": {sign(t, jwt.SigningMethodES256, "k1", ecKey, claims("ana@example.com")), 401},
 		"naming the X25519 key":    {sign(t, jwt.SigningMethodES256, "x1", ecKey, claims("ana@example.com")), 401},
+		"naming a point off P-256": {sign(t, jwt.SigningMethodES256, "off-curve", ecKey, claims("ana@example.com")), 401},
 	} {
 		start := time.Now()
 		if got := status(t, front.URL, tc.token); got != tc.want {
@@ -549,5 +553,78 @@ func TestGuard_AJWTIsJudgedWithTheClockSkewAllowedForItsExp(t *testing.T) {
 		if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com", "exp", tc.exp.Unix(), "iat", tc.exp.Add(-time.Hour).Unix()))); got != tc.want {
 			t.Errorf("%s: %d, want %d", name, got, tc.want)
 		}
+	}
+}
+
+// A key set that cannot be fetched is the operator's to hear of, in the
+// log: the unauthenticated client's 500 names neither the key set's URL
+// nor what failed, nor whether its token was any good.
+func TestGuard_AKeySetThatCannotBeFetchedTellsAnUnauthenticatedClientNothingOfTheGuard(t *testing.T) {
+	k := newKeyServer(t)
+	k.failing.Store(true)
+	front, _ := jwtFront(t, k)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com")), sign(t, jwt.SigningMethodES256, "", key, claims("ana@example.com"))} {
+		req, _ := http.NewRequest(http.MethodPost, front.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError {
+			t.Errorf("a token while the key set cannot be fetched: %s, want 500", resp.Status)
+		}
+		for _, secret := range []string{k.srv.URL, "/jwks", "jwks_url", "503", "down"} {
+			if strings.Contains(string(body), secret) {
+				t.Errorf("the answer to an unauthenticated request names %q: %s", secret, body)
+			}
+		}
+	}
+}
+
+// A key the authorization server withdrew from its set stops verifying
+// once the keys held are past their age and the set is fetched again: a
+// request finding them old sets off the fetch without waiting for it, and
+// the tokens that follow are judged by the new set.
+func TestGuard_AWithdrawnKeyStopsVerifyingOnceTheSetIsFetchedAgain(t *testing.T) {
+	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
+	k := newKeyServer(t)
+	old, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.publish("old", &old.PublicKey)
+	front, _ := jwtFront(t, k)
+	token := sign(t, jwt.SigningMethodES256, "old", old, claims("ana@example.com"))
+	if got := status(t, front.URL, token); got != 200 {
+		t.Fatalf("a token of the set's key: %d", got)
+	}
+	k.mu.Lock()
+	k.keys = nil
+	k.mu.Unlock()
+	k.publish("new", &fresh.PublicKey)
+	if got := status(t, front.URL, token); got != 200 {
+		t.Errorf("a token of a withdrawn key, the keys held not yet past their age: %d, want 200", got)
+	}
+
+	t.Cleanup(mcpguard.SetJWKSMaxAge(0))
+	deadline := time.Now().Add(5 * time.Second)
+	for status(t, front.URL, token) != 401 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a token of a withdrawn key still verifies, the keys held past their age")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "new", fresh, claims("ana@example.com"))); got != 200 {
+		t.Errorf("a token of the set's new key: %d, want 200", got)
 	}
 }

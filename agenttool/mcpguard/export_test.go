@@ -9,3 +9,11 @@ func SetJWKSMinInterval(d time.Duration) (restore func()) {
 	jwksMinInterval = d
 	return func() { jwksMinInterval = old }
 }
+
+// SetJWKSMaxAge sets how long fetched keys serve before they are fetched
+// again, until restore.
+func SetJWKSMaxAge(d time.Duration) (restore func()) {
+	old := jwksMaxAge
+	jwksMaxAge = d
+	return func() { jwksMaxAge = old }
+}

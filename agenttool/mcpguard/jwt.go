@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net/http"
 	"os"
@@ -38,14 +39,16 @@ const (
 	// jwtLeeway is the clock skew allowed between the authorization
 	// server and the guard, for exp, nbf and iat.
 	jwtLeeway = 30 * time.Second
-	// jwksMaxAge is how long fetched keys serve before they are fetched
-	// again, so that a key the server withdrew stops verifying.
-	jwksMaxAge = 10 * time.Minute
 	// jwksStale is how long keys serve while the set cannot be fetched
 	// again: past it, tokens are not judged (500) rather than checked
 	// against keys the server may have withdrawn.
 	jwksStale = time.Hour
 )
+
+// jwksMaxAge is how long fetched keys serve before they are fetched
+// again, so that a key the server withdrew stops verifying (a variable
+// for tests).
+var jwksMaxAge = 10 * time.Minute
 
 // jwksMinInterval is the least time between two fetches of the key set,
 // so that tokens with made-up key ids cannot make the guard hammer the
@@ -64,16 +67,35 @@ type jwtVerifier struct {
 	parser *jwt.Parser
 
 	mu      sync.Mutex
-	keys    map[string]jwk // by kid
-	fetched time.Time      // when keys were fetched
-	tried   time.Time      // the last fetch, whatever came of it
-	failed  error          // why the last fetch failed, or nil
+	keys    map[string][]jwk // by kid
+	fetched time.Time        // when keys were fetched
+	tried   time.Time        // the last fetch, whatever came of it
+	failed  error            // why the last fetch failed, or nil
+	pending chan struct{}    // closed when the fetch under way ends; nil if none is
 }
 
 // jwk is one verification key of the set.
 type jwk struct {
 	alg string // the algorithm the set pins the key to, if any
 	key crypto.PublicKey
+}
+
+// fits reports whether a token signed alg may have been signed by k: the
+// key's type (and an EC key's curve, RFC 7518 §3.4) is the algorithm's,
+// and the set pins the key to no other algorithm.
+func (k jwk) fits(alg string) bool {
+	if k.alg != "" && k.alg != alg {
+		return false
+	}
+	switch key := k.key.(type) {
+	case *rsa.PublicKey:
+		return strings.HasPrefix(alg, "RS") || strings.HasPrefix(alg, "PS")
+	case *ecdsa.PublicKey:
+		return map[string]string{"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}[alg] == key.Curve.Params().Name
+	case ed25519.PublicKey:
+		return alg == "EdDSA"
+	}
+	return false
 }
 
 func newJWTVerifier(o *OAuth) *jwtVerifier {
@@ -139,15 +161,21 @@ func tokenScopes(claims jwt.MapClaims) []string {
 // key finds the key that must have signed t: by its kid, or the set's
 // only key for its algorithm when it names none. A kid the set lacks
 // fetches the set again (a key the server just added), at most once per
-// jwksMinInterval.
+// jwksMinInterval. Keys past jwksMaxAge serve while the set is fetched
+// again: only a request that needs the new set (the guard holds none, or
+// its kid is not in the set held) waits for it.
 func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := time.Now()
-	if (v.keys == nil || now.Sub(v.fetched) > jwksMaxAge) && now.Sub(v.tried) >= jwksMinInterval {
-		v.fetch(ctx, now)
+	if v.keys == nil || now.Sub(v.fetched) > jwksMaxAge {
+		if pending := v.refresh(now); pending != nil && v.keys == nil {
+			if err := v.await(ctx, pending); err != nil {
+				return nil, err
+			}
+		}
 	}
 	switch {
 	case v.keys == nil:
@@ -155,75 +183,126 @@ func (v *jwtVerifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 	case now.Sub(v.fetched) > jwksStale:
 		return nil, fmt.Errorf("%w: the keys held were fetched %s ago: %v", errKeys, now.Sub(v.fetched).Round(time.Second), v.failed)
 	}
-	k, ok := v.find(kid, alg)
-	if !ok && kid != "" && now.Sub(v.tried) >= jwksMinInterval {
-		if err := v.fetch(ctx, now); err != nil {
-			return nil, err
+	k, err := v.find(kid, alg)
+	if errors.Is(err, errNoKey) {
+		if pending := v.refresh(now); pending != nil {
+			if err := v.await(ctx, pending); err != nil {
+				return nil, err
+			}
+			if v.failed != nil {
+				return nil, fmt.Errorf("%w: %v", errKeys, v.failed)
+			}
+			k, err = v.find(kid, alg)
 		}
-		k, ok = v.find(kid, alg)
 	}
-	switch {
-	case !ok && kid == "":
-		return nil, errors.New("the token names no key (kid), and the key set has not exactly one key for its algorithm")
-	case !ok:
-		return nil, fmt.Errorf("no key %q in the authorization server's key set", kid)
-	case k.alg != "" && k.alg != alg:
-		return nil, fmt.Errorf("key %q is for %s, the token is signed %s", kid, k.alg, alg)
+	if err != nil {
+		return nil, err
 	}
 	return k.key, nil
 }
 
-func (v *jwtVerifier) find(kid, alg string) (jwk, bool) {
-	if kid != "" {
-		k, ok := v.keys[kid]
-		return k, ok
+// errNoKey is a kid the key set lacks.
+var errNoKey = errors.New("no such key in the authorization server's key set")
+
+// find returns the key that must have signed a token of alg naming kid:
+// the one key of that kid that fits alg (two keys may share a kid when
+// their types differ), or, when the token names none, the set's one key
+// that fits alg.
+func (v *jwtVerifier) find(kid, alg string) (jwk, error) {
+	named := v.keys[kid]
+	if kid == "" {
+		named = slices.Concat(slices.Collect(maps.Values(v.keys))...)
 	}
-	var found []jwk
-	for _, k := range v.keys {
-		if k.alg == "" || k.alg == alg {
-			found = append(found, k)
+	var fit []jwk
+	for _, k := range named {
+		if k.fits(alg) {
+			fit = append(fit, k)
 		}
 	}
-	if len(found) != 1 {
-		return jwk{}, false
+	switch {
+	case len(fit) == 1:
+		return fit[0], nil
+	case kid == "":
+		return jwk{}, fmt.Errorf("the token names no key (kid), and the key set has not exactly one key for %s", alg)
+	case len(named) == 0:
+		return jwk{}, fmt.Errorf("%w: %q", errNoKey, kid)
+	case len(fit) == 0:
+		return jwk{}, fmt.Errorf("key %q is not for %s", kid, alg)
+	default:
+		return jwk{}, fmt.Errorf("the key set has %d keys %q for %s", len(fit), kid, alg)
 	}
-	return found[0], true
 }
 
-// fetch gets the key set; v.mu is held. On failure the keys already held
-// stay, and v.failed says why.
-func (v *jwtVerifier) fetch(ctx context.Context, now time.Time) (err error) {
-	v.tried = now
-	defer func() { v.failed = err }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.url, nil)
+// refresh starts fetching the set, unless a fetch is under way or the
+// last one began less than jwksMinInterval ago, and returns the fetch
+// under way (closed when it ends), or nil; v.mu is held. The fetch is
+// the guard's, not the request's: a client that hangs up does not fail
+// it, and it runs without v.mu, so that the keys held serve meanwhile.
+func (v *jwtVerifier) refresh(now time.Time) <-chan struct{} {
+	if v.pending == nil && now.Sub(v.tried) >= jwksMinInterval {
+		v.tried = now
+		done := make(chan struct{})
+		v.pending = done
+		go func() {
+			keys, err := v.fetch()
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if err == nil {
+				v.keys, v.fetched = keys, now
+			}
+			v.failed, v.pending = err, nil
+			close(done)
+		}()
+	}
+	return v.pending
+}
+
+// await waits, v.mu released, for the fetch under way to end, or for the
+// request to be given up.
+func (v *jwtVerifier) await(ctx context.Context, pending <-chan struct{}) error {
+	v.mu.Unlock()
+	defer v.mu.Lock()
+	select {
+	case <-pending:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: the request ended while they were fetched: %v", errKeys, context.Cause(ctx))
+	}
+}
+
+// fetch gets the key set, within the client's timeout; v.mu is not held.
+func (v *jwtVerifier) fetch() (map[string][]jwk, error) {
+	req, err := http.NewRequest(http.MethodGet, v.url, nil)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errKeys, err)
+		return nil, fmt.Errorf("%w: %v", errKeys, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := v.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errKeys, err)
+		return nil, fmt.Errorf("%w: %v", errKeys, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("%w: %v", errKeys, err)
+		return nil, fmt.Errorf("%w: %v", errKeys, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: %s answered %s", errKeys, v.url, resp.Status)
+		return nil, fmt.Errorf("%w: %s answered %s", errKeys, v.url, resp.Status)
 	}
 	keys, err := parseJWKS(body)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", errKeys, v.url, err)
+		return nil, fmt.Errorf("%w: %s: %v", errKeys, v.url, err)
 	}
-	v.keys, v.fetched = keys, now
-	return nil
+	return keys, nil
 }
 
 // parseJWKS reads a JSON Web Key Set (RFC 7517): its public signature
 // keys, by kid. Keys of other types or uses (symmetric keys, encryption
-// keys) are left out.
-func parseJWKS(b []byte) (map[string]jwk, error) {
+// keys), and those the guard cannot or will not use (another curve, an
+// RSA key too weak or too large, a garbled one), are left out, so that
+// one of them does not take the rest of the set down; a set with no key
+// left is an error.
+func parseJWKS(b []byte) (map[string][]jwk, error) {
 	var set struct {
 		Keys []struct {
 			Kty string `json:"kty"`
@@ -240,7 +319,8 @@ func parseJWKS(b []byte) (map[string]jwk, error) {
 	if err := json.Unmarshal(b, &set); err != nil {
 		return nil, fmt.Errorf("not a JSON Web Key Set: %v", err)
 	}
-	keys := map[string]jwk{}
+	keys := map[string][]jwk{}
+	var left []error
 	for _, k := range set.Keys {
 		if k.Use != "" && k.Use != "sig" {
 			continue
@@ -258,15 +338,13 @@ func parseJWKS(b []byte) (map[string]jwk, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %v", k.Kid, err)
+			left = append(left, fmt.Errorf("key %q: %v", k.Kid, err))
+			continue
 		}
-		if _, dup := keys[k.Kid]; dup {
-			return nil, fmt.Errorf("two keys named %q", k.Kid)
-		}
-		keys[k.Kid] = jwk{alg: k.Alg, key: pub}
+		keys[k.Kid] = append(keys[k.Kid], jwk{alg: k.Alg, key: pub})
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("no public signature key in the set")
+		return nil, errors.Join(append([]error{errors.New("no public signature key the guard can use in the set")}, left...)...)
 	}
 	return keys, nil
 }
@@ -280,8 +358,8 @@ func rsaKey(n, e string) (*rsa.PublicKey, error) {
 		return nil, errors.New("an RSA key's n and e must be base64url")
 	}
 	key := &rsa.PublicKey{N: new(big.Int).SetBytes(nb), E: int(new(big.Int).SetBytes(eb).Int64())}
-	if key.N.BitLen() < 2048 {
-		return nil, fmt.Errorf("an RSA key of %d bits: 2048 at least", key.N.BitLen())
+	if bits := key.N.BitLen(); bits < 2048 || bits > 16384 {
+		return nil, fmt.Errorf("an RSA key of %d bits: 2048 at least, 16384 at most", bits)
 	}
 	return key, nil
 }

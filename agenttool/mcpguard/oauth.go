@@ -102,7 +102,9 @@ func (o *OAuth) check(bad func(path, format string, args ...any)) {
 	case o.IntrospectionURL != "" && o.JWKSURL != "":
 		bad("oauth.jwks_url", "tokens are checked one way: by introspection_url or by jwks_url, not both")
 	case o.JWKSURL != "":
-		if u, err := url.Parse(o.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		// One that names ${VARIABLES} is checked once they are read
+		// (Config.Verifier).
+		if !strings.Contains(o.JWKSURL, "$") && !isHTTPURL(o.JWKSURL) {
 			bad("oauth.jwks_url", "%q is not an http(s) URL: the authorization server's jwks_uri", o.JWKSURL)
 		}
 		if o.ClientID != "" || o.ClientSecret != "" || o.Cache != 0 {
@@ -119,6 +121,12 @@ func (o *OAuth) check(bad func(path, format string, args ...any)) {
 			bad("oauth.cache", "negative: leave it out to ask the authorization server at each request")
 		}
 	}
+}
+
+// isHTTPURL reports whether s is an absolute http(s) URL.
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Host != "" && (u.Scheme == "https" || u.Scheme == "http")
 }
 
 // introspection is what an introspection response says (RFC 7662 §2.2).
@@ -293,6 +301,10 @@ func (g *Guard) HTTPHandler() (http.Handler, error) {
 	}
 	u, _ := url.Parse(o.Resource)
 	path := metadataPath(o.Resource)
+	var skew time.Duration
+	if o.JWKSURL != "" {
+		skew = jwtLeeway
+	}
 	meta := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: o.Resource, AuthorizationServers: o.AuthorizationServers, ScopesSupported: o.Scopes,
 		BearerMethodsSupported: []string{"header"}, ResourceName: "retrysafe guard",
@@ -307,6 +319,8 @@ func (g *Guard) HTTPHandler() (http.Handler, error) {
 		// An introspected token without exp is valid while the
 		// authorization server says it is active.
 		AllowMissingExpiration: true,
+		// A JWT's exp is judged with the clock skew its verifier allows.
+		ClockSkew: skew,
 	})(front))
 	return mux, nil
 }

@@ -20,7 +20,8 @@ import (
 // constant time, every configured one each time — and, with Config.OAuth,
 // a token the authorization server says is active, or a JWT one of its
 // keys signed, issued for the guard, for the principal it names. It fails if it would accept no token, or a
-// token or the OAuth client id is empty once its ${VARIABLES} are read.
+// token or the OAuth client id is empty once its ${VARIABLES} are read,
+// or the OAuth jwks_url is then not an http(s) URL.
 func (c *Config) Verifier() (auth.TokenVerifier, error) {
 	type entry struct {
 		principal string
@@ -43,8 +44,11 @@ func (c *Config) Verifier() (auth.TokenVerifier, error) {
 	var oauth func(context.Context, string) (*auth.TokenInfo, error)
 	switch {
 	case c.OAuth != nil && c.OAuth.JWKSURL != "":
-		if os.ExpandEnv(c.OAuth.JWKSURL) == "" {
+		switch u := os.ExpandEnv(c.OAuth.JWKSURL); {
+		case u == "":
 			return nil, &ConfigError{Path: "oauth.jwks_url", Problem: "empty once its variables are read: set them in the guard's environment"}
+		case !isHTTPURL(u):
+			return nil, &ConfigError{Path: "oauth.jwks_url", Problem: fmt.Sprintf("%q once its variables are read is not an http(s) URL: the authorization server's jwks_uri", u)}
 		}
 		oauth = newJWTVerifier(c.OAuth).verify
 	case c.OAuth != nil:

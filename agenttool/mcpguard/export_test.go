@@ -1,6 +1,10 @@
 package mcpguard
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"time"
+)
 
 // SetJWKSMinInterval sets the least time between two fetches of a key
 // set, until restore.
@@ -16,4 +20,14 @@ func SetJWKSMaxAge(d time.Duration) (restore func()) {
 	old := jwksMaxAge
 	jwksMaxAge = d
 	return func() { jwksMaxAge = old }
+}
+
+// UsableKeys returns the key ids of the keys a JSON Web Key Set gives the
+// guard, sorted: those it can verify with.
+func UsableKeys(set []byte) ([]string, error) {
+	keys, err := parseJWKS(set)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(keys)), nil
 }

@@ -31,3 +31,7 @@ func UsableKeys(set []byte) ([]string, error) {
 	}
 	return slices.Sorted(maps.Keys(keys)), nil
 }
+
+// AuthServerClient is the client the guard asks its authorization server
+// with.
+var AuthServerClient = authServerClient

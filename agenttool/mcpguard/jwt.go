@@ -99,7 +99,7 @@ func (k jwk) fits(alg string) bool {
 }
 
 func newJWTVerifier(o *OAuth) *jwtVerifier {
-	v := &jwtVerifier{o: *o, url: os.ExpandEnv(o.JWKSURL), client: &http.Client{Timeout: 10 * time.Second},
+	v := &jwtVerifier{o: *o, url: os.ExpandEnv(o.JWKSURL), client: authServerClient(),
 		parser: jwt.NewParser(jwt.WithValidMethods(jwtMethods), jwt.WithExpirationRequired(), jwt.WithLeeway(jwtLeeway), jwt.WithIssuedAt())}
 	if v.o.PrincipalClaim == "" {
 		v.o.PrincipalClaim = "sub"

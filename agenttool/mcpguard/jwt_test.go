@@ -634,3 +634,27 @@ func TestGuard_AWithdrawnKeyStopsVerifyingOnceTheSetIsFetchedAgain(t *testing.T)
 		t.Errorf("a token of the set's new key: %d, want 200", got)
 	}
 }
+
+// The guard's requests to its authorization server (the key set, token
+// introspection) are never redirected from https to plain http, where
+// anyone on the path could answer for the server.
+func TestGuard_TheAuthorizationServerIsNeverAskedOverADowngradedRedirect(t *testing.T) {
+	check := mcpguard.AuthServerClient().CheckRedirect
+	req := func(u string) *http.Request {
+		r, err := http.NewRequest(http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	from := []*http.Request{req("https://auth.example.com/jwks")}
+	if err := check(req("http://auth.example.com/jwks"), from); err == nil {
+		t.Error("a redirect from https to http was followed")
+	}
+	if err := check(req("https://keys.example.com/jwks"), from); err != nil {
+		t.Errorf("a redirect from https to https: %v", err)
+	}
+	if err := check(req("http://127.0.0.1:9000/jwks"), []*http.Request{req("http://127.0.0.1:8000/jwks")}); err != nil {
+		t.Errorf("a redirect within plain http (a configured http URL): %v", err)
+	}
+}

@@ -175,7 +175,7 @@ type cached struct {
 const maxCached = 10_000
 
 func newIntrospector(o *OAuth) (*introspector, error) {
-	in := &introspector{o: *o, clientSecret: os.ExpandEnv(o.ClientSecret), client: &http.Client{Timeout: 10 * time.Second},
+	in := &introspector{o: *o, clientSecret: os.ExpandEnv(o.ClientSecret), client: authServerClient(),
 		cache: map[[32]byte]cached{}}
 	in.o.ClientID = os.ExpandEnv(o.ClientID)
 	if in.o.ClientID == "" {
@@ -323,4 +323,20 @@ func (g *Guard) HTTPHandler() (http.Handler, error) {
 		ClockSkew: skew,
 	})(front))
 	return mux, nil
+}
+
+// authServerClient is the client the guard asks its authorization server
+// with: within ten seconds, and never redirected from https to plain
+// http, where anyone on the path could answer for the server (its keys,
+// its word that a token is active).
+func authServerClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("refused a redirect from https to %s", req.URL.Redacted())
+		}
+		return nil
+	}}
 }

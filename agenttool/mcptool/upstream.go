@@ -94,9 +94,10 @@ type ToolOptions struct {
 	// what the validator here may decide otherwise than the server's is
 	// left to the server — a decimal multipleOf (float64 finds 19.99 no
 	// multiple of 0.01), a pattern's \w, \d, \s or \b (ASCII in Go's
-	// regular expressions, Unicode in others), a number beyond float64 —
-	// and so is the RefArgument's own value, which the check can only
-	// guess.
+	// regular expressions, Unicode in others), arguments with a number
+	// float64 does not hold faithfully (more than 15 significant digits,
+	// as a 64-bit id; beyond its range) — and so is the RefArgument's own
+	// value, which the check can only guess.
 	ValidateArguments bool
 }
 

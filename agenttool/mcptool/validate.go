@@ -138,8 +138,8 @@ func relax(root map[string]any) error {
 			case positive:
 				delete(m, "multipleOf")
 			case negative:
-				// float64 finds a multiple none more often than the
-				// other way round: under not, that only allows more.
+				// float64 errs toward "no multiple" (19.99 of 0.01):
+				// under not, that only allows more.
 			default:
 				return fmt.Errorf("a decimal multipleOf (%s) where it may allow as well as refuse, which float64 cannot decide", n)
 			}
@@ -359,40 +359,44 @@ func (r *remote) CheckInput(input string) error {
 	if r.schema == nil {
 		return nil
 	}
-	if err := r.schema.Validate(floats(args)); err != nil {
+	instance, faithful := floats(args)
+	if !faithful {
+		return nil // the server judges it
+	}
+	if err := r.schema.Validate(instance); err != nil {
 		return fmt.Errorf("the arguments do not match the tool's input schema, so nothing was sent: %s; fix them and call again", clipped(err.Error()))
 	}
 	return nil
 }
 
 // floats turns the numbers of a decoded value into float64, in place, as
-// the validator reads them: one beyond float64's range becomes the
-// nearest float64 beyond zero (1e400 the largest, 1e-400 the smallest),
-// so that the value is still checked, on the side that allows.
-func floats(v any) any {
+// the validator reads them, and reports whether float64 holds each
+// faithfully: 15 significant digits at most, within its normal range, so
+// that two numbers compare, and equal, as their float64s do. A number
+// beyond (1e400, a 64-bit id, two of which float64 makes one) makes the
+// check say nothing.
+func floats(v any) (any, bool) {
+	ok := true
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
-			v[k] = floats(x)
+			var fine bool
+			v[k], fine = floats(x)
+			ok = ok && fine
 		}
 	case []any:
 		for i, x := range v {
-			v[i] = floats(x)
+			var fine bool
+			v[i], fine = floats(x)
+			ok = ok && fine
 		}
 	case json.Number:
 		f, err := strconv.ParseFloat(string(v), 64)
-		switch {
-		case err != nil && math.IsInf(f, 0):
-			return math.Copysign(math.MaxFloat64, f)
-		case f == 0 && strings.ContainsAny(string(v), "123456789"):
-			if strings.HasPrefix(string(v), "-") {
-				return -math.SmallestNonzeroFloat64
-			}
-			return math.SmallestNonzeroFloat64
-		}
-		return f
+		mantissa, _, _ := strings.Cut(strings.TrimPrefix(string(v), "-"), "e")
+		digits := strings.Trim(strings.Replace(mantissa, ".", "", 1), "0")
+		return f, err == nil && len(digits) <= 15 && (digits == "" || math.Abs(f) >= 0x1p-1022)
 	}
-	return v
+	return v, ok
 }
 
 // maxRefusal bounds what a refusal quotes of the validator's error, which

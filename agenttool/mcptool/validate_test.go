@@ -126,8 +126,9 @@ func TestValidateArgumentsReadsEverySpellingOfItsDraft(t *testing.T) {
 // a keyword the validator here decides otherwise than a server may — a
 // decimal multipleOf (19.99 is a multiple of 0.01, but not in float64), a
 // pattern's \w, \d or \s (Unicode in Python's and Rust's regular
-// expressions, \s in ECMA-262's; ASCII in Go's), a number beyond float64
-// — and the RefArgument's own value, which the model does not choose and
+// expressions, \s in ECMA-262's; ASCII in Go's), a number float64 does
+// not hold (beyond its range, or two 64-bit ids it makes one) — and the
+// RefArgument's own value, which the model does not choose and
 // the check only guesses at (Options.KeyPrefix makes it shorter than the
 // tool's name), never make a refusal: such arguments go to the server,
 // as they went before the check. What every validator refuses still is.
@@ -148,7 +149,10 @@ func TestValidateArgumentsRefusesOnlyWhatTheServerSurelyRefuses(t *testing.T) {
 			takes: `{"to":"#team\u00a0lunch"}`, refuses: `{"to":true}`},
 		{name: "a number beyond float64", schema: `{"type": "object", "required": ["to"],
 		  "properties": {"to": {"type": "string"}, "data": {}}}`,
-			takes: `{"to":"#team","data":1e400}`, refuses: `{"data":1e400}`},
+			takes: `{"to":"#team","data":1e400}`, refuses: `{"data":1}`},
+		{name: "numbers float64 makes one", schema: `{"type": "object", "required": ["to"],
+		  "properties": {"to": {"type": "string"}, "ids": {"type": "array", "items": {"type": "integer"}, "uniqueItems": true}}}`,
+			takes: `{"to":"#team","ids":[1234567890123456789,1234567890123456788]}`, refuses: `{"to":"#team","ids":[5,5]}`},
 		{name: "the reference argument's value", schema: `{"type": "object", "required": ["to", "ref"],
 		  "properties": {"to": {"type": "string"}, "ref": {"type": "string", "maxLength": 40}}}`,
 			opts: agenttool.Options{KeyPrefix: "msg"}, to: mcptool.ToolOptions{RefArgument: "ref"},

@@ -40,7 +40,7 @@ type typedInput struct {
 //
 //	refuse an input larger than MaxInput
 //	refuse a byte-order mark; trim white space
-//	plain-text tools: the text is the input
+//	plain-text tools: the text is the input (and InputCheckers' check)
 //	otherwise one JSON object, strict (no duplicate names, valid UTF-8)
 //	screen every member at every depth: key-like names (refused, or
 //	  stripped), names equal under case folding, request references
@@ -66,7 +66,13 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	}
 	trimmed := strings.TrimSpace(raw)
 	if c.TextInput {
-		return c.parseText(trimmed)
+		in, e := c.parseText(trimmed)
+		if e == nil && t.checkInput != nil {
+			if err := t.checkInput(in.forward); err != nil {
+				return input{}, invalid(err.Error())
+			}
+		}
+		return in, e
 	}
 	if !strings.HasPrefix(trimmed, "{") {
 		return input{}, invalid(fmt.Sprintf("send one JSON object with the tool's parameters%s, not %s", t.fieldList(), describeText(trimmed)))

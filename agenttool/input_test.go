@@ -139,6 +139,47 @@ func TestAWrappedToolsInputCheckRefusesBeforeAnyClaim(t *testing.T) {
 	}
 }
 
+// checkedCommand is a wrapped tool that takes plain text and knows its
+// own input's rules (agenttool.InputChecker): a command must start with
+// "/".
+type checkedCommand struct{ runs atomic.Int64 }
+
+func (*checkedCommand) Name() string        { return "run_command" }
+func (*checkedCommand) Description() string { return "Run a chat command." }
+func (c *checkedCommand) Call(context.Context, string) (string, error) {
+	c.runs.Add(1)
+	return "done", nil
+}
+func (*checkedCommand) CheckInput(input string) error {
+	if !strings.HasPrefix(input, "/") {
+		return errors.New(`a command starts with "/", such as "/lunch one"`)
+	}
+	return nil
+}
+
+// A wrapped tool that takes plain text (Options.TextInput) is asked its
+// check too, with the text it would receive: what it refuses is refused
+// before any key is claimed, nothing recorded, nothing run.
+func TestAWrappedTextToolsInputCheckRefusesBeforeAnyClaim(t *testing.T) {
+	c := &checkedCommand{}
+	store := memstore.New()
+	tool, err := agenttool.Wrap(c, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, TextInput: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), "  lunch one  ")
+	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeInvalidInput ||
+		!strings.Contains(env.Error.Message, "starts with") || env.RequestRef != "" {
+		t.Errorf("a text the tool's check refuses: %s; want invalid_input, its message, no request reference", env)
+	}
+	if c.runs.Load() != 0 || store.Len() != 0 {
+		t.Fatalf("a refused text ran the tool %d times and left %d records", c.runs.Load(), store.Len())
+	}
+	if env := tool.Invoke(scoped(), " /lunch one "); env.Status != envelope.Success || c.runs.Load() != 1 {
+		t.Errorf("the corrected text: %s, %d runs; want success, one run", env, c.runs.Load())
+	}
+}
+
 // A model calls in parallel: the first calls of a new tool, all with a
 // misspelled field, are read strictly and alike by every one of them (the
 // race detector checks the tool holds no state a call writes).

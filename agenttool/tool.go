@@ -51,7 +51,8 @@ var _ Callable = (*Tool)(nil)
 // invalid_input with the error's text, nothing recorded and nothing run,
 // so that the model's corrected call is a new request, not one the
 // refused input's record holds back. It receives the input as the tool
-// would (canonical JSON, key-like fields removed under StripModelKeys).
+// would (canonical JSON, key-like fields removed under StripModelKeys;
+// the trimmed text, for Options.TextInput).
 type InputChecker interface {
 	CheckInput(input string) error
 }

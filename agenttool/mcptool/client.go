@@ -225,7 +225,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 	}
 	var argSchema *jsonschema.Resolved
 	if to.ValidateArguments {
-		if argSchema, err = argumentSchema(t); err != nil {
+		if argSchema, err = argumentSchema(t, to.RefArgument); err != nil {
 			return nil, fmt.Errorf("mcptool: tool %q: %w", t.Name, err)
 		}
 	}

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -88,7 +86,18 @@ type ToolOptions struct {
 	// would refuse costs no unknown outcome — for an AtMostOnce tool, a
 	// fence held until a person acts. JSON Schema draft 2020-12 and
 	// draft-07 are read; NewToolWith fails with ErrSchemaUnreadable for a
-	// schema the validator cannot read (another draft, a remote $ref).
+	// schema the validator cannot read (another draft, a remote $ref) or
+	// cannot walk at a bounded cost ($refs that come back to where they
+	// were without reading deeper, or that branch beyond a bound).
+	//
+	// Only what the server refuses whatever validates it there is refused:
+	// what the validator here may decide otherwise than the server's is
+	// left to the server — a decimal multipleOf (float64 finds 19.99 no
+	// multiple of 0.01), a pattern's \w, \d, \s or \b (ASCII in Go's
+	// regular expressions, Unicode in others), arguments with a number
+	// float64 does not hold faithfully (more than 15 significant digits,
+	// as a 64-bit id; beyond its range) — and so is the RefArgument's own
+	// value, which the check can only guess.
 	ValidateArguments bool
 }
 
@@ -96,55 +105,6 @@ type ToolOptions struct {
 // ToolOptions.ValidateArguments is set and the tool's input schema cannot
 // be read for validation.
 var ErrSchemaUnreadable = errors.New("mcptool: the input schema cannot be read for validation")
-
-// argumentSchema resolves t's input schema for validating arguments.
-func argumentSchema(t *mcp.Tool) (*jsonschema.Resolved, error) {
-	b, err := json.Marshal(t.InputSchema)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
-	}
-	var schema jsonschema.Schema
-	if err := json.Unmarshal(b, &schema); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
-	}
-	if schema.Schema != "" && !slices.Contains(readableDrafts, strings.TrimSuffix(schema.Schema, "#")) {
-		return nil, fmt.Errorf("%w: it is %s; draft 2020-12 and draft-07 are read", ErrSchemaUnreadable, schema.Schema)
-	}
-	resolved, err := schema.Resolve(nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
-	}
-	return resolved, nil
-}
-
-var readableDrafts = []string{"https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema"}
-
-// CheckInput implements agenttool.InputChecker: before anything is
-// claimed, input that carries the RefArgument is refused, and, with
-// ToolOptions.ValidateArguments, arguments the tool's input schema refuses
-// (its RefArgument filled in with a reference of the usual shape).
-func (r *remote) CheckInput(input string) error {
-	if r.refArg == "" && r.schema == nil {
-		return nil
-	}
-	var args map[string]any
-	if err := json.Unmarshal([]byte(input), &args); err != nil {
-		return fmt.Errorf("the input is not a JSON object: %w", err)
-	}
-	if r.refArg != "" {
-		if _, ok := args[r.refArg]; ok {
-			return fmt.Errorf("the input carries %q, which the guard fills in with each action's request reference; send the call without it", r.refArg)
-		}
-		args[r.refArg] = r.name + "/" + strings.Repeat("a", 32)
-	}
-	if r.schema == nil {
-		return nil
-	}
-	if err := r.schema.Validate(args); err != nil {
-		return fmt.Errorf("the arguments do not match the tool's input schema, so nothing was sent: %v; fix them and call again", err)
-	}
-	return nil
-}
 
 // Sessions gives the sessions the calls of a tool go on (see
 // ToolOptions.Sessions). Both methods are called concurrently.

@@ -83,6 +83,9 @@ func (t *Tool) invoke(ctx context.Context, raw string) (envelope.Envelope, *call
 	c := &call{t: t, ctx: ctx, work: ctx, args: in.args, scope: scope}
 	c.principal, c.session = t.scopeDigests(scope)
 	c.ref, c.owner = t.cfg.refAndOwner(t.name, scope, actionIDFrom(ctx), in.identifying)
+	if bad := t.refusedInput(ctx, c, in); bad != nil {
+		return t.answerFor("", answer{reason: reasonInvalidInput, input: bad}), nil
+	}
 	if err := ctx.Err(); err != nil {
 		return t.answerFor(c.ref, answer{reason: reasonCancelled, err: err}), c
 	}
@@ -103,6 +106,31 @@ func (t *Tool) invoke(ctx context.Context, raw string) (envelope.Envelope, *call
 		}
 	}
 	return c.run(), c
+}
+
+// refusedInput asks a wrapped InputChecker about the call's input, and
+// returns its refusal, or nil. A refusal never hides a record: an input
+// the store already holds for this action (recorded before the check
+// refused it — a server's schema that changed, a version without the
+// check) goes on, to be replayed or settled as any repeat is, rather than
+// told that nothing was done.
+func (t *Tool) refusedInput(ctx context.Context, c *call, in input) *envelope.Error {
+	if t.checkInput == nil {
+		return nil
+	}
+	err := t.checkInput(in.forward)
+	if err == nil {
+		return nil
+	}
+	if cfg := t.cfg; cfg.Class != ReadOnly {
+		sctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
+		rec, gerr := cfg.Store.Get(sctx, c.ref)
+		cancel()
+		if gerr == nil && rec.Fingerprint == in.fingerprint && rec.Principal == c.principal && rec.Tool == t.name && !rec.Sweepable(cfg.Now()) {
+			return nil
+		}
+	}
+	return invalid(err.Error())
 }
 
 // call is one guarded call: where it is in its life, and what it knows.

@@ -46,8 +46,9 @@ type typedInput struct {
 //	  stripped), names equal under case folding, request references
 //	typed tools: check the shape (exact names, no null where the field
 //	  cannot hold it, required fields present and not empty), decode, and
-//	  continue with the canonical form of the decoded value; wrapped
-//	  tools that are InputCheckers: their check
+//	  continue with the canonical form of the decoded value (a wrapped
+//	  InputChecker's check comes after, once the key is known: see
+//	  Tool.refusedInput)
 //	fingerprint: the exact canonical form; identifying: the loose form of
 //	  the identifying values, none of them empty nor larger than
 //	  MaxIdentifyingValue
@@ -66,13 +67,7 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 	}
 	trimmed := strings.TrimSpace(raw)
 	if c.TextInput {
-		in, e := c.parseText(trimmed)
-		if e == nil && t.checkInput != nil {
-			if err := t.checkInput(in.forward); err != nil {
-				return input{}, invalid(err.Error())
-			}
-		}
-		return in, e
+		return c.parseText(trimmed)
 	}
 	if !strings.HasPrefix(trimmed, "{") {
 		return input{}, invalid(fmt.Sprintf("send one JSON object with the tool's parameters%s, not %s", t.fieldList(), describeText(trimmed)))
@@ -133,11 +128,6 @@ func (t *Tool) parse(raw string) (input, *envelope.Error) {
 		in.value = v
 	} else {
 		in.forward = text
-		if t.checkInput != nil {
-			if err := t.checkInput(text); err != nil {
-				return input{}, invalid(err.Error())
-			}
-		}
 	}
 	in.fingerprint, in.canonical = c.digest(fingerprintTag, canon), canon
 	var e *envelope.Error

@@ -846,3 +846,42 @@ func TestInputCostIsBoundedForANumberInExponentForm(t *testing.T) {
 			len(input), mb, env.Status)
 	}
 }
+
+// A refusal never hides a record: an input the store already holds for
+// the action (done before the check refused it — a server's schema that
+// changed, a version without the check) is replayed as any repeat is,
+// not answered as though nothing had been done, which would invite the
+// model to do it again another way.
+func TestAnInputCheckNeverHidesARecordedAction(t *testing.T) {
+	s := &checkedSender{}
+	store := memstore.New()
+	opts := agenttool.Options{Store: store, Class: agenttool.AtMostOnce, IdentifyingFields: []string{"text"}}
+	before, err := agenttool.Wrap(plainSender{s}, opts) // the same tool before it checked its input
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := before.Invoke(scoped(), `{"to":"team","text":"Lunch at one?"}`)
+	if first.Status != envelope.Success || s.runs.Load() != 1 {
+		t.Fatalf("the first call, before the check: %s (%d runs)", first, s.runs.Load())
+	}
+	checked, err := agenttool.Wrap(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := checked.Invoke(scoped(), `{"to":"team","text":"Lunch at one?"}`)
+	if again.Status != envelope.Success || !again.Replayed || again.RequestRef != first.RequestRef || s.runs.Load() != 1 {
+		t.Errorf("the same call once the check refuses its input: %s (%d runs); want the recorded success replayed, nothing run", again, s.runs.Load())
+	}
+	if other := checked.Invoke(scoped(), `{"to":"team","text":"Lunch at two?"}`); other.Status != envelope.DefiniteFailure || other.Error.Code != envelope.CodeInvalidInput {
+		t.Errorf("another input the check refuses: %s; want invalid_input", other)
+	}
+}
+
+// plainSender is a checkedSender without its check.
+type plainSender struct{ s *checkedSender }
+
+func (p plainSender) Name() string        { return p.s.Name() }
+func (p plainSender) Description() string { return p.s.Description() }
+func (p plainSender) Call(ctx context.Context, in string) (string, error) {
+	return p.s.Call(ctx, in)
+}

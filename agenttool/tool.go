@@ -52,7 +52,9 @@ var _ Callable = (*Tool)(nil)
 // so that the model's corrected call is a new request, not one the
 // refused input's record holds back. It receives the input as the tool
 // would (canonical JSON, key-like fields removed under StripModelKeys;
-// the trimmed text, for Options.TextInput).
+// the trimmed text, for Options.TextInput). A refusal never hides a
+// record: an input the store already holds for the action (done before
+// the check refused it) goes on, and is replayed or settled as any repeat.
 type InputChecker interface {
 	CheckInput(input string) error
 }

@@ -331,9 +331,10 @@ func serving(up *mcp.Server) func(string, *mcpguard.Server) (mcp.Transport, erro
 	}
 }
 
-// guardOver starts a guard with config in front of up (see serving), its
-// store a bbolt file of the test's, closed when the test ends. opts may
-// set anything but Transport; its Logger defaults to none.
+// guardOver starts a guard with config in front of up (see serving), or,
+// with up nil, of the servers config reaches itself (by URL); its store a
+// bbolt file of the test's, closed when the test ends. opts may set
+// anything but Transport; its Logger defaults to none.
 func guardOver(t testing.TB, up *mcp.Server, config string, opts mcpguard.Options) *mcpguard.Guard {
 	t.Helper()
 	cfg, err := mcpguard.ParseConfig([]byte(config))
@@ -341,7 +342,9 @@ func guardOver(t testing.TB, up *mcp.Server, config string, opts mcpguard.Option
 		t.Fatal(err)
 	}
 	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	opts.Transport = serving(up)
+	if up != nil {
+		opts.Transport = serving(up)
+	}
 	if opts.Logger == nil {
 		opts.Logger = discard()
 	}

@@ -1194,18 +1194,8 @@ func TestGuard_ALegacySSEServerIsGuarded(t *testing.T) {
 	up := a.server()
 	srv := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return up }, nil))
 	t.Cleanup(srv.Close)
-	cfg, err := mcpguard.ParseConfig([]byte(strings.Replace(guardConfig, `"command": "airline-mcp"`, `"type": "sse", "url": "`+srv.URL+`"`, 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(),
-		Tune: func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 1} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	cs := connect(t, g)
+	cs := connect(t, guardOver(t, nil, strings.Replace(guardConfig, `"command": "airline-mcp"`, `"type": "sse", "url": "`+srv.URL+`"`, 1),
+		mcpguard.Options{Tune: func(_ string, o *agenttool.Options) { o.Retry = agenttool.RetryPolicy{MaxAttempts: 1} }}))
 	a.lose(1)
 	_, env := call(t, cs, "book", lunchFlight, nil)
 	_, again := call(t, cs, "book", lunchFlight, nil)
@@ -1273,17 +1263,7 @@ func TestGuard_ConcurrentCallsReuseTheServersConnections(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	cfg, err := mcpguard.ParseConfig([]byte(strings.Replace(guardConfig, `"command": "airline-mcp"`, `"url": "`+srv.URL+`"`, 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	cs := connect(t, g)
+	cs := connect(t, guardOver(t, nil, strings.Replace(guardConfig, `"command": "airline-mcp"`, `"url": "`+srv.URL+`"`, 1), mcpguard.Options{}))
 	round := func() int64 {
 		before := dials.Load()
 		var wg sync.WaitGroup

@@ -25,7 +25,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
-	"github.com/retrysafe/retrysafe/envelope"
 )
 
 // keyServer is an authorization server's key set (jwks_uri) on loopback,
@@ -53,6 +52,16 @@ func newKeyServer(t *testing.T) *keyServer {
 		json.NewEncoder(w).Encode(map[string]any{"keys": k.keys})
 	}))
 	t.Cleanup(k.srv.Close)
+	return k
+}
+
+// ecKeyFor makes a P-256 signing key.
+func ecKeyFor(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return k
 }
 
@@ -110,19 +119,7 @@ func sign(t *testing.T, m jwt.SigningMethod, kid string, key any, c jwt.MapClaim
 // front of a plain message server that counts what it sends.
 func jwtFront(t *testing.T, k *keyServer) (*httptest.Server, *counter) {
 	t.Helper()
-	c := &counter{}
-	g := guardOver(t, c.server("send_message"), `{
-	  "oauth": {"resource": "`+guardResource+`", "authorization_servers": ["https://auth.example.com"],
-	    "jwks_url": "`+k.srv.URL+`/jwks", "scopes": ["messages"]},
-	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
-	    "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
-	h, err := g.HTTPHandler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(h)
-	t.Cleanup(front.Close)
-	return front, c
+	return frontWithOAuth(t, `"jwks_url": "`+k.srv.URL+`/jwks", "scopes": ["messages"]`)
 }
 
 // status is the front's answer to an initialize request with token.
@@ -153,18 +150,12 @@ func TestGuard_AJWTActsForThePrincipalItNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ecKey := ecKeyFor(t)
 	edPub, edKey, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	strangerKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	strangerKey := ecKeyFor(t)
 	k.publish("r1", &rsaKey.PublicKey)
 	k.publish("e1", &ecKey.PublicKey)
 	k.publish("d1", edPub)
@@ -205,27 +196,8 @@ func TestGuard_AJWTActsForThePrincipalItNames(t *testing.T) {
 
 	// scp as a list (as some servers write it) carries the scope too; two
 	// users' identical calls are two actions, each for its principal.
-	msg := map[string]any{"to": "#team", "text": "Lunch at one?"}
-	ana, err := connectWith(t, front.URL, sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bob, err := connectWith(t, front.URL, sign(t, jwt.SigningMethodES256, "e1", ecKey, claims("bob@example.com", "scope", nil, "scp", []string{"messages"})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, first := call(t, ana, "send_message", msg, nil)
-	_, again := call(t, ana, "send_message", msg, nil)
-	_, bobs := call(t, bob, "send_message", msg, nil)
-	if first.Status != envelope.Success || bobs.Status != envelope.Success {
-		t.Fatalf("ana %s, bob %s", first, bobs)
-	}
-	if again.RequestRef != first.RequestRef || bobs.RequestRef == first.RequestRef {
-		t.Errorf("references: ana %s and %s, bob %s: one action per principal and call", first.RequestRef, again.RequestRef, bobs.RequestRef)
-	}
-	if c.count() != 2 {
-		t.Errorf("%d messages sent, want 2 (ana's once, bob's once)", c.count())
-	}
+	eachActsOnce(t, front.URL, sign(t, jwt.SigningMethodRS256, "r1", rsaKey, claims("ana@example.com")),
+		sign(t, jwt.SigningMethodES256, "e1", ecKey, claims("bob@example.com", "scope", nil, "scp", []string{"messages"})), c)
 }
 
 // Keys rotate: a token signed by a key the server has just added is
@@ -236,10 +208,7 @@ func TestGuard_AJWTActsForThePrincipalItNames(t *testing.T) {
 func TestGuard_JWTKeysRotateAndAnUnreachableSetActsOnNothing(t *testing.T) {
 	t.Cleanup(mcpguard.SetJWKSMinInterval(time.Hour))
 	k := newKeyServer(t)
-	old, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := ecKeyFor(t)
 	k.publish("old", &old.PublicKey)
 	front, c := jwtFront(t, k)
 	if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "old", old, claims("ana@example.com"))); got != 200 {
@@ -255,10 +224,7 @@ func TestGuard_JWTKeysRotateAndAnUnreachableSetActsOnNothing(t *testing.T) {
 	}
 
 	mcpguard.SetJWKSMinInterval(0)
-	fresh, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fresh := ecKeyFor(t)
 	k.publish("new", &fresh.PublicKey)
 	if got := status(t, front.URL, sign(t, jwt.SigningMethodES256, "new", fresh, claims("ana@example.com"))); got != 200 {
 		t.Errorf("a token of a key added to the set: %d, want 200 once the set is fetched again", got)
@@ -302,10 +268,7 @@ func TestConfig_OAuthChecksTokensOneWay(t *testing.T) {
 // keys (every token answered 500) until the next fetch is allowed.
 func TestGuard_AClientThatHangsUpDoesNotLeaveTheGuardWithoutKeys(t *testing.T) {
 	k := newKeyServer(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := ecKeyFor(t)
 	k.publish("e1", &key.PublicKey)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond)
@@ -333,10 +296,7 @@ func TestGuard_AClientThatHangsUpDoesNotLeaveTheGuardWithoutKeys(t *testing.T) {
 func TestGuard_AHangingKeySetHoldsUpNoTokenOfAKeyHeld(t *testing.T) {
 	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
 	k := newKeyServer(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := ecKeyFor(t)
 	k.publish("e1", &key.PublicKey)
 	var hanging atomic.Bool
 	released := make(chan struct{})
@@ -389,10 +349,7 @@ func TestGuard_AHangingKeySetHoldsUpNoTokenOfAKeyHeld(t *testing.T) {
 func TestGuard_JWTsCheckedSideBySideDuringRefetchesAreEachJudgedAlone(t *testing.T) {
 	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
 	k := newKeyServer(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := ecKeyFor(t)
 	k.publish("e1", &key.PublicKey)
 	cfg, err := mcpguard.ParseConfig([]byte(`{"oauth": {"resource": "` + guardResource + `", "authorization_servers": ["https://auth.example.com"],
 	  "jwks_url": "` + k.srv.URL + `/jwks"}, "mcpServers": {"s": {"url": "http://s.internal/mcp"}}}`))
@@ -431,10 +388,7 @@ func TestGuard_JWTsCheckedSideBySideDuringRefetchesAreEachJudgedAlone(t *testing
 // algorithm tells which signed it. A token naming a key left out, or
 // whose algorithm the key does not fit (ES384 on a P-256 key), is refused.
 func TestGuard_AKeyTheGuardCannotUseLeavesTheRestOfTheSetServing(t *testing.T) {
-	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ecKey := ecKeyFor(t)
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -542,10 +496,7 @@ func TestConfig_AJWKSURLMayNameVariablesAndIsCheckedOnceTheyAreRead(t *testing.T
 // by the guard's clock is accepted, one past it longer refused.
 func TestGuard_AJWTIsJudgedWithTheClockSkewAllowedForItsExp(t *testing.T) {
 	k := newKeyServer(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := ecKeyFor(t)
 	k.publish("e1", &key.PublicKey)
 	front, _ := jwtFront(t, k)
 	now := time.Now()
@@ -569,10 +520,7 @@ func TestGuard_AKeySetThatCannotBeFetchedTellsAnUnauthenticatedClientNothingOfTh
 	k := newKeyServer(t)
 	k.failing.Store(true)
 	front, _ := jwtFront(t, k)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := ecKeyFor(t)
 	for _, token := range []string{sign(t, jwt.SigningMethodES256, "e1", key, claims("ana@example.com")), sign(t, jwt.SigningMethodES256, "", key, claims("ana@example.com"))} {
 		req, _ := http.NewRequest(http.MethodPost, front.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -600,14 +548,8 @@ func TestGuard_AKeySetThatCannotBeFetchedTellsAnUnauthenticatedClientNothingOfTh
 func TestGuard_AWithdrawnKeyStopsVerifyingOnceTheSetIsFetchedAgain(t *testing.T) {
 	t.Cleanup(mcpguard.SetJWKSMinInterval(0))
 	k := newKeyServer(t)
-	old, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fresh, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := ecKeyFor(t)
+	fresh := ecKeyFor(t)
 	k.publish("old", &old.PublicKey)
 	front, _ := jwtFront(t, k)
 	token := sign(t, jwt.SigningMethodES256, "old", old, claims("ana@example.com"))

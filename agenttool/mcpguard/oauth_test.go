@@ -52,13 +52,20 @@ const guardResource = "https://guard.example.com/mcp"
 // that counts what it sends.
 func oauthFront(t *testing.T, a *authServer, extra, secret string) (*httptest.Server, *counter) {
 	t.Helper()
-	c := &counter{}
-	up := c.server("send_message")
 	t.Setenv("GUARD_OAUTH_SECRET", secret)
-	g := guardOver(t, up, `{
-	  "oauth": {"resource": "`+guardResource+`", "authorization_servers": ["https://auth.example.com"],
-	    "introspection_url": "`+a.srv.URL+`/introspect", "client_id": "guard", "client_secret": "${GUARD_OAUTH_SECRET}",
-	    "scopes": ["messages"]`+extra+`},
+	return frontWithOAuth(t, `"introspection_url": "`+a.srv.URL+`/introspect", "client_id": "guard", "client_secret": "${GUARD_OAUTH_SECRET}",
+	    "scopes": ["messages"]`+extra)
+}
+
+// frontWithOAuth runs a guard whose HTTP front is an OAuth resource
+// server for guardResource, issuer https://auth.example.com, with the
+// rest of its oauth settings, in front of a plain message server that
+// counts what it sends.
+func frontWithOAuth(t *testing.T, settings string) (*httptest.Server, *counter) {
+	t.Helper()
+	c := &counter{}
+	g := guardOver(t, c.server("send_message"), `{
+	  "oauth": {"resource": "`+guardResource+`", "authorization_servers": ["https://auth.example.com"], `+settings+`},
 	  "mcpServers": {"sender": {"url": "http://sender.internal/mcp",
 	    "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
 	h, err := g.HTTPHandler()
@@ -150,23 +157,31 @@ func TestGuard_AnOAuthTokenActsForThePrincipalItNames(t *testing.T) {
 	}
 
 	// Two users' identical calls are two actions, each for its principal.
+	eachActsOnce(t, front.URL, "ana-at", "bob-at", c)
+}
+
+// eachActsOnce sends, through the front at url, the same message twice
+// with ana's token and once with bob's: two actions, one per principal,
+// each sent once.
+func eachActsOnce(t *testing.T, url, ana, bob string, c *counter) {
+	t.Helper()
 	msg := map[string]any{"to": "#team", "text": "Lunch at one?"}
-	ana, err := connectWith(t, front.URL, "ana-at")
+	anas, err := connectWith(t, url, ana)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob, err := connectWith(t, front.URL, "bob-at")
+	bobs, err := connectWith(t, url, bob)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, first := call(t, ana, "send_message", msg, nil)
-	_, again := call(t, ana, "send_message", msg, nil)
-	_, bobs := call(t, bob, "send_message", msg, nil)
-	if first.Status != envelope.Success || bobs.Status != envelope.Success {
-		t.Fatalf("ana %s, bob %s", first, bobs)
+	_, first := call(t, anas, "send_message", msg, nil)
+	_, again := call(t, anas, "send_message", msg, nil)
+	_, bobsFirst := call(t, bobs, "send_message", msg, nil)
+	if first.Status != envelope.Success || bobsFirst.Status != envelope.Success {
+		t.Fatalf("ana %s, bob %s", first, bobsFirst)
 	}
-	if again.RequestRef != first.RequestRef || bobs.RequestRef == first.RequestRef {
-		t.Errorf("references: ana %s and %s, bob %s: one action per principal and call", first.RequestRef, again.RequestRef, bobs.RequestRef)
+	if again.RequestRef != first.RequestRef || bobsFirst.RequestRef == first.RequestRef {
+		t.Errorf("references: ana %s and %s, bob %s: one action per principal and call", first.RequestRef, again.RequestRef, bobsFirst.RequestRef)
 	}
 	if c.count() != 2 {
 		t.Errorf("%d messages sent, want 2 (ana's once, bob's once)", c.count())

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -39,19 +38,9 @@ func TestGuard_AnHTTPServerBehindTheGuard(t *testing.T) {
 		handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"type": "http",
-	  "url": "` + srv.URL + `", "headers": {"Authorization": "Bearer ${AIRLINE_TOKEN}"},
-	  "tools": {"book": {"class": "keyed", "key_argument": "idempotency_key"}, "list_flights": {"class": "read_only"}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	cs := connect(t, g)
+	cs := connect(t, guardOver(t, nil, `{"principal": "ana@example.com", "mcpServers": {"airline": {"type": "http",
+	  "url": "`+srv.URL+`", "headers": {"Authorization": "Bearer ${AIRLINE_TOKEN}"},
+	  "tools": {"book": {"class": "keyed", "key_argument": "idempotency_key"}, "list_flights": {"class": "read_only"}}}}}`, mcpguard.Options{}))
 	if res, _ := call(t, cs, "list_flights", map[string]any{"from": "LIS"}, nil); !strings.Contains(resultText(res), "TP1234") {
 		t.Errorf("a read-only tool over HTTP: %s", resultText(res))
 	}

@@ -58,16 +58,17 @@ type OAuth struct {
 	// Scopes are the scopes every call needs; a token without one of them
 	// is answered 403 insufficient_scope.
 	Scopes []string `json:"scopes,omitempty"`
-	// PrincipalClaim is the member of the introspection response, or
-	// the JWT's claim, that names who acts: "sub" unless set. Name a claim the authorization
-	// server keeps unique and unchanging for a user: one users may choose
-	// or change (a username, an email address at some servers) lets one
-	// user act as another once the name passes to them.
+	// PrincipalClaim is the member of the introspection response, or the
+	// JWT's claim, that names who acts: "sub" unless set. Name a claim the
+	// authorization server keeps unique and unchanging for a user: one
+	// users may choose or change (a username, an email address at some
+	// servers) lets one user act as another once the name passes to them.
 	PrincipalClaim string `json:"principal_claim,omitempty"`
 	// Cache is how long an active token's introspection is reused (never
-	// past the token's expiry); introspection only. Unset, every request asks the
-	// authorization server, and a revoked token stops at once; a cache
-	// spares that round trip and keeps a revoked token working that long.
+	// past the token's expiry); introspection only. Unset, every request
+	// asks the authorization server, and a revoked token stops at once; a
+	// cache spares that round trip and keeps a revoked token working that
+	// long.
 	Cache Duration `json:"cache,omitempty"`
 }
 

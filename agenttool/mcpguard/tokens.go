@@ -19,9 +19,10 @@ import (
 // for its principal, the verified token's UserID; tokens are compared in
 // constant time, every configured one each time — and, with Config.OAuth,
 // a token the authorization server says is active, or a JWT one of its
-// keys signed, issued for the guard, for the principal it names. It fails if it would accept no token, or a
-// token or the OAuth client id is empty once its ${VARIABLES} are read,
-// or the OAuth jwks_url is then not an http(s) URL.
+// keys signed, issued for the guard, for the principal it names. It fails
+// if it would accept no token, or a token or the OAuth client id is empty
+// once its ${VARIABLES} are read, or the OAuth jwks_url is then not an
+// http(s) URL.
 func (c *Config) Verifier() (auth.TokenVerifier, error) {
 	type entry struct {
 		principal string

@@ -40,6 +40,7 @@ const (
 	reasonReconciled                            // the destination confirmed it was done (a.result)
 	reasonSettledApplied                        // a person or a sweeper found it done (a.result)
 	reasonRefused                               // the tool refused definitely (a.err, a.code)
+	reasonAwaitsInput                           // the destination asks for input before it acts: not applied (a.err, a.code)
 	reasonUnknown                               // the outcome is unknown (a.err)
 	reasonUnavailable                           // every attempt failed transiently: not applied (a.err)
 	reasonLeaseLost                             // the lease could not be kept: nothing ran (a.err)
@@ -241,6 +242,9 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 	case reasonRefused:
 		env.Status, env.Next = envelope.DefiniteFailure, envelope.DoNotRetry
 		env.Error = &envelope.Error{Code: a.code, Message: a.err.Error()}
+	case reasonAwaitsInput:
+		fail(a.code, a.err.Error(), envelope.AskHuman, fmt.Sprintf("Nothing was done: %s needs an answer from the user before it acts. "+
+			"Tell the user what it asks; the same call can be made again once they can answer it.", name))
 	case reasonUnknown:
 		unknown(envelope.CodeOutcomeUnknown, fmt.Sprintf("the outcome is unknown: %v", a.err))
 	case reasonUnavailable:

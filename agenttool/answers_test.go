@@ -58,6 +58,7 @@ func sampleAnswers() []struct {
 		{"reconciled", answer{reason: reasonReconciled, attempts: 1, result: result}},
 		{"settled applied", answer{reason: reasonSettledApplied, attempts: 1, result: result}},
 		{"refused", answer{reason: reasonRefused, attempts: 1, err: errors.New("550 mailbox unavailable"), code: "mailbox_unavailable"}},
+		{"awaits input", answer{reason: reasonAwaitsInput, attempts: 1, err: fmt.Errorf("the MCP tool book: %w (elicitation: \"Book seat 12A?\")", ErrAwaitsInput), code: "input_required"}},
 		{"unknown", answer{reason: reasonUnknown, attempts: 1, err: cause}},
 		{"unavailable", answer{reason: reasonUnavailable, attempts: 3, err: errors.New("503 service unavailable")}},
 		{"lease lost", answer{reason: reasonLeaseLost, err: ErrLeaseLost}},

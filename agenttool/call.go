@@ -673,6 +673,10 @@ func (c *call) attemptOnce() outcome {
 		if code == "" {
 			code = envelope.CodeRejected
 		}
+		if errors.Is(err, ErrAwaitsInput) {
+			c.ans = answer{reason: reasonAwaitsInput, attempts: c.attempt, err: err, code: code}
+			return attemptAsks
+		}
 		c.final, c.ans = Failed, answer{reason: reasonRefused, attempts: c.attempt, err: err, code: code}
 		return attemptRefused
 	case envelope.Unknown:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -487,5 +488,69 @@ func TestRequestUUID(t *testing.T) {
 	}
 	if agenttool.RequestUUID(context.Background()) != "" {
 		t.Error("a UUID outside a guarded call")
+	}
+}
+
+// asksFirst is a destination that asks the user for input on its first
+// run and acts on the next.
+func asksFirst(n int) (bool, error) {
+	if n == 1 {
+		return false, envelope.MarkDefinite(fmt.Errorf("the server: %w (confirm the send)", agenttool.ErrAwaitsInput), "input_required")
+	}
+	return true, nil
+}
+
+// A destination that asks for input before it acts did nothing: the key is
+// given back at once, nothing retried or recorded, so the call that
+// carries the answer (the same input) runs as the same action, and no
+// other write of the scope is held back meanwhile.
+func TestAwaitingInputGivesTheKeyBack(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		for _, class := range []agenttool.Class{agenttool.Keyed, agenttool.Reconcilable, agenttool.AtMostOnce} {
+			t.Run(class.String(), func(t *testing.T) {
+				store := open()
+				m := &mailServer{script: asksFirst}
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: class})
+				env := tool.Invoke(scoped(), emailToAna)
+				mustStatus(t, env, envelope.DefiniteFailure)
+				if env.Error.Code != "input_required" || env.Next != envelope.AskHuman || env.Attempts != 1 || m.runs.Load() != 1 {
+					t.Fatalf("a destination that asks: %s after %d runs; want input_required, ask_human, one attempt", env, m.runs.Load())
+				}
+				if _, err := store.Get(context.Background(), env.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+					t.Errorf("the key of an action that did nothing is still held: %v", err)
+				}
+				other := tool.Invoke(scoped(), `{"to":"bo@example.com","subject":"Lunch"}`)
+				if other.Status != envelope.Success || m.count() != 1 {
+					t.Fatalf("another write of the scope meanwhile: %s; want it run, nothing held back", other)
+				}
+				answered := tool.Invoke(scoped(), emailToAna)
+				mustStatus(t, answered, envelope.Success)
+				if answered.RequestRef != env.RequestRef || answered.Replayed || m.count() != 2 || m.runs.Load() != 3 {
+					t.Errorf("the call with the answer: %s; want the same action run once more (runs %d, effects %d)", answered, m.runs.Load(), m.count())
+				}
+				if again := tool.Invoke(scoped(), emailToAna); again.Status != envelope.Success || !again.Replayed || m.runs.Load() != 3 {
+					t.Errorf("the same call once done: %s after %d runs; want its replay", again, m.runs.Load())
+				}
+			})
+		}
+	})
+}
+
+// A destination that asks for input after an earlier attempt of the call
+// may have acted proves nothing of that attempt: the outcome stays unknown.
+func TestAwaitingInputAfterAnUnknownAttemptStaysUnknown(t *testing.T) {
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errLostReply
+		}
+		return asksFirst(1)
+	}}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Keyed})
+	env := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.UnknownOutcome)
+	rec, err := store.Get(context.Background(), env.RequestRef)
+	if err != nil || rec.State != agenttool.Unknown || m.runs.Load() != 2 {
+		t.Errorf("record %+v (%v) after %d runs; want it unknown after the second attempt asked", rec, err, m.runs.Load())
 	}
 }

@@ -73,6 +73,7 @@ const (
 	attemptRefused   // a definite error
 	attemptTransient // certainly not applied
 	attemptMaybe     // the outcome is unknown
+	attemptAsks      // the destination asks for input before it acts: nothing applied
 	leaseLost        // the lease could not be kept: nothing more runs
 	keyForgotten     // keyed: the destination may have forgotten the key
 	// back off
@@ -89,7 +90,7 @@ const (
 var outcomeNames = [outcomeCount]string{"", "granted", "took over", "refused", "settled", "unknown", "running",
 	"slot running", "slot unknown", "slot approved", "slot notice", "claimed beside", "store failed", "waited", "wait over",
 	"approved retry", "approver answered", "earlier applied", "earlier not applied", "earlier unknown", "earlier moved",
-	"applied", "not applied", "no answer", "succeeded", "refused definitely", "transient", "maybe applied",
+	"applied", "not applied", "no answer", "succeeded", "refused definitely", "transient", "maybe applied", "asks for input",
 	"lease lost", "key forgotten", "backed off", "no more attempts", "recorded", "given back", "effect found", "hold lost"}
 
 func (o outcome) String() string {
@@ -194,7 +195,7 @@ func next(ph phase, o outcome, f facts) (phase, error) {
 	case phaseAttempt:
 		if f.class == ReadOnly {
 			switch o {
-			case attemptSucceeded, attemptRefused:
+			case attemptSucceeded, attemptRefused, attemptAsks:
 				return phaseDone, nil
 			case attemptTransient, attemptMaybe:
 				if f.retriesLeft {
@@ -212,6 +213,13 @@ func next(ph phase, o outcome, f facts) (phase, error) {
 			case f.retriesLeft:
 				return phaseBackOff, nil
 			case f.effect.mayApply():
+				return phaseRecord, nil
+			}
+			return phaseGiveBack, nil
+		case attemptAsks:
+			// Nothing was applied, and nothing is retried: the action goes
+			// on when the caller answers, in a call that meets the same key.
+			if f.effect.mayApply() {
 				return phaseRecord, nil
 			}
 			return phaseGiveBack, nil

@@ -65,6 +65,7 @@ var lifeOfACall = []move{
 	// Read-only tools store nothing: they answer as soon as they are done.
 	{phaseAttempt, attemptSucceeded, classIs(ReadOnly), phaseDone},
 	{phaseAttempt, attemptRefused, classIs(ReadOnly), phaseDone},
+	{phaseAttempt, attemptAsks, classIs(ReadOnly), phaseDone},
 	{phaseAttempt, attemptTransient, func(f facts) bool { return f.class == ReadOnly && f.retriesLeft }, phaseBackOff},
 	{phaseAttempt, attemptMaybe, func(f facts) bool { return f.class == ReadOnly && f.retriesLeft }, phaseBackOff},
 	{phaseAttempt, attemptTransient, classIs(ReadOnly), phaseDone},
@@ -77,6 +78,8 @@ var lifeOfACall = []move{
 	{phaseAttempt, attemptTransient, func(f facts) bool { return f.retriesLeft }, phaseBackOff},
 	{phaseAttempt, attemptTransient, func(f facts) bool { return f.effect.mayApply() }, phaseRecord},
 	{phaseAttempt, attemptTransient, always, phaseGiveBack},
+	{phaseAttempt, attemptAsks, func(f facts) bool { return f.effect.mayApply() }, phaseRecord},
+	{phaseAttempt, attemptAsks, always, phaseGiveBack},
 	{phaseAttempt, attemptMaybe, func(f facts) bool { return f.class == Keyed && f.retriesLeft }, phaseBackOff},
 	{phaseAttempt, attemptMaybe, func(f facts) bool { return f.class == Reconcilable && f.reconciler }, phaseCheckAttempt},
 	{phaseAttempt, attemptMaybe, always, phaseRecord},

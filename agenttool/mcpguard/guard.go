@@ -726,7 +726,7 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	}
 	// The guard listens for a late answer as long again as the attempt
 	// took (listen_late): a check's not-applied then waits for both.
-	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, Sessions: u, LateWindow: o.AttemptTimeout,
+	to := mcptool.ToolOptions{Name: toolName(fn), WholeResult: true, PassMeta: true, RelayInput: true, Sessions: u, LateWindow: o.AttemptTimeout,
 		LateDone: u.g.ctx.Done()}
 	if settings.ListenLate != nil {
 		to.LateWindow = time.Duration(*settings.ListenLate)
@@ -928,7 +928,8 @@ func (u *upstream) passthrough(tool string) mcp.ToolHandler {
 			return refusing(tool, envelope.CodeUnavailable, envelope.Wait, fmt.Sprintf("the server %s cannot be reached: %v", u.name, err),
 				"Nothing was done. The same call can be tried again later.")(ctx, req)
 		}
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: mcptool.PassableMeta(req.Params.Meta)})
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: mcptool.PassableMeta(req.Params.Meta),
+			InputResponses: req.Params.InputResponses, RequestState: req.Params.RequestState}) // a later round of a server's question
 		if errors.Is(err, mcp.ErrConnectionClosed) {
 			u.Lost(s)
 		}

@@ -1138,14 +1138,13 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// A server that answers a call by asking for input (a multi-round-trip
-// result: here an elicitation, "Send it?") has done nothing, and acts only
-// in a later round that carries the answers. The guard does not relay the
-// question yet: the call is a definite failure (input_required), nothing
-// sent, and nothing holds the tool's fence — before, the SDK's own attempt
-// to answer failed after the server's reply and read as unknown, holding
-// an at-most-once tool for a person.
-func TestGuard_AServerThatAsksForInputHasDoneNothing(t *testing.T) {
+// A server that asks the user before it acts (a multi-round-trip result,
+// SEP-2322) has done nothing: the guard gives the action's key back and
+// relays the question to its client, and the client's answer, in the next
+// round of the same call, reaches the server under the same action — sent
+// once, replayed after, whichever revision the client speaks. A client that
+// cannot answer is told what the server asked; nothing is held.
+func TestGuard_AServerThatAsksForInputAsksTheClient(t *testing.T) {
 	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
 	var sent atomic.Int64
 	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
@@ -1154,35 +1153,95 @@ func TestGuard_AServerThatAsksForInputHasDoneNothing(t *testing.T) {
 				return &mcp.CallToolResult{RequestState: "draft-1", InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{Message: "Send it?",
 					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}}}, nil, nil
 			}
+			answer, ok := req.Params.InputResponses["confirm"].(*mcp.ElicitResult)
+			if req.Params.RequestState != "draft-1" || !ok || answer.Action != "accept" {
+				return nil, nil, fmt.Errorf("not sent: state %q, answer %+v", req.Params.RequestState, req.Params.InputResponses["confirm"])
+			}
 			sent.Add(1)
 			return nil, map[string]string{"sent": in.Text}, nil
 		})
+	mcp.AddTool(up, &mcp.Tool{Name: "balance", Description: "An account's balance; asks which account."},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, map[string]string, error) {
+			if len(req.Params.InputResponses) == 0 {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"account": &mcp.ElicitParams{Message: "Which account?",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}}}, nil, nil
+			}
+			return nil, map[string]string{"balance": "12.50"}, nil
+		})
 	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
-	  "tools": {"send_message": {"class": "at_most_once"}}}}}`, mcpguard.Options{})
-	ct, st := mcp.NewInMemoryTransports()
-	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
-		t.Fatal(err)
-	}
-	var asked atomic.Int64
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked.Add(1)
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
-		}}).Connect(context.Background(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	for _, text := range []string{"Lunch at one?", "Lunch at two?"} {
-		_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": text}, nil)
-		t.Logf("%s", env)
-		if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || !strings.Contains(env.Error.Message, "Send it?") {
-			t.Errorf("a call its server answers with a question: %s; want definite_failure input_required naming the question (and no fence held)", env)
+	  "tools": {"send_message": {"class": "at_most_once"}, "balance": {"class": "read_only"}}}}}`, mcpguard.Options{})
+	front := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil))
+	t.Cleanup(front.Close)
+	client := func(t *testing.T, overHTTP bool, version string, asked *atomic.Int64) *mcp.ClientSession {
+		var ct mcp.Transport = &mcp.StreamableClientTransport{Endpoint: front.URL}
+		if !overHTTP {
+			var st mcp.Transport
+			ct, st = mcp.NewInMemoryTransports()
+			if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
+		var opts mcp.ClientOptions
+		if asked != nil {
+			opts.ElicitationHandler = func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				asked.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+			}
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &opts).Connect(context.Background(), ct,
+			&mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
 	}
-	if sent.Load() != 0 || asked.Load() != 0 {
-		t.Errorf("%d messages sent, the client asked %d times; want none of either", sent.Load(), asked.Load())
+	for _, c := range []struct {
+		name     string
+		overHTTP bool
+		version  string
+	}{
+		{"a client that answers", false, ""},
+		{"a client of the revision before", false, "2025-11-25"},
+		{"a client that answers over HTTP", true, ""},
+		{"a client of the revision before over HTTP", true, "2025-11-25"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var asked atomic.Int64
+			cs := client(t, c.overHTTP, c.version, &asked)
+			if v := cs.InitializeResult().ProtocolVersion; c.version != "" && v != c.version {
+				t.Fatalf("the session speaks %s; want %s", v, c.version)
+			}
+			before := sent.Load()
+			for i := range 2 {
+				res, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch? (" + c.name + ")"}, nil)
+				if env.Status != envelope.Success || env.Replayed != (i == 1) || !strings.Contains(resultText(res), c.name) {
+					t.Errorf("call %d: %s (%s); want success, its replay after", i+1, env, resultText(res))
+				}
+			}
+			if sent.Load()-before != 1 || asked.Load() != 1 {
+				t.Errorf("%d messages sent, the user asked %d times; want one of each", sent.Load()-before, asked.Load())
+			}
+			// A read-only tool's question passes as its answers do.
+			if res, _ := call(t, cs, "balance", map[string]any{}, nil); res.IsError || !strings.Contains(resultText(res), "12.50") || asked.Load() != 2 {
+				t.Errorf("a read-only tool that asks first: %s (isError %v), the user asked %d times; want its answer, asked once more", resultText(res), res.IsError, asked.Load())
+			}
+		})
 	}
+	t.Run("a client that cannot answer", func(t *testing.T) {
+		cs := client(t, false, "", nil)
+		before := sent.Load()
+		for _, text := range []string{"Lunch at three?", "Lunch at four?"} {
+			_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": text}, nil)
+			if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired ||
+				env.Next != envelope.AskHuman || !strings.Contains(env.Error.Message, "Send it?") {
+				t.Errorf("a call its server answers with a question: %s; want definite_failure input_required naming the question (and no fence held)", env)
+			}
+		}
+		if sent.Load() != before {
+			t.Errorf("%d messages sent; want none", sent.Load()-before)
+		}
+	})
 }
 
 // A legacy HTTP+SSE server ("type": "sse") is guarded as any other: its

@@ -234,7 +234,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		opts.LateWindow = to.LateWindow
 	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta,
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput,
 		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone, schema: argSchema}, opts)
 }
 
@@ -249,6 +249,7 @@ type remote struct {
 	refArg      string // ToolOptions.RefArgument
 	whole       bool   // ToolOptions.WholeResult
 	passMeta    bool   // ToolOptions.PassMeta
+	relay       bool   // ToolOptions.RelayInput
 	lateWindow  time.Duration
 	late        func(agenttool.CallInfo, string, error) // ToolOptions.LateWindow, Late, LateDone
 	lateDone    <-chan struct{}
@@ -283,6 +284,11 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 		return "", err
 	}
 	params := &mcp.CallToolParams{Name: r.tool.Name, Arguments: args, Meta: r.meta(ctx)}
+	if rl := relayOf(ctx); rl != nil && r.relay {
+		// A later round of a call the server asked for input: the same
+		// request, with the client's answers.
+		params.InputResponses, params.RequestState = rl.responses, rl.state
+	}
 	session, err := r.link.open(ctx)
 	if err != nil {
 		return "", err

@@ -136,9 +136,12 @@
 //     carries the answers. The SDK's client answers it by itself when the
 //     client has handlers for what is asked, and the call goes on; when
 //     it hands the result back (mcp.MultiRoundTripOptions.Disabled), the
-//     call did nothing ([CodeInputRequired]). Without the handlers, the
-//     SDK's attempt fails after the server's answer, and that reads as
-//     unknown: give the client the handlers, or turn the handling off.
+//     call did nothing ([CodeInputRequired]): its key is given back, so
+//     that the round that carries the answers is the same action
+//     (agenttool.ErrAwaitsInput), and a front relays the question
+//     (ToolOptions.RelayInput). Without the handlers, the SDK's attempt
+//     fails after the server's answer, and that reads as unknown: give
+//     the client the handlers, or turn the handling off.
 //
 // A replayed success of a retrysafe server says that the action was done
 // for an earlier request. It may be a copy of this call's own request,

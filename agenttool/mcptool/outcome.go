@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -35,8 +36,11 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 		if len(res.InputRequests) == 0 {
 			return "", envelope.MarkTransient(fmt.Errorf("the MCP tool %s is busy: it ended the call asking for no input, and did nothing", r.tool.Name))
 		}
-		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s asks for input before it acts (%s), which this client does not relay; nothing was done: "+
-			"tell the user, who can do it where their client can answer", r.tool.Name, describeInputRequests(res.InputRequests)), CodeInputRequired)
+		if rl := relayOf(ctx); rl != nil && r.relay {
+			rl.asked.Store(res) // the front answers its client with it
+		}
+		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s %w (%s), which this client does not relay; nothing was done",
+			r.tool.Name, agenttool.ErrAwaitsInput, describeInputRequests(res.InputRequests)), CodeInputRequired)
 	}
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.tool.Name && res.IsError == (env.Status != envelope.Success) {
 		if env.Status == envelope.Success {
@@ -179,7 +183,8 @@ func sameJSON(text string, structured any) bool {
 // CodeInputRequired is the code of a call's definite failure when its
 // server asked for input before acting (an elicitation, a sampling or a
 // roots request of a multi-round-trip result) and the call did not relay
-// it: nothing was done.
+// it (ToolOptions.RelayInput): nothing was done, and the action's key was
+// given back (agenttool.ErrAwaitsInput).
 const CodeInputRequired = "input_required"
 
 // describeInputRequests names what a server asked for, for a message.

@@ -71,6 +71,9 @@ type ServerOptions struct {
 	// isError set, and no structured content when the listing declares
 	// an output schema (which the envelope is not). Register sets
 	// idempotentHint and readOnlyHint on a copy of it, as for any tool.
+	// A call whose server asked for input answers with the server's
+	// requests, where the client can answer them, and the client's
+	// answers go to the server in its next round (ToolOptions.RelayInput).
 	Listing *mcp.Tool
 }
 
@@ -179,14 +182,16 @@ func serve(t *agenttool.Tool, o ServerOptions) mcp.ToolHandler {
 		// action id that the session's context might carry: every call of
 		// the session would otherwise be one action.
 		ctx = agenttool.WithActionID(ctx, "")
-		if o.Listing != nil {
-			ctx = withPassedMeta(ctx, req.Params.Meta) // for a tool with ToolOptions.PassMeta
+		if o.Listing == nil {
+			return toolResult(t.Invoke(ctx, string(req.Params.Arguments)))
 		}
-		env := t.Invoke(ctx, string(req.Params.Arguments))
-		if o.Listing != nil {
-			return listedResult(env, o.Listing.OutputSchema != nil)
+		ctx = withPassedMeta(ctx, req.Params.Meta) // for a tool with ToolOptions.PassMeta
+		rl := &relay{responses: req.Params.InputResponses, state: req.Params.RequestState}
+		env := t.Invoke(withRelay(ctx, rl), string(req.Params.Arguments)) // for a tool with ToolOptions.RelayInput
+		if res := rl.relayed(env, req); res != nil {
+			return res, nil
 		}
-		return toolResult(env)
+		return listedResult(env, o.Listing.OutputSchema != nil)
 	}
 }
 

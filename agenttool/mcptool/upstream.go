@@ -48,6 +48,18 @@ type ToolOptions struct {
 	// reached a front made with ServerOptions.Listing carried in its own
 	// (a progressToken, a traceparent), beside the request reference.
 	PassMeta bool
+	// RelayInput relays the server's requests for input (a
+	// multi-round-trip result, SEP-2322: an elicitation, a sampling or a
+	// roots request) to the client of a front made with
+	// ServerOptions.Listing, and that client's answers back. A call the
+	// server answers with such a request did nothing: its key is given
+	// back (agenttool.ErrAwaitsInput), and the front answers its client
+	// with the server's requests, where that client can answer them. The
+	// client's next round — the same arguments with inputResponses and
+	// requestState — meets the same action's key and sends them on. A
+	// call with no such front, or whose client cannot answer, fails
+	// definitely ([CodeInputRequired]), naming what the server asked.
+	RelayInput bool
 	// LateWindow keeps listening, for up to this long after an attempt's
 	// deadline (agenttool.Options.AttemptTimeout) passed, for the server's
 	// answer to the call it was sent, rather than cancelling the call at

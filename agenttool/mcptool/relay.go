@@ -1,0 +1,85 @@
+package mcptool
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// A front made with ServerOptions.Listing relays a multi-round-trip round
+// (SEP-2322) between its client and the server of a tool made with
+// ToolOptions.RelayInput: the client's answers go to the server in the
+// call, and a request for input the server answers the call with comes
+// back to the front, which answers its client with it. The relay carries
+// one tools/call's round and nothing else: the action is told by its
+// arguments, as for any call, so a later round meets the same key.
+
+// relayKey carries a front's *relay on a call's context.
+type relayKey struct{}
+
+// relay is one tools/call's round.
+type relay struct {
+	responses mcp.InputResponseMap // the client's answers, if this is a later round
+	state     string               // the requestState the client echoed
+	// asked is the server's answer when it asked for input: set by the
+	// call's attempt, read by the front once the call is over.
+	asked atomic.Pointer[mcp.CallToolResult]
+}
+
+func withRelay(ctx context.Context, rl *relay) context.Context {
+	return context.WithValue(ctx, relayKey{}, rl)
+}
+
+func relayOf(ctx context.Context) *relay {
+	rl, _ := ctx.Value(relayKey{}).(*relay)
+	return rl
+}
+
+// mrtrVersion is the protocol revision from which a client answers a
+// request for input itself (resultType "input_required"); the SDK answers
+// the requests of an older client's round for it, by asking that client,
+// and runs the handler once more with the answers.
+const mrtrVersion = "2026-07-28"
+
+// relayed returns the answer a front gives its client when the call's
+// server asked for input and the call ended so (env: definite_failure,
+// CodeInputRequired, its key given back): the server's requests, for the
+// client to answer in a later round. nil when there is nothing to relay,
+// or the client could not answer: the envelope then says what the server
+// asked.
+func (rl *relay) relayed(env envelope.Envelope, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	asked := rl.asked.Load()
+	if asked == nil || env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != CodeInputRequired {
+		return nil
+	}
+	if !canAnswer(req, asked.InputRequests) {
+		return nil
+	}
+	return &mcp.CallToolResult{InputRequests: asked.InputRequests, RequestState: asked.RequestState, Meta: PassableMeta(asked.Meta)}
+}
+
+// canAnswer reports whether the client of req can answer every one of
+// requests: each is a question to the user (an elicitation; sampling and
+// roots, deprecated since the 2026-07-28 revision, are not relayed) and
+// the client declared elicitation, and either it speaks a revision that
+// answers such requests itself or this is its first round (the SDK
+// answers an older client's round for it, once; asked again, such a
+// client would read the bare requests as an empty success).
+func canAnswer(req *mcp.CallToolRequest, requests mcp.InputRequestMap) bool {
+	caps := req.ClientCapabilities()
+	if caps == nil || caps.Elicitation == nil {
+		return false
+	}
+	if req.ProtocolVersion() < mrtrVersion && req.Params.InputResponses != nil {
+		return false
+	}
+	for _, ir := range requests {
+		if _, ok := ir.(*mcp.ElicitParams); !ok {
+			return false
+		}
+	}
+	return true
+}

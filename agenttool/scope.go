@@ -152,7 +152,13 @@ var requestUUIDSpace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.co
 // on every attempt and retry of one logical action. It returns "" outside a
 // guarded call.
 func RequestUUID(ctx context.Context) string {
-	ref := RequestRef(ctx)
+	return RefUUID(RequestRef(ctx))
+}
+
+// RefUUID returns the UUID form of a request reference, as RequestUUID
+// gives it to the reference's calls: what a person or a check looks for
+// at a destination that was given that form. It returns "" for "".
+func RefUUID(ref string) string {
 	if ref == "" {
 		return ""
 	}

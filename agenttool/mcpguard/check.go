@@ -11,14 +11,16 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrysafe/retrysafe/agenttool/mcptool"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 // checker is a reconcilable tool's Reconciler: it calls the check tool of
 // the same server with the action's reference, and reads the answer.
 type checker struct {
-	u     *upstream
-	check *Check
+	u       *upstream
+	check   *Check
+	refForm mcptool.RefForm // how the tool sends its reference: ${ref} is that
 }
 
 // Check asks the server about req.Ref.
@@ -36,7 +38,7 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 	}
 	args := make(map[string]any, len(c.check.Arguments))
 	for k, v := range c.check.Arguments {
-		filled, err := fill(v, req.Ref, input)
+		filled, err := fill(v, c.refForm.Of(req.Ref), input)
 		if err != nil {
 			return reconcile.CantSayBecause(fmt.Errorf("the check's argument %s: %w", k, err))
 		}

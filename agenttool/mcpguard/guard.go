@@ -768,7 +768,13 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		to.ToolErrors = mcptool.DefiniteToolErrors
 	}
 	if settings.Check != nil {
-		o.Reconciler = &checker{u: u, check: settings.Check}
+		chk := &checker{u: u, check: settings.Check}
+		if to.RefArgument != "" {
+			// ${ref} is what the server was given: the reference, or its
+			// UUID form where the argument takes that.
+			chk.refForm, _ = mcptool.RefFormFor(t, to.RefArgument, to.Name) // an error stops NewToolWith below
+		}
+		o.Reconciler = chk
 		if settings.Check.readsInput() {
 			codec, err := u.g.inputCodec()
 			if err != nil {
@@ -790,7 +796,14 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		to.ValidateArguments = false
 		guarded, err = mcptool.NewToolWith(nil, t, o, to)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, mcptool.ErrRefRefused) && settings.KeyArgument != "":
+		return &ConfigError{Path: path + ".key_argument", Problem: strings.TrimPrefix(err.Error(), "mcptool: ") +
+			"; every call would be refused after it was sent: name the argument that takes an idempotency key, or give the tool another class (at_most_once)"}
+	case errors.Is(err, mcptool.ErrRefRefused):
+		return &ConfigError{Path: path + ".ref_argument", Problem: strings.TrimPrefix(err.Error(), "mcptool: ") +
+			"; every call would be refused after it was sent: name an argument that takes a free-form reference, or none"}
+	case err != nil:
 		return &ConfigError{Path: path, Problem: strings.TrimPrefix(err.Error(), "mcptool: ")}
 	}
 	op, err := agenttool.NewOperator(u.g.store, guarded)

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -1464,5 +1465,109 @@ func TestGuard_BadInputRecordsNothingAndSendsNothing(t *testing.T) {
 	}
 	if _, env := r.call("book", lunchFlight); env.Status != envelope.Success || a.count() != 1 {
 		t.Errorf("the next good call: %s, %d bookings", env, a.count())
+	}
+}
+
+// uuidAirline is the airline with a server whose key and reference
+// arguments take UUIDs ("format": "uuid"), and which refuses anything
+// else there, after the call reached it, as a server validating with zod
+// or pydantic does; maxKey, if set, is the key argument's maxLength.
+func uuidAirline(a *airline, maxKey int) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
+	key := map[string]any{"type": "string", "format": "uuid"}
+	if maxKey > 0 {
+		key = map[string]any{"type": "string", "maxLength": maxKey}
+	}
+	schema := func(arg string) map[string]any {
+		return map[string]any{"type": "object", "required": []string{"flight", "passenger"}, "properties": map[string]any{
+			"flight": map[string]any{"type": "string"}, "passenger": map[string]any{"type": "string"}, arg: key}}
+	}
+	refused := func(field string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: field + " must be a UUID"}}}
+	}
+	s.AddTool(&mcp.Tool{Name: "book", InputSchema: schema("idempotency_key")}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in bookIn
+		json.Unmarshal(req.Params.Arguments, &in)
+		if _, err := uuid.Parse(in.IdempotencyKey); err != nil {
+			return refused("idempotency_key"), nil
+		}
+		res, b, err := a.book(in)
+		if res == nil && err == nil {
+			res = &mcp.CallToolResult{StructuredContent: b, Content: []mcp.Content{&mcp.TextContent{Text: b.ID}}}
+		}
+		return res, err
+	})
+	s.AddTool(&mcp.Tool{Name: "book_noted", InputSchema: schema("client_reference")}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in bookIn
+		json.Unmarshal(req.Params.Arguments, &in)
+		if _, err := uuid.Parse(in.Reference); err != nil {
+			return refused("client_reference"), nil
+		}
+		res, b, err := a.book(in)
+		if res == nil && err == nil {
+			res = &mcp.CallToolResult{StructuredContent: b, Content: []mcp.Content{&mcp.TextContent{Text: b.ID}}}
+		}
+		return res, err
+	})
+	s.AddTool(&mcp.Tool{Name: "find_booking", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"client_reference": key}}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in bookIn
+			json.Unmarshal(req.Params.Arguments, &in)
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, b := range a.bookings {
+				if b.Reference == in.Reference {
+					return &mcp.CallToolResult{StructuredContent: map[string]any{"found": true, "booking": b}, Content: []mcp.Content{&mcp.TextContent{Text: b.ID}}}, nil
+				}
+			}
+			return &mcp.CallToolResult{StructuredContent: map[string]any{"found": false}, Content: []mcp.Content{&mcp.TextContent{Text: "none"}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "list_flights", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "TP1234"}}}, nil
+	})
+	return s
+}
+
+// A server whose idempotency key or reference argument takes UUIDs gets
+// each action's reference in its UUID form (agenttool.RefUUID), the same
+// on every resend and in the check: a lost reply is resent under the same
+// key and books once, and the check finds the action by the form it was
+// given. Before, it got the reference, refused it after the call reached
+// it, and every call was unknown.
+func TestGuard_AnArgumentThatTakesUUIDsGetsTheReferencesUUID(t *testing.T) {
+	a := &airline{}
+	cs := connect(t, guardOver(t, uuidAirline(a, 0), guardConfig, mcpguard.Options{}))
+	a.lose(1)
+	_, first := call(t, cs, "book", lunchFlight, nil)
+	_, again := call(t, cs, "book", lunchFlight, nil)
+	if first.Status != envelope.Success || first.Attempts != 2 || !again.Replayed || a.count() != 1 {
+		t.Fatalf("a keyed booking whose reply was lost, resent, then called again: %s, %s, %d bookings; want success after a resend, its replay, one booking", first, again, a.count())
+	}
+	if _, ok := a.byKey[agenttool.RefUUID(again.RequestRef)]; !ok {
+		t.Errorf("the server's keys %v; want the UUID form of %s", a.byKey, again.RequestRef)
+	}
+	a.lose(1)
+	_, noted := call(t, cs, "book_noted", map[string]any{"flight": "TP1235", "passenger": "Ana Lima"}, nil)
+	if noted.Status != envelope.Success || !noted.Reconciled || a.count() != 2 || a.bookings[1].Reference != agenttool.RefUUID(noted.RequestRef) {
+		t.Errorf("a reconcilable booking whose reply was lost: %s, %d bookings (%+v); want it found by its reference's UUID, not sent again", noted, a.count(), a.bookings)
+	}
+}
+
+// A key argument that takes neither a reference nor its UUID form stops
+// the guard at start, naming the field and why: every call would be
+// refused by the server after it was sent.
+func TestGuard_AKeyArgumentThatRefusesReferencesStopsTheGuard(t *testing.T) {
+	cfg, err := mcpguard.ParseConfig([]byte(guardConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(uuidAirline(&airline{}, 8)), Logger: discard()})
+	if err == nil {
+		g.Close()
+		t.Fatal("the guard started in front of a key argument of 8 characters at most")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "mcpServers.airline.tools.book.key_argument") || !strings.Contains(msg, "maxLength") {
+		t.Errorf("the guard's error: %v; want the field's path and the keyword that refuses", err)
 	}
 }

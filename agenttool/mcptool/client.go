@@ -197,12 +197,24 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 	}
 	envelopes := servesEnvelopes(t)
+	var refForm RefForm
 	if to.RefArgument != "" {
 		if err := schema.takesRef(to.RefArgument); err != nil {
 			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 		}
 		if opts.Class == agenttool.ReadOnly {
 			return nil, fmt.Errorf("mcptool: tool %q: a reference argument (%q) is for a tool with effects, not a ReadOnly one: %w", t.Name, to.RefArgument, agenttool.ErrInvalidOptions)
+		}
+		prefix := opts.KeyPrefix
+		switch {
+		case prefix != "":
+		case to.Name != "":
+			prefix = to.Name
+		default:
+			prefix = t.Name
+		}
+		if refForm, err = RefFormFor(t, to.RefArgument, prefix); err != nil {
+			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 		}
 		schema.Required = slices.DeleteFunc(slices.Clone(schema.Required), func(f string) bool { return f == to.RefArgument })
 	}
@@ -234,7 +246,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		opts.LateWindow = to.LateWindow
 	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput,
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, refForm: refForm, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput,
 		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone, schema: argSchema}, opts)
 }
 
@@ -246,10 +258,11 @@ type remote struct {
 	description string
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
-	refArg      string // ToolOptions.RefArgument
-	whole       bool   // ToolOptions.WholeResult
-	passMeta    bool   // ToolOptions.PassMeta
-	relay       bool   // ToolOptions.RelayInput
+	refArg      string  // ToolOptions.RefArgument
+	refForm     RefForm // how the reference goes there (RefFormFor)
+	whole       bool    // ToolOptions.WholeResult
+	passMeta    bool    // ToolOptions.PassMeta
+	relay       bool    // ToolOptions.RelayInput
 	lateWindow  time.Duration
 	late        func(agenttool.CallInfo, string, error) // ToolOptions.LateWindow, Late, LateDone
 	lateDone    <-chan struct{}

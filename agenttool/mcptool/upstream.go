@@ -37,6 +37,12 @@ type ToolOptions struct {
 	// For Reconcilable and AtMostOnce it is where the server keeps a
 	// client reference (a metadata field, a note), so that a check or a
 	// person can find the action by it.
+	//
+	// The reference goes there as it is, or in its UUID form
+	// (agenttool.RequestUUID) where the argument's schema asks for a UUID
+	// or refuses the reference but takes a UUID ([RefFormFor]); a check
+	// or a person looks for that form (agenttool.RefUUID). An argument
+	// that takes neither fails NewToolWith.
 	RefArgument string
 	// WholeResult makes a success's result the server's whole tools/call
 	// result, as JSON (an mcp.CallToolResult: content, structured content,
@@ -215,7 +221,7 @@ func (r *remote) arguments(ctx context.Context, input string) (json.RawMessage, 
 	if args == nil {
 		args = map[string]json.RawMessage{}
 	}
-	b, _ := json.Marshal(ref)
+	b, _ := json.Marshal(r.refForm.Of(ref))
 	args[r.refArg] = b
 	out, err := json.Marshal(args)
 	if err != nil {

@@ -37,6 +37,21 @@ import (
 //	  (a decimal multipleOf, a pattern of a dialect's own): dropped where
 //	  they can only refuse; unreadable where they may allow as well
 func argumentSchema(t *mcp.Tool, refArg string) (*jsonschema.Resolved, error) {
+	root, err := readRoot(t)
+	if err != nil {
+		return nil, err
+	}
+	if props, ok := root["properties"].(map[string]any); ok && refArg != "" {
+		if _, ok := props[refArg]; ok {
+			props[refArg] = true
+		}
+	}
+	return resolveRoot(root)
+}
+
+// readRoot decodes t's input schema (numbers as json.Number), its
+// $schema a draft the validator reads, as the validator spells it.
+func readRoot(t *mcp.Tool) (map[string]any, error) {
 	raw, err := json.Marshal(t.InputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
@@ -59,15 +74,17 @@ func argumentSchema(t *mcp.Tool, refArg string) (*jsonschema.Resolved, error) {
 		}
 		root["$schema"] = spelled
 	}
-	if props, ok := root["properties"].(map[string]any); ok && refArg != "" {
-		if _, ok := props[refArg]; ok {
-			props[refArg] = true
-		}
-	}
+	return root, nil
+}
+
+// resolveRoot resolves a schema's root (its $schema readable), its
+// uncertain keywords relaxed (see relax).
+func resolveRoot(root map[string]any) (*jsonschema.Resolved, error) {
 	if err := relax(root); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
 	}
-	if raw, err = json.Marshal(root); err != nil {
+	raw, err := json.Marshal(root)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSchemaUnreadable, err)
 	}
 	var schema jsonschema.Schema

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/opcmd"
 	"github.com/retrysafe/retrysafe/envelope"
 )
@@ -124,7 +125,7 @@ func TestShow(t *testing.T) {
 
 	out := f.run("show", ana.RequestRef).ok(t)
 	for _, want := range []string{
-		"reference   " + ana.RequestRef, "tool        send_email", "state       unknown", "attempts    1",
+		"reference   " + ana.RequestRef, "as a UUID   " + agenttool.RefUUID(ana.RequestRef), "tool        send_email", "state       unknown", "attempts    1",
 		"label       Ana Lima (ticket 4512)", "created     ", "updated     ", "resolution  none",
 		`"status": "unknown_outcome"`, `"code": "outcome_unknown"`, "connection reset by peer",
 	} {
@@ -136,7 +137,7 @@ func TestShow(t *testing.T) {
 	f.run("resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the mail log").ok(t)
 	o := f.run("show", ana.RequestRef, "-json").ok(t).lines(t)[0]
 	res, _ := o["resolution"].(map[string]any)
-	if o["ref"] != ana.RequestRef || o["retry_approved"] != true || res["verdict"] != "not applied" || res["by"] != "operator:maria" ||
+	if o["ref"] != ana.RequestRef || o["uuid"] != agenttool.RefUUID(ana.RequestRef) || o["retry_approved"] != true || res["verdict"] != "not applied" || res["by"] != "operator:maria" ||
 		res["why"] != "not in the mail log" || res["at"] == nil {
 		t.Errorf("show -json after a resolution: %v", o)
 	}

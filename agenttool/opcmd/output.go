@@ -33,6 +33,9 @@ type recordJSON struct {
 	Error         string             `json:"error,omitempty"`        // the recorded outcome's error message
 	Resolution    *resolutionJSON    `json:"resolution,omitempty"`
 	Outcome       *envelope.Envelope `json:"outcome,omitempty"` // show only: the recorded outcome
+	// UUID, show only, is the reference's UUID form (agenttool.RefUUID):
+	// what a destination that takes UUIDs was given.
+	UUID string `json:"uuid,omitempty"`
 }
 
 type resolutionJSON struct {
@@ -125,6 +128,7 @@ func (r *runner) printList(op *agenttool.Operator, recs []agenttool.Record) erro
 
 func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error {
 	v, outcomeErr := r.view(op, rec)
+	v.UUID = agenttool.RefUUID(v.Ref)
 	if r.json {
 		if outcomeErr != nil {
 			v.Error = "(outcome unreadable here: " + outcomeErr.Error() + ")"
@@ -139,6 +143,7 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 		fmt.Fprintf(tw, "%s\t%s\n", k, cell(fmt.Sprintf(format, args...), 0))
 	}
 	row("reference", "%s", v.Ref)
+	row("as a UUID", "%s", v.UUID)
 	row("tool", "%s", v.Tool)
 	row("state", "%s", v.state())
 	row("attempts", "%d", v.Attempts)

@@ -104,6 +104,14 @@ type Tool struct {
 	// fills it with the request reference and hides it, so that a check
 	// (or a person) finds the action by it.
 	RefArgument string `json:"ref_argument,omitempty"`
+	// KeyForm is the form in which the guard fills KeyArgument or
+	// RefArgument: "reference" (the default), the request reference, or
+	// "uuid", its UUID form, for a server that takes a UUID there. An
+	// argument whose schema asks for a UUID, or refuses the reference,
+	// needs it said: the guard cannot tell whether the server takes any
+	// string there, and a change of form changes the key the server sees
+	// for actions still unknown.
+	KeyForm string `json:"key_form,omitempty"`
 	// Check, for a reconcilable tool, asks the server what became of an
 	// action whose outcome is unknown.
 	Check *Check `json:"check,omitempty"`
@@ -317,6 +325,12 @@ const (
 	ClassReconcilable = "reconcilable"
 )
 
+// The forms of Tool.KeyForm.
+const (
+	KeyFormReference = "reference"
+	KeyFormUUID      = "uuid"
+)
+
 // MetaKey is Tool.KeyArgument's value for a retrysafe upstream.
 const MetaKey = "_meta"
 
@@ -493,6 +507,12 @@ func checkTool(path string, t *Tool, bad func(path, format string, args ...any))
 	}
 	if t.RefArgument != "" && (t.Class == ClassReadOnly || t.Class == ClassKeyed) {
 		bad(path+".ref_argument", "only at_most_once and reconcilable tools have one (a keyed tool's reference goes in its key_argument)")
+	}
+	switch {
+	case t.KeyForm != "" && t.KeyForm != KeyFormReference && t.KeyForm != KeyFormUUID:
+		bad(path+".key_form", "%q is not a form: use %q (the request reference) or %q (its UUID form)", t.KeyForm, KeyFormReference, KeyFormUUID)
+	case t.KeyForm != "" && (t.KeyArgument == "" || t.KeyArgument == MetaKey) && t.RefArgument == "":
+		bad(path+".key_form", "it is the form of the reference in key_argument or ref_argument, and the tool has neither")
 	}
 	if t.Class == ClassReconcilable && t.Check == nil {
 		bad(path+".check", "a reconcilable tool needs a check: a read-only tool of the same server that finds the action by its reference")

@@ -67,6 +67,10 @@ func TestConfig_ErrorsNameTheFieldAndTheFix(t *testing.T) {
 		{"a placeholder in a value", `{"mcpServers": {"pay": {"command": "x", "tools": {
 			"charge": {"class": "reconcilable", "check": {"tool": "find", "arguments": {"q": "ref ${ref}"}, "applied": {"pointer": "/found"}}},
 			"find": {"class": "read_only"}}}}}`, "mcpServers.pay.tools.charge.check.arguments.q", "the whole value"},
+		{"an unknown key form", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "keyed", "key_argument": "k", "key_form": "ulid"}}}}}`,
+			"mcpServers.pay.tools.charge.key_form", `"uuid"`},
+		{"a key form without a key", `{"mcpServers": {"pay": {"command": "x", "tools": {"charge": {"class": "at_most_once", "key_form": "uuid"}}}}}`,
+			"mcpServers.pay.tools.charge.key_form", "has neither"},
 		{"two stores", `{"store": {"path": "a.db", "postgres": "postgres://"}, "mcpServers": {"pay": {"command": "x"}}}`, "store", "give one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

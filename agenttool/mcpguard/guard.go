@@ -767,13 +767,26 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	if settings.Errors == "definite" {
 		to.ToolErrors = mcptool.DefiniteToolErrors
 	}
+	argPath := path + ".key_argument"
+	if settings.RefArgument != "" {
+		argPath = path + ".ref_argument"
+	}
+	switch {
+	case to.RefArgument == "":
+	case settings.KeyForm == KeyFormUUID:
+		to.RefForm = mcptool.RefUUIDForm
+	case settings.KeyForm == "":
+		// A schema that asks for a UUID may be obeyed or not by its
+		// server: the operator says which form it takes.
+		if want, err := mcptool.RefFormFor(t, to.RefArgument, to.Name); err == nil && want == mcptool.RefUUIDForm {
+			return &ConfigError{Path: argPath, Problem: fmt.Sprintf("the server's schema asks for a UUID in %q (or refuses the request reference there, and takes a UUID): "+
+				"set \"key_form\": \"uuid\" to send the reference's UUID form, or \"reference\" if the server takes any string there "+
+				"(a change of form changes the key the server sees for actions still unknown: choose before the first call)", to.RefArgument)}
+		}
+	}
 	if settings.Check != nil {
 		chk := &checker{u: u, check: settings.Check}
-		if to.RefArgument != "" {
-			// ${ref} is what the server was given: the reference, or its
-			// UUID form where the argument takes that.
-			chk.refForm, _ = mcptool.RefFormFor(t, to.RefArgument, to.Name) // an error stops NewToolWith below
-		}
+		chk.refForm = to.RefForm // ${ref} is what the server was given
 		o.Reconciler = chk
 		if settings.Check.readsInput() {
 			codec, err := u.g.inputCodec()
@@ -797,12 +810,12 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		guarded, err = mcptool.NewToolWith(nil, t, o, to)
 	}
 	switch {
-	case errors.Is(err, mcptool.ErrRefRefused) && settings.KeyArgument != "":
-		return &ConfigError{Path: path + ".key_argument", Problem: strings.TrimPrefix(err.Error(), "mcptool: ") +
-			"; every call would be refused after it was sent: name the argument that takes an idempotency key, or give the tool another class (at_most_once)"}
 	case errors.Is(err, mcptool.ErrRefRefused):
-		return &ConfigError{Path: path + ".ref_argument", Problem: strings.TrimPrefix(err.Error(), "mcptool: ") +
-			"; every call would be refused after it was sent: name an argument that takes a free-form reference, or none"}
+		if settings.KeyForm != "" {
+			argPath = path + ".key_form"
+		}
+		return &ConfigError{Path: argPath, Problem: strings.TrimPrefix(err.Error(), "mcptool: ") +
+			"; every call would be refused by the server after it was sent: set key_form to the form it takes, or name another argument"}
 	case err != nil:
 		return &ConfigError{Path: path, Problem: strings.TrimPrefix(err.Error(), "mcptool: ")}
 	}

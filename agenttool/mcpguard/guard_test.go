@@ -1536,7 +1536,9 @@ func uuidAirline(a *airline, maxKey int) *mcp.Server {
 // it, and every call was unknown.
 func TestGuard_AnArgumentThatTakesUUIDsGetsTheReferencesUUID(t *testing.T) {
 	a := &airline{}
-	cs := connect(t, guardOver(t, uuidAirline(a, 0), guardConfig, mcpguard.Options{}))
+	config := strings.NewReplacer(`"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "uuid"`,
+		`"ref_argument": "client_reference"`, `"ref_argument": "client_reference", "key_form": "uuid"`).Replace(guardConfig)
+	cs := connect(t, guardOver(t, uuidAirline(a, 0), config, mcpguard.Options{}))
 	a.lose(1)
 	_, first := call(t, cs, "book", lunchFlight, nil)
 	_, again := call(t, cs, "book", lunchFlight, nil)
@@ -1553,21 +1555,55 @@ func TestGuard_AnArgumentThatTakesUUIDsGetsTheReferencesUUID(t *testing.T) {
 	}
 }
 
-// A key argument that takes neither a reference nor its UUID form stops
-// the guard at start, naming the field and why: every call would be
-// refused by the server after it was sent.
+// A key argument whose schema asks for a UUID, or takes neither a
+// reference nor a UUID, stops the guard at start, naming the field and
+// what to do: whether the server takes any string there is the
+// operator's to say, and a key the server refuses fails every call after
+// it was sent.
 func TestGuard_AKeyArgumentThatRefusesReferencesStopsTheGuard(t *testing.T) {
-	cfg, err := mcpguard.ParseConfig([]byte(guardConfig))
+	for _, c := range []struct {
+		name   string
+		maxKey int
+		form   string
+		want   []string
+	}{
+		{"a UUID, no form said", 0, "", []string{"mcpServers.airline.tools.book.key_argument", `"key_form": "uuid"`}},
+		{"8 characters at most", 8, "", []string{"mcpServers.airline.tools.book.key_argument", "maxLength"}},
+		{"8 characters at most, as UUIDs", 8, "uuid", []string{"mcpServers.airline.tools.book.key_form", "maxLength"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			config := guardConfig
+			if c.form != "" {
+				config = strings.Replace(config, `"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "`+c.form+`"`, 1)
+			}
+			cfg, err := mcpguard.ParseConfig([]byte(config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(uuidAirline(&airline{}, c.maxKey)), Logger: discard()})
+			if err == nil {
+				g.Close()
+				t.Fatal("the guard started")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the guard's error: %v; want it to name %s", err, w)
+				}
+			}
+		})
+	}
+	// With the form said, a schema that asks for a UUID is the
+	// operator's word against: the reference goes as it is.
+	cfg, err := mcpguard.ParseConfig([]byte(strings.NewReplacer(`"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "reference"`,
+		`"ref_argument": "client_reference"`, `"ref_argument": "client_reference", "key_form": "reference"`).Replace(guardConfig)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(uuidAirline(&airline{}, 8)), Logger: discard()})
-	if err == nil {
-		g.Close()
-		t.Fatal("the guard started in front of a key argument of 8 characters at most")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(uuidAirline(&airline{}, 0)), Logger: discard()})
+	if err != nil {
+		t.Fatalf("key_form reference in front of a schema that asks for a UUID: %v", err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, "mcpServers.airline.tools.book.key_argument") || !strings.Contains(msg, "maxLength") {
-		t.Errorf("the guard's error: %v; want the field's path and the keyword that refuses", err)
-	}
+	g.Close()
 }

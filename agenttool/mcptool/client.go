@@ -197,7 +197,6 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 	}
 	envelopes := servesEnvelopes(t)
-	var refForm RefForm
 	if to.RefArgument != "" {
 		if err := schema.takesRef(to.RefArgument); err != nil {
 			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
@@ -213,7 +212,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		default:
 			prefix = t.Name
 		}
-		if refForm, err = RefFormFor(t, to.RefArgument, prefix); err != nil {
+		if err := checkRefForm(t, to.RefArgument, prefix, to.RefForm); err != nil {
 			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 		}
 		schema.Required = slices.DeleteFunc(slices.Clone(schema.Required), func(f string) bool { return f == to.RefArgument })
@@ -246,7 +245,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		opts.LateWindow = to.LateWindow
 	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, refForm: refForm, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput,
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, refForm: to.RefForm, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput,
 		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone, schema: argSchema}, opts)
 }
 
@@ -259,7 +258,7 @@ type remote struct {
 	envelopes   bool // its output schema is the envelope's: it answers with retrysafe envelopes
 	toolErrors  ToolErrors
 	refArg      string  // ToolOptions.RefArgument
-	refForm     RefForm // how the reference goes there (RefFormFor)
+	refForm     RefForm // ToolOptions.RefForm
 	whole       bool    // ToolOptions.WholeResult
 	passMeta    bool    // ToolOptions.PassMeta
 	relay       bool    // ToolOptions.RelayInput

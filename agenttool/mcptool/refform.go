@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -38,27 +39,81 @@ func (f RefForm) String() string {
 	return "the reference"
 }
 
+// ErrRefRefused is wrapped by the error of NewToolWith when the schema of
+// a tool's reference argument refuses the form of reference its calls
+// would send there (ToolOptions.RefForm): every call would be refused by
+// the server, after it was sent.
+var ErrRefRefused = errors.New("the argument refuses the request references it would be given")
+
 // RefFormFor reads what the input schema of t says its argument arg
 // takes, and returns the form of request reference that fits there: the
 // reference itself, or its UUID form where the argument asks for a UUID
 // ("format": "uuid") or refuses the reference — a maxLength under its
 // length, a pattern — but takes a UUID. prefix is what the tool's
 // references start with (agenttool.Options.KeyPrefix: by default the
-// guarded tool's name). An argument that takes neither is an error that
-// says what it refuses: every call would be refused by the server, and
-// after it was sent (an unknown outcome, each time). A schema the check
-// cannot read says nothing: RefPlain.
+// guarded tool's name). An argument that takes neither is an error
+// wrapping ErrRefRefused; a schema it cannot read says RefPlain.
+//
+// It advises; ToolOptions.RefForm decides. A server may take any string
+// where its schema says "format": "uuid" (format is an annotation unless
+// its validator asserts it), and a tool that changes form changes the key
+// the server sees for the actions still unknown: choose it before the
+// first call, or once they are settled.
 func RefFormFor(t *mcp.Tool, arg, prefix string) (RefForm, error) {
+	schema, prop := refSchema(t, arg)
+	if schema == nil {
+		return RefPlain, nil
+	}
+	plain := prefix + "/" + refSample
+	uuid := agenttool.RefUUID(plain)
+	plainErr := schema.Validate(map[string]any{arg: plain})
+	uuidErr := schema.Validate(map[string]any{arg: uuid})
+	switch {
+	case uuidErr == nil && (prop["format"] == "uuid" || plainErr != nil):
+		return RefUUIDForm, nil
+	case plainErr == nil && prop["format"] != "uuid":
+		return RefPlain, nil
+	case plainErr != nil:
+		return RefPlain, fmt.Errorf("%w: %q takes neither a request reference nor its UUID form (%s, %s): %s",
+			ErrRefRefused, arg, plain, uuid, clipped(strings.TrimSpace(plainErr.Error())))
+	}
+	return RefPlain, fmt.Errorf("%w: %q asks for a UUID, but refuses the version 5 UUIDs of request references (%s): %s",
+		ErrRefRefused, arg, uuid, clipped(strings.TrimSpace(uuidErr.Error())))
+}
+
+// checkRefForm refuses a form of reference that the schema of t's
+// argument arg refuses, as a validator would (its format an annotation),
+// naming the other form where that one fits.
+func checkRefForm(t *mcp.Tool, arg, prefix string, f RefForm) error {
+	schema, _ := refSchema(t, arg)
+	if schema == nil {
+		return nil
+	}
+	sample := f.Of(prefix + "/" + refSample)
+	err := schema.Validate(map[string]any{arg: sample})
+	if err == nil {
+		return nil
+	}
+	hint := ""
+	if other := RefForm(1 - f); schema.Validate(map[string]any{arg: other.Of(prefix + "/" + refSample)}) == nil {
+		hint = fmt.Sprintf("; it takes %s (%s)", other, other.Of(prefix+"/"+refSample))
+	}
+	return fmt.Errorf("%w: %q refuses %s (%s): %s%s", ErrRefRefused, arg, f, sample, clipped(strings.TrimSpace(err.Error())), hint)
+}
+
+// refSchema resolves the schema of t's argument arg alone, with what its
+// $refs may point to, and returns it with the argument's own schema
+// object (nil if it is not one); nil if there is none to read.
+func refSchema(t *mcp.Tool, arg string) (*jsonschema.Resolved, map[string]any) {
 	root, err := readRoot(t)
 	if err != nil {
-		return RefPlain, nil
+		return nil, nil
 	}
 	props, _ := root["properties"].(map[string]any)
 	prop, ok := props[arg]
 	if !ok {
-		return RefPlain, nil
+		return nil, nil
 	}
-	// The argument alone, with what its $refs may point to.
 	alone := map[string]any{"type": "object", "properties": map[string]any{arg: prop}}
 	for _, k := range []string{"$schema", "$id", "$defs", "definitions"} {
 		if v, ok := root[k]; ok {
@@ -67,33 +122,11 @@ func RefFormFor(t *mcp.Tool, arg, prefix string) (RefForm, error) {
 	}
 	schema, err := resolveRoot(alone)
 	if err != nil {
-		return RefPlain, nil
+		return nil, nil
 	}
-	plain := prefix + "/" + refSample
-	uuid := agenttool.RefUUID(plain)
 	m, _ := prop.(map[string]any)
-	if m["format"] != "uuid" {
-		plainErr := schema.Validate(map[string]any{arg: plain})
-		if plainErr == nil {
-			return RefPlain, nil
-		}
-		if schema.Validate(map[string]any{arg: uuid}) == nil {
-			return RefUUIDForm, nil
-		}
-		return RefPlain, fmt.Errorf("%w: its argument %q takes neither a request reference nor its UUID form (%s, %s): %s",
-			ErrRefRefused, arg, plain, uuid, clipped(strings.TrimSpace(plainErr.Error())))
-	}
-	if err := schema.Validate(map[string]any{arg: uuid}); err != nil {
-		return RefPlain, fmt.Errorf("%w: its argument %q asks for a UUID, but refuses the version 5 UUIDs of request references (%s): %s",
-			ErrRefRefused, arg, uuid, clipped(strings.TrimSpace(err.Error())))
-	}
-	return RefUUIDForm, nil
+	return schema, m
 }
-
-// ErrRefRefused is wrapped by the error of RefFormFor, and of
-// NewToolWith, when a tool's reference argument takes neither form of a
-// request reference.
-var ErrRefRefused = errors.New("the argument refuses request references")
 
 // refSample is a reference's part after its prefix, with every letter
 // and digit a reference may hold.

@@ -15,26 +15,26 @@ import (
 )
 
 // A request reference goes where a server takes it in the form that
-// argument takes: the reference, or its UUID form; an argument that takes
-// neither is refused when the tool is made, since every call would be
-// refused by the server after it was sent.
+// argument takes: RefFormFor reads which from its schema, and NewToolWith
+// refuses a form the schema refuses (every call would be refused by the
+// server after it was sent), naming the form it takes.
 func TestRefFormFitsWhatTheArgumentTakes(t *testing.T) {
 	for _, c := range []struct {
-		name, key string // the key argument's schema
-		want      mcptool.RefForm
-		refused   string // what the error names, if refused
+		name, key    string // the key argument's schema
+		want         mcptool.RefForm
+		refused      string // what RefFormFor's error names, if it finds no form
+		plainRefused bool   // NewToolWith refuses the reference itself
 	}{
-		{"a string", `{"type": "string"}`, mcptool.RefPlain, ""},
-		{"anything", `true`, mcptool.RefPlain, ""},
-		{"a long enough string", `{"type": "string", "maxLength": 255}`, mcptool.RefPlain, ""},
-		{"a UUID", `{"type": "string", "format": "uuid"}`, mcptool.RefUUIDForm, ""},
-		{"36 characters at most", `{"type": "string", "maxLength": 36}`, mcptool.RefUUIDForm, ""},
-		{"hex and dashes", `{"type": "string", "pattern": "^[0-9a-fA-F-]{36}$"}`, mcptool.RefUUIDForm, ""},
-		{"a UUID by $ref", `{"$ref": "#/$defs/key"}`, mcptool.RefUUIDForm, ""},
-		{"8 characters at most", `{"type": "string", "maxLength": 8}`, 0, "maxLength"},
-		{"letters only", `{"type": "string", "pattern": "^[a-z]+$"}`, 0, "pattern"},
-		{"a version 4 UUID", `{"type": "string", "format": "uuid", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"}`, 0, "version 5"},
-		{"a number", `{"type": "integer"}`, 0, "type"},
+		{"a string", `{"type": "string"}`, mcptool.RefPlain, "", false},
+		{"anything", `true`, mcptool.RefPlain, "", false},
+		{"a long enough string", `{"type": "string", "maxLength": 255}`, mcptool.RefPlain, "", false},
+		{"a UUID", `{"type": "string", "format": "uuid"}`, mcptool.RefUUIDForm, "", false},
+		{"36 characters at most", `{"type": "string", "maxLength": 36}`, mcptool.RefUUIDForm, "", true},
+		{"hex and dashes", `{"type": "string", "pattern": "^[0-9a-fA-F-]{36}$"}`, mcptool.RefUUIDForm, "", true},
+		{"a UUID by $ref", `{"$ref": "#/$defs/key"}`, mcptool.RefUUIDForm, "", true},
+		{"8 characters at most", `{"type": "string", "maxLength": 8}`, 0, "maxLength", true},
+		{"letters only", `{"type": "string", "pattern": "^[a-z]+$"}`, 0, "pattern", true},
+		{"a version 4 UUID", `{"type": "string", "format": "uuid", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"}`, 0, "pattern", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			schema := `{"type": "object", "required": ["seat"], "$defs": {"key": {"type": "string", "maxLength": 36}},
@@ -47,12 +47,25 @@ func TestRefFormFitsWhatTheArgumentTakes(t *testing.T) {
 			case c.refused != "" && (!errors.Is(err, mcptool.ErrRefRefused) || !strings.Contains(err.Error(), c.refused)):
 				t.Errorf("RefFormFor: %v, %v; want ErrRefRefused naming %s", form, err, c.refused)
 			}
-			_, err = mcptool.NewToolWith(nil, tool, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed},
-				mcptool.ToolOptions{Sessions: &noSession{}, RefArgument: "idempotency_key"})
-			if (c.refused != "") != errors.Is(err, agenttool.ErrInvalidOptions) {
-				t.Errorf("NewToolWith: %v; want it refused: %v", err, c.refused != "")
+			make := func(f mcptool.RefForm) error {
+				_, err := mcptool.NewToolWith(nil, tool, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed},
+					mcptool.ToolOptions{Sessions: &noSession{}, RefArgument: "idempotency_key", RefForm: f})
+				return err
+			}
+			if err := make(mcptool.RefPlain); c.plainRefused != errors.Is(err, mcptool.ErrRefRefused) {
+				t.Errorf("NewToolWith, the reference itself: %v; want it refused: %v", err, c.plainRefused)
+			} else if c.plainRefused && c.refused == "" && !strings.Contains(err.Error(), "it takes its UUID form") {
+				t.Errorf("NewToolWith's refusal: %v; want it to name the form the argument takes", err)
+			}
+			if err := make(form); c.refused == "" && err != nil {
+				t.Errorf("NewToolWith, %v as RefFormFor advised: %v", form, err)
 			}
 		})
+	}
+	if _, err := mcptool.NewToolWith(nil, &mcp.Tool{Name: "book", InputSchema: json.RawMessage(`{"type": "object", "required": ["seat"],
+	  "properties": {"seat": {"type": "string"}, "n": {"type": "integer"}}}`)}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed},
+		mcptool.ToolOptions{Sessions: &noSession{}, RefArgument: "n"}); !errors.Is(err, agenttool.ErrInvalidOptions) {
+		t.Errorf("a reference argument of type integer: %v; want it refused", err)
 	}
 	ref := "book/abcdefghijklmnopqrstuvwxyz234567"
 	if u, err := uuid.Parse(mcptool.RefUUIDForm.Of(ref)); err != nil || u.Version() != 5 || mcptool.RefPlain.Of(ref) != ref || mcptool.RefUUIDForm.Of(ref) != agenttool.RefUUID(ref) {

@@ -37,13 +37,16 @@ type ToolOptions struct {
 	// For Reconcilable and AtMostOnce it is where the server keeps a
 	// client reference (a metadata field, a note), so that a check or a
 	// person can find the action by it.
-	//
-	// The reference goes there as it is, or in its UUID form
-	// (agenttool.RequestUUID) where the argument's schema asks for a UUID
-	// or refuses the reference but takes a UUID ([RefFormFor]); a check
-	// or a person looks for that form (agenttool.RefUUID). An argument
-	// that takes neither fails NewToolWith.
+	// NewToolWith fails (ErrRefRefused) if the argument's schema refuses
+	// the form of reference RefForm says.
 	RefArgument string
+	// RefForm is the form of the reference in RefArgument: the reference
+	// itself (the zero value), or its UUID form (agenttool.RequestUUID),
+	// for a server that takes a UUID there; a check or a person then looks
+	// for that form (agenttool.RefUUID). [RefFormFor] says what the
+	// argument's schema asks for. Changing it changes the key the server
+	// sees for the tool's actions still unknown.
+	RefForm RefForm
 	// WholeResult makes a success's result the server's whole tools/call
 	// result, as JSON (an mcp.CallToolResult: content, structured content,
 	// _meta), for a front that answers its own client with it (see

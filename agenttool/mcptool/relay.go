@@ -68,12 +68,22 @@ func (rl *relay) relayed(env envelope.Envelope, req *mcp.CallToolRequest) *mcp.C
 // answers such requests itself or this is its first round (the SDK
 // answers an older client's round for it, once; asked again, such a
 // client would read the bare requests as an empty success).
+//
+// The revision is the session's where the session is of an earlier one,
+// whatever the request's _meta claims: the SDK decides by the session's
+// whether it marks the result input_required or answers the round itself,
+// and asks the client only what the session declared.
 func canAnswer(req *mcp.CallToolRequest, requests mcp.InputRequestMap) bool {
-	caps := req.ClientCapabilities()
+	caps, version := req.ClientCapabilities(), req.ProtocolVersion()
+	if req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.ProtocolVersion < mrtrVersion {
+			caps, version = p.Capabilities, p.ProtocolVersion
+		}
+	}
 	if caps == nil || caps.Elicitation == nil {
 		return false
 	}
-	if req.ProtocolVersion() < mrtrVersion && req.Params.InputResponses != nil {
+	if version < mrtrVersion && req.Params.InputResponses != nil {
 		return false
 	}
 	for _, ir := range requests {

@@ -2,11 +2,14 @@ package mcpguard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
@@ -92,4 +95,225 @@ func TestRelay_AnOldSessionNeverReadsASecondQuestionAsASuccess(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
+// oneQuestion is a server whose send_message asks "Send it?" once and
+// sends when the round carries the answer and the state it gave. It
+// honours an idempotency_key, and keeps a client_reference, which
+// find_message looks up.
+func oneQuestion(sent *atomic.Int64) *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	var drafts atomic.Int64
+	var mu sync.Mutex
+	byKey, byRef := map[string]string{}, map[string]bool{}
+	type msgIn struct {
+		To             string `json:"to"`
+		Text           string `json:"text"`
+		IdempotencyKey string `json:"idempotency_key,omitempty"`
+		Reference      string `json:"client_reference,omitempty"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(_ context.Context, req *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, map[string]string, error) {
+			ok, _ := req.Params.InputResponses["confirm"].(*mcp.ElicitResult)
+			if req.Params.RequestState == "" || ok == nil || ok.Action != "accept" {
+				return &mcp.CallToolResult{RequestState: fmt.Sprintf("draft-%d", drafts.Add(1)), InputRequests: mcp.InputRequestMap{
+					"confirm": &mcp.ElicitParams{Message: "Send it?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if n, done := byKey[in.IdempotencyKey]; done && in.IdempotencyKey != "" {
+				return nil, map[string]string{"sent": in.Text, "n": n}, nil
+			}
+			n := fmt.Sprint(sent.Add(1))
+			byKey[in.IdempotencyKey], byRef[in.Reference] = n, true
+			return nil, map[string]string{"sent": in.Text, "n": n}, nil
+		})
+	type findIn struct {
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_message", Description: "Find a message by its client reference."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, map[string]bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return nil, map[string]bool{"found": byRef[in.Reference]}, nil
+		})
+	return up
+}
+
+// oneQuestionTools are send_message's settings, by class.
+var oneQuestionTools = map[string]string{
+	"at_most_once": `"send_message": {"class": "at_most_once"}`,
+	"keyed":        `"send_message": {"class": "keyed", "key_argument": "idempotency_key"}`,
+	"reconcilable": `"send_message": {"class": "reconcilable", "ref_argument": "client_reference",
+	  "check": {"tool": "find_message", "arguments": {"client_reference": "${ref}"},
+	    "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_message": {"class": "read_only"}`,
+}
+
+func oneQuestionConfig(class string) string {
+	return `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp", "tools": {` + oneQuestionTools[class] + `}}}}`
+}
+
+// answeringClient is a client of the 2026-07-28 revision that declares
+// elicitation and plays the rounds itself (the SDK's own loop is off).
+func answeringClient(t *testing.T, g *mcpguard.Guard) *mcp.ClientSession {
+	t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return nil, fmt.Errorf("not asked this way")
+		}}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func round(t *testing.T, cs *mcp.ClientSession, args map[string]any, state string, answers mcp.InputResponseMap) (*mcp.CallToolResult, envelope.Envelope) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: args, RequestState: state, InputResponses: answers})
+	if err != nil {
+		t.Errorf("a round of send_message: %v", err)
+		return &mcp.CallToolResult{}, envelope.Envelope{}
+	}
+	var env envelope.Envelope
+	if raw, ok := res.Meta[mcptool.MetaEnvelope]; ok {
+		b, _ := json.Marshal(raw)
+		_ = json.Unmarshal(b, &env)
+	}
+	return res, env
+}
+
+// While the user's answer is outstanding the model repeats the call, many
+// times at once, and the client sends the answer, many times at once (a
+// resend, a retry): one message is sent, every answering round is that
+// message (sent, or its replay), and a repeat without the answer is asked
+// again or told the message was sent — never sent once more, never a
+// failure that says nothing was done after it was.
+func TestRelay_RepeatsAndAnswersInParallelSendOnce(t *testing.T) {
+	for _, class := range []string{"at_most_once", "keyed", "reconcilable"} {
+		t.Run(class, func(t *testing.T) {
+			var sent atomic.Int64
+			g := guardOver(t, oneQuestion(&sent), oneQuestionConfig(class), mcpguard.Options{})
+			cs := answeringClient(t, g)
+			args := map[string]any{"to": "#team", "text": "Lunch?"}
+			first, env := round(t, cs, args, "", nil)
+			if !first.NeedsInput() || first.RequestState == "" || env.Status != "" {
+				t.Fatalf("the first round: needs input %v, state %q, envelope %q; want the server's question, relayed", first.NeedsInput(), first.RequestState, env.Status)
+			}
+			yes := mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}}
+			var wg sync.WaitGroup
+			var answered, repeated [8]*mcp.CallToolResult
+			var answeredEnv, repeatedEnv [8]envelope.Envelope
+			for i := range 8 {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					answered[i], answeredEnv[i] = round(t, cs, args, first.RequestState, yes)
+				}()
+				go func() {
+					defer wg.Done()
+					repeated[i], repeatedEnv[i] = round(t, cs, args, "", nil)
+				}()
+			}
+			wg.Wait()
+			if sent.Load() != 1 {
+				t.Fatalf("%d messages sent; want one", sent.Load())
+			}
+			fresh := 0
+			for i := range 8 {
+				if e := answeredEnv[i]; e.Status != envelope.Success {
+					t.Errorf("an answering round: %s (needs input %v); want the message, sent or replayed", e, answered[i].NeedsInput())
+				} else if !e.Replayed {
+					fresh++
+				}
+				if e := repeatedEnv[i]; !repeated[i].NeedsInput() && e.Status != envelope.Success {
+					t.Errorf("a repeat without the answer: %s; want the question again, or the message's replay", e)
+				}
+			}
+			if fresh != 1 {
+				t.Errorf("%d answering rounds say they sent it; want one, the others replayed", fresh)
+			}
+		})
+	}
+}
+
+// rewriting is a transport to a server whose answers pass through edit on
+// their way to the guard, as a server not written with the Go SDK (which
+// refuses to send such answers) may send them.
+type rewriting struct {
+	mcp.Transport
+	edit func(result map[string]any)
+}
+
+func (r rewriting) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := r.Transport.Connect(ctx)
+	return rewritingConn{c, r.edit}, err
+}
+
+type rewritingConn struct {
+	mcp.Connection
+	edit func(result map[string]any)
+}
+
+func (c rewritingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if res, ok := msg.(*jsonrpc.Response); ok && err == nil && len(res.Result) > 0 {
+		var m map[string]any
+		if json.Unmarshal(res.Result, &m) == nil {
+			c.edit(m)
+			res.Result, _ = json.Marshal(m)
+		}
+	}
+	return msg, err
+}
+
+// A server that sends, then asks a follow-up ("Sent. Notify the team
+// too?"), and says so: its input-required result carries content, which
+// the protocol does not allow beside a request for input. Such an answer
+// proves nothing of what the server did: the guard must not tell the model
+// that nothing was done, nor give the key back for a repeat to send again.
+func TestRelay_AQuestionBesideAResultIsNoProofThatNothingWasDone(t *testing.T) {
+	var sent atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message; then offer to notify the team."},
+		func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			if req.Params.RequestState == "" {
+				sent.Add(1)
+				return &mcp.CallToolResult{RequestState: "sent-1", InputRequests: mcp.InputRequestMap{
+					"notify": &mcp.ElicitParams{Message: "Notify the team too?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+			}
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	cfg, err := mcpguard.ParseConfig([]byte(askerConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(),
+		Transport: func(name string, s *mcpguard.Server) (mcp.Transport, error) {
+			tr, err := serving(up)(name, s)
+			return rewriting{tr, func(m map[string]any) {
+				if m["resultType"] == "input_required" {
+					m["content"] = []any{map[string]any{"type": "text", "text": "Sent."}}
+				}
+			}}, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	cs := connect(t, g) // a client that cannot answer
+	for i := range 2 {
+		_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+		if env.Status == envelope.DefiniteFailure {
+			t.Errorf("call %d: %s; the server said it sent it", i+1, env)
+		}
+	}
+	if sent.Load() != 1 {
+		t.Errorf("%d messages sent; want one", sent.Load())
+	}
+}

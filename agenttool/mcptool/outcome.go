@@ -43,7 +43,7 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 		if len(res.InputRequests) == 0 {
 			return "", envelope.MarkTransient(fmt.Errorf("the MCP tool %s is busy: it ended the call asking for no input, and did nothing", r.tool.Name))
 		}
-		if rl := relayOf(ctx); rl != nil && r.relay {
+		if rl := r.relayFor(ctx); rl != nil {
 			rl.asked.Store(res) // the front answers its client with it
 		}
 		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s: %w (%s); nothing was done",

@@ -22,6 +22,10 @@ type relayKey struct{}
 
 // relay is one tools/call's round.
 type relay struct {
+	// tool is the name of the tool the client called: only its calls
+	// carry the round (not a check, or another tool, run on the call's
+	// context), and only its question is the round's.
+	tool      string
 	responses mcp.InputResponseMap // the client's answers, if this is a later round
 	state     string               // the requestState the client echoed
 	// asked is the server's answer when it asked for input: set by the
@@ -33,8 +37,13 @@ func withRelay(ctx context.Context, rl *relay) context.Context {
 	return context.WithValue(ctx, relayKey{}, rl)
 }
 
-func relayOf(ctx context.Context) *relay {
+// relayFor returns the round ctx carries, if r relays input and the round
+// is of the tool r is.
+func (r *remote) relayFor(ctx context.Context) *relay {
 	rl, _ := ctx.Value(relayKey{}).(*relay)
+	if rl == nil || !r.relay || rl.tool != r.name {
+		return nil
+	}
 	return rl
 }
 

@@ -8,10 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
 	"github.com/retrysafe/retrysafe/agenttool/mcptool"
 	"github.com/retrysafe/retrysafe/envelope"
@@ -315,5 +317,83 @@ func TestRelay_AQuestionBesideAResultIsNoProofThatNothingWasDone(t *testing.T) {
 	}
 	if sent.Load() != 1 {
 		t.Errorf("%d messages sent; want one", sent.Load())
+	}
+}
+
+// A reconcilable tool whose check asks for input before it answers: the
+// question is no answer (the guard relays none of a check's), so the
+// action stays unknown — never found not applied and sent again, and the
+// check's question is never handed to the client as the action's.
+func TestRelay_ACheckThatAsksForInputSettlesNothing(t *testing.T) {
+	var sent, checks atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	type msgIn struct {
+		Text      string `json:"text"`
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message"}, func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+		sent.Add(1)
+		return nil, nil, fmt.Errorf("connection reset after sending") // the reply is lost
+	})
+	type findIn struct {
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_message"}, func(_ context.Context, _ *mcp.CallToolRequest, _ findIn) (*mcp.CallToolResult, any, error) {
+		checks.Add(1)
+		return &mcp.CallToolResult{RequestState: "who", InputRequests: mcp.InputRequestMap{
+			"login": &mcp.ElicitParams{Message: "Sign in to search?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+	})
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp", "tools": {
+	  "send_message": {"class": "reconcilable", "ref_argument": "client_reference",
+	    "check": {"tool": "find_message", "arguments": {"client_reference": "${ref}"},
+	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "absent": true}}},
+	  "find_message": {"class": "read_only"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+	}{
+		{"as the Go SDK sends it", func(map[string]any) {}},
+		// A server not written with the Go SDK may put an empty object
+		// beside its question, in which /found is absent.
+		{"with structured content beside it", func(m map[string]any) {
+			if m["resultType"] == "input_required" {
+				m["structuredContent"] = map[string]any{}
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sent.Store(0)
+			checks.Store(0)
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			// A clock on which every reading is an hour later: no attempt
+			// is in flight by the time of a check, so a not-applied counts.
+			var hours atomic.Int64
+			start := time.Now()
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(),
+				Transport: func(name string, s *mcpguard.Server) (mcp.Transport, error) {
+					tr, err := serving(up)(name, s)
+					return rewriting{tr, c.edit}, err
+				},
+				Tune: func(_ string, o *agenttool.Options) {
+					o.Now = func() time.Time { return start.Add(time.Duration(hours.Add(1)) * time.Hour) }
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			cs := answeringClient(t, g)
+			for i := range 3 {
+				res, env := round(t, cs, map[string]any{"text": "Lunch?"}, "", nil)
+				if res.NeedsInput() || env.Status != envelope.UnknownOutcome {
+					t.Errorf("call %d: %s (needs input %v); want unknown_outcome, and no question", i+1, env, res.NeedsInput())
+				}
+			}
+			if sent.Load() != 1 || checks.Load() == 0 {
+				t.Errorf("%d messages sent after %d checks; want one, checked", sent.Load(), checks.Load())
+			}
+		})
 	}
 }

@@ -397,3 +397,45 @@ func TestRelay_ACheckThatAsksForInputSettlesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A question the client did not declare it can answer — a URL to open,
+// asked of a client that takes forms only — is not relayed: the client
+// is told, in the envelope, what the server asked and that nothing was
+// done, rather than a protocol error that says neither.
+func TestRelay_AQuestionTheClientCannotTakeIsToldNotRelayed(t *testing.T) {
+	var sent atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message"}, func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, any, error) {
+		if req.Params.RequestState == "" {
+			return &mcp.CallToolResult{RequestState: "s", InputRequests: mcp.InputRequestMap{"login": &mcp.ElicitParams{
+				Mode: "url", Message: "Sign in to send", URL: "https://sender.example/login", ElicitationID: "e-1"}}}, nil, nil
+		}
+		sent.Add(1)
+		return nil, map[string]string{"sent": in.Text}, nil
+	})
+	g := guardOver(t, up, askerConfig, mcpguard.Options{})
+	for _, version := range []string{"2025-11-25", ""} {
+		t.Run("revision "+version, func(t *testing.T) {
+			ct, st := mcp.NewInMemoryTransports()
+			if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+				ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					return &mcp.ElicitResult{Action: "accept"}, nil
+				}}).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cs.Close() })
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: map[string]any{"to": "#team", "text": "Lunch?"}})
+			if err != nil {
+				t.Fatalf("the call failed with no envelope: %v; want definite_failure input_required, naming the question", err)
+			}
+			_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+			if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || sent.Load() != 0 || !res.IsError {
+				t.Errorf("%s (isError %v), %d sent; want definite_failure input_required, nothing sent", env, res.IsError, sent.Load())
+			}
+		})
+	}
+}

@@ -72,8 +72,8 @@ func (rl *relay) relayed(env envelope.Envelope, req *mcp.CallToolRequest) *mcp.C
 
 // canAnswer reports whether the client of req can answer every one of
 // requests: each is a question to the user (an elicitation; sampling and
-// roots, deprecated since the 2026-07-28 revision, are not relayed) and
-// the client declared elicitation, and either it speaks a revision that
+// roots, deprecated since the 2026-07-28 revision, are not relayed) of a
+// mode the client declared, and either it speaks a revision that
 // answers such requests itself or this is its first round (the SDK
 // answers an older client's round for it, once; asked again, such a
 // client would read the bare requests as an empty success).
@@ -96,9 +96,21 @@ func canAnswer(req *mcp.CallToolRequest, requests mcp.InputRequestMap) bool {
 		return false
 	}
 	for _, ir := range requests {
-		if _, ok := ir.(*mcp.ElicitParams); !ok {
+		e, ok := ir.(*mcp.ElicitParams)
+		if !ok || !takes(caps.Elicitation, e) {
 			return false
 		}
 	}
 	return true
+}
+
+// takes reports whether a client that declared caps takes the
+// elicitation e: a URL to open only if it declared url, a form unless it
+// declared url alone (the SDK's rule, by which it refuses to ask an older
+// client what it did not declare).
+func takes(caps *mcp.ElicitationCapabilities, e *mcp.ElicitParams) bool {
+	if e.Mode == "url" || (e.Mode == "" && (e.URL != "" || e.ElicitationID != "")) {
+		return caps.URL != nil
+	}
+	return caps.Form != nil || caps.URL == nil
 }

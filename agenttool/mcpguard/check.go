@@ -55,6 +55,11 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 	if err != nil {
 		return reconcile.CantSayBecause(fmt.Errorf("the check %s failed: %w", c.check.Tool, err))
 	}
+	if res.NeedsInput() {
+		// A question is no answer, whatever else the result carries: the
+		// guard answers none of a check's (multi-round-trip, SEP-2322).
+		return reconcile.CantSayBecause(fmt.Errorf("the check %s asks for input before it answers, which the guard does not give it", c.check.Tool))
+	}
 	if res.IsError {
 		return reconcile.CantSayBecause(fmt.Errorf("the check %s answered an error: %s", c.check.Tool, text(res)))
 	}

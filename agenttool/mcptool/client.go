@@ -296,7 +296,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 		return "", err
 	}
 	params := &mcp.CallToolParams{Name: r.tool.Name, Arguments: args, Meta: r.meta(ctx)}
-	if rl := relayOf(ctx); rl != nil && r.relay {
+	if rl := r.relayFor(ctx); rl != nil {
 		// A later round of a call the server asked for input: the same
 		// request, with the client's answers.
 		params.InputResponses, params.RequestState = rl.responses, rl.state

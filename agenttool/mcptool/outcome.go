@@ -32,14 +32,21 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 		// The server ended the request to ask the client for input
 		// (multi-round-trip, SEP-2322): it acts only in a later round that
 		// carries the answers, which this call will not send. Asking for
-		// nothing is how it sheds load: try again later.
+		// nothing is how it sheds load: try again later. A request for input
+		// is all such a result may carry: one that carries a result too (or
+		// an error) is not the protocol's, and proves nothing of what the
+		// server did ("Sent. Notify the team too?").
+		if len(res.Content) > 0 || res.StructuredContent != nil || res.IsError {
+			return "", envelope.MarkUnknown(fmt.Errorf("the MCP tool %s answered with a request for input and a result at once, which the protocol does not allow; "+
+				"it may have acted before it asked", r.tool.Name))
+		}
 		if len(res.InputRequests) == 0 {
 			return "", envelope.MarkTransient(fmt.Errorf("the MCP tool %s is busy: it ended the call asking for no input, and did nothing", r.tool.Name))
 		}
-		if rl := relayOf(ctx); rl != nil && r.relay {
+		if rl := r.relayFor(ctx); rl != nil {
 			rl.asked.Store(res) // the front answers its client with it
 		}
-		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s %w (%s), which this client does not relay; nothing was done",
+		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s: %w (%s); nothing was done",
 			r.tool.Name, agenttool.ErrAwaitsInput, describeInputRequests(res.InputRequests)), CodeInputRequired)
 	}
 	if env, ok := carriedEnvelope(res); ok && r.envelopes && env.Tool == r.tool.Name && res.IsError == (env.Status != envelope.Success) {

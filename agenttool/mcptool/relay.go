@@ -22,6 +22,10 @@ type relayKey struct{}
 
 // relay is one tools/call's round.
 type relay struct {
+	// tool is the name of the tool the client called: only its calls
+	// carry the round (not a check, or another tool, run on the call's
+	// context), and only its question is the round's.
+	tool      string
 	responses mcp.InputResponseMap // the client's answers, if this is a later round
 	state     string               // the requestState the client echoed
 	// asked is the server's answer when it asked for input: set by the
@@ -33,8 +37,13 @@ func withRelay(ctx context.Context, rl *relay) context.Context {
 	return context.WithValue(ctx, relayKey{}, rl)
 }
 
-func relayOf(ctx context.Context) *relay {
+// relayFor returns the round ctx carries, if r relays input and the round
+// is of the tool r is.
+func (r *remote) relayFor(ctx context.Context) *relay {
 	rl, _ := ctx.Value(relayKey{}).(*relay)
+	if rl == nil || !r.relay || rl.tool != r.name {
+		return nil
+	}
 	return rl
 }
 
@@ -63,23 +72,45 @@ func (rl *relay) relayed(env envelope.Envelope, req *mcp.CallToolRequest) *mcp.C
 
 // canAnswer reports whether the client of req can answer every one of
 // requests: each is a question to the user (an elicitation; sampling and
-// roots, deprecated since the 2026-07-28 revision, are not relayed) and
-// the client declared elicitation, and either it speaks a revision that
+// roots, deprecated since the 2026-07-28 revision, are not relayed) of a
+// mode the client declared, and either it speaks a revision that
 // answers such requests itself or this is its first round (the SDK
 // answers an older client's round for it, once; asked again, such a
 // client would read the bare requests as an empty success).
+//
+// The revision is the session's where the session is of an earlier one,
+// whatever the request's _meta claims: the SDK decides by the session's
+// whether it marks the result input_required or answers the round itself,
+// and asks the client only what the session declared.
 func canAnswer(req *mcp.CallToolRequest, requests mcp.InputRequestMap) bool {
-	caps := req.ClientCapabilities()
+	caps, version := req.ClientCapabilities(), req.ProtocolVersion()
+	if req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.ProtocolVersion < mrtrVersion {
+			caps, version = p.Capabilities, p.ProtocolVersion
+		}
+	}
 	if caps == nil || caps.Elicitation == nil {
 		return false
 	}
-	if req.ProtocolVersion() < mrtrVersion && req.Params.InputResponses != nil {
+	if version < mrtrVersion && req.Params.InputResponses != nil {
 		return false
 	}
 	for _, ir := range requests {
-		if _, ok := ir.(*mcp.ElicitParams); !ok {
+		e, ok := ir.(*mcp.ElicitParams)
+		if !ok || !takes(caps.Elicitation, e) {
 			return false
 		}
 	}
 	return true
+}
+
+// takes reports whether a client that declared caps takes the
+// elicitation e: a URL to open only if it declared url, a form unless it
+// declared url alone (the SDK's rule, by which it refuses to ask an older
+// client what it did not declare).
+func takes(caps *mcp.ElicitationCapabilities, e *mcp.ElicitParams) bool {
+	if e.Mode == "url" || (e.Mode == "" && (e.URL != "" || e.ElicitationID != "")) {
+		return caps.URL != nil
+	}
+	return caps.Form != nil || caps.URL == nil
 }

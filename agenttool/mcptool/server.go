@@ -186,7 +186,7 @@ func serve(t *agenttool.Tool, o ServerOptions) mcp.ToolHandler {
 			return toolResult(t.Invoke(ctx, string(req.Params.Arguments)))
 		}
 		ctx = withPassedMeta(ctx, req.Params.Meta) // for a tool with ToolOptions.PassMeta
-		rl := &relay{responses: req.Params.InputResponses, state: req.Params.RequestState}
+		rl := &relay{tool: t.Name(), responses: req.Params.InputResponses, state: req.Params.RequestState}
 		env := t.Invoke(withRelay(ctx, rl), string(req.Params.Arguments)) // for a tool with ToolOptions.RelayInput
 		if res := rl.relayed(env, req); res != nil {
 			return res, nil

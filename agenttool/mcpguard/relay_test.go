@@ -1,0 +1,550 @@
+package mcpguard_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/mcpguard"
+	"github.com/retrysafe/retrysafe/agenttool/mcptool"
+	"github.com/retrysafe/retrysafe/envelope"
+)
+
+// asker is a server whose send_message asks the user twice — "Send it?",
+// then "Really?" — before it sends, and counts what it sends. Its state
+// is in requestState, as SEP-2322 has it.
+type asker struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (a *asker) server() *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	yes := map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms twice."},
+		func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			switch req.Params.RequestState {
+			case "":
+				return &mcp.CallToolResult{RequestState: "asked-once", InputRequests: mcp.InputRequestMap{
+					"confirm": &mcp.ElicitParams{Message: "Send it?", RequestedSchema: yes}}}, nil, nil
+			case "asked-once":
+				return &mcp.CallToolResult{RequestState: "asked-twice", InputRequests: mcp.InputRequestMap{
+					"really": &mcp.ElicitParams{Message: "Really?", RequestedSchema: yes}}}, nil, nil
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.sent = append(a.sent, in.Text)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	return up
+}
+
+func (a *asker) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.sent)
+}
+
+const askerConfig = `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
+  "tools": {"send_message": {"class": "at_most_once"}}}}}`
+
+// A client of the revision before 2026-07-28 reads a result that carries
+// only inputRequests (no resultType: the SDK marks one only for a session
+// of the later revision) as an empty success. The SDK answers such a
+// client's first question for it, once; the guard must never hand it a
+// second one bare — whatever revision the request's _meta claims, it is the
+// session's revision that decides how the SDK sends the result.
+func TestRelay_AnOldSessionNeverReadsASecondQuestionAsASuccess(t *testing.T) {
+	a := &asker{}
+	g := guardOver(t, a.server(), askerConfig, mcpguard.Options{})
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int64
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "old-desktop", Version: "1"}, &mcp.ClientOptions{
+		// An old client knows nothing of multi-round-trip results.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked.Add(1)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}}).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	// The request's _meta names the later revision (a client, or a proxy in
+	// front of it, that stamps it), on a session of the earlier one.
+	meta := mcp.Meta{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{}}}
+	res, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, meta)
+	if !res.IsError && env.Status != envelope.Success {
+		t.Fatalf("an old client reads success (isError false, %d content blocks, envelope %q, %d input requests it cannot see), "+
+			"after %d questions and %d messages sent; want a definite failure that names the second question",
+			len(res.Content), env.Status, len(res.InputRequests), asked.Load(), a.count())
+	}
+	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || a.count() != 0 {
+		t.Errorf("%s after %d messages sent; want definite_failure input_required, nothing sent", env, a.count())
+	}
+}
+
+// oneQuestion is a server whose send_message asks "Send it?" once and
+// sends when the round carries the answer and the state it gave. It
+// honours an idempotency_key, and keeps a client_reference, which
+// find_message looks up.
+func oneQuestion(sent *atomic.Int64) *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	var drafts atomic.Int64
+	var mu sync.Mutex
+	byKey, byRef := map[string]string{}, map[string]bool{}
+	type msgIn struct {
+		To             string `json:"to"`
+		Text           string `json:"text"`
+		IdempotencyKey string `json:"idempotency_key,omitempty"`
+		Reference      string `json:"client_reference,omitempty"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(_ context.Context, req *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, map[string]string, error) {
+			ok, _ := req.Params.InputResponses["confirm"].(*mcp.ElicitResult)
+			if req.Params.RequestState == "" || ok == nil || ok.Action != "accept" {
+				return &mcp.CallToolResult{RequestState: fmt.Sprintf("draft-%d", drafts.Add(1)), InputRequests: mcp.InputRequestMap{
+					"confirm": &mcp.ElicitParams{Message: "Send it?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if n, done := byKey[in.IdempotencyKey]; done && in.IdempotencyKey != "" {
+				return nil, map[string]string{"sent": in.Text, "n": n}, nil
+			}
+			n := fmt.Sprint(sent.Add(1))
+			byKey[in.IdempotencyKey], byRef[in.Reference] = n, true
+			return nil, map[string]string{"sent": in.Text, "n": n}, nil
+		})
+	type findIn struct {
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_message", Description: "Find a message by its client reference."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, map[string]bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return nil, map[string]bool{"found": byRef[in.Reference]}, nil
+		})
+	return up
+}
+
+// oneQuestionTools are send_message's settings, by class.
+var oneQuestionTools = map[string]string{
+	"at_most_once": `"send_message": {"class": "at_most_once"}`,
+	"keyed":        `"send_message": {"class": "keyed", "key_argument": "idempotency_key"}`,
+	"reconcilable": `"send_message": {"class": "reconcilable", "ref_argument": "client_reference",
+	  "check": {"tool": "find_message", "arguments": {"client_reference": "${ref}"},
+	    "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_message": {"class": "read_only"}`,
+}
+
+func oneQuestionConfig(class string) string {
+	return `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp", "tools": {` + oneQuestionTools[class] + `}}}}`
+}
+
+// answeringClient is a client of the 2026-07-28 revision that declares
+// elicitation and plays the rounds itself (the SDK's own loop is off).
+func answeringClient(t *testing.T, g *mcpguard.Guard) *mcp.ClientSession {
+	t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return nil, fmt.Errorf("not asked this way")
+		}}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func round(t *testing.T, cs *mcp.ClientSession, args map[string]any, state string, answers mcp.InputResponseMap) (*mcp.CallToolResult, envelope.Envelope) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: args, RequestState: state, InputResponses: answers})
+	if err != nil {
+		t.Errorf("a round of send_message: %v", err)
+		return &mcp.CallToolResult{}, envelope.Envelope{}
+	}
+	var env envelope.Envelope
+	if raw, ok := res.Meta[mcptool.MetaEnvelope]; ok {
+		b, _ := json.Marshal(raw)
+		_ = json.Unmarshal(b, &env)
+	}
+	return res, env
+}
+
+// While the user's answer is outstanding the model repeats the call, many
+// times at once, and the client sends the answer, many times at once (a
+// resend, a retry): one message is sent, every answering round is that
+// message (sent, or its replay), and a repeat without the answer is asked
+// again or told the message was sent — never sent once more, never a
+// failure that says nothing was done after it was.
+func TestRelay_RepeatsAndAnswersInParallelSendOnce(t *testing.T) {
+	for _, class := range []string{"at_most_once", "keyed", "reconcilable"} {
+		t.Run(class, func(t *testing.T) {
+			var sent atomic.Int64
+			g := guardOver(t, oneQuestion(&sent), oneQuestionConfig(class), mcpguard.Options{})
+			cs := answeringClient(t, g)
+			args := map[string]any{"to": "#team", "text": "Lunch?"}
+			first, env := round(t, cs, args, "", nil)
+			if !first.NeedsInput() || first.RequestState == "" || env.Status != "" {
+				t.Fatalf("the first round: needs input %v, state %q, envelope %q; want the server's question, relayed", first.NeedsInput(), first.RequestState, env.Status)
+			}
+			yes := mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}}
+			var wg sync.WaitGroup
+			var answered, repeated [8]*mcp.CallToolResult
+			var answeredEnv, repeatedEnv [8]envelope.Envelope
+			for i := range 8 {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					answered[i], answeredEnv[i] = round(t, cs, args, first.RequestState, yes)
+				}()
+				go func() {
+					defer wg.Done()
+					repeated[i], repeatedEnv[i] = round(t, cs, args, "", nil)
+				}()
+			}
+			wg.Wait()
+			if sent.Load() != 1 {
+				t.Fatalf("%d messages sent; want one", sent.Load())
+			}
+			fresh := 0
+			for i := range 8 {
+				if e := answeredEnv[i]; e.Status != envelope.Success {
+					t.Errorf("an answering round: %s (needs input %v); want the message, sent or replayed", e, answered[i].NeedsInput())
+				} else if !e.Replayed {
+					fresh++
+				}
+				if e := repeatedEnv[i]; !repeated[i].NeedsInput() && e.Status != envelope.Success {
+					t.Errorf("a repeat without the answer: %s; want the question again, or the message's replay", e)
+				}
+			}
+			if fresh != 1 {
+				t.Errorf("%d answering rounds say they sent it; want one, the others replayed", fresh)
+			}
+		})
+	}
+}
+
+// rewriting is a transport to a server whose answers pass through edit on
+// their way to the guard, as a server not written with the Go SDK (which
+// refuses to send such answers) may send them.
+type rewriting struct {
+	mcp.Transport
+	edit func(result map[string]any)
+}
+
+func (r rewriting) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := r.Transport.Connect(ctx)
+	return rewritingConn{c, r.edit}, err
+}
+
+type rewritingConn struct {
+	mcp.Connection
+	edit func(result map[string]any)
+}
+
+func (c rewritingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if res, ok := msg.(*jsonrpc.Response); ok && err == nil && len(res.Result) > 0 {
+		var m map[string]any
+		if json.Unmarshal(res.Result, &m) == nil {
+			c.edit(m)
+			res.Result, _ = json.Marshal(m)
+		}
+	}
+	return msg, err
+}
+
+// A server that sends, then asks a follow-up ("Sent. Notify the team
+// too?"), and says so: its input-required result carries content, which
+// the protocol does not allow beside a request for input. Such an answer
+// proves nothing of what the server did: the guard must not tell the model
+// that nothing was done, nor give the key back for a repeat to send again.
+func TestRelay_AQuestionBesideAResultIsNoProofThatNothingWasDone(t *testing.T) {
+	var sent atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message; then offer to notify the team."},
+		func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			if req.Params.RequestState == "" {
+				sent.Add(1)
+				return &mcp.CallToolResult{RequestState: "sent-1", InputRequests: mcp.InputRequestMap{
+					"notify": &mcp.ElicitParams{Message: "Notify the team too?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+			}
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	cfg, err := mcpguard.ParseConfig([]byte(askerConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(),
+		Transport: func(name string, s *mcpguard.Server) (mcp.Transport, error) {
+			tr, err := serving(up)(name, s)
+			return rewriting{tr, func(m map[string]any) {
+				if m["resultType"] == "input_required" {
+					m["content"] = []any{map[string]any{"type": "text", "text": "Sent."}}
+				}
+			}}, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	cs := connect(t, g) // a client that cannot answer
+	for i := range 2 {
+		_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+		if env.Status == envelope.DefiniteFailure {
+			t.Errorf("call %d: %s; the server said it sent it", i+1, env)
+		}
+	}
+	if sent.Load() != 1 {
+		t.Errorf("%d messages sent; want one", sent.Load())
+	}
+}
+
+// A reconcilable tool whose check asks for input before it answers: the
+// question is no answer (the guard relays none of a check's), so the
+// action stays unknown — never found not applied and sent again, and the
+// check's question is never handed to the client as the action's.
+func TestRelay_ACheckThatAsksForInputSettlesNothing(t *testing.T) {
+	var sent, checks atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	type msgIn struct {
+		Text      string `json:"text"`
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message"}, func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+		sent.Add(1)
+		return nil, nil, fmt.Errorf("connection reset after sending") // the reply is lost
+	})
+	type findIn struct {
+		Reference string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_message"}, func(_ context.Context, _ *mcp.CallToolRequest, _ findIn) (*mcp.CallToolResult, any, error) {
+		checks.Add(1)
+		return &mcp.CallToolResult{RequestState: "who", InputRequests: mcp.InputRequestMap{
+			"login": &mcp.ElicitParams{Message: "Sign in to search?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+	})
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp", "tools": {
+	  "send_message": {"class": "reconcilable", "ref_argument": "client_reference",
+	    "check": {"tool": "find_message", "arguments": {"client_reference": "${ref}"},
+	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "absent": true}}},
+	  "find_message": {"class": "read_only"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+	}{
+		{"as the Go SDK sends it", func(map[string]any) {}},
+		// A server not written with the Go SDK may put an empty object
+		// beside its question, in which /found is absent.
+		{"with structured content beside it", func(m map[string]any) {
+			if m["resultType"] == "input_required" {
+				m["structuredContent"] = map[string]any{}
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sent.Store(0)
+			checks.Store(0)
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			// A clock on which every reading is an hour later: no attempt
+			// is in flight by the time of a check, so a not-applied counts.
+			var hours atomic.Int64
+			start := time.Now()
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Logger: discard(),
+				Transport: func(name string, s *mcpguard.Server) (mcp.Transport, error) {
+					tr, err := serving(up)(name, s)
+					return rewriting{tr, c.edit}, err
+				},
+				Tune: func(_ string, o *agenttool.Options) {
+					o.Now = func() time.Time { return start.Add(time.Duration(hours.Add(1)) * time.Hour) }
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close() })
+			cs := answeringClient(t, g)
+			for i := range 3 {
+				res, env := round(t, cs, map[string]any{"text": "Lunch?"}, "", nil)
+				if res.NeedsInput() || env.Status != envelope.UnknownOutcome {
+					t.Errorf("call %d: %s (needs input %v); want unknown_outcome, and no question", i+1, env, res.NeedsInput())
+				}
+			}
+			if sent.Load() != 1 || checks.Load() == 0 {
+				t.Errorf("%d messages sent after %d checks; want one, checked", sent.Load(), checks.Load())
+			}
+		})
+	}
+}
+
+// A question the client did not declare it can answer — a URL to open,
+// asked of a client that takes forms only — is not relayed: the client
+// is told, in the envelope, what the server asked and that nothing was
+// done, rather than a protocol error that says neither.
+func TestRelay_AQuestionTheClientCannotTakeIsToldNotRelayed(t *testing.T) {
+	var sent atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message"}, func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, any, error) {
+		if req.Params.RequestState == "" {
+			return &mcp.CallToolResult{RequestState: "s", InputRequests: mcp.InputRequestMap{"login": &mcp.ElicitParams{
+				Mode: "url", Message: "Sign in to send", URL: "https://sender.example/login", ElicitationID: "e-1"}}}, nil, nil
+		}
+		sent.Add(1)
+		return nil, map[string]string{"sent": in.Text}, nil
+	})
+	g := guardOver(t, up, askerConfig, mcpguard.Options{})
+	for _, version := range []string{"2025-11-25", ""} {
+		t.Run("revision "+version, func(t *testing.T) {
+			ct, st := mcp.NewInMemoryTransports()
+			if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+				ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					return &mcp.ElicitResult{Action: "accept"}, nil
+				}}).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cs.Close() })
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: map[string]any{"to": "#team", "text": "Lunch?"}})
+			if err != nil {
+				t.Fatalf("the call failed with no envelope: %v; want definite_failure input_required, naming the question", err)
+			}
+			_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+			if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired || sent.Load() != 0 || !res.IsError {
+				t.Errorf("%s (isError %v), %d sent; want definite_failure input_required, nothing sent", env, res.IsError, sent.Load())
+			}
+		})
+	}
+}
+
+// A server that asks the user before it acts (a multi-round-trip result,
+// SEP-2322) has done nothing: the guard gives the action's key back and
+// relays the question to its client, and the client's answer, in the next
+// round of the same call, reaches the server under the same action — sent
+// once, replayed after, whichever revision the client speaks. A client that
+// cannot answer is told what the server asked; nothing is held.
+func TestGuard_AServerThatAsksForInputAsksTheClient(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	var sent atomic.Int64
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			if len(req.Params.InputResponses) == 0 {
+				return &mcp.CallToolResult{RequestState: "draft-1", InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{Message: "Send it?",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}}}, nil, nil
+			}
+			answer, ok := req.Params.InputResponses["confirm"].(*mcp.ElicitResult)
+			if req.Params.RequestState != "draft-1" || !ok || answer.Action != "accept" {
+				return nil, nil, fmt.Errorf("not sent: state %q, answer %+v", req.Params.RequestState, req.Params.InputResponses["confirm"])
+			}
+			sent.Add(1)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	mcp.AddTool(up, &mcp.Tool{Name: "balance", Description: "An account's balance; asks which account."},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, map[string]string, error) {
+			if len(req.Params.InputResponses) == 0 {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"account": &mcp.ElicitParams{Message: "Which account?",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}}}, nil, nil
+			}
+			return nil, map[string]string{"balance": "12.50"}, nil
+		})
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
+	  "tools": {"send_message": {"class": "at_most_once"}, "balance": {"class": "read_only"}}}}}`, mcpguard.Options{})
+	front := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil))
+	t.Cleanup(front.Close)
+	client := func(t *testing.T, overHTTP bool, version string, asked *atomic.Int64) *mcp.ClientSession {
+		var ct mcp.Transport = &mcp.StreamableClientTransport{Endpoint: front.URL}
+		if !overHTTP {
+			var st mcp.Transport
+			ct, st = mcp.NewInMemoryTransports()
+			if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var opts mcp.ClientOptions
+		if asked != nil {
+			opts.ElicitationHandler = func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				asked.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+			}
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &opts).Connect(context.Background(), ct,
+			&mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	for _, c := range []struct {
+		name     string
+		overHTTP bool
+		version  string
+	}{
+		{"a client that answers", false, ""},
+		{"a client of the revision before", false, "2025-11-25"},
+		{"a client that answers over HTTP", true, ""},
+		{"a client of the revision before over HTTP", true, "2025-11-25"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var asked atomic.Int64
+			cs := client(t, c.overHTTP, c.version, &asked)
+			if v := cs.InitializeResult().ProtocolVersion; c.version != "" && v != c.version {
+				t.Fatalf("the session speaks %s; want %s", v, c.version)
+			}
+			before := sent.Load()
+			for i := range 2 {
+				res, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch? (" + c.name + ")"}, nil)
+				if env.Status != envelope.Success || env.Replayed != (i == 1) || !strings.Contains(resultText(res), c.name) {
+					t.Errorf("call %d: %s (%s); want success, its replay after", i+1, env, resultText(res))
+				}
+			}
+			if sent.Load()-before != 1 || asked.Load() != 1 {
+				t.Errorf("%d messages sent, the user asked %d times; want one of each", sent.Load()-before, asked.Load())
+			}
+			// A read-only tool's question passes as its answers do.
+			if res, _ := call(t, cs, "balance", map[string]any{}, nil); res.IsError || !strings.Contains(resultText(res), "12.50") || asked.Load() != 2 {
+				t.Errorf("a read-only tool that asks first: %s (isError %v), the user asked %d times; want its answer, asked once more", resultText(res), res.IsError, asked.Load())
+			}
+		})
+	}
+	t.Run("a client that cannot answer", func(t *testing.T) {
+		cs := client(t, false, "", nil)
+		before := sent.Load()
+		for _, text := range []string{"Lunch at three?", "Lunch at four?"} {
+			_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": text}, nil)
+			if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != mcptool.CodeInputRequired ||
+				env.Next != envelope.AskHuman || !strings.Contains(env.Error.Message, "Send it?") {
+				t.Errorf("a call its server answers with a question: %s; want definite_failure input_required naming the question (and no fence held)", env)
+			}
+		}
+		if sent.Load() != before {
+			t.Errorf("%d messages sent; want none", sent.Load()-before)
+		}
+	})
+}

@@ -548,3 +548,89 @@ func TestGuard_AServerThatAsksForInputAsksTheClient(t *testing.T) {
 		}
 	})
 }
+
+// I6 through the relay: the server sees one caller, the guard, for every
+// user behind it, and cannot bind its requestState to any of them. The
+// guard hands the client the server's state sealed to the action it was
+// asked for; a later round carrying another user's state, or this user's
+// state for another action (reworded), or a state from before a restart,
+// goes to the server as a first round — it asks again, and sends nothing
+// on answers given to another question.
+func TestRelay_AnAnswerReachesOnlyTheActionItWasAskedFor(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"}, nil)
+	var mu sync.Mutex
+	var sent []string
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(_ context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			if req.Params.RequestState != "confirm:"+in.To {
+				// Unsigned state, as a server behind one caller may keep it.
+				return &mcp.CallToolResult{RequestState: "confirm:" + in.To, InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{
+					Message: "Send it?", RequestedSchema: map[string]any{"type": "object"}}}}, nil, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			sent = append(sent, in.To+": "+in.Text)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	type userKey struct{}
+	g := guardOver(t, up, askerConfig, mcpguard.Options{Principal: func(ctx context.Context, _ mcptool.Caller) (string, error) {
+		return ctx.Value(userKey{}).(string), nil // who connected: the session's context
+	}})
+	// Clients of the revision that hands questions back, that answer them
+	// themselves (and declare elicitation).
+	as := func(user string) *mcp.ClientSession {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := g.Server().Connect(context.WithValue(context.Background(), userKey{}, user), st, nil); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
+			MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			}}).Connect(context.Background(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := cs.InitializeResult().ProtocolVersion; v < "2026-07-28" {
+			t.Fatalf("the session speaks %s; want a revision that hands questions back", v)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	ana, bob := as("ana@example.com"), as("bob@example.com")
+	round := func(cs *mcp.ClientSession, args map[string]any, state string) *mcp.CallToolResult {
+		t.Helper()
+		p := &mcp.CallToolParams{Name: "send_message", Arguments: args}
+		if state != "" {
+			p.RequestState, p.InputResponses = state, mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}}
+		}
+		res, err := cs.CallTool(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	msg := map[string]any{"to": "#payroll", "text": "Pay the bonus."}
+	asked := round(ana, msg, "")
+	if !asked.NeedsInput() || asked.RequestState == "" {
+		t.Fatalf("ana's first round: %+v; want the server's question", asked)
+	}
+	for _, c := range []struct {
+		name  string
+		cs    *mcp.ClientSession
+		args  map[string]any
+		state string
+	}{
+		{"bob, with ana's state", bob, msg, asked.RequestState},
+		{"ana, reworded", ana, map[string]any{"to": "#payroll", "text": "Pay the bonus twice."}, asked.RequestState},
+		{"ana, with the server's bare state", ana, msg, "confirm:#payroll"},
+	} {
+		if res := round(c.cs, c.args, c.state); !res.NeedsInput() || len(sent) != 0 {
+			t.Errorf("%s: %+v, sent %q; want the question asked again, nothing sent", c.name, res, sent)
+		}
+	}
+	res := round(ana, msg, asked.RequestState)
+	if res.NeedsInput() || res.IsError || len(sent) != 1 {
+		t.Errorf("ana's own answer: %+v, sent %q; want it sent once", res, sent)
+	}
+}

@@ -3,6 +3,7 @@ package mcptool
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -244,8 +245,13 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		// Its requests may land that much later: the engine's rules count it.
 		opts.LateWindow = to.LateWindow
 	}
+	var relayKey []byte
+	if to.RelayInput {
+		relayKey = make([]byte, 32)
+		rand.Read(relayKey) // never fails (crypto/rand)
+	}
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
-		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, refForm: to.RefForm, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput,
+		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, refForm: to.RefForm, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput, relayKey: relayKey,
 		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone, schema: argSchema}, opts)
 }
 
@@ -262,6 +268,7 @@ type remote struct {
 	whole       bool    // ToolOptions.WholeResult
 	passMeta    bool    // ToolOptions.PassMeta
 	relay       bool    // ToolOptions.RelayInput
+	relayKey    []byte  // what it seals the server's requestState with (relay.go)
 	lateWindow  time.Duration
 	late        func(agenttool.CallInfo, string, error) // ToolOptions.LateWindow, Late, LateDone
 	lateDone    <-chan struct{}
@@ -297,9 +304,12 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	}
 	params := &mcp.CallToolParams{Name: r.tool.Name, Arguments: args, Meta: r.meta(ctx)}
 	if rl := r.relayFor(ctx); rl != nil {
-		// A later round of a call the server asked for input: the same
-		// request, with the client's answers.
-		params.InputResponses, params.RequestState = rl.responses, rl.state
+		rl.input = input // what a question's state is sealed to (readResult)
+		if state, ok := r.unseal(agenttool.RequestRef(ctx), input, rl.state); ok {
+			// A later round of this action's question: the same request,
+			// with the client's answers. Any other goes as a first round.
+			params.InputResponses, params.RequestState = rl.responses, state
+		}
 	}
 	session, err := r.link.open(ctx)
 	if err != nil {

@@ -44,7 +44,11 @@ func (r *remote) readResult(ctx context.Context, res *mcp.CallToolResult, sent t
 			return "", envelope.MarkTransient(fmt.Errorf("the MCP tool %s is busy: it ended the call asking for no input, and did nothing", r.tool.Name))
 		}
 		if rl := r.relayFor(ctx); rl != nil {
-			rl.asked.Store(res) // the front answers its client with it
+			// The front answers its client with it, its state sealed to
+			// this action.
+			sealed := *res
+			sealed.RequestState = r.seal(agenttool.RequestRef(ctx), rl.input, res.RequestState)
+			rl.asked.Store(&sealed)
 		}
 		return "", envelope.MarkDefinite(fmt.Errorf("the MCP tool %s: %w (%s); nothing was done",
 			r.tool.Name, agenttool.ErrAwaitsInput, describeInputRequests(res.InputRequests)), CodeInputRequired)

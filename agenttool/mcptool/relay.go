@@ -2,6 +2,11 @@ package mcptool
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"strings"
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,9 +33,56 @@ type relay struct {
 	tool      string
 	responses mcp.InputResponseMap // the client's answers, if this is a later round
 	state     string               // the requestState the client echoed
-	// asked is the server's answer when it asked for input: set by the
-	// call's attempt, read by the front once the call is over.
+	// input is the call's input as the tool sends it, set by each
+	// attempt before it sends: what a question's state is sealed to.
+	input string
+	// asked is the server's answer when it asked for input, its
+	// requestState sealed to the action (seal): set by the call's
+	// attempt, read by the front once the call is over.
 	asked atomic.Pointer[mcp.CallToolResult]
+}
+
+// The requestState a front hands its client is the server's, sealed to
+// the action it was given for: the action's request reference and its
+// input, under a key of the tool's. The server sees one caller, the
+// guard, for every user behind it, and cannot bind its state to any of
+// them; the guard can. A later round whose state is not sealed to its own
+// action — another user's state, another action's, or one sealed before
+// the guard restarted — is sent as a first round (neither the answers
+// nor the state): the server asks again, and the client answers its own
+// question.
+
+// sealPrefix starts a sealed requestState.
+const sealPrefix = "rs1."
+
+// seal returns the server's state sealed to the action of ref and input.
+func (r *remote) seal(ref, input, state string) string {
+	return sealPrefix + r.sealMAC(ref, input, state) + "." + state
+}
+
+// unseal returns the server's state in sealed, if sealed is sealed to the
+// action of ref and input.
+func (r *remote) unseal(ref, input, sealed string) (string, bool) {
+	rest, ok := strings.CutPrefix(sealed, sealPrefix)
+	if !ok {
+		return "", false
+	}
+	mac, state, ok := strings.Cut(rest, ".")
+	if !ok || !hmac.Equal([]byte(mac), []byte(r.sealMAC(ref, input, state))) {
+		return "", false
+	}
+	return state, true
+}
+
+func (r *remote) sealMAC(ref, input, state string) string {
+	h := hmac.New(sha256.New, r.relayKey)
+	for _, part := range []string{"retrysafe/relay/v1", ref, input, state} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
 func withRelay(ctx context.Context, rl *relay) context.Context {

@@ -68,6 +68,11 @@ type ToolOptions struct {
 	// requestState — meets the same action's key and sends them on. A
 	// call with no such front, or whose client cannot answer, fails
 	// definitely ([CodeInputRequired]), naming what the server asked.
+	// The client is handed the server's requestState sealed to the action
+	// (its request reference and input, under a key the tool makes when
+	// it is made): a round whose state is sealed to another action, or by
+	// another tool value (a process that restarted), is sent as a first
+	// round, and the server asks again.
 	RelayInput bool
 	// LateWindow keeps listening, for up to this long after an attempt's
 	// deadline (agenttool.Options.AttemptTimeout) passed, for the server's

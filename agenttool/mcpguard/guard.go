@@ -778,7 +778,11 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	case settings.KeyForm == "":
 		// A schema that asks for a UUID may be obeyed or not by its
 		// server: the operator says which form it takes.
-		if want, err := mcptool.RefFormFor(t, to.RefArgument, to.Name); err == nil && want == mcptool.RefUUIDForm {
+		switch want, err := mcptool.RefFormFor(t, to.RefArgument, to.Name); {
+		case err != nil:
+			return &ConfigError{Path: argPath, Problem: strings.TrimPrefix(err.Error(), "mcptool: ") +
+				"; every call would be refused by a server that validates it, after it was sent: name another argument, or set key_form to the form the server takes there"}
+		case want == mcptool.RefUUIDForm:
 			return &ConfigError{Path: argPath, Problem: fmt.Sprintf("the server's schema asks for a UUID in %q (or refuses the request reference there, and takes a UUID): "+
 				"set \"key_form\": \"uuid\" to send the reference's UUID form, or \"reference\" if the server takes any string there "+
 				"(a change of form changes the key the server sees for actions still unknown: choose before the first call)", to.RefArgument)}

@@ -1367,14 +1367,24 @@ func TestGuard_BadInputRecordsNothingAndSendsNothing(t *testing.T) {
 // else there, after the call reached it, as a server validating with zod
 // or pydantic does; maxKey, if set, is the key argument's maxLength.
 func uuidAirline(a *airline, maxKey int) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
 	key := map[string]any{"type": "string", "format": "uuid"}
 	if maxKey > 0 {
 		key = map[string]any{"type": "string", "maxLength": maxKey}
 	}
+	return uuidAirlineWith(a, key, nil)
+}
+
+// uuidAirlineWith is uuidAirline with key as the schema of its key and
+// reference arguments, defs as its input schemas' $defs.
+func uuidAirlineWith(a *airline, key, defs map[string]any) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"}, nil)
 	schema := func(arg string) map[string]any {
-		return map[string]any{"type": "object", "required": []string{"flight", "passenger"}, "properties": map[string]any{
+		m := map[string]any{"type": "object", "required": []string{"flight", "passenger"}, "properties": map[string]any{
 			"flight": map[string]any{"type": "string"}, "passenger": map[string]any{"type": "string"}, arg: key}}
+		if defs != nil {
+			m["$defs"] = defs
+		}
+		return m
 	}
 	refused := func(field string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: field + " must be a UUID"}}}
@@ -1403,7 +1413,11 @@ func uuidAirline(a *airline, maxKey int) *mcp.Server {
 		}
 		return res, err
 	})
-	s.AddTool(&mcp.Tool{Name: "find_booking", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"client_reference": key}}},
+	findSchema := map[string]any{"type": "object", "properties": map[string]any{"client_reference": key}}
+	if defs != nil {
+		findSchema["$defs"] = defs
+	}
+	s.AddTool(&mcp.Tool{Name: "find_booking", InputSchema: findSchema},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in bookIn
 			json.Unmarshal(req.Params.Arguments, &in)
@@ -1500,4 +1514,56 @@ func TestGuard_AKeyArgumentThatRefusesReferencesStopsTheGuard(t *testing.T) {
 		t.Fatalf("key_form reference in front of a schema that asks for a UUID: %v", err)
 	}
 	g.Close()
+}
+
+// A key argument asks for a UUID however its schema says so — an optional
+// UUID as pydantic writes one (anyOf a UUID or null), a UUID by $ref, a
+// version 4 UUID (pydantic's UUID4, "format": "uuid4") — and the guard
+// stops at start until key_form says which form the server takes (or,
+// where the schema asks for a UUID no request reference's UUID form is,
+// that it takes neither). Started, it sent the reference into an argument
+// the server refuses it in: every call refused after it was sent.
+func TestGuard_AnArgumentThatAsksForAUUIDStopsTheGuardUntilItsFormIsSaid(t *testing.T) {
+	uuidKey := map[string]any{"type": "string", "format": "uuid"}
+	for _, c := range []struct {
+		name string
+		key  map[string]any
+		defs map[string]any
+		want []string
+	}{
+		{"an optional UUID", map[string]any{"anyOf": []any{uuidKey, map[string]any{"type": "null"}}, "default": nil}, nil,
+			[]string{"mcpServers.airline.tools.book.key_argument", `"key_form": "uuid"`}},
+		{"a UUID by $ref", map[string]any{"$ref": "#/$defs/Key"}, map[string]any{"Key": uuidKey},
+			[]string{"mcpServers.airline.tools.book.key_argument", `"key_form": "uuid"`}},
+		{"a version 4 UUID", map[string]any{"type": "string", "format": "uuid4"}, nil,
+			[]string{"mcpServers.airline.tools.book.key_argument", "version 5"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := mcpguard.ParseConfig([]byte(guardConfig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+			a := &airline{}
+			g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(uuidAirlineWith(a, c.key, c.defs)), Logger: discard()})
+			if err == nil {
+				defer g.Close()
+				_, env := call(t, connect(t, g), "book", lunchFlight, nil)
+				t.Fatalf("the guard started, and a booking answered %s (%d booked); want it stopped at start, naming key_form", env, a.count())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the guard's error: %v; want it to name %s", err, w)
+				}
+			}
+		})
+	}
+	// Said, the UUID form goes, and books once.
+	a := &airline{}
+	config := strings.NewReplacer(`"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "uuid"`,
+		`"ref_argument": "client_reference"`, `"ref_argument": "client_reference", "key_form": "uuid"`).Replace(guardConfig)
+	cs := connect(t, guardOver(t, uuidAirlineWith(a, map[string]any{"anyOf": []any{uuidKey, map[string]any{"type": "null"}}}, nil), config, mcpguard.Options{}))
+	if _, env := call(t, cs, "book", lunchFlight, nil); env.Status != envelope.Success || a.count() != 1 {
+		t.Errorf("key_form uuid in front of an optional UUID: %s, %d booked; want one booking", env, a.count())
+	}
 }

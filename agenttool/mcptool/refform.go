@@ -3,6 +3,7 @@ package mcptool
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -48,11 +49,13 @@ var ErrRefRefused = errors.New("the argument refuses the request references it w
 // RefFormFor reads what the input schema of t says its argument arg
 // takes, and returns the form of request reference that fits there: the
 // reference itself, or its UUID form where the argument asks for a UUID
-// ("format": "uuid") or refuses the reference — a maxLength under its
-// length, a pattern — but takes a UUID. prefix is what the tool's
-// references start with (agenttool.Options.KeyPrefix: by default the
-// guarded tool's name). An argument that takes neither is an error
-// wrapping ErrRefRefused; a schema it cannot read says RefPlain.
+// ("format": "uuid", or "uuid1" to "uuid8" for a version, wherever the
+// argument's schema says it: under anyOf, behind a $ref) or refuses the
+// reference — a maxLength under its length, a pattern — but takes a UUID.
+// prefix is what the tool's references start with
+// (agenttool.Options.KeyPrefix: by default the guarded tool's name). An
+// argument that takes neither is an error wrapping ErrRefRefused; a
+// schema it cannot read says RefPlain.
 //
 // It advises; ToolOptions.RefForm decides. A server may take any string
 // where its schema says "format": "uuid" (format is an annotation unless
@@ -60,20 +63,21 @@ var ErrRefRefused = errors.New("the argument refuses the request references it w
 // the server sees for the actions still unknown: choose it before the
 // first call, or once they are settled.
 func RefFormFor(t *mcp.Tool, arg, prefix string) (RefForm, error) {
-	schema, prop := refSchema(t, arg)
-	if schema == nil {
+	annotated := refSchema(t, arg, false)
+	asserted := refSchema(t, arg, true)
+	if annotated == nil || asserted == nil {
 		return RefPlain, nil
 	}
 	plain := prefix + "/" + refSample
 	uuid := agenttool.RefUUID(plain)
-	plainErr := schema.Validate(map[string]any{arg: plain})
-	uuidErr := schema.Validate(map[string]any{arg: uuid})
+	plainErr := asserted.Validate(map[string]any{arg: plain})
+	uuidErr := asserted.Validate(map[string]any{arg: uuid})
 	switch {
-	case uuidErr == nil && (prop["format"] == "uuid" || plainErr != nil):
-		return RefUUIDForm, nil
-	case plainErr == nil && prop["format"] != "uuid":
+	case plainErr == nil:
 		return RefPlain, nil
-	case plainErr != nil:
+	case uuidErr == nil:
+		return RefUUIDForm, nil
+	case annotated.Validate(map[string]any{arg: plain}) != nil:
 		return RefPlain, fmt.Errorf("%w: %q takes neither a request reference nor its UUID form (%s, %s): %s",
 			ErrRefRefused, arg, plain, uuid, clipped(strings.TrimSpace(plainErr.Error())))
 	}
@@ -82,10 +86,13 @@ func RefFormFor(t *mcp.Tool, arg, prefix string) (RefForm, error) {
 }
 
 // checkRefForm refuses a form of reference that the schema of t's
-// argument arg refuses, as a validator would (its format an annotation),
-// naming the other form where that one fits.
+// argument arg refuses, as a validator would — its format an annotation
+// for the reference itself (the operator's word that the server takes any
+// string there), asserted for the UUID form (a UUID goes only where the
+// UUID the schema asks for is a version 5 one) — naming the other form
+// where that one fits.
 func checkRefForm(t *mcp.Tool, arg, prefix string, f RefForm) error {
-	schema, _ := refSchema(t, arg)
+	schema := refSchema(t, arg, f == RefUUIDForm)
 	if schema == nil {
 		return nil
 	}
@@ -95,24 +102,26 @@ func checkRefForm(t *mcp.Tool, arg, prefix string, f RefForm) error {
 		return nil
 	}
 	hint := ""
-	if other := RefForm(1 - f); schema.Validate(map[string]any{arg: other.Of(prefix + "/" + refSample)}) == nil {
+	other := RefForm(1 - f)
+	if s := refSchema(t, arg, other == RefUUIDForm); s != nil && s.Validate(map[string]any{arg: other.Of(prefix + "/" + refSample)}) == nil {
 		hint = fmt.Sprintf("; it takes %s (%s)", other, other.Of(prefix+"/"+refSample))
 	}
 	return fmt.Errorf("%w: %q refuses %s (%s): %s%s", ErrRefRefused, arg, f, sample, clipped(strings.TrimSpace(err.Error())), hint)
 }
 
 // refSchema resolves the schema of t's argument arg alone, with what its
-// $refs may point to, and returns it with the argument's own schema
-// object (nil if it is not one); nil if there is none to read.
-func refSchema(t *mcp.Tool, arg string) (*jsonschema.Resolved, map[string]any) {
+// $refs may point to; with assertFormats, each "format" of a UUID in it
+// asserted (as a pattern beside it), as a server that validates formats
+// reads it. nil if there is none to read.
+func refSchema(t *mcp.Tool, arg string, assertFormats bool) *jsonschema.Resolved {
 	root, err := readRoot(t)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	props, _ := root["properties"].(map[string]any)
 	prop, ok := props[arg]
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	alone := map[string]any{"type": "object", "properties": map[string]any{arg: prop}}
 	for _, k := range []string{"$schema", "$id", "$defs", "definitions"} {
@@ -120,13 +129,61 @@ func refSchema(t *mcp.Tool, arg string) (*jsonschema.Resolved, map[string]any) {
 			alone[k] = v
 		}
 	}
+	if assertFormats {
+		assertUUIDFormats(alone)
+	}
 	schema, err := resolveRoot(alone)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
-	m, _ := prop.(map[string]any)
-	return schema, m
+	return schema
 }
+
+// assertUUIDFormats adds, beside each "format" of a UUID in the schema v
+// ("uuid", or "uuid1" to "uuid8": pydantic's UUID4 and the like), the
+// pattern of what it asks for, so that a validator for which format is an
+// annotation refuses what a validator that asserts it refuses. Values
+// (const, enum, default, examples) are left as they are.
+func assertUUIDFormats(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if f, ok := x["format"].(string); ok {
+			if p, ok := uuidFormats[f]; ok {
+				all, _ := x["allOf"].([]any)
+				x["allOf"] = append(slices.Clone(all), map[string]any{"pattern": p})
+			}
+		}
+		for k, e := range x {
+			switch k {
+			case "const", "enum", "default", "examples":
+			case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas":
+				// Names, each of a schema.
+				if named, ok := e.(map[string]any); ok {
+					for _, sub := range named {
+						assertUUIDFormats(sub)
+					}
+				}
+			default:
+				assertUUIDFormats(e)
+			}
+		}
+	case []any:
+		for _, e := range x {
+			assertUUIDFormats(e)
+		}
+	}
+}
+
+// uuidFormats are the patterns of the formats of UUIDs: any version, or
+// one.
+var uuidFormats = func() map[string]string {
+	const hex = "[0-9a-fA-F]"
+	m := map[string]string{"uuid": "^" + hex + "{8}-" + hex + "{4}-" + hex + "{4}-" + hex + "{4}-" + hex + "{12}$"}
+	for v := '1'; v <= '8'; v++ {
+		m["uuid"+string(v)] = "^" + hex + "{8}-" + hex + "{4}-" + string(v) + hex + "{3}-" + hex + "{4}-" + hex + "{12}$"
+	}
+	return m
+}()
 
 // refSample is a reference's part after its prefix, with every letter
 // and digit a reference may hold.

@@ -35,9 +35,16 @@ func TestRefFormFitsWhatTheArgumentTakes(t *testing.T) {
 		{"8 characters at most", `{"type": "string", "maxLength": 8}`, 0, "maxLength", true},
 		{"letters only", `{"type": "string", "pattern": "^[a-z]+$"}`, 0, "pattern", true},
 		{"a version 4 UUID", `{"type": "string", "format": "uuid", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"}`, 0, "pattern", true},
+		// However the schema says it asks for a UUID: under anyOf (an
+		// optional UUID, as pydantic writes one), behind a $ref, for a
+		// version (pydantic's UUID4).
+		{"an optional UUID", `{"anyOf": [{"type": "string", "format": "uuid"}, {"type": "null"}], "default": null}`, mcptool.RefUUIDForm, "", false},
+		{"a UUID by $ref to its format", `{"$ref": "#/$defs/uuid"}`, mcptool.RefUUIDForm, "", false},
+		{"a version 5 UUID by format", `{"type": "string", "format": "uuid5"}`, mcptool.RefUUIDForm, "", false},
+		{"a version 4 UUID by format", `{"type": "string", "format": "uuid4"}`, 0, "version 5", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			schema := `{"type": "object", "required": ["seat"], "$defs": {"key": {"type": "string", "maxLength": 36}},
+			schema := `{"type": "object", "required": ["seat"], "$defs": {"key": {"type": "string", "maxLength": 36}, "uuid": {"type": "string", "format": "uuid"}},
 			  "properties": {"seat": {"type": "string"}, "idempotency_key": ` + c.key + `}}`
 			tool := &mcp.Tool{Name: "book", InputSchema: json.RawMessage(schema)}
 			form, err := mcptool.RefFormFor(tool, "idempotency_key", "book")
@@ -61,6 +68,18 @@ func TestRefFormFitsWhatTheArgumentTakes(t *testing.T) {
 				t.Errorf("NewToolWith, %v as RefFormFor advised: %v", form, err)
 			}
 		})
+	}
+	// The UUID form goes only where the UUID asked for is a version 5
+	// one; the reference itself, where the operator says so, whatever the
+	// format says.
+	v4 := &mcp.Tool{Name: "book", InputSchema: json.RawMessage(`{"type": "object", "required": ["seat"],
+	  "properties": {"seat": {"type": "string"}, "idempotency_key": {"type": "string", "format": "uuid4"}}}`)}
+	for f, refused := range map[mcptool.RefForm]bool{mcptool.RefUUIDForm: true, mcptool.RefPlain: false} {
+		_, err := mcptool.NewToolWith(nil, v4, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed},
+			mcptool.ToolOptions{Sessions: &noSession{}, RefArgument: "idempotency_key", RefForm: f})
+		if refused != errors.Is(err, mcptool.ErrRefRefused) {
+			t.Errorf("NewToolWith, %v, where a version 4 UUID is asked for: %v; want it refused: %v", f, err, refused)
+		}
 	}
 	if _, err := mcptool.NewToolWith(nil, &mcp.Tool{Name: "book", InputSchema: json.RawMessage(`{"type": "object", "required": ["seat"],
 	  "properties": {"seat": {"type": "string"}, "n": {"type": "integer"}}}`)}, agenttool.Options{Store: memstore.New(), Class: agenttool.Keyed},

@@ -789,9 +789,7 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		}
 	}
 	if settings.Check != nil {
-		chk := &checker{u: u, check: settings.Check}
-		chk.refForm = to.RefForm // ${ref} is what the server was given
-		o.Reconciler = chk
+		o.Reconciler = &checker{u: u, check: settings.Check, refForm: to.RefForm} // ${ref} is what the server was given
 		if settings.Check.readsInput() {
 			codec, err := u.g.inputCodec()
 			if err != nil {

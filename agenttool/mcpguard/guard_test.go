@@ -1389,30 +1389,23 @@ func uuidAirlineWith(a *airline, key, defs map[string]any) *mcp.Server {
 	refused := func(field string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: field + " must be a UUID"}}}
 	}
-	s.AddTool(&mcp.Tool{Name: "book", InputSchema: schema("idempotency_key")}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		var in bookIn
-		json.Unmarshal(req.Params.Arguments, &in)
-		if _, err := uuid.Parse(in.IdempotencyKey); err != nil {
-			return refused("idempotency_key"), nil
-		}
-		res, b, err := a.book(in)
-		if res == nil && err == nil {
-			res = &mcp.CallToolResult{StructuredContent: b, Content: []mcp.Content{&mcp.TextContent{Text: b.ID}}}
-		}
-		return res, err
-	})
-	s.AddTool(&mcp.Tool{Name: "book_noted", InputSchema: schema("client_reference")}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		var in bookIn
-		json.Unmarshal(req.Params.Arguments, &in)
-		if _, err := uuid.Parse(in.Reference); err != nil {
-			return refused("client_reference"), nil
-		}
-		res, b, err := a.book(in)
-		if res == nil && err == nil {
-			res = &mcp.CallToolResult{StructuredContent: b, Content: []mcp.Content{&mcp.TextContent{Text: b.ID}}}
-		}
-		return res, err
-	})
+	// book takes its key as a UUID, book_noted its reference.
+	booking := func(name, arg string, uuidOf func(bookIn) string) {
+		s.AddTool(&mcp.Tool{Name: name, InputSchema: schema(arg)}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in bookIn
+			json.Unmarshal(req.Params.Arguments, &in)
+			if _, err := uuid.Parse(uuidOf(in)); err != nil {
+				return refused(arg), nil
+			}
+			res, b, err := a.book(in)
+			if res == nil && err == nil {
+				res = &mcp.CallToolResult{StructuredContent: b, Content: []mcp.Content{&mcp.TextContent{Text: b.ID}}}
+			}
+			return res, err
+		})
+	}
+	booking("book", "idempotency_key", func(in bookIn) string { return in.IdempotencyKey })
+	booking("book_noted", "client_reference", func(in bookIn) string { return in.Reference })
 	findSchema := map[string]any{"type": "object", "properties": map[string]any{"client_reference": key}}
 	if defs != nil {
 		findSchema["$defs"] = defs

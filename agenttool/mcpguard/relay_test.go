@@ -160,9 +160,15 @@ func oneQuestionConfig(class string) string {
 // answeringClient is a client of the 2026-07-28 revision that declares
 // elicitation and plays the rounds itself (the SDK's own loop is off).
 func answeringClient(t *testing.T, g *mcpguard.Guard) *mcp.ClientSession {
+	return answeringClientOn(t, g, context.Background())
+}
+
+// answeringClientOn is answeringClient with the guard's session connected
+// on ctx (what the guard's Principal function may read).
+func answeringClientOn(t *testing.T, g *mcpguard.Guard, ctx context.Context) *mcp.ClientSession {
 	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
-	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+	if _, err := g.Server().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
@@ -174,6 +180,9 @@ func answeringClient(t *testing.T, g *mcpguard.Guard) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
+	if v := cs.InitializeResult().ProtocolVersion; v < "2026-07-28" {
+		t.Fatalf("the session speaks %s; want a revision that hands questions back", v)
+	}
 	return cs
 }
 
@@ -576,42 +585,13 @@ func TestRelay_AnAnswerReachesOnlyTheActionItWasAskedFor(t *testing.T) {
 	g := guardOver(t, up, askerConfig, mcpguard.Options{Principal: func(ctx context.Context, _ mcptool.Caller) (string, error) {
 		return ctx.Value(userKey{}).(string), nil // who connected: the session's context
 	}})
-	// Clients of the revision that hands questions back, that answer them
-	// themselves (and declare elicitation).
 	as := func(user string) *mcp.ClientSession {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := g.Server().Connect(context.WithValue(context.Background(), userKey{}, user), st, nil); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
-			MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-				return &mcp.ElicitResult{Action: "accept"}, nil
-			}}).Connect(context.Background(), ct, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v := cs.InitializeResult().ProtocolVersion; v < "2026-07-28" {
-			t.Fatalf("the session speaks %s; want a revision that hands questions back", v)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
+		return answeringClientOn(t, g, context.WithValue(context.Background(), userKey{}, user))
 	}
 	ana, bob := as("ana@example.com"), as("bob@example.com")
-	round := func(cs *mcp.ClientSession, args map[string]any, state string) *mcp.CallToolResult {
-		t.Helper()
-		p := &mcp.CallToolParams{Name: "send_message", Arguments: args}
-		if state != "" {
-			p.RequestState, p.InputResponses = state, mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}}
-		}
-		res, err := cs.CallTool(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	yes := mcp.InputResponseMap{"confirm": &mcp.ElicitResult{Action: "accept"}}
 	msg := map[string]any{"to": "#payroll", "text": "Pay the bonus."}
-	asked := round(ana, msg, "")
+	asked, _ := round(t, ana, msg, "", nil)
 	if !asked.NeedsInput() || asked.RequestState == "" {
 		t.Fatalf("ana's first round: %+v; want the server's question", asked)
 	}
@@ -625,11 +605,11 @@ func TestRelay_AnAnswerReachesOnlyTheActionItWasAskedFor(t *testing.T) {
 		{"ana, reworded", ana, map[string]any{"to": "#payroll", "text": "Pay the bonus twice."}, asked.RequestState},
 		{"ana, with the server's bare state", ana, msg, "confirm:#payroll"},
 	} {
-		if res := round(c.cs, c.args, c.state); !res.NeedsInput() || len(sent) != 0 {
+		if res, _ := round(t, c.cs, c.args, c.state, yes); !res.NeedsInput() || len(sent) != 0 {
 			t.Errorf("%s: %+v, sent %q; want the question asked again, nothing sent", c.name, res, sent)
 		}
 	}
-	res := round(ana, msg, asked.RequestState)
+	res, _ := round(t, ana, msg, asked.RequestState, yes)
 	if res.NeedsInput() || res.IsError || len(sent) != 1 {
 		t.Errorf("ana's own answer: %+v, sent %q; want it sent once", res, sent)
 	}

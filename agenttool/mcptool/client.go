@@ -205,15 +205,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		if opts.Class == agenttool.ReadOnly {
 			return nil, fmt.Errorf("mcptool: tool %q: a reference argument (%q) is for a tool with effects, not a ReadOnly one: %w", t.Name, to.RefArgument, agenttool.ErrInvalidOptions)
 		}
-		prefix := opts.KeyPrefix
-		switch {
-		case prefix != "":
-		case to.Name != "":
-			prefix = to.Name
-		default:
-			prefix = t.Name
-		}
-		if err := checkRefForm(t, to.RefArgument, prefix, to.RefForm); err != nil {
+		if err := checkRefForm(t, to.RefArgument, refPrefix(t, opts, to), to.RefForm); err != nil {
 			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 		}
 		schema.Required = slices.DeleteFunc(slices.Clone(schema.Required), func(f string) bool { return f == to.RefArgument })
@@ -231,10 +223,7 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 		}
 		opts.IdentifyingFields = slices.Clone(schema.Required)
 	}
-	name := t.Name
-	if to.Name != "" {
-		name = to.Name
-	}
+	name := guardedName(t, to)
 	var argSchema *jsonschema.Resolved
 	if to.ValidateArguments {
 		if argSchema, err = argumentSchema(t, to.RefArgument); err != nil {
@@ -253,6 +242,23 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 	return agenttool.Wrap(&remote{link: l, tool: t, name: name, description: describe(t.Description, schema.raw),
 		envelopes: envelopes, toolErrors: to.ToolErrors, refArg: to.RefArgument, refForm: to.RefForm, whole: to.WholeResult, passMeta: to.PassMeta, relay: to.RelayInput, relayKey: relayKey,
 		lateWindow: to.LateWindow, late: to.Late, lateDone: to.LateDone, schema: argSchema}, opts)
+}
+
+// guardedName is the name a tool made of t goes by (ToolOptions.Name).
+func guardedName(t *mcp.Tool, to ToolOptions) string {
+	if to.Name != "" {
+		return to.Name
+	}
+	return t.Name
+}
+
+// refPrefix is what the request references of a tool made of t start
+// with: its key prefix, which is by default its name.
+func refPrefix(t *mcp.Tool, opts agenttool.Options, to ToolOptions) string {
+	if opts.KeyPrefix != "" {
+		return opts.KeyPrefix
+	}
+	return guardedName(t, to)
 }
 
 // remote is a listed MCP tool as an agenttool.Callable.

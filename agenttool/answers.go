@@ -29,6 +29,7 @@ const (
 	reasonReplaced                              // this action was replaced by another (a.other)
 	reasonUnknownAwaits                         // the action's outcome is unknown and awaits reconciliation
 	reasonStoreWentBack                         // the store went back in time (a failover) and may have lost the action's record
+	reasonSentOtherwise                         // the action is unknown and was sent otherwise than the tool sends it (a.other)
 	reasonApprovalPending                       // the same, and the approver has not allowed anything (a.why)
 	reasonInProgress                            // another call runs this action
 	reasonEarlierRunning                        // another action of the tool in the scope runs (a.other)
@@ -171,6 +172,12 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		unknown(envelope.CodeOutcomeUnknown, fmt.Sprintf("%v, so this call did not run it", errStoreWentBack))
 		env.Next, env.Note = envelope.AskHuman, fmt.Sprintf("The service that remembers actions failed over a short while ago and may have lost its record of this one: "+
 			"it may already have been done. Do not call %s again for it; ask a person to confirm reference %s.", name, ref)
+	case reasonSentOtherwise:
+		unknown(envelope.CodeOutcomeUnknown, fmt.Sprintf("an earlier attempt of this action has an unknown outcome, and was sent under another definition of %s (%s) than this call's (%s: %s), "+
+			"which handed the destination the reference another way: it is neither resent nor checked this way, and a person must settle it",
+			name, definitionName(a.other.Definition), definitionName(t.cfg.definition), t.cfg.definitionText))
+		env.Next, env.Note = envelope.AskHuman, fmt.Sprintf("This may already have happened, and %s has changed since it was sent, so it cannot be retried or checked automatically. "+
+			"Do not call %s again for it; ask a person to confirm reference %s.", name, name, ref)
 	case reasonApprovalPending:
 		unknown(envelope.CodeOutcomeUnknown, a.why)
 	case reasonInProgress:
@@ -214,7 +221,7 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 			env.Note = fmt.Sprintf("An earlier %s %s may already have happened (reference %s); nothing new was done. "+
 				"Calling %s again with that earlier request's exact input settles it safely: its reference makes the destination do it at most once. "+
 				"Do not send this one until it is settled.", name, where, other, name)
-		case t.cfg.Reconciler == nil:
+		case t.cfg.Reconciler == nil, t.cfg.sentOtherwise(a.other):
 			env.Note = fmt.Sprintf("An earlier %s %s may already have happened and cannot be checked automatically (reference %s); nothing new was done. "+
 				"Tell the user it is pending: a person must settle it before %s can run again.", name, where, other, name)
 		}

@@ -44,6 +44,7 @@ func sampleAnswers() []struct {
 		{"replaced, the other done", answer{reason: reasonReplaced, attempts: 1, other: done, result: result}},
 		{"unknown, awaits reconciliation", answer{reason: reasonUnknownAwaits, attempts: 1, replayed: true}},
 		{"store went back", answer{reason: reasonStoreWentBack, replayed: true}},
+		{"unknown, sent otherwise", answer{reason: reasonSentOtherwise, attempts: 1, other: &Record{Key: "send_email/this", State: Unknown, Definition: 0x1f2e3d4c5b6a798a}, replayed: true}},
 		{"approval pending", answer{reason: reasonApprovalPending, attempts: 1, why: "the outcome is unknown and awaits a person's decision", replayed: true}},
 		{"in progress", answer{reason: reasonInProgress, attempts: 1}},
 		{"in progress, its holder stopped", answer{reason: reasonInProgress, attempts: 1, now: now, checkAt: now.Add(46500 * time.Millisecond)}},
@@ -75,7 +76,9 @@ func TestAnswers_Golden(t *testing.T) {
 	var b strings.Builder
 	seen := map[reason]bool{}
 	for _, class := range []Class{Keyed, Reconcilable, AtMostOnce} {
-		cfg := &config{Options: Options{Class: class, Fence: FenceSession, DestinationKeyTTL: 24 * time.Hour}}
+		cfg := &config{Options: Options{Class: class, KeyPrefix: "send_email", Fence: FenceSession, DestinationKeyTTL: 24 * time.Hour}}
+		cfg.identifyOrder = []string{"subject", "to"}
+		cfg.defineTool("send_email", nil)
 		tool := &Tool{name: "send_email", cfg: cfg}
 		fmt.Fprintf(&b, "# %v\n\n", class)
 		for _, s := range sampleAnswers() {

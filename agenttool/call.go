@@ -368,6 +368,9 @@ func (c *call) claim() outcome {
 			c.lostRecord(req.Now)
 			return c.answer(claimUnknown, answer{reason: reasonStoreWentBack, attempts: rec.Attempts, replayed: true})
 		}
+		if cfg.sentOtherwise(&rec) {
+			return c.answer(claimUnknown, answer{reason: reasonSentOtherwise, attempts: rec.Attempts, other: &rec, replayed: true})
+		}
 		return c.answer(claimUnknown, answer{reason: reasonUnknownAwaits, attempts: rec.Attempts, replayed: true})
 	case Pending:
 		return c.answer(claimRunning, answer{reason: reasonInProgress, attempts: rec.Attempts})

@@ -6,20 +6,36 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // A tool's definition is what decides its actions' keys and how they are
 // guarded: its name, key version, key prefix, the fields that identify an
-// action (and which of them are exact), plain text or JSON, class and
-// fence. Two replicas that build one tool differently — a rolling deploy
-// that changes IdentifyingFields, say — give one request two references,
-// and each would run it. Every record keeps the digest of the definition
-// it was made under (Record.Definition); a call held back by an action of
+// action (and which of them are exact), plain text or JSON, class, fence,
+// and how the destination is handed the reference (RefSentAs). Two
+// replicas that build one tool differently — a rolling deploy that
+// changes IdentifyingFields, say — give one request two references, and
+// each would run it. Every record keeps the digest of the definition it
+// was made under (Record.Definition); a call held back by an action of
 // the tool made under another definition, still running, unknown or under
 // its notice, says so, naming both, and the application's log says it
 // too. Once that action is settled the new definition goes on: a
 // deliberate redeploy is not refused. docs/stores.md says how to roll out
 // such a change.
+//
+// An unknown action is resent or checked only by a definition that hands
+// the destination the reference as the action did (RefSentAs): a keyed
+// resend is safe because the destination meets the key where it met it
+// before, and a check asks for the reference as the action sent it.
+// The definition digests RefSentAs apart (storekit.SentAlike), and under
+// a definition that sends the reference otherwise the claim does not take
+// the action over (storekit.DecideClaim), the fence, the sweeper and an
+// operator's reconcile do not ask about it, and the call answers that a
+// person must settle it (reasonSentOtherwise). A change of the fence or
+// of the class (at-most-once to keyed, say, for a destination found to
+// dedupe by the key the tool already sent) sends alike: the action is
+// resent and checked as the new definition says.
 
 // defineTool sets the tool's definition and its description, from its
 // configuration and, for a tool built with New, its input's JSON fields
@@ -48,21 +64,37 @@ func (c *config) defineTool(name string, inputFields []string) {
 	if len(exact) > 0 {
 		fmt.Fprintf(&b, " (exact %s)", strings.Join(exact, ", "))
 	}
-	fmt.Fprintf(&b, "; class %v; fence %v", c.Class, c.Fence)
+	fmt.Fprintf(&b, "; class %v", c.Class)
+	if c.RefSentAs != "" {
+		fmt.Fprintf(&b, "; reference sent as %q", c.RefSentAs)
+	}
+	fmt.Fprintf(&b, "; fence %v", c.Fence)
 	if c.KeyPrefix != name {
 		fmt.Fprintf(&b, "; key prefix %q", c.KeyPrefix)
 	}
 	fmt.Fprintf(&b, "; key version %s", version)
 	c.definitionText = b.String()
-	sum := sha256.Sum256([]byte("retrysafe/definition/v1\x00" + name + "\x00" + c.definitionText))
-	c.definition = binary.BigEndian.Uint64(sum[:8]) | 1 // never 0, which records of older versions have
+	// Two digests in one (storekit.Record.Definition): how the reference
+	// is sent, in the high half; the whole, in the low half, its lowest
+	// bit clear (set in the one digest of earlier versions) and the next
+	// set (never 0, which records of older versions have).
+	hi := sha256.Sum256([]byte("retrysafe/definition/sent/v1\x00" + name + "\x00" + c.RefSentAs))
+	lo := sha256.Sum256([]byte("retrysafe/definition/v2\x00" + name + "\x00" + c.definitionText))
+	c.definition = uint64(binary.BigEndian.Uint32(hi[:4]))<<32 | uint64(binary.BigEndian.Uint32(lo[:4])&^1|2)
 }
 
 // definitionName is how answers and logs name a definition.
 func definitionName(d uint64) string { return fmt.Sprintf("%016x", d) }
 
+// sentOtherwise reports whether rec's action was sent otherwise than c
+// sends it (storekit.SentAlike): c may neither resend nor check it.
+func (c *config) sentOtherwise(rec *Record) bool {
+	return !storekit.SentAlike(rec.Definition, c.definition)
+}
+
 // otherDefinition reports whether rec was made under another definition
-// of the tool than c's (false for records of versions that kept none).
+// of the tool than c's (false for records of versions whose definitions
+// cannot be compared: none, or one digest of the whole).
 func (c *config) otherDefinition(rec *Record) bool {
-	return rec.Definition != 0 && rec.Definition != c.definition
+	return rec.Definition != 0 && rec.Definition&1 == 0 && rec.Definition != c.definition
 }

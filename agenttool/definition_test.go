@@ -2,13 +2,16 @@ package agenttool_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/reconcile"
 )
 
 type invoiceInput struct {
@@ -155,4 +158,149 @@ func TestTwoDefinitionsOfOneToolMakeOneInvoice_WhenTheFenceChangesToSession(t *t
 			})
 		})
 	}
+}
+
+// keyedInvoices honours an idempotency key where and as the tool is
+// built to send it (sentAs): in a header or a body field, the reference
+// or its UUID form. Its first reply is lost.
+type keyedInvoices struct {
+	mu    sync.Mutex
+	keys  map[string]bool // the keys it has created an invoice under
+	calls int
+}
+
+const (
+	inHeader     = "Idempotency-Key header, the reference"
+	inHeaderUUID = "Idempotency-Key header, its UUID form"
+	inBody       = "body field idempotency_key, the reference"
+)
+
+func (a *keyedInvoices) tool(t *testing.T, store agenttool.Store, class agenttool.Class, sentAs string, r reconcile.Reconciler) *agenttool.Tool {
+	tool, err := agenttool.New("create_invoice", "Create an invoice.", func(ctx context.Context, in invoiceInput) (string, error) {
+		key := agenttool.RequestRef(ctx)
+		switch sentAs {
+		case inHeaderUUID:
+			key = agenttool.RefUUID(key)
+		case inBody:
+			key = "body:" + key
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.calls++
+		a.keys[key] = true
+		if a.calls == 1 {
+			return "", errLostReply
+		}
+		return "inv-" + key, nil
+	}, agenttool.Options{Store: store, Class: class, RefSentAs: sentAs, Reconciler: r, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func (a *keyedInvoices) created() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.keys)
+}
+
+// A keyed action is resent only as it was sent: after a deploy that sends
+// the key in another form or another place, the destination would meet a
+// key it never saw and create a second invoice. The new
+// definition neither resends nor checks the action left unknown: the call
+// answers unknown, ask_human, naming both definitions; an operator (or a
+// replica of the old definition) settles it, and the new one goes on.
+func TestAnUnknownActionIsResentOnlyAsItWasSent(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		api := &keyedInvoices{keys: map[string]bool{}}
+		const in = `{"customer":"acme","amount":1200,"currency":"EUR","memo":"November"}`
+		first := api.tool(t, store, agenttool.Keyed, inHeader, nil).Invoke(scoped(), in)
+		mustStatus(t, first, envelope.UnknownOutcome)
+
+		for _, changed := range []struct {
+			name   string
+			class  agenttool.Class
+			sentAs string
+		}{{"the key's form", agenttool.Keyed, inHeaderUUID}, {"the key's place", agenttool.Keyed, inBody}, {"the key's place and the class", agenttool.Reconcilable, inBody}} {
+			checks := &countingReconciler{}
+			again := api.tool(t, store, changed.class, changed.sentAs, checks).Invoke(scoped(), in)
+			if again.Status != envelope.UnknownOutcome || again.Next != envelope.AskHuman || again.RequestRef != first.RequestRef ||
+				!strings.Contains(again.Error.Message, "handed the destination the reference another way") {
+				t.Errorf("%s changed, the same request: %s; want unknown, ask_human, naming the other definition", changed.name, again)
+			}
+			if n := checks.count(); n != 0 {
+				t.Errorf("%s changed: the new definition's reconciler was asked %d times about the old one's action", changed.name, n)
+			}
+		}
+		if n := api.created(); n != 1 {
+			t.Fatalf("%d invoices; want 1", n)
+		}
+		// Its own definition resends it under the key the destination knows.
+		if again := api.tool(t, store, agenttool.Keyed, inHeader, nil).Invoke(scoped(), in); again.Status != envelope.Success {
+			t.Errorf("the resend under the action's own definition: %s; want success", again)
+		}
+		if n := api.created(); n != 1 {
+			t.Errorf("%d invoices after the resend; want 1", n)
+		}
+	})
+}
+
+// countingReconciler answers not applied, and counts the checks.
+type countingReconciler struct{ n atomic.Int64 }
+
+func (c *countingReconciler) Check(context.Context, reconcile.Request) reconcile.Answer {
+	c.n.Add(1)
+	return reconcile.NotAppliedYet()
+}
+
+func (c *countingReconciler) count() int64 { return c.n.Load() }
+
+// Nothing asks about an action with another definition's reconciler:
+// checked the new way (a status API asked for the reference's UUID form
+// where the action sent the reference) it would read not applied, and the
+// next call would run it again. The sweeper skips it, an operator's
+// reconcile refuses it (ErrOtherDefinition), and the fence holds the
+// scope's new writes for a person; a person's decision settles it.
+func TestAnUnknownActionIsCheckedOnlyAsItWasSent(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		api := &keyedInvoices{keys: map[string]bool{}}
+		const in = `{"customer":"acme","amount":1200,"currency":"EUR","memo":"November"}`
+		first := api.tool(t, store, agenttool.Reconcilable, inHeader, &countingReconciler{}).Invoke(scoped(), in)
+		mustStatus(t, first, envelope.UnknownOutcome)
+
+		checks := &countingReconciler{}
+		changed := api.tool(t, store, agenttool.Reconcilable, inHeaderUUID, checks)
+		op, err := agenttool.NewOperator(store, changed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+		if err != nil || rep.Skipped != 1 || rep.Checked != 0 {
+			t.Errorf("a sweep by the new definition: %+v, %v; want the action skipped", rep, err)
+		}
+		if v, err := op.Reconcile(context.Background(), first.RequestRef, "maria"); !errors.Is(err, agenttool.ErrSentOtherwise) || v != reconcile.CantSay {
+			t.Errorf("an operator's reconcile under the new definition: %v, %v; want ErrSentOtherwise", v, err)
+		}
+		const december = `{"customer":"acme","amount":900,"currency":"EUR","memo":"December"}`
+		held := changed.Invoke(scoped(), december)
+		if held.Error == nil || held.Error.Code != envelope.CodeEarlierUnknown || !strings.Contains(held.Note, "a person must settle it") {
+			t.Errorf("a new write of the scope under the new definition: %s; want it held for a person", held)
+		}
+		if n := checks.count(); n != 0 {
+			t.Errorf("the new definition's reconciler was asked %d times about the old one's action", n)
+		}
+		if rec, err := store.Get(context.Background(), first.RequestRef); err != nil || rec.State != agenttool.Unknown {
+			t.Errorf("the action after all that: %+v, %v; want it unknown", rec, err)
+		}
+		// A person who checked settles it; the new definition goes on.
+		if err := op.ResolveApplied(context.Background(), first.RequestRef, 1, nil, "maria", "invoice found in the ledger"); err != nil {
+			t.Fatal(err)
+		}
+		if n := api.created(); n != 1 {
+			t.Errorf("%d invoices; want 1", n)
+		}
+	})
 }

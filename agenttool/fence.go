@@ -24,7 +24,10 @@ import (
 // action's outcome is unknown, the call's fence phase settles it first:
 //
 //	the slot's action is unknown, or its holder's lease lapsed
-//	  no reconciler              → this call does not run: earlier_action_unknown
+//	  no reconciler, or the action
+//	  sent otherwise than this
+//	  definition sends it
+//	  (definition.go)            → this call does not run: earlier_action_unknown
 //	  taken over, and asked:
 //	    applied                  → settled as success, with a notice: this call
 //	                               does not run (earlier_action_applied), nor do
@@ -43,9 +46,13 @@ import (
 func (c *call) fence() outcome {
 	cfg := c.t.cfg
 	o := c.other
-	if cfg.Reconciler == nil {
+	switch {
+	case cfg.Reconciler == nil:
 		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
 			why: "no reconciler can ask the destination, so it waits for a person"})
+	case cfg.sentOtherwise(&o):
+		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
+			why: "it was sent under another definition of the tool, which this one does not check, so it waits for a person"})
 	}
 	h, err := c.t.takeOver(c.ctx, o.Key)
 	switch {

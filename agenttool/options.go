@@ -176,6 +176,18 @@ type Options struct {
 	// KeyPrefix starts every request reference and separates this tool's keys
 	// from others'. Default: the tool's name.
 	KeyPrefix string
+	// RefSentAs says, in words, where and in what form the tool hands its
+	// destination the request reference: "Idempotency-Key header",
+	// "argument idempotency_key, its UUID form". An action whose outcome
+	// is unknown is resent or checked only by a tool that hands the
+	// reference over as the action did: a destination handed it another
+	// way finds no earlier request, and does it again. Set it on a tool
+	// whose destination takes the reference (Keyed, or Reconcilable with
+	// a Reconciler that asks by it); after a change, an action left
+	// unknown the old way waits for a person (docs/stores.md). "" says
+	// nothing, and is alike only to "". mcptool sets it from
+	// ToolOptions.RefArgument and RefForm.
+	RefSentAs string
 	// IdentifyingFields are the top-level input fields that tell one logical
 	// action from another; other fields (wording, formatting hints) may change
 	// between retries without making a new action, but are still

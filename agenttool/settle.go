@@ -23,6 +23,13 @@ var (
 	// ErrStale: the record has moved on since the decision was made about
 	// it (another attempt ran): nothing was settled; look at it again.
 	ErrStale = errors.New("the record has changed since it was read")
+	// ErrSentOtherwise: the action handed its destination the reference
+	// otherwise than the tool asked to check it does (Options.RefSentAs
+	// changed since): its reconciler could look for the action where it
+	// never was. Nothing was asked or settled; a person
+	// settles it (Operator.ResolveApplied, ResolveNotApplied), or a
+	// replica that sends it as it was sent.
+	ErrSentOtherwise = errors.New("the action was sent otherwise than this definition of its tool sends it")
 )
 
 // holding is an unknown record taken over to be settled. Its lease is kept
@@ -159,6 +166,10 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 	r := h.t.cfg.Reconciler
 	if r == nil {
 		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
+	}
+	if cfg := h.t.cfg; cfg.sentOtherwise(&h.rec) {
+		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: %s was sent under definition %s of tool %q, and this one is %s (%s): %w",
+			h.rec.Key, definitionName(h.rec.Definition), h.t.name, definitionName(cfg.definition), cfg.definitionText, ErrSentOtherwise), h.stillUnknown(ctx))
 	}
 	ans := h.ask(ctx, by)
 	switch ans.Verdict {

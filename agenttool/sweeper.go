@@ -79,7 +79,7 @@ type SweepReport struct {
 	Applied    int // found applied: now succeeded
 	NotApplied int // found not applied: approved for one more attempt
 	Unknown    int // still unknown (pending, can't say)
-	Skipped    int // records of tools without a reconciler, or held by a live call
+	Skipped    int // records of tools without a reconciler, held by a live call, or sent otherwise than their tool sends them (ErrSentOtherwise)
 	Errors     int // checks or store writes that failed
 	Corrupt    int // records the store could not read: skipped, reported and left in place
 	// Behind is set when the pass's deletions stopped for their budget
@@ -209,6 +209,11 @@ func (p *pass) check(ctx context.Context, deadline time.Time) error {
 	o, opts, logger := p.o, p.opts, p.opts.Logger
 	settle := func(h *holding) {
 		ans, err := h.reconcile(ctx, "sweeper")
+		if errors.Is(err, ErrSentOtherwise) {
+			p.count(func(r *SweepReport) { r.Skipped++ })
+			logger.Warn("retrysafe: sweeper left an action sent under another definition of its tool for a person to settle", "ref", h.rec.Key, "err", err)
+			return
+		}
 		v := ans.Verdict
 		p.count(func(r *SweepReport) {
 			r.Checked++
@@ -254,7 +259,7 @@ func (p *pass) check(ctx context.Context, deadline time.Time) error {
 				continue // left for a later pass
 			}
 			t := o.tools[rec.Tool]
-			if t == nil || t.cfg.Reconciler == nil {
+			if t == nil || t.cfg.Reconciler == nil || t.cfg.sentOtherwise(&rec) {
 				p.count(func(r *SweepReport) { r.Skipped++ })
 				continue
 			}

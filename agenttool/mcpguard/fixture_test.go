@@ -33,6 +33,7 @@ type airline struct {
 
 	traceparents []string // the traceparent of each call of book, as it arrived
 	findDown     bool     // find_by_passenger answers isError
+	findRefDown  bool     // find_booking answers isError
 }
 
 type booking struct {
@@ -87,6 +88,12 @@ func (a *airline) count() int {
 	return len(a.bookings)
 }
 
+func (a *airline) setFindRefDown(down bool) {
+	a.mu.Lock()
+	a.findRefDown = down
+	a.mu.Unlock()
+}
+
 func (a *airline) lose(n int) {
 	a.mu.Lock()
 	a.loseNext = n
@@ -123,6 +130,9 @@ func (a *airline) server() *mcp.Server {
 		func(ctx context.Context, _ *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, found, error) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
+			if a.findRefDown {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "bookings are being migrated; try later"}}}, found{}, nil
+			}
 			for _, b := range a.bookings {
 				if b.Reference == in.Reference {
 					return nil, found{Found: true, Booking: &b}, nil

@@ -211,6 +211,61 @@ func TestGuard_ARestartBetweenTheCallAndItsRetryBooksOnce(t *testing.T) {
 	}
 }
 
+// The operator changes key_form while bookings are unknown, and restarts
+// the guard. The server would find neither under the new form: a keyed
+// resend would book again under a key it never saw, and a check would
+// read not found and let the booking be made again. So the guard neither
+// resends nor checks them: each retry answers unknown, ask_human, for a
+// person, until a guard that sends the reference as they were sent takes
+// them up again.
+func TestGuard_AChangedKeyFormNeverBooksAnUnknownBookingTwice(t *testing.T) {
+	a := &airline{}
+	path := filepath.Join(t.TempDir(), "guard.db")
+	noted := map[string]any{"flight": "TP1235", "passenger": "Ana Lima"}
+	restart := func(r *rig, config string) *rig {
+		r.client.Close()
+		if err := r.guard.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return newRig(t, a, rigOptions{path: path, config: config})
+	}
+	r := newRig(t, a, rigOptions{path: path})
+	a.lose(2)
+	_, keyed := r.call("book", lunchFlight)
+	a.lose(1)
+	a.setFindRefDown(true)
+	_, checked := r.call("book_noted", noted)
+	if keyed.Status != envelope.UnknownOutcome || checked.Status != envelope.UnknownOutcome || a.count() != 2 {
+		t.Fatalf("the bookings before the change: %s, %s, %d bookings; want both unknown, both made", keyed, checked, a.count())
+	}
+	a.setFindRefDown(false)
+
+	r = restart(r, strings.NewReplacer(`"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "uuid"`,
+		`"ref_argument": "client_reference"`, `"ref_argument": "client_reference", "key_form": "uuid"`).Replace(guardConfig))
+	for _, c := range []struct {
+		tool  string
+		args  any
+		first envelope.Envelope
+	}{{"book", lunchFlight, keyed}, {"book_noted", noted, checked}} {
+		_, again := r.call(c.tool, c.args)
+		t.Logf("%s after the change: %s", c.tool, again)
+		if again.Status != envelope.UnknownOutcome || again.Next != envelope.AskHuman || again.RequestRef != c.first.RequestRef ||
+			!strings.Contains(again.Error.Message, "handed the destination the reference another way") {
+			t.Errorf("%s retried after key_form changed: %s; want unknown, ask_human, saying why", c.tool, again)
+		}
+	}
+	if n := a.count(); n != 2 {
+		t.Fatalf("%d bookings after the retries under the new key_form; want 2", n)
+	}
+
+	r = restart(r, guardConfig)
+	_, keyedAgain := r.call("book", lunchFlight)
+	_, checkedAgain := r.call("book_noted", noted)
+	if keyedAgain.Status != envelope.Success || checkedAgain.Status != envelope.Success || !checkedAgain.Reconciled || a.count() != 2 {
+		t.Errorf("the retries under the key_form they were sent with: %s, %s, %d bookings; want both settled, 2 bookings", keyedAgain, checkedAgain, a.count())
+	}
+}
+
 // Tools the configuration does not name are refused by default; the
 // default read_only passes them through, and a default class guards them.
 func TestGuard_ToolsTheConfigurationDoesNotName(t *testing.T) {

@@ -209,6 +209,11 @@ func newTool(l *link, t *mcp.Tool, opts agenttool.Options, to ToolOptions) (*age
 			return nil, fmt.Errorf("mcptool: tool %q: %w: %w", t.Name, err, agenttool.ErrInvalidOptions)
 		}
 		schema.Required = slices.DeleteFunc(slices.Clone(schema.Required), func(f string) bool { return f == to.RefArgument })
+		if opts.RefSentAs == "" {
+			// Part of the definition: an action sent with the reference
+			// there, so, is resent and checked only so.
+			opts.RefSentAs = fmt.Sprintf("argument %s, %v", to.RefArgument, to.RefForm)
+		}
 	}
 	if opts.Class == agenttool.Keyed && !envelopes && to.RefArgument == "" {
 		return nil, fmt.Errorf("mcptool: tool %q: class Keyed says its server applies a resent call at most once, but the tool does not answer "+

@@ -44,8 +44,10 @@ type ToolOptions struct {
 	// itself (the zero value), or its UUID form (agenttool.RequestUUID),
 	// for a server that takes a UUID there; a check or a person then looks
 	// for that form (agenttool.RefUUID). [RefFormFor] says what the
-	// argument's schema asks for. Changing it changes the key the server
-	// sees for the tool's actions still unknown.
+	// argument's schema asks for. The argument and its form are part of
+	// the tool's definition (agenttool.Options.RefSentAs): change either
+	// while actions are unknown and those actions wait for a person,
+	// neither resent nor checked the new way.
 	RefForm RefForm
 	// WholeResult makes a success's result the server's whole tools/call
 	// result, as JSON (an mcp.CallToolResult: content, structured content,

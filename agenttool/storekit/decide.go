@@ -40,6 +40,14 @@ type ClaimDecision struct {
 //   - unknown and resolved as not applied (RetryApproved): claimed afresh,
 //     which consumes the approval; the new record is marked TakenOver;
 //   - unknown: taken over if req.TakeOver, else returned;
+//   - a takeover only by a tool that sends the action as it was sent: a
+//     req.TakeOver whose Definition sends it otherwise than the record's
+//     ([SentAlike]: the reference handed the destination another way, or
+//     in another form) is decided as a claim without TakeOver — an unknown
+//     record is returned, a lapsed pending one turned unknown. Resent or
+//     checked that other way, the destination would not find the first
+//     request, and could do it twice. A claim with no Definition (an
+//     operator's) takes over any;
 //   - failed, replaced by another action (Record.ReplacedBy), with
 //     req.Replace: claimed afresh in place of req.Replace as a new write of
 //     the scope (the slot decides), marked TakenOver.
@@ -145,6 +153,9 @@ func (r *Record) Superseded(now time.Time) bool {
 }
 
 func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
+	if req.TakeOver && existing != nil && !SentAlike(existing.Definition, req.Definition) {
+		req.TakeOver = false // the action is to be resent or checked as it was sent
+	}
 	if req.Lease <= 0 {
 		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
 	}

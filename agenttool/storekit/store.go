@@ -293,8 +293,12 @@ type Record struct {
 	// Definition is the digest of the definition of the tool the record's
 	// action was claimed under: what decides its keys and how it is
 	// guarded (agenttool's tool options). A claim that meets an action of
-	// its tool made under another definition can say so. 0 in records of
-	// older versions.
+	// its tool made under another definition can say so. Its high 32 bits
+	// digest where and in what form the destination is handed the
+	// reference, and a takeover is granted only where that is alike
+	// ([SentAlike], [DecideClaim]).
+	// 0 in records of older versions; one with its lowest bit set was
+	// made by a version that digested the definition whole.
 	Definition uint64
 	// NoticeUntil, on a succeeded record whose action's outcome was unknown
 	// before it was found applied (or which went on in place of such an
@@ -343,7 +347,9 @@ type ClaimRequest struct {
 	// (Record.ReplacedBy) in the claim's transaction.
 	Replace *Replacement
 	// Definition is the digest of the claiming tool's definition, kept
-	// with the record the claim makes (see Record.Definition).
+	// with the record the claim makes (see Record.Definition). A claim
+	// with one takes over only records whose actions it sends alike
+	// ([SentAlike]).
 	Definition uint64
 	// NoticeHold, on the claim of a call that answers a model, is how long
 	// a notice still holds once the model has been told of it (see
@@ -476,4 +482,17 @@ type FinishRequest struct {
 	// NoticeUntil: the action's outcome had been unknown, and the scope's
 	// other new writes are told of it until then.
 	NoticeUntil time.Time
+}
+
+// SentAlike reports whether tools of definitions a and b hand the
+// destination an action's reference alike (Record.Definition): in the
+// same place and form, so that one may resend or check what the other
+// sent. A definition that says nothing of it (0, or one of a version that
+// digested the definition whole) is taken as alike, as those versions
+// took every definition.
+func SentAlike(a, b uint64) bool {
+	if a == 0 || b == 0 || a&1 == 1 || b&1 == 1 {
+		return true
+	}
+	return a>>32 == b>>32
 }

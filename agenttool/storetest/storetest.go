@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"FencingAfterTakeover", testFencing},
 		{"ExpiredLeaseWithoutTakeoverBecomesUnknown", testExpiredBecomesUnknown},
 		{"UnknownTakeover", testUnknownTakeover},
+		{"TakeoverOnlyUnderTheActionsDefinition", testTakeoverOnlyUnderItsDefinition},
 		{"RetryApprovalIsConsumedOnce", testRetryApproval},
 		{"FingerprintMismatch", testFingerprintMismatch},
 		{"PrincipalIsolation", testPrincipalIsolation},
@@ -332,6 +333,64 @@ func testUnknownTakeover(t *testing.T, s agenttool.Store) {
 	r := mustClaim(t, s, req)
 	if !r.Claimed || !r.TookOver || r.Record.State != agenttool.Pending || r.Record.Attempts != 1 {
 		t.Errorf("takeover of an unknown record: %+v", r)
+	}
+}
+
+// testTakeoverOnlyUnderItsDefinition: a call's takeover — a keyed resend,
+// a reconcilable tool's check — is granted only by a definition that
+// sends the action as it was sent (storekit.SentAlike: its class, where
+// it handed the destination the key); under another, an unknown record is
+// answered as it is and a lapsed pending one turns unknown, nothing else
+// changed. An operator's claim (no definition), one under the action's
+// own definition, and one under a definition that sends alike (another
+// fence, say) take it over.
+func testTakeoverOnlyUnderItsDefinition(t *testing.T, s agenttool.Store) {
+	const made, changed, refenced = 0x1111_2222_3333_4446, 0x5555_6666_3333_4446, 0x1111_2222_7777_888a
+	if !storekit.SentAlike(made, refenced) || storekit.SentAlike(made, changed) {
+		t.Fatal("the test's definitions do not say what it tests")
+	}
+	under := func(key string, def uint64, at time.Time) storekit.ClaimRequest {
+		req := claimReq(key, at)
+		req.TakeOver, req.Definition, req.Owner = true, def, fmt.Sprintf("owner-%x-%v", def, at.Unix())
+		return req
+	}
+	unknown := newKey()
+	first := under(unknown, made, t0)
+	res := mustClaim(t, s, first)
+	if err := s.Finish(bg, finish(unknown, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustClaim(t, s, under(unknown, changed, t0.Add(time.Hour))); r.Claimed || r.Record.State != agenttool.Unknown || r.Record.Definition != made {
+		t.Errorf("a takeover of an unknown record under another definition: %+v; want it answered unknown, as made", r)
+	}
+	if rec, _ := s.Get(bg, unknown); rec.State != agenttool.Unknown || rec.Token != res.Record.Token || rec.Owner != "" || rec.Attempts != 1 {
+		t.Errorf("the unknown record after a takeover under another definition: %+v; want it as it was", rec)
+	}
+	res = mustClaim(t, s, under(unknown, made, t0.Add(time.Hour)))
+	if !res.Claimed || !res.TookOver || res.Record.Definition != made {
+		t.Errorf("a takeover under the action's own definition: %+v; want taken over", res)
+	}
+	if err := s.Finish(bg, finish(unknown, res.Record.Token, agenttool.Unknown, t0.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustClaim(t, s, under(unknown, refenced, t0.Add(2*time.Hour))); !r.Claimed || !r.TookOver || r.Record.Definition != made {
+		t.Errorf("a takeover under a definition that sends alike: %+v; want taken over, its definition kept", r)
+	}
+
+	lapsed := newKey()
+	res = mustClaim(t, s, under(lapsed, made, t0))
+	r := mustClaim(t, s, under(lapsed, changed, t0.Add(2*minute)))
+	if r.Claimed || r.Record.State != agenttool.Unknown || r.Record.Attempts != 1 || r.Record.Definition != made {
+		t.Errorf("a takeover of a lapsed pending record under another definition: %+v; want it turned unknown, one attempt counted", r)
+	}
+	if rec, _ := s.Get(bg, lapsed); rec.State != agenttool.Unknown || rec.Owner != "" {
+		t.Errorf("the lapsed record after a takeover under another definition: %+v; want it unknown", rec)
+	}
+	if err := s.Finish(bg, finish(lapsed, res.Record.Token, agenttool.Succeeded, t0.Add(2*minute))); !errors.Is(err, storekit.ErrFenced) {
+		t.Errorf("the dead holder's finish after its record turned unknown: %v; want ErrFenced", err)
+	}
+	if r := mustClaim(t, s, under(lapsed, 0, t0.Add(3*minute))); !r.Claimed || !r.TookOver || r.Record.Definition != made {
+		t.Errorf("an operator's takeover (no definition): %+v; want taken over, its definition kept", r)
 	}
 }
 

@@ -165,6 +165,21 @@ func RefUUID(ref string) string {
 	return uuid.NewSHA1(requestUUIDSpace, []byte(ref)).String()
 }
 
+// RefUUID4 returns a request reference's UUID form with the version bits
+// of a version 4 UUID: RefUUID's UUID, its version digit 4 where that one
+// has 5. It is for a destination that takes only version 4 UUIDs
+// (pydantic's UUID4, a "format": "uuid4"), which cannot tell a UUID
+// derived from the reference from a random one; like RefUUID, it is the
+// same for every attempt and retry of one action. It returns "" for "".
+func RefUUID4(ref string) string {
+	if ref == "" {
+		return ""
+	}
+	u := uuid.NewSHA1(requestUUIDSpace, []byte(ref))
+	u[6] = u[6]&0x0f | 0x40 // the variant bits stay RFC 9562's
+	return u.String()
+}
+
 // DestinationReplayed tells the guarded call whose attempt runs on ctx that
 // its destination answered this attempt with the outcome of an earlier
 // request instead of acting: it had seen the request's key (an HTTP API's

@@ -105,12 +105,13 @@ type Tool struct {
 	// (or a person) finds the action by it.
 	RefArgument string `json:"ref_argument,omitempty"`
 	// KeyForm is the form in which the guard fills KeyArgument or
-	// RefArgument: "reference" (the default), the request reference, or
-	// "uuid", its UUID form, for a server that takes a UUID there. An
-	// argument whose schema asks for a UUID, or refuses the reference,
-	// needs it said: the guard cannot tell whether the server takes any
-	// string there, and a change of form changes the key the server sees
-	// for actions still unknown.
+	// RefArgument: "reference" (the default), the request reference;
+	// "uuid", its UUID form, for a server that takes a UUID there; or
+	// "uuid4", that UUID with a version 4 UUID's bits, for a server that
+	// takes only those (pydantic's UUID4). An argument whose schema asks
+	// for a UUID, or refuses the reference, needs it said: the guard
+	// cannot tell whether the server takes any string there, and after a
+	// change of form the actions still unknown wait for a person.
 	KeyForm string `json:"key_form,omitempty"`
 	// Check, for a reconcilable tool, asks the server what became of an
 	// action whose outcome is unknown.
@@ -329,6 +330,7 @@ const (
 const (
 	KeyFormReference = "reference"
 	KeyFormUUID      = "uuid"
+	KeyFormUUID4     = "uuid4"
 )
 
 // MetaKey is Tool.KeyArgument's value for a retrysafe upstream.
@@ -509,8 +511,9 @@ func checkTool(path string, t *Tool, bad func(path, format string, args ...any))
 		bad(path+".ref_argument", "only at_most_once and reconcilable tools have one (a keyed tool's reference goes in its key_argument)")
 	}
 	switch {
-	case t.KeyForm != "" && t.KeyForm != KeyFormReference && t.KeyForm != KeyFormUUID:
-		bad(path+".key_form", "%q is not a form: use %q (the request reference) or %q (its UUID form)", t.KeyForm, KeyFormReference, KeyFormUUID)
+	case t.KeyForm != "" && t.KeyForm != KeyFormReference && t.KeyForm != KeyFormUUID && t.KeyForm != KeyFormUUID4:
+		bad(path+".key_form", "%q is not a form: use %q (the request reference), %q (its UUID form) or %q (its UUID form with a version 4 UUID's bits)",
+			t.KeyForm, KeyFormReference, KeyFormUUID, KeyFormUUID4)
 	case t.KeyForm != "" && (t.KeyArgument == "" || t.KeyArgument == MetaKey) && t.RefArgument == "":
 		bad(path+".key_form", "it is the form of the reference in key_argument or ref_argument, and the tool has neither")
 	}

@@ -775,6 +775,8 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	case to.RefArgument == "":
 	case settings.KeyForm == KeyFormUUID:
 		to.RefForm = mcptool.RefUUIDForm
+	case settings.KeyForm == KeyFormUUID4:
+		to.RefForm = mcptool.RefUUID4Form
 	case settings.KeyForm == "":
 		// A schema that asks for a UUID may be obeyed or not by its
 		// server: the operator says which form it takes.
@@ -785,7 +787,11 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 		case want == mcptool.RefUUIDForm:
 			return &ConfigError{Path: argPath, Problem: fmt.Sprintf("the server's schema asks for a UUID in %q (or refuses the request reference there, and takes a UUID): "+
 				"set \"key_form\": \"uuid\" to send the reference's UUID form, or \"reference\" if the server takes any string there "+
-				"(a change of form changes the key the server sees for actions still unknown: choose before the first call)", to.RefArgument)}
+				"(after a change of form, the actions still unknown wait for a person: choose before the first call)", to.RefArgument)}
+		case want == mcptool.RefUUID4Form:
+			return &ConfigError{Path: argPath, Problem: fmt.Sprintf("the server's schema asks for a version 4 UUID in %q: "+
+				"set \"key_form\": \"uuid4\" to send the reference's UUID form with a version 4 UUID's bits, or \"reference\" if the server takes any string there "+
+				"(after a change of form, the actions still unknown wait for a person: choose before the first call)", to.RefArgument)}
 		}
 	}
 	if settings.Check != nil {

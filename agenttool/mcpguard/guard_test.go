@@ -1449,7 +1449,9 @@ func uuidAirlineWith(a *airline, key, defs map[string]any) *mcp.Server {
 		s.AddTool(&mcp.Tool{Name: name, InputSchema: schema(arg)}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in bookIn
 			json.Unmarshal(req.Params.Arguments, &in)
-			if _, err := uuid.Parse(uuidOf(in)); err != nil {
+			// A server that asks for a version asserts it, as pydantic's
+			// UUID4 does.
+			if u, err := uuid.Parse(uuidOf(in)); err != nil || (key["format"] == "uuid4" && u.Version() != 4) {
 				return refused(arg), nil
 			}
 			res, b, err := a.book(in)
@@ -1491,23 +1493,30 @@ func uuidAirlineWith(a *airline, key, defs map[string]any) *mcp.Server {
 // given. Before, it got the reference, refused it after the call reached
 // it, and every call was unknown.
 func TestGuard_AnArgumentThatTakesUUIDsGetsTheReferencesUUID(t *testing.T) {
-	a := &airline{}
-	config := strings.NewReplacer(`"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "uuid"`,
-		`"ref_argument": "client_reference"`, `"ref_argument": "client_reference", "key_form": "uuid"`).Replace(guardConfig)
-	cs := connect(t, guardOver(t, uuidAirline(a, 0), config, mcpguard.Options{}))
-	a.lose(1)
-	_, first := call(t, cs, "book", lunchFlight, nil)
-	_, again := call(t, cs, "book", lunchFlight, nil)
-	if first.Status != envelope.Success || first.Attempts != 2 || !again.Replayed || a.count() != 1 {
-		t.Fatalf("a keyed booking whose reply was lost, resent, then called again: %s, %s, %d bookings; want success after a resend, its replay, one booking", first, again, a.count())
-	}
-	if _, ok := a.byKey[agenttool.RefUUID(again.RequestRef)]; !ok {
-		t.Errorf("the server's keys %v; want the UUID form of %s", a.byKey, again.RequestRef)
-	}
-	a.lose(1)
-	_, noted := call(t, cs, "book_noted", map[string]any{"flight": "TP1235", "passenger": "Ana Lima"}, nil)
-	if noted.Status != envelope.Success || !noted.Reconciled || a.count() != 2 || a.bookings[1].Reference != agenttool.RefUUID(noted.RequestRef) {
-		t.Errorf("a reconcilable booking whose reply was lost: %s, %d bookings (%+v); want it found by its reference's UUID, not sent again", noted, a.count(), a.bookings)
+	for _, c := range []struct {
+		form, format string
+		of           func(ref string) string
+	}{{"uuid", "uuid", agenttool.RefUUID}, {"uuid4", "uuid4", agenttool.RefUUID4}} {
+		t.Run(c.form, func(t *testing.T) {
+			a := &airline{}
+			config := strings.NewReplacer(`"key_argument": "idempotency_key"`, `"key_argument": "idempotency_key", "key_form": "`+c.form+`"`,
+				`"ref_argument": "client_reference"`, `"ref_argument": "client_reference", "key_form": "`+c.form+`"`).Replace(guardConfig)
+			cs := connect(t, guardOver(t, uuidAirlineWith(a, map[string]any{"type": "string", "format": c.format}, nil), config, mcpguard.Options{}))
+			a.lose(1)
+			_, first := call(t, cs, "book", lunchFlight, nil)
+			_, again := call(t, cs, "book", lunchFlight, nil)
+			if first.Status != envelope.Success || first.Attempts != 2 || !again.Replayed || a.count() != 1 {
+				t.Fatalf("a keyed booking whose reply was lost, resent, then called again: %s, %s, %d bookings; want success after a resend, its replay, one booking", first, again, a.count())
+			}
+			if _, ok := a.byKey[c.of(again.RequestRef)]; !ok {
+				t.Errorf("the server's keys %v; want the %s form of %s", a.byKey, c.form, again.RequestRef)
+			}
+			a.lose(1)
+			_, noted := call(t, cs, "book_noted", map[string]any{"flight": "TP1235", "passenger": "Ana Lima"}, nil)
+			if noted.Status != envelope.Success || !noted.Reconciled || a.count() != 2 || a.bookings[1].Reference != c.of(noted.RequestRef) {
+				t.Errorf("a reconcilable booking whose reply was lost: %s, %d bookings (%+v); want it found by its reference's %s form, not sent again", noted, a.count(), a.bookings, c.form)
+			}
+		})
 	}
 }
 
@@ -1584,7 +1593,9 @@ func TestGuard_AnArgumentThatAsksForAUUIDStopsTheGuardUntilItsFormIsSaid(t *test
 		{"a UUID by $ref", map[string]any{"$ref": "#/$defs/Key"}, map[string]any{"Key": uuidKey},
 			[]string{"mcpServers.airline.tools.book.key_argument", `"key_form": "uuid"`}},
 		{"a version 4 UUID", map[string]any{"type": "string", "format": "uuid4"}, nil,
-			[]string{"mcpServers.airline.tools.book.key_argument", "version 5"}},
+			[]string{"mcpServers.airline.tools.book.key_argument", `"key_form": "uuid4"`}},
+		{"a version 7 UUID", map[string]any{"type": "string", "format": "uuid7"}, nil,
+			[]string{"mcpServers.airline.tools.book.key_argument", "refuses the UUID forms"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := mcpguard.ParseConfig([]byte(guardConfig))

@@ -23,19 +23,32 @@ const (
 	// RefUUIDForm is its UUID form (agenttool.RequestUUID, a version 5
 	// UUID), for a server that takes a UUID there.
 	RefUUIDForm
+	// RefUUID4Form is its UUID form with a version 4 UUID's bits
+	// (agenttool.RefUUID4), for a server that takes only version 4 UUIDs
+	// there (pydantic's UUID4).
+	RefUUID4Form
 )
+
+// refForms are the forms, in the order RefFormFor prefers them.
+var refForms = []RefForm{RefPlain, RefUUIDForm, RefUUID4Form}
 
 // Of returns the value a call whose request reference is ref sends.
 func (f RefForm) Of(ref string) string {
-	if f == RefUUIDForm {
+	switch f {
+	case RefUUIDForm:
 		return agenttool.RefUUID(ref)
+	case RefUUID4Form:
+		return agenttool.RefUUID4(ref)
 	}
 	return ref
 }
 
 func (f RefForm) String() string {
-	if f == RefUUIDForm {
+	switch f {
+	case RefUUIDForm:
 		return "its UUID form"
+	case RefUUID4Form:
+		return "its version 4 UUID form"
 	}
 	return "the reference"
 }
@@ -48,20 +61,21 @@ var ErrRefRefused = errors.New("the argument refuses the request references it w
 
 // RefFormFor reads what the input schema of t says its argument arg
 // takes, and returns the form of request reference that fits there: the
-// reference itself, or its UUID form where the argument asks for a UUID
-// ("format": "uuid", or "uuid1" to "uuid8" for a version, wherever the
-// argument's schema says it: under anyOf, behind a $ref) or refuses the
-// reference — a maxLength under its length, a pattern — but takes a UUID.
-// prefix is what the tool's references start with
+// reference itself; its UUID form where the argument asks for a UUID
+// ("format": "uuid", or "uuid5", wherever the argument's schema says it:
+// under anyOf, behind a $ref) or refuses the reference — a maxLength
+// under its length, a pattern — but takes a UUID; or its version 4 UUID
+// form where it asks for a version 4 UUID ("format": "uuid4", pydantic's
+// UUID4). prefix is what the tool's references start with
 // (agenttool.Options.KeyPrefix: by default the guarded tool's name). An
-// argument that takes neither is an error wrapping ErrRefRefused; a
+// argument that takes none of them is an error wrapping ErrRefRefused; a
 // schema it cannot read says RefPlain.
 //
 // It advises; ToolOptions.RefForm decides. A server may take any string
 // where its schema says "format": "uuid" (format is an annotation unless
-// its validator asserts it), and a tool that changes form changes the key
-// the server sees for the actions still unknown: choose it before the
-// first call, or once they are settled.
+// its validator asserts it), and the form is part of the tool's
+// definition: after a change, the actions still unknown wait for a
+// person. Choose it before the first call, or once they are settled.
 func RefFormFor(t *mcp.Tool, arg, prefix string) (RefForm, error) {
 	annotated := refSchema(t, arg, false)
 	asserted := refSchema(t, arg, true)
@@ -69,44 +83,51 @@ func RefFormFor(t *mcp.Tool, arg, prefix string) (RefForm, error) {
 		return RefPlain, nil
 	}
 	plain := prefix + "/" + refSample
-	uuid := agenttool.RefUUID(plain)
-	plainErr := asserted.Validate(map[string]any{arg: plain})
-	uuidErr := asserted.Validate(map[string]any{arg: uuid})
-	switch {
-	case plainErr == nil:
-		return RefPlain, nil
-	case uuidErr == nil:
-		return RefUUIDForm, nil
-	case annotated.Validate(map[string]any{arg: plain}) != nil:
-		return RefPlain, fmt.Errorf("%w: %q takes neither a request reference nor its UUID form (%s, %s): %s",
-			ErrRefRefused, arg, plain, uuid, clipped(strings.TrimSpace(plainErr.Error())))
+	var firstErr error
+	for _, f := range refForms {
+		err := asserted.Validate(map[string]any{arg: f.Of(plain)})
+		if err == nil {
+			return f, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
 	}
-	return RefPlain, fmt.Errorf("%w: %q asks for a UUID, but refuses the version 5 UUIDs of request references (%s): %s",
-		ErrRefRefused, arg, uuid, clipped(strings.TrimSpace(uuidErr.Error())))
+	if annotated.Validate(map[string]any{arg: plain}) != nil {
+		return RefPlain, fmt.Errorf("%w: %q takes neither a request reference nor its UUID forms (%s, %s, %s): %s",
+			ErrRefRefused, arg, plain, RefUUIDForm.Of(plain), RefUUID4Form.Of(plain), clipped(strings.TrimSpace(firstErr.Error())))
+	}
+	uuidErr := asserted.Validate(map[string]any{arg: RefUUIDForm.Of(plain)})
+	return RefPlain, fmt.Errorf("%w: %q asks for a UUID, but refuses the UUID forms of request references (%s, %s): %s",
+		ErrRefRefused, arg, RefUUIDForm.Of(plain), RefUUID4Form.Of(plain), clipped(strings.TrimSpace(uuidErr.Error())))
 }
 
 // checkRefForm refuses a form of reference that the schema of t's
 // argument arg refuses, as a validator would — its format an annotation
 // for the reference itself (the operator's word that the server takes any
-// string there), asserted for the UUID form (a UUID goes only where the
-// UUID the schema asks for is a version 5 one) — naming the other form
-// where that one fits.
+// string there), asserted for a UUID form (a UUID goes only where the
+// UUID the schema asks for is of its version) — naming another form
+// where one fits.
 func checkRefForm(t *mcp.Tool, arg, prefix string, f RefForm) error {
-	schema := refSchema(t, arg, f == RefUUIDForm)
-	if schema == nil {
-		return nil
+	fits := func(f RefForm) error {
+		schema := refSchema(t, arg, f != RefPlain)
+		if schema == nil {
+			return nil
+		}
+		return schema.Validate(map[string]any{arg: f.Of(prefix + "/" + refSample)})
 	}
-	sample := f.Of(prefix + "/" + refSample)
-	err := schema.Validate(map[string]any{arg: sample})
+	err := fits(f)
 	if err == nil {
 		return nil
 	}
 	hint := ""
-	other := RefForm(1 - f)
-	if s := refSchema(t, arg, other == RefUUIDForm); s != nil && s.Validate(map[string]any{arg: other.Of(prefix + "/" + refSample)}) == nil {
-		hint = fmt.Sprintf("; it takes %s (%s)", other, other.Of(prefix+"/"+refSample))
+	for _, other := range refForms {
+		if other != f && fits(other) == nil {
+			hint = fmt.Sprintf("; it takes %s (%s)", other, other.Of(prefix+"/"+refSample))
+			break
+		}
 	}
-	return fmt.Errorf("%w: %q refuses %s (%s): %s%s", ErrRefRefused, arg, f, sample, clipped(strings.TrimSpace(err.Error())), hint)
+	return fmt.Errorf("%w: %q refuses %s (%s): %s%s", ErrRefRefused, arg, f, f.Of(prefix+"/"+refSample), clipped(strings.TrimSpace(err.Error())), hint)
 }
 
 // refSchema resolves the schema of t's argument arg alone, with what its

@@ -34,8 +34,11 @@ type recordJSON struct {
 	Resolution    *resolutionJSON    `json:"resolution,omitempty"`
 	Outcome       *envelope.Envelope `json:"outcome,omitempty"` // show only: the recorded outcome
 	// UUID, show only, is the reference's UUID form (agenttool.RefUUID):
-	// what a destination that takes UUIDs was given.
-	UUID string `json:"uuid,omitempty"`
+	// what a destination that takes UUIDs was given; UUID4, its form with
+	// a version 4 UUID's bits (agenttool.RefUUID4), what a destination
+	// that takes only those was given.
+	UUID  string `json:"uuid,omitempty"`
+	UUID4 string `json:"uuid4,omitempty"`
 }
 
 type resolutionJSON struct {
@@ -128,7 +131,7 @@ func (r *runner) printList(op *agenttool.Operator, recs []agenttool.Record) erro
 
 func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error {
 	v, outcomeErr := r.view(op, rec)
-	v.UUID = agenttool.RefUUID(v.Ref)
+	v.UUID, v.UUID4 = agenttool.RefUUID(v.Ref), agenttool.RefUUID4(v.Ref)
 	if r.json {
 		if outcomeErr != nil {
 			v.Error = "(outcome unreadable here: " + outcomeErr.Error() + ")"
@@ -144,6 +147,7 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 	}
 	row("reference", "%s", v.Ref)
 	row("as a UUID", "%s", v.UUID)
+	row("as a UUID4", "%s", v.UUID4)
 	row("tool", "%s", v.Tool)
 	row("state", "%s", v.state())
 	row("attempts", "%d", v.Attempts)

@@ -51,7 +51,7 @@ func sampleAnswers() []struct {
 		{"earlier running", answer{reason: reasonEarlierRunning, other: other}},
 		{"earlier running, its holder stopped", answer{reason: reasonEarlierRunning, other: other, now: now, checkAt: now.Add(20 * time.Second)}},
 		{"earlier unknown", answer{reason: reasonEarlierUnknown, other: other, why: "the destination's answer: pending"}},
-		{"earlier unknown, settled by its own resend", answer{reason: reasonEarlierUnknown, other: other, why: "no reconciler can ask the destination, so it waits for a person", resends: true}},
+		{"earlier unknown, settled by its own resend", answer{reason: reasonEarlierUnknown, other: other, why: "no reconciler can ask the destination, and its own request, sent again, settles it", resends: true}},
 		{"earlier applied", answer{reason: reasonEarlierApplied, other: done, result: result}},
 		{"earlier done in place of another", answer{reason: reasonEarlierDone, other: done, result: result}},
 		{"succeeded", answer{reason: reasonSucceeded, attempts: 1, result: result}},

@@ -47,6 +47,9 @@ func (c *call) fence() outcome {
 	cfg := c.t.cfg
 	o := c.other
 	switch {
+	case cfg.Reconciler == nil && c.resendSettles(&o):
+		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
+			why: "no reconciler can ask the destination, and its own request, sent again, settles it"})
 	case cfg.Reconciler == nil:
 		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
 			why: "no reconciler can ask the destination, so it waits for a person"})

@@ -304,3 +304,95 @@ func TestAnUnknownActionIsCheckedOnlyAsItWasSent(t *testing.T) {
 		}
 	})
 }
+
+// scriptedInvoices honours an idempotency key as each tool built by it
+// sends it (sentAs, as keyedInvoices). Its replies follow a script, one
+// entry per request it is sent: "lost before" (the request never reached
+// it), "lost after" (it created the invoice, and the reply was lost), or
+// "" (it answers).
+type scriptedInvoices struct {
+	mu     sync.Mutex
+	keys   map[string]bool
+	script []string
+}
+
+func (a *scriptedInvoices) tool(t *testing.T, store agenttool.Store, sentAs string) *agenttool.Tool {
+	tool, err := agenttool.New("create_invoice", "Create an invoice.", func(ctx context.Context, in invoiceInput) (string, error) {
+		key := agenttool.RequestRef(ctx)
+		switch sentAs {
+		case inHeaderUUID:
+			key = agenttool.RefUUID(key)
+		case inBody:
+			key = "body:" + key
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		step := ""
+		if len(a.script) > 0 {
+			step, a.script = a.script[0], a.script[1:]
+		}
+		if step == "lost before" {
+			return "", errLostReply
+		}
+		a.keys[key] = true
+		if step == "lost after" {
+			return "", errLostReply
+		}
+		return "inv-" + key, nil
+	}, agenttool.Options{Store: store, Class: agenttool.Keyed, RefSentAs: sentAs, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func (a *scriptedInvoices) created() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.keys)
+}
+
+// An action is resent as its latest attempt was sent, whichever
+// definition of the tool made the action. A person found the first
+// attempt (sent by an old replica, the key in the header) not applied; a
+// replica of the new definition (the key's UUID form) took the approved
+// retry, and its reply was lost. That attempt is what the destination may
+// have done, under the UUID form: an old replica must not resend it with
+// the key in the old form — a second invoice — and the new one, which
+// sent it, resends it as it sent it, and settles it.
+func TestAnUnknownActionIsResentOnlyAsItWasSent_AfterAnApprovedRetry(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		api := &scriptedInvoices{keys: map[string]bool{}, script: []string{"lost before", "lost after"}}
+		const in = `{"customer":"acme","amount":1200,"currency":"EUR","memo":"November"}`
+		old, changed := api.tool(t, store, inHeader), api.tool(t, store, inHeaderUUID)
+		first := old.Invoke(scoped(), in)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		op, err := agenttool.NewOperator(store, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "maria", "not in the ledger"); err != nil {
+			t.Fatal(err)
+		}
+		retried := changed.Invoke(scoped(), in)
+		mustStatus(t, retried, envelope.UnknownOutcome)
+		if n := api.created(); n != 1 {
+			t.Fatalf("%d invoices after the approved retry; want 1", n)
+		}
+
+		again := old.Invoke(scoped(), in)
+		if n := api.created(); n != 1 {
+			t.Errorf("%d invoices after the old definition's call (%s); want 1: it resent the action in a form its last attempt was not sent in", n, again)
+		}
+		if again.Status != envelope.UnknownOutcome || again.Next != envelope.AskHuman {
+			t.Errorf("the old definition's call: %s; want unknown, ask_human", again)
+		}
+		if settled := changed.Invoke(scoped(), in); settled.Status != envelope.Success {
+			t.Errorf("the resend by the definition that sent the last attempt: %s; want success", settled)
+		}
+		if n := api.created(); n != 1 {
+			t.Errorf("%d invoices; want 1", n)
+		}
+	})
+}

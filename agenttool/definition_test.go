@@ -396,3 +396,101 @@ func TestAnUnknownActionIsResentOnlyAsItWasSent_AfterAnApprovedRetry(t *testing.
 		}
 	})
 }
+
+// bookings keeps bookings by the client reference each tool built by it
+// sends (sentAs); a cancellation by a reference it does not hold finds
+// nothing, and succeeds, as a compensation must. Its first reply is lost.
+type bookings struct {
+	mu     sync.Mutex
+	live   map[string]bool
+	calls  int
+	undone int
+}
+
+func (b *bookings) ref(ctx context.Context, ref, sentAs string) string {
+	if sentAs == inHeaderUUID {
+		return agenttool.RefUUID(ref)
+	}
+	return ref
+}
+
+func (b *bookings) tool(t *testing.T, store agenttool.Store, sentAs string, approver agenttool.Approver) *agenttool.Tool {
+	tool, err := agenttool.New("book_flight", "Book a flight.", func(ctx context.Context, in invoiceInput) (string, error) {
+		key := b.ref(ctx, agenttool.RequestRef(ctx), sentAs)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.calls++
+		b.live[key] = true
+		if b.calls == 1 {
+			return "", errLostReply
+		}
+		return "booked " + key, nil
+	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, RefSentAs: sentAs, Approver: approver,
+		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
+			key := b.ref(ctx, info.RequestRef, sentAs)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.live[key] {
+				delete(b.live, key)
+				b.undone++
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+func (b *bookings) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.live)
+}
+
+// A compensation finds the action it undoes by its reference, as a check
+// does: run by a definition that hands the destination the reference
+// otherwise, it would find nothing to cancel, succeed, and the action be
+// answered "undone" while the booking stands — and the user, told so,
+// book again. Neither the approver's decision to compensate nor an
+// operator's compensation runs another definition's compensation of it:
+// the action stays unknown, for a person.
+func TestAnUnknownActionIsCompensatedOnlyAsItWasSent(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		api := &bookings{live: map[string]bool{}}
+		const in = `{"customer":"ana","amount":1,"currency":"EUR","memo":"TP1235"}`
+		first := api.tool(t, store, inHeader, nil).Invoke(scoped(), in)
+		mustStatus(t, first, envelope.UnknownOutcome)
+
+		compensate := agenttool.ApproverFunc(func(_ context.Context, req agenttool.ApprovalRequest) (agenttool.Approval, error) {
+			return agenttool.Approval{Decision: agenttool.Compensate, By: "maria", Reason: "cancel it", Attempts: req.Attempts}, nil
+		})
+		changed := api.tool(t, store, inHeaderUUID, compensate)
+		again := changed.Invoke(scoped(), in)
+		if api.count() != 1 || again.Status != envelope.UnknownOutcome || again.Next != envelope.AskHuman {
+			t.Errorf("the approver's compensation under another definition: %s, %d bookings standing; want unknown, ask_human, the booking standing and not called undone", again, api.count())
+		}
+		op, err := agenttool.NewOperator(store, changed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Compensate(context.Background(), first.RequestRef, 1, "maria", "cancel it"); !errors.Is(err, agenttool.ErrSentOtherwise) {
+			t.Errorf("an operator's compensation under another definition: %v; want ErrSentOtherwise", err)
+		}
+		if rec, err := store.Get(context.Background(), first.RequestRef); err != nil || rec.State != agenttool.Unknown || rec.Resolution != nil {
+			t.Errorf("the action after the compensations refused: %+v, %v; want it unknown, unresolved", rec, err)
+		}
+		// Its own definition's compensation finds it, and undoes it.
+		op, err = agenttool.NewOperator(store, api.tool(t, store, inHeader, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Compensate(context.Background(), first.RequestRef, 1, "maria", "cancel it"); err != nil {
+			t.Fatal(err)
+		}
+		if n := api.count(); n != 0 {
+			t.Errorf("%d bookings standing after the compensation as it was sent; want 0", n)
+		}
+	})
+}

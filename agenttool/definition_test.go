@@ -494,3 +494,106 @@ func TestAnUnknownActionIsCompensatedOnlyAsItWasSent(t *testing.T) {
 		}
 	})
 }
+
+// onGet runs a function, once, when a key is read: what another replica
+// does between a claim's read of an action and the fence's takeover.
+type onGet struct {
+	agenttool.Store
+	key  string
+	then atomic.Pointer[func()]
+}
+
+func (s *onGet) Get(ctx context.Context, key string) (agenttool.Record, error) {
+	if key == s.key {
+		if f := s.then.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// The fence checks an earlier action of the scope only as its latest
+// attempt was sent, as the record says when the fence holds it, not as it
+// was when the claim saw it. Between the two, a person found the earlier
+// action's first attempt not applied, and a replica of another definition
+// (the reference's UUID form) took the approved retry, whose outcome is
+// unknown: the fence's check by the old form would read not applied, and
+// close the booking made as not done, replaced by the new write.
+func TestAnUnknownActionIsCheckedOnlyAsItWasSent_WhenItChangesUnderTheFence(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		base := open()
+		var mu sync.Mutex
+		live, script := map[string]bool{}, []string{"lost before", "lost after"}
+		form := func(ref, sentAs string) string {
+			if sentAs == inHeaderUUID {
+				return agenttool.RefUUID(ref)
+			}
+			return ref
+		}
+		build := func(store agenttool.Store, sentAs string, down bool) *agenttool.Tool {
+			check := reconcile.RequestFunc(func(ctx context.Context, req reconcile.Request) reconcile.Answer {
+				if down {
+					return reconcile.CantSayBecause(errors.New("the bookings API is down"))
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if live[form(req.Ref, sentAs)] {
+					return reconcile.AppliedWith(nil)
+				}
+				return reconcile.NotAppliedFenced()
+			})
+			tool, err := agenttool.New("book_flight", "Book a flight.", func(ctx context.Context, in invoiceInput) (string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				step := ""
+				if len(script) > 0 {
+					step, script = script[0], script[1:]
+				}
+				if step == "lost before" {
+					return "", errLostReply
+				}
+				live[form(agenttool.RequestRef(ctx), sentAs)] = true
+				if step == "lost after" {
+					return "", errLostReply
+				}
+				return "booked", nil
+			}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, RefSentAs: sentAs, Reconciler: check, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tool
+		}
+		const x, y = `{"customer":"ana","amount":1,"currency":"EUR","memo":"TP1235"}`, `{"customer":"ana","amount":1,"currency":"EUR","memo":"TP1301"}`
+		first := build(base, inHeader, true).Invoke(scoped(), x)
+		mustStatus(t, first, envelope.UnknownOutcome)
+
+		store := &onGet{Store: base, key: first.RequestRef}
+		old := build(store, inHeader, false)
+		op, err := agenttool.NewOperator(base, build(base, inHeader, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		meanwhile := func() {
+			if err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "maria", "not in the ledger"); err != nil {
+				t.Error(err)
+			}
+			retried := build(base, inHeaderUUID, true).Invoke(scoped(), x)
+			if retried.Status != envelope.UnknownOutcome {
+				t.Errorf("the approved retry by the other definition: %s; want unknown", retried)
+			}
+		}
+		store.then.Store(&meanwhile)
+		next := old.Invoke(scoped(), y)
+		rec, err := base.Get(context.Background(), first.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		booked := len(live)
+		mu.Unlock()
+		if booked != 1 || rec.State != agenttool.Unknown || next.Status == envelope.Success {
+			t.Errorf("the fence's check of the earlier booking, retried another way meanwhile: %s; the earlier booking's record %v (replaced by %q); %d bookings; "+
+				"want the new write held, the earlier booking left unknown", next, rec.State, rec.ReplacedBy, booked)
+		}
+	})
+}

@@ -2,6 +2,8 @@ package agenttool_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"sync"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -594,6 +598,74 @@ func TestAnUnknownActionIsCheckedOnlyAsItWasSent_WhenItChangesUnderTheFence(t *t
 		if booked != 1 || rec.State != agenttool.Unknown || next.Status == envelope.Success {
 			t.Errorf("the fence's check of the earlier booking, retried another way meanwhile: %s; the earlier booking's record %v (replaced by %q); %d bookings; "+
 				"want the new write held, the earlier booking left unknown", next, rec.State, rec.ReplacedBy, booked)
+		}
+	})
+}
+
+// A record an earlier version made keeps that version's one digest of its
+// definition (its lowest bit set). It cannot say how the reference was
+// sent, but it can still say whether the definition was another: an
+// upgrade that also narrows IdentifyingFields gives the request another
+// reference, and the held call must say so — not tell the model that
+// resending the earlier request's exact input settles it, when that input
+// now makes the new reference, held again.
+func TestTwoDefinitionsOfOneToolMakeOneInvoiceAndSayWhy_AcrossAnUpgrade(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		api := &invoiceAPI{invoices: map[string]bool{}}
+		build := func(store agenttool.Store, fields ...string) *agenttool.Tool {
+			tool, err := agenttool.New("create_invoice", "Create an invoice.", api.create, agenttool.Options{
+				Store: store, Class: agenttool.Keyed, IdentifyingFields: fields, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tool
+		}
+		const in = `{"customer":"acme","amount":1200,"currency":"EUR","memo":"November"}`
+		// The earlier version's record: as this version makes it, but for
+		// its definition's digest.
+		scratch := memstore.New()
+		first := build(scratch).Invoke(scoped(), in)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		made, err := scratch.Get(context.Background(), first.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// That version's digest of the definition every field identifies.
+		sum := sha256.Sum256([]byte("retrysafe/definition/v1\x00create_invoice\x00identifying amount, currency, customer, memo; class keyed; fence session; key version 2"))
+		earlier := binary.BigEndian.Uint64(sum[:8]) | 1
+		remake := func(store agenttool.Store, def uint64) {
+			res, err := store.Claim(context.Background(), storekit.ClaimRequest{Key: made.Key, Tool: made.Tool, Principal: made.Principal, Session: made.Session,
+				Fingerprint: made.Fingerprint, FenceScope: made.FenceScope, Definition: def, Owner: "earlier", Now: time.Now(), Lease: time.Minute})
+			if err != nil || !res.Claimed {
+				t.Fatalf("%+v, %v", res, err)
+			}
+			if err := store.Finish(context.Background(), storekit.FinishRequest{Key: made.Key, Token: res.Record.Token, State: agenttool.Unknown, Attempts: 1,
+				Outcome: made.Outcome, Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		remake(store, earlier)
+
+		held := build(store, "customer", "amount", "currency").Invoke(scoped(), in)
+		if ref, _ := held.UnknownRef(); ref != first.RequestRef || held.Error.Code != envelope.CodeEarlierUnknown ||
+			held.Next == envelope.Wait || strings.Contains(held.Note, "settles it safely") ||
+			!strings.Contains(held.Error.Message, "another definition of create_invoice") {
+			t.Errorf("the upgraded definition's identical request: %s; want it held, naming another definition, not told that a resend settles it", held)
+		}
+
+		// Upgraded alone, the same definition: another request of the
+		// scope is told that resending the earlier one settles it, and it
+		// does.
+		same := open()
+		remake(same, earlier)
+		tool := build(same)
+		held = tool.Invoke(scoped(), `{"customer":"acme","amount":900,"currency":"EUR","memo":"December"}`)
+		if held.Next != envelope.Wait || !strings.Contains(held.Note, "settles it safely") || strings.Contains(held.Error.Message, "another definition") {
+			t.Errorf("a request held by the earlier version's action of the same definition: %s; want it told that resending that one settles it", held)
+		}
+		if again := tool.Invoke(scoped(), in); again.Status != envelope.Success {
+			t.Errorf("the resend of the earlier version's action: %s; want success", again)
 		}
 	})
 }

@@ -146,6 +146,9 @@ func (c *call) approve() outcome {
 		return approvedRetry
 	}
 	r, err := c.t.compensate(c.ctx, h, c.scope, res)
+	if r == reasonSentOtherwise {
+		return c.answer(approverAnswered, answer{reason: r, attempts: h.rec.Attempts, other: &h.rec, replayed: true})
+	}
 	return c.answer(approverAnswered, answer{reason: r, attempts: h.rec.Attempts, err: err})
 }
 
@@ -156,7 +159,18 @@ const verdictCompensationFailed = "compensation failed"
 // compensate runs the tool's compensating action for a held unknown record,
 // and returns the answer's reason: compensated, or failed (the error says
 // why; its success not recorded is logged and returned too).
+//
+// An action sent otherwise than this definition of the tool sends it
+// (definition.go) is not compensated: the compensation would look for it
+// by its reference where it never was, find nothing, and call it undone.
+// It is given back as it was (reasonSentOtherwise, ErrSentOtherwise).
 func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) (reason, error) {
+	if cfg := t.cfg; cfg.sentOtherwise(&h.rec) {
+		err := fmt.Errorf("agenttool: %s was sent under definition %s of tool %q, and this one is %s (%s): %w",
+			h.rec.Key, definitionName(h.rec.Definition), t.name, definitionName(cfg.definition), cfg.definitionText, ErrSentOtherwise)
+		cfg.logger.Warn("retrysafe: a compensation of an action sent under another definition of its tool was not run; a person must settle it", "ref", h.rec.Key, "err", err)
+		return reasonSentOtherwise, errors.Join(err, h.stillUnknown(ctx))
+	}
 	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token, Codec: t.cfg.codec}
 	err := t.cfg.Compensate(withCallInfo(h.work, info), info)
 	if err != nil {

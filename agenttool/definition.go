@@ -65,15 +65,23 @@ func (c *config) defineTool(name string, inputFields []string) {
 		fmt.Fprintf(&b, " (exact %s)", strings.Join(exact, ", "))
 	}
 	fmt.Fprintf(&b, "; class %v", c.Class)
+	head := b.String()
+	var tail strings.Builder
+	fmt.Fprintf(&tail, "; fence %v", c.Fence)
+	if c.KeyPrefix != name {
+		fmt.Fprintf(&tail, "; key prefix %q", c.KeyPrefix)
+	}
+	fmt.Fprintf(&tail, "; key version %s", version)
 	if c.RefSentAs != "" {
 		fmt.Fprintf(&b, "; reference sent as %q", c.RefSentAs)
 	}
-	fmt.Fprintf(&b, "; fence %v", c.Fence)
-	if c.KeyPrefix != name {
-		fmt.Fprintf(&b, "; key prefix %q", c.KeyPrefix)
-	}
-	fmt.Fprintf(&b, "; key version %s", version)
+	b.WriteString(tail.String())
 	c.definitionText = b.String()
+	// The one digest an earlier version kept of this definition (which
+	// did not say how the reference is sent): its records are compared
+	// with it (otherDefinition).
+	legacy := sha256.Sum256([]byte("retrysafe/definition/v1\x00" + name + "\x00" + head + tail.String()))
+	c.legacyDefinition = binary.BigEndian.Uint64(legacy[:8]) | 1
 	// Two digests in one (storekit.Record.Definition): how the reference
 	// is sent, in the high half; the whole, in the low half, its lowest
 	// bit clear (set in the one digest of earlier versions) and the next
@@ -93,8 +101,16 @@ func (c *config) sentOtherwise(rec *Record) bool {
 }
 
 // otherDefinition reports whether rec was made under another definition
-// of the tool than c's (false for records of versions whose definitions
-// cannot be compared: none, or one digest of the whole).
+// of the tool than c's (false for records of versions that kept none). A
+// record of a version that kept one digest of the whole (its lowest bit
+// set) is compared with the digest that version made of c's definition:
+// an upgrade that also changes what makes the key is still told apart.
 func (c *config) otherDefinition(rec *Record) bool {
-	return rec.Definition != 0 && rec.Definition&1 == 0 && rec.Definition != c.definition
+	switch {
+	case rec.Definition == 0:
+		return false
+	case rec.Definition&1 == 1:
+		return rec.Definition != c.legacyDefinition
+	}
+	return rec.Definition != c.definition
 }

@@ -64,6 +64,16 @@ func (c *call) fence() outcome {
 	case err != nil:
 		return c.storeFailed(fmt.Errorf("taking over the earlier action %s: %w", o.Key, err))
 	}
+	if cfg.sentOtherwise(&h.rec) {
+		// Retried under another definition since the claim saw it: its
+		// latest attempt is checked only as it was sent.
+		o = h.rec
+		if err := h.stillUnknown(c.ctx); err != nil {
+			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
+		}
+		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
+			why: "it was sent under another definition of the tool, which this one does not check, so it waits for a person"})
+	}
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {
 	case reconcile.Applied:

@@ -417,6 +417,9 @@ type config struct {
 	// (definition.go), definitionText the same in words.
 	definition     uint64
 	definitionText string
+	// legacyDefinition is the digest an earlier version made of the
+	// definition (definition.go).
+	legacyDefinition uint64
 }
 
 func newConfig(name string, o Options) (*config, error) {

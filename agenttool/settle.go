@@ -26,7 +26,8 @@ var (
 	// ErrSentOtherwise: the action handed its destination the reference
 	// otherwise than the tool asked to check it does (Options.RefSentAs
 	// changed since): its reconciler could look for the action where it
-	// never was. Nothing was asked or settled; a person
+	// never was, and its compensation (Options.Compensate) find nothing
+	// to undo and call it undone. Nothing was asked, run or settled; a person
 	// settles it (Operator.ResolveApplied, ResolveNotApplied), or a
 	// replica that sends it as it was sent.
 	ErrSentOtherwise = errors.New("the action was sent otherwise than this definition of its tool sends it")

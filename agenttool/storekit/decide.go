@@ -47,7 +47,10 @@ type ClaimDecision struct {
 //     record is returned, a lapsed pending one turned unknown. Resent or
 //     checked that other way, the destination would not find the first
 //     request, and could do it twice. A claim with no Definition (an
-//     operator's) takes over any;
+//     operator's) takes over any. The record a claim makes says how its
+//     attempt is sent: a takeover alike keeps the record's Definition; an
+//     approved retry (a new attempt) takes the claim's, and so does a
+//     takeover of a record that cannot say (0, lowest bit set);
 //   - failed, replaced by another action (Record.ReplacedBy), with
 //     req.Replace: claimed afresh in place of req.Replace as a new write of
 //     the scope (the slot decides), marked TakenOver.
@@ -232,8 +235,8 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			Attempts: attempts, Created: created, Updated: req.Now, TakenOver: tookOver || retry,
 			Label: req.Label, FenceScope: scope, Replaces: replaces, Definition: req.Definition, Input: req.Input,
 		}
-		if existing != nil && !existing.expired(req.Now) && existing.Definition != 0 {
-			rec.Definition = existing.Definition // the action was made under it
+		if existing != nil && !existing.expired(req.Now) && keepsDefinition(existing.Definition, req.Definition, tookOver) {
+			rec.Definition = existing.Definition // the action was sent under it
 		}
 		if existing != nil && !existing.expired(req.Now) {
 			// A takeover keeps the audit trail and the last outcome seen,
@@ -324,6 +327,26 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		}
 	}
 	return found(ClaimResult{Record: *existing})
+}
+
+// keepsDefinition reports whether a claim of definition def, granted on a
+// live record of definition made, keeps made on the record. The record
+// says how its action's attempts handed the destination the reference
+// (Record.Definition, [SentAlike]), and the claim's attempt is sent as def
+// sends it: a takeover alike (a resend, a check) keeps made, which sends
+// it the same way; a new attempt (an approved retry, a replaced action
+// going on) is sent def's way, its earlier attempts found not applied, and
+// so is a takeover of a record that cannot say (0, or an earlier
+// version's one digest). A claim that says nothing (def 0: an
+// operator's) keeps made.
+func keepsDefinition(made, def uint64, tookOver bool) bool {
+	switch {
+	case def == 0:
+		return made != 0
+	case made == 0 || made&1 == 1:
+		return false
+	}
+	return tookOver
 }
 
 // tell returns r with its notice shortened to req's NoticeHold, if r is a

@@ -105,6 +105,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExpiredLeaseWithoutTakeoverBecomesUnknown", testExpiredBecomesUnknown},
 		{"UnknownTakeover", testUnknownTakeover},
 		{"TakeoverOnlyUnderTheActionsDefinition", testTakeoverOnlyUnderItsDefinition},
+		{"AnAttemptIsRecordedAsItIsSent", testAttemptRecordedAsSent},
 		{"RetryApprovalIsConsumedOnce", testRetryApproval},
 		{"FingerprintMismatch", testFingerprintMismatch},
 		{"PrincipalIsolation", testPrincipalIsolation},
@@ -391,6 +392,65 @@ func testTakeoverOnlyUnderItsDefinition(t *testing.T, s agenttool.Store) {
 	}
 	if r := mustClaim(t, s, under(lapsed, 0, t0.Add(3*minute))); !r.Claimed || !r.TookOver || r.Record.Definition != made {
 		t.Errorf("an operator's takeover (no definition): %+v; want taken over, its definition kept", r)
+	}
+}
+
+// testAttemptRecordedAsSent: a record says how its action's latest
+// attempts handed the destination the reference (Record.Definition). An
+// approved retry is a new attempt, sent as the claim's definition sends
+// it: its record takes that definition, so that, left unknown, it is
+// taken over (resent, checked) only alike to it — not by the definition
+// whose earlier attempt was found not applied. So does a takeover of a
+// record that cannot say (0, or an earlier version's one digest): from it
+// on, the action is sent the claim's way. A takeover alike keeps the
+// record's own, and so does a claim with no definition (an operator's).
+func testAttemptRecordedAsSent(t *testing.T, s agenttool.Store) {
+	const made, changed = 0x1111_2222_3333_4446, 0x5555_6666_3333_4446
+	under := func(key string, def uint64, at time.Time) storekit.ClaimRequest {
+		req := claimReq(key, at)
+		req.TakeOver, req.Definition, req.Owner = true, def, fmt.Sprintf("owner-%x-%v", def, at.Unix())
+		return req
+	}
+	key := newKey()
+	res := mustClaim(t, s, under(key, made, t0))
+	approve := finish(key, res.Record.Token, agenttool.Unknown, t0)
+	approve.RetryApproved = true
+	if err := s.Finish(bg, approve); err != nil {
+		t.Fatal(err)
+	}
+	res = mustClaim(t, s, under(key, changed, t0.Add(time.Minute)))
+	if !res.Claimed || res.TookOver || res.Record.Definition != changed {
+		t.Errorf("an approved retry under another definition: %+v; want claimed, recorded under the retry's definition %x", res, uint64(changed))
+	}
+	if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustClaim(t, s, under(key, made, t0.Add(time.Hour))); r.Claimed {
+		t.Errorf("a takeover, under the definition whose attempt was found not applied, of the retry sent another way: %+v; want it answered unknown", r)
+	}
+	if r := mustClaim(t, s, under(key, changed, t0.Add(2*time.Hour))); !r.Claimed || !r.TookOver || r.Record.Definition != changed {
+		t.Errorf("a takeover under the definition that sent the retry: %+v; want taken over", r)
+	}
+
+	for _, cannotSay := range []uint64{0, 0x5555_6666_3333_4447} {
+		key := newKey()
+		res := mustClaim(t, s, under(key, cannotSay, t0))
+		if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0)); err != nil {
+			t.Fatal(err)
+		}
+		res = mustClaim(t, s, under(key, made, t0.Add(time.Hour)))
+		if !res.Claimed || !res.TookOver || res.Record.Definition != made {
+			t.Errorf("a takeover of a record of definition %x by one that says how it sends: %+v; want taken over, recorded under %x", cannotSay, res, uint64(made))
+		}
+		if err := s.Finish(bg, finish(key, res.Record.Token, agenttool.Unknown, t0.Add(time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		if r := mustClaim(t, s, under(key, changed, t0.Add(2*time.Hour))); r.Claimed {
+			t.Errorf("a takeover under another definition of a record resent under %x: %+v; want it answered unknown", uint64(made), r)
+		}
+		if r := mustClaim(t, s, under(key, 0, t0.Add(3*time.Hour))); !r.Claimed || !r.TookOver || r.Record.Definition != made {
+			t.Errorf("an operator's takeover (no definition): %+v; want taken over, its definition kept", r)
+		}
 	}
 }
 

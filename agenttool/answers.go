@@ -176,7 +176,7 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		unknown(envelope.CodeOutcomeUnknown, fmt.Sprintf("an earlier attempt of this action has an unknown outcome, and was sent under another definition of %s (%s) than this call's (%s: %s), "+
 			"which handed the destination the reference another way: it is neither resent nor checked this way, and a person must settle it",
 			name, definitionName(a.other.Definition), definitionName(t.cfg.definition), t.cfg.definitionText))
-		env.Next, env.Note = envelope.AskHuman, fmt.Sprintf("This may already have happened, and %s has changed since it was sent, so it cannot be retried or checked automatically. "+
+		env.Next, env.Note = envelope.AskHuman, fmt.Sprintf("This may already have happened, and it was sent another way than %s sends it here, so it cannot be retried or checked automatically. "+
 			"Do not call %s again for it; ask a person to confirm reference %s.", name, name, ref)
 	case reasonApprovalPending:
 		unknown(envelope.CodeOutcomeUnknown, a.why)

@@ -165,10 +165,8 @@ const verdictCompensationFailed = "compensation failed"
 // by its reference where it never was, find nothing, and call it undone.
 // It is given back as it was (reasonSentOtherwise, ErrSentOtherwise).
 func (t *Tool) compensate(ctx context.Context, h *holding, scope Scope, res *Resolution) (reason, error) {
-	if cfg := t.cfg; cfg.sentOtherwise(&h.rec) {
-		err := fmt.Errorf("agenttool: %s was sent under definition %s of tool %q, and this one is %s (%s): %w",
-			h.rec.Key, definitionName(h.rec.Definition), t.name, definitionName(cfg.definition), cfg.definitionText, ErrSentOtherwise)
-		cfg.logger.Warn("retrysafe: a compensation of an action sent under another definition of its tool was not run; a person must settle it", "ref", h.rec.Key, "err", err)
+	if err := h.sentOtherwise(); err != nil {
+		t.cfg.logger.Warn("retrysafe: a compensation of an action sent under another definition of its tool was not run; a person must settle it", "ref", h.rec.Key, "err", err)
 		return reasonSentOtherwise, errors.Join(err, h.stillUnknown(ctx))
 	}
 	info := CallInfo{RequestRef: h.rec.Key, Scope: scope, Token: h.token, Codec: t.cfg.codec}

@@ -41,6 +41,10 @@ import (
 //	                               earlier_action_unknown
 //	  settled or taken since the claim saw it → claim again
 
+// whySentOtherwise is why the fence does not check an earlier action sent
+// otherwise than the tool sends it (definition.go).
+const whySentOtherwise = "it was sent under another definition of the tool, which this one does not check, so it waits for a person"
+
 // fence settles the action that holds the scope's slot (c.other), whose
 // outcome is unknown.
 func (c *call) fence() outcome {
@@ -54,8 +58,7 @@ func (c *call) fence() outcome {
 		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
 			why: "no reconciler can ask the destination, so it waits for a person"})
 	case cfg.sentOtherwise(&o):
-		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
-			why: "it was sent under another definition of the tool, which this one does not check, so it waits for a person"})
+		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o, why: whySentOtherwise})
 	}
 	h, err := c.t.takeOver(c.ctx, o.Key)
 	switch {
@@ -71,8 +74,7 @@ func (c *call) fence() outcome {
 		if err := h.stillUnknown(c.ctx); err != nil {
 			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
 		}
-		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o,
-			why: "it was sent under another definition of the tool, which this one does not check, so it waits for a person"})
+		return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o, why: whySentOtherwise})
 	}
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {

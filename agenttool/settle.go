@@ -168,9 +168,8 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 	if r == nil {
 		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: tool %q has no reconciler: %w", h.t.name, ErrInvalidRequest), h.stillUnknown(ctx))
 	}
-	if cfg := h.t.cfg; cfg.sentOtherwise(&h.rec) {
-		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(fmt.Errorf("agenttool: %s was sent under definition %s of tool %q, and this one is %s (%s): %w",
-			h.rec.Key, definitionName(h.rec.Definition), h.t.name, definitionName(cfg.definition), cfg.definitionText, ErrSentOtherwise), h.stillUnknown(ctx))
+	if err := h.sentOtherwise(); err != nil {
+		return reconcile.Answer{Verdict: reconcile.CantSay}, errors.Join(err, h.stillUnknown(ctx))
 	}
 	ans := h.ask(ctx, by)
 	switch ans.Verdict {
@@ -181,6 +180,18 @@ func (h *holding) reconcile(ctx context.Context, by string) (reconcile.Answer, e
 		return ans, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
 	}
 	return ans, h.stillUnknown(ctx)
+}
+
+// sentOtherwise returns an error wrapping ErrSentOtherwise if the held
+// record's action was sent otherwise than h's tool sends it: the tool may
+// neither check nor compensate it. nil otherwise.
+func (h *holding) sentOtherwise() error {
+	cfg := h.t.cfg
+	if !cfg.sentOtherwise(&h.rec) {
+		return nil
+	}
+	return fmt.Errorf("agenttool: %s was sent under definition %s of tool %q, and this one is %s (%s): %w",
+		h.rec.Key, definitionName(h.rec.Definition), h.t.name, definitionName(cfg.definition), cfg.definitionText, ErrSentOtherwise)
 }
 
 // ask asks the destination about the held record through the tool's

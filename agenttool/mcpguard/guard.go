@@ -92,6 +92,14 @@ type Guard struct {
 	// client call that asked for progress, while the call runs.
 	progress sync.Map // string → progressTo
 	tokens   atomic.Uint64
+
+	// clients is who has sent the front requests: its one client's
+	// session while there has been one, and many once a second has.
+	clients struct {
+		sync.Mutex
+		one  *mcp.ServerSession
+		many bool
+	}
 }
 
 // progressGrace is how long a call's progress token is kept after the
@@ -252,6 +260,9 @@ type conversationKey struct{}
 func (g *Guard) receive(next mcp.MethodHandler) mcp.MethodHandler {
 	cv := g.cfg.Conversation
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if s, ok := req.GetSession().(*mcp.ServerSession); ok {
+			g.heard(s)
+		}
 		call, ok := req.(*mcp.CallToolRequest)
 		if !ok || call.Params == nil {
 			return next(ctx, method, req)
@@ -285,6 +296,47 @@ func (g *Guard) receive(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(g.labelled(ctx, call, id), method, req)
 	}
+}
+
+// heard notes that the client of s sent the front a request.
+func (g *Guard) heard(s *mcp.ServerSession) {
+	g.clients.Lock()
+	defer g.clients.Unlock()
+	switch {
+	case g.clients.many, g.clients.one == s:
+	case g.clients.one == nil:
+		g.clients.one = s
+	default:
+		g.clients.one, g.clients.many = nil, true
+	}
+}
+
+// soleClient returns the session of the front's one client, if it has had
+// one only (a desktop client over stdio): nil once a second has sent a
+// request.
+func (g *Guard) soleClient() *mcp.ServerSession {
+	g.clients.Lock()
+	defer g.clients.Unlock()
+	return g.clients.one
+}
+
+// ask passes a server's question, asked during a call (elicitation/create,
+// as servers of the revisions before 2026-07-28 ask), to the client whose
+// call it is, and returns its answer. The server sees one caller, the
+// guard, and its question does not say which call it is for: the guard
+// passes it on only while its front has had one client, whose call it
+// must be — never to a client that may be another user.
+func (g *Guard) ask(ctx context.Context, server string, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	s := g.soleClient()
+	if s == nil {
+		g.log.Warn("mcpguard: a server asked a question during a call; it cannot be passed on, since the guard serves several clients and cannot tell whose call asked it", "server", server)
+		return nil, errors.New("retrysafe guard: the question cannot be passed on: the guard serves several clients, and cannot tell whose call asked it")
+	}
+	res, err := s.Elicit(ctx, req.Params)
+	if err != nil {
+		return nil, fmt.Errorf("retrysafe guard: the question could not be passed to the client: %w", err)
+	}
+	return res, nil
 }
 
 // labelled returns ctx with the call's label (Options.Label).
@@ -436,6 +488,13 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		// SDK's own handling would ask this client, which answers none,
 		// and its failure after the server's answer reads as unknown.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		// A server of an earlier revision asks during the call: the
+		// question goes to the client whose call it is, if the guard can
+		// tell (Guard.ask). The handler declares forms only: a URL
+		// question's completion would not be followed.
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return u.g.ask(ctx, u.name, req)
+		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
 			key, _ := req.Params.ProgressToken.(string)
 			if v, ok := u.g.progress.Load(key); ok && v.(progressTo).server == u.name {

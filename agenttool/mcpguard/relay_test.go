@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -612,5 +613,101 @@ func TestRelay_AnAnswerReachesOnlyTheActionItWasAskedFor(t *testing.T) {
 	res, _ := round(t, ana, msg, asked.RequestState, yes)
 	if res.NeedsInput() || res.IsError || len(sent) != 1 {
 		t.Errorf("ana's own answer: %+v, sent %q; want it sent once", res, sent)
+	}
+}
+
+// askingDuring is a server of the revision before 2026-07-28 whose
+// send_message asks the user "Send it?" during the call
+// (elicitation/create), and sends only if the user accepts.
+func askingDuring(sent *atomic.Int64) *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"},
+		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	yes := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ok": {Type: "boolean"}}}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Send " + in.Text + "?", RequestedSchema: yes})
+			if err != nil {
+				return nil, nil, fmt.Errorf("could not ask the user: %w", err)
+			}
+			if ok, _ := res.Content["ok"].(bool); res.Action != "accept" || !ok {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the user said no; nothing sent"}}}, nil, nil
+			}
+			sent.Add(1)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	return up
+}
+
+// frontClient connects a client of the protocol revision version to the
+// guard's front, which answers a question with answer and records it.
+func frontClient(t *testing.T, g *mcpguard.Guard, version string, asked *[]string, answer bool) *mcp.ClientSession {
+	t.Helper()
+	var mu sync.Mutex
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			mu.Lock()
+			*asked = append(*asked, req.Params.Message)
+			mu.Unlock()
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": answer}}, nil
+		}}).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// A server of the revision before 2026-07-28 asks its question during
+// the call (elicitation/create), and the server sees one caller, the
+// guard. While the guard's front has had one client — a desktop client
+// over stdio — the call is that client's, and the question goes to it:
+// its answer comes back, and the action is done once, or not at all.
+func TestGuard_AServerThatAsksDuringTheCallAsksTheOneClient(t *testing.T) {
+	var sent atomic.Int64
+	g := guardOver(t, askingDuring(&sent), askerConfig, mcpguard.Options{})
+	var asked []string
+	cs := frontClient(t, g, "2025-11-25", &asked, true)
+	_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+	if env.Status != envelope.Success || sent.Load() != 1 || len(asked) != 1 || asked[0] != "Send Lunch??" {
+		t.Fatalf("a call whose server asks during it: %s, %d sent, the client asked %q; want success, one sent, the server's question asked", env, sent.Load(), asked)
+	}
+	if _, again := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil); !again.Replayed || sent.Load() != 1 || len(asked) != 1 {
+		t.Errorf("the same call again: %s, %d sent, %d questions; want it replayed, nothing asked or sent", again, sent.Load(), len(asked))
+	}
+}
+
+// Once a second client has sent the front a request, a question asked
+// during a call cannot be told to be the first's or the second's — two
+// users, over HTTP — and goes to neither: the server is told it cannot be
+// asked, and the call answers as the server does. Nor does a client of
+// the 2026-07-28 revision get a question during a call (the revision
+// has none: a server asks it by answering the call). Nothing is sent.
+func TestGuard_AQuestionDuringACallGoesToNoClientItMayNotBeFor(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		version string
+		second  bool
+	}{{"a second client", "2025-11-25", true}, {"a client of the 2026-07-28 revision", "2026-07-28", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			var sent atomic.Int64
+			g := guardOver(t, askingDuring(&sent), askerConfig, mcpguard.Options{})
+			var asked, askedOther []string
+			cs := frontClient(t, g, c.version, &asked, true)
+			if c.second {
+				other := frontClient(t, g, c.version, &askedOther, true)
+				if _, err := other.ListTools(context.Background(), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+			t.Logf("the call: %s", env)
+			if env.Status == envelope.Success || sent.Load() != 0 || len(asked)+len(askedOther) != 0 {
+				t.Errorf("a question during a call, %s: %s, %d sent, questions %q and %q; want none asked, nothing sent, no success", c.name, env, sent.Load(), asked, askedOther)
+			}
+		})
 	}
 }

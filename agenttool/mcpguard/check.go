@@ -48,7 +48,11 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 	if err != nil {
 		return reconcile.CantSayBecause(err)
 	}
+	// A question the server asks while the check runs is not the user's
+	// to answer (Guard.ask).
+	c.u.checking.Add(1)
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: c.check.Tool, Arguments: args})
+	c.u.checking.Add(-1)
 	if errors.Is(err, mcp.ErrConnectionClosed) {
 		c.u.Lost(s)
 	}

@@ -326,7 +326,17 @@ func (g *Guard) soleClient() *mcp.ServerSession {
 // guard, and its question does not say which call it is for: the guard
 // passes it on only while its front has had one client, whose call it
 // must be — never to a client that may be another user.
-func (g *Guard) ask(ctx context.Context, server string, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+//
+// Nor while the guard's own check runs at the server: the question may be
+// the check's, and a check answers with what the server knows, never with
+// the user's word (a check's question in a multi-round-trip result is not
+// passed on either).
+func (g *Guard) ask(ctx context.Context, u *upstream, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	server := u.name
+	if u.checking.Load() > 0 {
+		g.log.Warn("mcpguard: a server asked a question while a check of the guard's ran there; it is not passed on, since it may be the check's", "server", server)
+		return nil, errors.New("retrysafe guard: the question cannot be passed on: a check of the guard's runs at this server, and the question may be its own; a check is never answered by the user")
+	}
 	s := g.soleClient()
 	if s == nil {
 		g.log.Warn("mcpguard: a server asked a question during a call; it cannot be passed on, since the guard serves several clients and cannot tell whose call asked it", "server", server)
@@ -397,6 +407,11 @@ type upstream struct {
 	cfg  *Server
 
 	http *http.Transport // for a server on HTTP: one for all its sessions
+
+	// checking counts the guard's own checks running at the server: a
+	// question the server asks meanwhile may be a check's, which is never
+	// the user's to answer (Guard.ask).
+	checking atomic.Int64
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -493,7 +508,7 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		// tell (Guard.ask). The handler declares forms only: a URL
 		// question's completion would not be followed.
 		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return u.g.ask(ctx, u.name, req)
+			return u.g.ask(ctx, u, req)
 		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
 			key, _ := req.Params.ProgressToken.(string)

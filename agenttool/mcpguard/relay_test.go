@@ -717,3 +717,66 @@ func TestGuard_AQuestionDuringACallGoesToNoClientItMayNotBeFor(t *testing.T) {
 		})
 	}
 }
+
+// askingCheck is a server of the revision before 2026-07-28 whose
+// book_seat fails its first call (an error after it was sent: unknown)
+// and books nothing, and whose read-only check find_booking asks the user
+// during its call whether the booking was made — and answers found with
+// the user's word.
+func askingCheck(booked *atomic.Int64, checks *atomic.Int64) *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "airline", Version: "1"},
+		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	type bookIn struct {
+		Passenger string `json:"passenger"`
+		Flight    string `json:"flight"`
+		Ref       string `json:"client_reference,omitempty"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "book_seat", Description: "Book a seat."},
+		func(context.Context, *mcp.CallToolRequest, bookIn) (*mcp.CallToolResult, map[string]string, error) {
+			return nil, nil, fmt.Errorf("the booking system timed out")
+		})
+	type findIn struct {
+		Ref string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_booking", Description: "Find a booking by its client reference.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, map[string]bool, error) {
+			checks.Add(1)
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Was " + in.Ref + " booked?",
+				RequestedSchema: &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ok": {Type: "boolean"}}}})
+			if err != nil {
+				return nil, nil, err
+			}
+			ok, _ := res.Content["ok"].(bool)
+			return nil, map[string]bool{"found": res.Action == "accept" && ok}, nil
+		})
+	return up
+}
+
+// A reconcilable tool's check asks the server what became of the action:
+// a fact of the server, never the user's word. A check that asks during
+// its call (elicitation/create) is not passed to the client — as a
+// check's question in a multi-round-trip result is not — and proves
+// nothing: the action stays unknown, and is never told success on the
+// user's answer while nothing was booked.
+func TestGuard_ACheckThatAsksDuringItsCallAsksNoClient(t *testing.T) {
+	var booked, checks atomic.Int64
+	g := guardOver(t, askingCheck(&booked, &checks), `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp",
+  "tools": {"book_seat": {"class": "reconcilable", "ref_argument": "client_reference",
+    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"}, "applied": {"pointer": "/found", "equals": true},
+      "not_applied": {"pointer": "/found", "equals": false}}},
+    "find_booking": {"class": "read_only"}}}}}`, mcpguard.Options{})
+	var asked []string
+	cs := frontClient(t, g, "2025-11-25", &asked, true)
+	args := map[string]any{"passenger": "Ana Lima", "flight": "TP1234"}
+	for i := range 2 { // the call, and the same call again
+		_, env := call(t, cs, "book_seat", args, nil)
+		if len(asked) != 0 || env.Status == envelope.Success {
+			t.Fatalf("a check that asks, call %d: the client was asked %q, the call answered %s with %d booked; want no question, no success",
+				i+1, asked, env, booked.Load())
+		}
+	}
+	if checks.Load() == 0 {
+		t.Fatal("the check never ran")
+	}
+}

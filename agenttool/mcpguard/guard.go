@@ -298,6 +298,15 @@ func (g *Guard) receive(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// oneUser reports whether the guard acts for one user only, as its
+// configuration says: no bearer tokens or OAuth (which let several users
+// in over HTTP), and no Options.Principal (which says who acts call by
+// call). Only then may a question a server asks during a call be passed
+// on (Guard.ask), and does the guard tell its servers it can be asked.
+func (g *Guard) oneUser() bool {
+	return len(g.cfg.Tokens) == 0 && g.cfg.OAuth == nil && g.opts.Principal == nil
+}
+
 // heard notes that the client of s sent the front a request.
 func (g *Guard) heard(s *mcp.ServerSession) {
 	g.clients.Lock()
@@ -497,19 +506,12 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, &mcp.ClientOptions{
+	opts := &mcp.ClientOptions{
 		// A server's request for input (multi-round-trip) comes back as
 		// the call's answer, which mcptool reads as nothing done: the
 		// SDK's own handling would ask this client, which answers none,
 		// and its failure after the server's answer reads as unknown.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		// A server of an earlier revision asks during the call: the
-		// question goes to the client whose call it is, if the guard can
-		// tell (Guard.ask). The handler declares forms only: a URL
-		// question's completion would not be followed.
-		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return u.g.ask(ctx, u, req)
-		},
 		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
 			key, _ := req.Params.ProgressToken.(string)
 			if v, ok := u.g.progress.Load(key); ok && v.(progressTo).server == u.name {
@@ -530,7 +532,19 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 				}
 			}()
 		},
-	})
+	}
+	if u.g.oneUser() {
+		// A server of an earlier revision asks during the call: the
+		// question goes to the client whose call it is, if the guard can
+		// tell (Guard.ask). The handler declares forms only: a URL
+		// question's completion would not be followed. A guard of several
+		// users could pass no question on: it declares none, and a server
+		// that falls back when its client cannot be asked does so.
+		opts.ElicitationHandler = func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return u.g.ask(ctx, u, req)
+		}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, opts)
 	s, err := client.Connect(ctx, tr, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to mcpServers.%s: %w", u.name, err)

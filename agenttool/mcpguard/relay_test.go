@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -778,5 +779,83 @@ func TestGuard_ACheckThatAsksDuringItsCallAsksNoClient(t *testing.T) {
 	}
 	if checks.Load() == 0 {
 		t.Fatal("the check never ran")
+	}
+}
+
+// fallingBack is a server of the revision before 2026-07-28 whose
+// send_message asks the user "Send it?" during the call when its client
+// can be asked (it declared elicitation), and otherwise sends without
+// asking, as many servers fall back.
+func fallingBack(sent *atomic.Int64) *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"},
+		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	yes := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ok": {Type: "boolean"}}}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms if it can be asked."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
+			if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil {
+				res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Send " + in.Text + "?", RequestedSchema: yes})
+				if err != nil {
+					return nil, nil, fmt.Errorf("could not ask the user: %w", err)
+				}
+				if ok, _ := res.Content["ok"].(bool); res.Action != "accept" || !ok {
+					return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the user said no; nothing sent"}}}, nil, nil
+				}
+			}
+			sent.Add(1)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	return up
+}
+
+// A server that falls back when its client cannot be asked (here, it
+// sends without asking) did so behind a guard of several users before
+// the guard passed questions on, and still does: a guard whose
+// configuration names several users (bearer tokens, OAuth) can pass no
+// question on, and tells its servers so when it connects — it declares
+// no elicitation — rather than declaring it and failing every question,
+// each such call turning into an error read as unknown, the user fenced.
+func TestGuard_AServerThatFallsBackWhenNoClientCanBeAskedStillDoes(t *testing.T) {
+	var sent atomic.Int64
+	up := fallingBack(&sent)
+	cfg, err := mcpguard.ParseConfig([]byte(`{
+	  "tokens": {"ana@example.com": "ana-token", "bob@example.com": "bob-token"},
+	  "mcpServers": {"sender": {"command": "sender-mcp", "tools": {"send_message": {"class": "at_most_once"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(up), Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	verify, err := cfg.Verifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(auth.RequireBearerToken(verify, nil)(
+		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)))
+	t.Cleanup(front.Close)
+	var asked atomic.Int64
+	as := func(token string) *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
+			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				asked.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+			}}).Connect(context.Background(),
+			&mcp.StreamableClientTransport{Endpoint: front.URL, HTTPClient: &http.Client{Transport: bearerTransport(token)}},
+			&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	ana := as("ana-token")
+	as("bob-token")
+	_, env := call(t, ana, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
+	if env.Status != envelope.Success || sent.Load() != 1 || asked.Load() != 0 {
+		t.Errorf("ana's call, bob connected too: %s, %d sent, %d questions; want success, sent once without a question, as before the guard passed questions on",
+			env, sent.Load(), asked.Load())
 	}
 }

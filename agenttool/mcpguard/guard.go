@@ -351,8 +351,18 @@ func (g *Guard) ask(ctx context.Context, u *upstream, req *mcp.ElicitRequest) (*
 		g.log.Warn("mcpguard: a server asked a question during a call; it cannot be passed on, since the guard serves several clients and cannot tell whose call asked it", "server", server)
 		return nil, errors.New("retrysafe guard: the question cannot be passed on: the guard serves several clients, and cannot tell whose call asked it")
 	}
+	ctx, stop := u.duringCalls(ctx)
+	if ctx == nil {
+		g.log.Warn("mcpguard: a server asked a question while no call of the guard's ran there; it is not passed on", "server", server)
+		return nil, errors.New("retrysafe guard: the question cannot be passed on: no call of the guard's runs at this server, and only a question asked during a call is")
+	}
+	defer stop()
 	res, err := s.Elicit(ctx, req.Params)
 	if err != nil {
+		if ctx.Err() != nil && context.Cause(ctx) == errCallsEnded {
+			g.log.Warn("mcpguard: a question a server asked during a call was withdrawn from the client: the call it was asked for ended first", "server", server)
+			return nil, fmt.Errorf("retrysafe guard: the question was withdrawn: %w", errCallsEnded)
+		}
 		return nil, fmt.Errorf("retrysafe guard: the question could not be passed to the client: %w", err)
 	}
 	return res, nil
@@ -421,6 +431,15 @@ type upstream struct {
 	// question the server asks meanwhile may be a check's, which is never
 	// the user's to answer (Guard.ask).
 	checking atomic.Int64
+
+	// calls are the guard's calls in flight at the server (tools/call,
+	// each a channel closed when its answer came or the guard gave up on
+	// it): a question passed on lives no longer than they do
+	// (duringCalls).
+	calls struct {
+		sync.Mutex
+		live map[chan struct{}]struct{}
+	}
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -545,6 +564,7 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, opts)
+	client.AddSendingMiddleware(u.tracked)
 	s, err := client.Connect(ctx, tr, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to mcpServers.%s: %w", u.name, err)
@@ -582,6 +602,66 @@ func (u *upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 		u.g.log.Error("mcpguard: the server's tools changed while it was away", "server", u.name, "err", err)
 	}
 	return s, nil
+}
+
+// tracked keeps u.calls: each tools/call the guard sends is in flight
+// from before it is sent until its answer comes or the guard stops
+// waiting for it.
+func (u *upstream) tracked(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		done := make(chan struct{})
+		u.calls.Lock()
+		if u.calls.live == nil {
+			u.calls.live = make(map[chan struct{}]struct{})
+		}
+		u.calls.live[done] = struct{}{}
+		u.calls.Unlock()
+		defer func() {
+			u.calls.Lock()
+			delete(u.calls.live, done)
+			u.calls.Unlock()
+			close(done)
+		}()
+		return next(ctx, method, req)
+	}
+}
+
+// errCallsEnded is the cause of a question's withdrawal (duringCalls).
+var errCallsEnded = errors.New("every call of the guard's that ran at the server when it was asked has ended")
+
+// duringCalls returns ctx ended as soon as every call of the guard's in
+// flight at the server now has ended, or nil if none is. A question the
+// server asks during a call is for one of those, and is withdrawn from
+// the client once its call ends — the server answered, or the guard gave
+// up on it (its attempt timeout and late window passed, or the client
+// cancelled): an answer the user gives later must not reach a server that
+// may act on it after the guard stopped listening, when a check may read
+// the action as not applied and a retry act again. stop releases ctx.
+func (u *upstream) duringCalls(ctx context.Context) (_ context.Context, stop func()) {
+	u.calls.Lock()
+	live := make([]chan struct{}, 0, len(u.calls.live))
+	for c := range u.calls.live {
+		live = append(live, c)
+	}
+	u.calls.Unlock()
+	if len(live) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for _, c := range live {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return
+			}
+		}
+		cancel(errCallsEnded)
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // Lost forgets s, if it is the current session: the next call connects

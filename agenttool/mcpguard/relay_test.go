@@ -859,3 +859,118 @@ func TestGuard_AServerThatFallsBackWhenNoClientCanBeAskedStillDoes(t *testing.T)
 			env, sent.Load(), asked.Load())
 	}
 }
+
+// slowToForget is a server of the revision before 2026-07-28 whose
+// send_message asks the user "Send it?" during the call and sends, under
+// the client reference, once the user accepts — and goes on waiting for
+// the answer when its call is cancelled, as a server that does not pass
+// a cancellation on to its question does. find_message, read-only, says
+// whether a message went under a reference. Each call of send_message
+// sends on ended as it ends.
+func slowToForget(sent *atomic.Int64, ended chan<- struct{}) *mcp.Server {
+	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"},
+		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	var mu sync.Mutex
+	refs := map[string]bool{}
+	type sendRefIn struct {
+		To   string `json:"to"`
+		Text string `json:"text"`
+		Ref  string `json:"client_reference,omitempty"`
+	}
+	yes := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ok": {Type: "boolean"}}}
+	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in sendRefIn) (*mcp.CallToolResult, map[string]string, error) {
+			defer func() { ended <- struct{}{} }()
+			res, err := req.Session.Elicit(context.WithoutCancel(ctx), &mcp.ElicitParams{Message: "Send " + in.Text + "?", RequestedSchema: yes})
+			if err != nil {
+				return nil, nil, fmt.Errorf("could not ask the user: %w", err)
+			}
+			if ok, _ := res.Content["ok"].(bool); res.Action != "accept" || !ok {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the user said no; nothing sent"}}}, nil, nil
+			}
+			mu.Lock()
+			refs[in.Ref] = true
+			mu.Unlock()
+			sent.Add(1)
+			return nil, map[string]string{"sent": in.Text}, nil
+		})
+	type findIn struct {
+		Ref string `json:"client_reference"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "find_message", Description: "Find a message by its client reference.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in findIn) (*mcp.CallToolResult, map[string]bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return nil, map[string]bool{"found": refs[in.Ref]}, nil
+		})
+	return up
+}
+
+// A question a server asks during a call lives no longer than the call:
+// once the guard gives up on the call (its attempt timeout and late
+// window passed), the question is withdrawn from the client, and the
+// server is told it cannot be asked. Else a user's late "yes" reaches a
+// server that acts on it after the guard stopped listening — after the
+// check read the action as not applied and the model's retry sent it,
+// asking again: the message went twice.
+func TestGuard_AQuestionLivesNoLongerThanItsCall(t *testing.T) {
+	var sent atomic.Int64
+	ended := make(chan struct{}, 4)
+	g := guardOver(t, slowToForget(&sent, ended), `{"principal": "ana@example.com", "mcpServers": {"sender": {"command": "sender-mcp",
+  "tools": {"send_message": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "300ms", "listen_late": "100ms",
+    "check": {"tool": "find_message", "arguments": {"client_reference": "${ref}"}, "applied": {"pointer": "/found", "equals": true},
+      "not_applied": {"pointer": "/found", "equals": false}}},
+    "find_message": {"class": "read_only"}}}}}`, mcpguard.Options{})
+	// The user answers the first question late, whatever became of it;
+	// any later one at once.
+	late := make(chan struct{})
+	var questions atomic.Int64
+	withdrawn := make(chan bool, 1)
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(context.Background(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if questions.Add(1) == 1 {
+				<-late
+				withdrawn <- ctx.Err() != nil
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		}}).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+
+	args := map[string]any{"to": "#team", "text": "Lunch?"}
+	_, first := call(t, cs, "send_message", args, nil)
+	if first.Status != envelope.UnknownOutcome {
+		t.Fatalf("a call whose question outlived its attempt: %s; want unknown_outcome", first)
+	}
+	// The model calls again until the check may read the action as not
+	// applied and the guard sends it again, asking again.
+	var env envelope.Envelope
+	for i := 0; i < 40 && env.Status != envelope.Success; i++ {
+		time.Sleep(50 * time.Millisecond)
+		_, env = call(t, cs, "send_message", args, nil)
+	}
+	if env.Status != envelope.Success || sent.Load() != 1 {
+		t.Fatalf("the call again, once the check could read it: %s, %d sent; want success, sent once", env, sent.Load())
+	}
+	close(late) // the user answers the first question at last
+	if !<-withdrawn {
+		t.Error("the first question was still open at the client after its call ended; want it withdrawn")
+	}
+	for range 2 { // both calls of send_message have ended at the server
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the server's first call never ended")
+		}
+	}
+	if n := sent.Load(); n != 1 {
+		t.Errorf("after the user's late answer to the first question: %d sent; want 1", n)
+	}
+}

@@ -340,7 +340,11 @@ func (g *Guard) soleClient() *mcp.ServerSession {
 // the check's, and a check answers with what the server knows, never with
 // the user's word (a check's question in a multi-round-trip result is not
 // passed on either).
-func (g *Guard) ask(ctx context.Context, u *upstream, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+//
+// A question is passed on only while the guard waits for every call of
+// its own that runs on the session it came on, and lives no longer than
+// they do (flights.during).
+func (g *Guard) ask(ctx context.Context, u *upstream, calls *flights, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 	server := u.name
 	if u.checking.Load() > 0 {
 		g.log.Warn("mcpguard: a server asked a question while a check of the guard's ran there; it is not passed on, since it may be the check's", "server", server)
@@ -351,18 +355,21 @@ func (g *Guard) ask(ctx context.Context, u *upstream, req *mcp.ElicitRequest) (*
 		g.log.Warn("mcpguard: a server asked a question during a call; it cannot be passed on, since the guard serves several clients and cannot tell whose call asked it", "server", server)
 		return nil, errors.New("retrysafe guard: the question cannot be passed on: the guard serves several clients, and cannot tell whose call asked it")
 	}
-	ctx, stop := u.duringCalls(ctx)
-	if ctx == nil {
-		g.log.Warn("mcpguard: a server asked a question while no call of the guard's ran there; it is not passed on", "server", server)
-		return nil, errors.New("retrysafe guard: the question cannot be passed on: no call of the guard's runs at this server, and only a question asked during a call is")
+	ctx, stop, why := calls.during(ctx)
+	if why != nil {
+		g.log.Warn("mcpguard: a server asked a question that may be for no call the guard still waits for; it is not passed on", "server", server, "why", why)
+		return nil, fmt.Errorf("retrysafe guard: the question cannot be passed on: %w", why)
 	}
 	defer stop()
 	res, err := s.Elicit(ctx, req.Params)
+	if why := context.Cause(ctx); errors.Is(why, errCallsEnded) || errors.Is(why, errCallGivenUp) {
+		// Withdrawn — even if the client's answer came meanwhile: it
+		// must not reach a server the guard no longer listens to.
+		g.log.Warn("mcpguard: a question a server asked during a call was withdrawn from the client: a call it may be for ended first", "server", server,
+			"why", context.Cause(ctx))
+		return nil, fmt.Errorf("retrysafe guard: the question was withdrawn: %w", context.Cause(ctx))
+	}
 	if err != nil {
-		if ctx.Err() != nil && context.Cause(ctx) == errCallsEnded {
-			g.log.Warn("mcpguard: a question a server asked during a call was withdrawn from the client: the call it was asked for ended first", "server", server)
-			return nil, fmt.Errorf("retrysafe guard: the question was withdrawn: %w", errCallsEnded)
-		}
 		return nil, fmt.Errorf("retrysafe guard: the question could not be passed to the client: %w", err)
 	}
 	return res, nil
@@ -432,14 +439,11 @@ type upstream struct {
 	// the user's to answer (Guard.ask).
 	checking atomic.Int64
 
-	// calls are the guard's calls in flight at the server (tools/call,
-	// each a channel closed when its answer came or the guard gave up on
-	// it): a question passed on lives no longer than they do
-	// (duringCalls).
-	calls struct {
-		sync.Mutex
-		live map[chan struct{}]struct{}
-	}
+	// landing is, for each guarded tool of the server (by its name
+	// there), how long after the guard gives up on a call of it the
+	// call's request may still land, as the tool's rules count it
+	// (flights.ended).
+	landing sync.Map // string → landing
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -525,6 +529,9 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The calls of this session: a question the server asks on it is for
+	// one of them (Guard.ask).
+	calls := &flights{u: u}
 	opts := &mcp.ClientOptions{
 		// A server's request for input (multi-round-trip) comes back as
 		// the call's answer, which mcptool reads as nothing done: the
@@ -560,11 +567,11 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		// users could pass no question on: it declares none, and a server
 		// that falls back when its client cannot be asked does so.
 		opts.ElicitationHandler = func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return u.g.ask(ctx, u, req)
+			return u.g.ask(ctx, u, calls, req)
 		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, opts)
-	client.AddSendingMiddleware(u.tracked)
+	client.AddSendingMiddleware(calls.track)
 	s, err := client.Connect(ctx, tr, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to mcpServers.%s: %w", u.name, err)
@@ -604,64 +611,156 @@ func (u *upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	return s, nil
 }
 
-// tracked keeps u.calls: each tools/call the guard sends is in flight
-// from before it is sent until its answer comes or the guard stops
-// waiting for it.
-func (u *upstream) tracked(next mcp.MethodHandler) mcp.MethodHandler {
+// flights are the guard's calls in flight on one session to a server
+// (tools/call), and the questions the server asked on it that the guard
+// passed on. A question says nothing of the call it is for, and the
+// server sees one caller: it may be for any call of the guard's that ran
+// on the session when it was asked. It lives no longer than the guard
+// waits for all of them (the server answered, or the guard gave up: its
+// attempt timeout and late window passed, or the client cancelled), nor
+// past the guard giving up on any one with effects: an answer the user
+// gives after that must not reach a server that may act on it, unheard,
+// when a check may read the action as not applied and a retry act again.
+type flights struct {
+	u *upstream
+
+	mu        sync.Mutex
+	live      map[*flight]struct{}
+	questions map[*question]struct{}
+	// quiet is until when a call the guard gave up on may still land, as
+	// its tool's rules count it: a question asked before then may be its.
+	quiet time.Time
+}
+
+// flight is one call in flight.
+type flight struct {
+	sent    time.Time
+	landing landing
+}
+
+// landing is how long a guarded tool's request may land, as its rules
+// count it (agenttool.Options): a not-applied answer is trusted once
+// AttemptTimeout, LateWindow and ClockSkew have passed after the attempt
+// ended, and the attempt ends AttemptTimeout after it was sent at the
+// latest.
+type landing struct {
+	effects             bool // an at_most_once or reconcilable tool's: false for a keyed one, a read-only one, a check
+	attempt, late, skew time.Duration
+}
+
+// question is a question passed on, and the calls it may be for.
+type question struct {
+	waiting map[*flight]struct{}
+	cancel  context.CancelCauseFunc
+}
+
+var (
+	errNoCall      = errors.New("no call of the guard's runs at this server, and only a question asked during a call is passed on")
+	errCallsEnded  = errors.New("every call of the guard's that ran at the server when it was asked has ended")
+	errCallGivenUp = errors.New("the guard gave up on a call that ran at the server when it was asked, which it may be for")
+	errQuiet       = errors.New("the guard gave up on a call at this server whose request may still land, which it may be for")
+)
+
+// track keeps f: each tools/call the guard sends is in flight from before
+// it is sent until its answer comes or the guard stops waiting for it.
+func (f *flights) track(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/call" {
 			return next(ctx, method, req)
 		}
-		done := make(chan struct{})
-		u.calls.Lock()
-		if u.calls.live == nil {
-			u.calls.live = make(map[chan struct{}]struct{})
+		c := &flight{sent: time.Now()}
+		if p, ok := req.GetParams().(*mcp.CallToolParams); ok && p != nil {
+			if l, ok := f.u.landing.Load(p.Name); ok {
+				c.landing = l.(landing)
+			}
 		}
-		u.calls.live[done] = struct{}{}
-		u.calls.Unlock()
-		defer func() {
-			u.calls.Lock()
-			delete(u.calls.live, done)
-			u.calls.Unlock()
-			close(done)
-		}()
-		return next(ctx, method, req)
+		f.mu.Lock()
+		if f.live == nil {
+			f.live = make(map[*flight]struct{})
+		}
+		f.live[c] = struct{}{}
+		f.mu.Unlock()
+		res, err := next(ctx, method, req)
+		// With no answer (the guard stopped waiting, the session or its
+		// stream failed, or an error the guard cannot tell from a
+		// proxy's), the server may still run the call.
+		f.ended(c, err != nil)
+		return res, err
 	}
 }
 
-// errCallsEnded is the cause of a question's withdrawal (duringCalls).
-var errCallsEnded = errors.New("every call of the guard's that ran at the server when it was asked has ended")
-
-// duringCalls returns ctx ended as soon as every call of the guard's in
-// flight at the server now has ended, or nil if none is. A question the
-// server asks during a call is for one of those, and is withdrawn from
-// the client once its call ends — the server answered, or the guard gave
-// up on it (its attempt timeout and late window passed, or the client
-// cancelled): an answer the user gives later must not reach a server that
-// may act on it after the guard stopped listening, when a check may read
-// the action as not applied and a retry act again. stop releases ctx.
-func (u *upstream) duringCalls(ctx context.Context) (_ context.Context, stop func()) {
-	u.calls.Lock()
-	live := make([]chan struct{}, 0, len(u.calls.live))
-	for c := range u.calls.live {
-		live = append(live, c)
+// ended takes c out of f, and withdraws the questions that must not
+// outlive it: each that ran only as long as c, and, if the guard gave up
+// on c and c has effects, each that may be c's.
+func (f *flights) ended(c *flight, unanswered bool) {
+	gaveUp := unanswered && c.landing.effects
+	type withdrawal struct {
+		cancel context.CancelCauseFunc
+		why    error
 	}
-	u.calls.Unlock()
-	if len(live) == 0 {
-		return nil, nil
+	var out []withdrawal
+	f.mu.Lock()
+	delete(f.live, c)
+	if gaveUp {
+		// The attempt ended at its deadline at the latest, or when the
+		// guard gave up if sooner; its request may land until the attempt
+		// timeout, the late window and the clock skew have passed after
+		// that.
+		end := time.Now()
+		if deadline := c.sent.Add(c.landing.attempt); c.landing.attempt > 0 && deadline.Before(end) {
+			end = deadline
+		}
+		if until := end.Add(c.landing.attempt + c.landing.late + c.landing.skew); until.After(f.quiet) {
+			f.quiet = until
+		}
+	}
+	for q := range f.questions {
+		if _, ok := q.waiting[c]; !ok {
+			continue
+		}
+		delete(q.waiting, c)
+		switch {
+		case gaveUp:
+			out = append(out, withdrawal{q.cancel, errCallGivenUp})
+		case len(q.waiting) == 0:
+			out = append(out, withdrawal{q.cancel, errCallsEnded})
+		default:
+			continue
+		}
+		delete(f.questions, q)
+	}
+	f.mu.Unlock()
+	for _, w := range out {
+		w.cancel(w.why)
+	}
+}
+
+// during returns ctx ended as soon as a call of the guard's in flight on
+// the session now ends — every one of them, or one with effects the guard
+// gives up on — or else why the question it is for is not passed on at
+// all: no call is in flight, or a call the guard gave up on may still
+// land. stop releases ctx.
+func (f *flights) during(ctx context.Context) (_ context.Context, stop func(), why error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case len(f.live) == 0:
+		return nil, nil, errNoCall
+	case time.Now().Before(f.quiet):
+		return nil, nil, errQuiet
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		for _, c := range live {
-			select {
-			case <-c:
-			case <-ctx.Done():
-				return
-			}
-		}
-		cancel(errCallsEnded)
-	}()
-	return ctx, func() { cancel(nil) }
+	q := &question{waiting: maps.Clone(f.live), cancel: cancel}
+	if f.questions == nil {
+		f.questions = make(map[*question]struct{})
+	}
+	f.questions[q] = struct{}{}
+	return ctx, func() {
+		f.mu.Lock()
+		delete(f.questions, q)
+		f.mu.Unlock()
+		cancel(nil)
+	}, nil
 }
 
 // Lost forgets s, if it is the current session: the next call connects
@@ -975,6 +1074,19 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	if u.g.opts.Tune != nil {
 		u.g.opts.Tune(fn, &o)
 	}
+	// How long after the guard gave up on a call of the tool its request
+	// may land, for the questions the server asks meanwhile (flights). A
+	// keyed tool's server acts once per key: an answer that reaches it
+	// late acts at most once, and its resend, under the same key, may ask
+	// again while the guard still listens for the first attempt.
+	l := landing{effects: class != agenttool.Keyed, attempt: o.AttemptTimeout, late: max(o.LateWindow, to.LateWindow), skew: o.ClockSkew}
+	switch {
+	case l.skew == 0:
+		l.skew = time.Second // agenttool's default
+	case l.skew < 0:
+		l.skew = 0
+	}
+	u.landing.Store(t.Name, l)
 	// Arguments the server's schema refuses are refused here, nothing
 	// sent: sent, a refusal would be unknown (MCP reports an error after
 	// acting the same way), and hold the tool's fence.

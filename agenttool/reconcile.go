@@ -72,14 +72,14 @@ func (t *Tool) reported(ctx context.Context, ans reconcile.Answer, ref, by strin
 // attempt of the action may have been sent until heldUntil (the end of a
 // lapsed lease taken over, or the end of an attempt of the call's own), a
 // not-applied answer proves nothing until that attempt can no longer be in
-// flight — heldUntil plus AttemptTimeout, LateWindow and ClockSkew. Before then it
+// flight — heldUntil plus Settings.InFlight. Before then it
 // counts as pending, unless the destination refuses stale requests
 // (reconcile.Answer.Fenced).
 func (t *Tool) trust(ans reconcile.Answer, heldUntil time.Time) reconcile.Answer {
 	if ans.Verdict != reconcile.NotApplied || ans.Fenced || heldUntil.IsZero() {
 		return ans
 	}
-	safe := heldUntil.Add(t.cfg.AttemptTimeout + t.cfg.LateWindow + t.cfg.ClockSkew)
+	safe := heldUntil.Add(t.Settings().InFlight())
 	if t.cfg.Now().Before(safe) {
 		return reconcile.Answer{Verdict: reconcile.Pending,
 			Err: fmt.Errorf("not found, but an earlier holder's attempt may be in flight until %s", safe.Format(time.RFC3339Nano))}

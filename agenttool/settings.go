@@ -39,3 +39,14 @@ func (t *Tool) Settings() Settings {
 		ClockSkew:      c.ClockSkew,
 	}
 }
+
+// InFlight is how long after an attempt ended its request may still land
+// at the destination, as the tool counts it: AttemptTimeout (a request
+// sent at the attempt's end may take as long), LateWindow and ClockSkew.
+// A destination's not-applied answer proves nothing of the attempt until
+// then. An adapter that lets anything reach the destination on the
+// attempt's behalf after the attempt ended — a user's answer to the
+// destination's question — must hold it back as long.
+func (s Settings) InFlight() time.Duration {
+	return s.AttemptTimeout + s.LateWindow + s.ClockSkew
+}

@@ -26,4 +26,9 @@ func TestSettingsAreWhatTheToolRunsWith(t *testing.T) {
 	if s.Lease != time.Minute || s.WaitTimeout != 10*time.Second || s.Retry.MaxElapsed != 15*time.Second || s.Fence != agenttool.FenceSession {
 		t.Errorf("settings %+v do not carry the defaults", s)
 	}
+	// An attempt's request may land until its timeout, the late window
+	// (none) and the default clock skew have passed after it ended.
+	if got := s.InFlight(); got != 3*time.Second+time.Second {
+		t.Errorf("InFlight() = %v, want 4s", got)
+	}
 }

@@ -639,13 +639,12 @@ type flight struct {
 }
 
 // landing is how long a guarded tool's request may land, as its rules
-// count it (agenttool.Options): a not-applied answer is trusted once
-// AttemptTimeout, LateWindow and ClockSkew have passed after the attempt
-// ended, and the attempt ends AttemptTimeout after it was sent at the
-// latest.
+// count it: the attempt ends AttemptTimeout after it was sent at the
+// latest, and its request may land until the tool's in-flight time
+// (agenttool.Settings.InFlight) has passed after that.
 type landing struct {
-	effects             bool // an at_most_once or reconcilable tool's: false for a keyed one, a read-only one, a check
-	attempt, late, skew time.Duration
+	effects           bool // an at_most_once or reconcilable tool's: false for a keyed one, a read-only one, a check
+	attempt, inFlight time.Duration
 }
 
 // question is a question passed on, and the calls it may be for.
@@ -703,14 +702,13 @@ func (f *flights) ended(c *flight, unanswered bool) {
 	delete(f.live, c)
 	if gaveUp {
 		// The attempt ended at its deadline at the latest, or when the
-		// guard gave up if sooner; its request may land until the attempt
-		// timeout, the late window and the clock skew have passed after
-		// that.
+		// guard gave up if sooner; its request may land until the tool's
+		// in-flight time has passed after that.
 		end := time.Now()
 		if deadline := c.sent.Add(c.landing.attempt); c.landing.attempt > 0 && deadline.Before(end) {
 			end = deadline
 		}
-		if until := end.Add(c.landing.attempt + c.landing.late + c.landing.skew); until.After(f.quiet) {
+		if until := end.Add(c.landing.inFlight); until.After(f.quiet) {
 			f.quiet = until
 		}
 	}
@@ -1074,19 +1072,6 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	if u.g.opts.Tune != nil {
 		u.g.opts.Tune(fn, &o)
 	}
-	// How long after the guard gave up on a call of the tool its request
-	// may land, for the questions the server asks meanwhile (flights). A
-	// keyed tool's server acts once per key: an answer that reaches it
-	// late acts at most once, and its resend, under the same key, may ask
-	// again while the guard still listens for the first attempt.
-	l := landing{effects: class != agenttool.Keyed, attempt: o.AttemptTimeout, late: max(o.LateWindow, to.LateWindow), skew: o.ClockSkew}
-	switch {
-	case l.skew == 0:
-		l.skew = time.Second // agenttool's default
-	case l.skew < 0:
-		l.skew = 0
-	}
-	u.landing.Store(t.Name, l)
 	// Arguments the server's schema refuses are refused here, nothing
 	// sent: sent, a refusal would be unknown (MCP reports an error after
 	// acting the same way), and hold the tool's fence.
@@ -1107,6 +1092,13 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 	case err != nil:
 		return &ConfigError{Path: path, Problem: strings.TrimPrefix(err.Error(), "mcptool: ")}
 	}
+	// How long after the guard gave up on a call of the tool its request
+	// may land, for the questions the server asks meanwhile (flights). A
+	// keyed tool's server acts once per key: an answer that reaches it
+	// late acts at most once, and its resend, under the same key, may ask
+	// again while the guard still listens for the first attempt.
+	set := guarded.Settings()
+	u.landing.Store(t.Name, landing{effects: class != agenttool.Keyed, attempt: set.AttemptTimeout, inFlight: set.InFlight()})
 	op, err := agenttool.NewOperator(u.g.store, guarded)
 	if err != nil {
 		return err

@@ -38,6 +38,12 @@ func TestGuardMeasuresEveryPath(t *testing.T) {
 			t.Errorf("%s: %v, want a measured figure; report %+v", name, v, g)
 		}
 	}
+	if g.StoreTimePerCall <= 0 || g.HTTPStoreTimePerCall <= 0 {
+		t.Errorf("the guards' store time a call: stdio %v, HTTP %v; want both read from the guards", g.StoreTimePerCall, g.HTTPStoreTimePerCall)
+	}
+	if g.StdioBeyond == 0 || g.HTTPBeyond == 0 {
+		t.Errorf("beyond the store's commits: stdio %v, HTTP %v; want both measured", g.StdioBeyond, g.HTTPBeyond)
+	}
 	switch {
 	case g.OwnCore == nil && g.OwnCoreNot == "":
 		t.Errorf("the run on separate cores: neither figures nor why not; report %+v", g)

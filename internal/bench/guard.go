@@ -61,6 +61,14 @@ func benchServer() *mcp.Server {
 	}) (*mcp.CallToolResult, map[string]int64, error) {
 		return nil, map[string]int64{"booking": n.Add(1)}, nil
 	})
+	// look is book's read-only twin: through the guard, passed through
+	// untouched, it costs the second MCP round trip alone.
+	mcp.AddTool(s, &mcp.Tool{Name: "look", Description: "Look.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in struct {
+			Seat string `json:"seat"`
+		}) (*mcp.CallToolResult, map[string]int64, error) {
+			return nil, map[string]int64{"bookings": n.Load()}, nil
+		})
 	return s
 }
 
@@ -143,25 +151,31 @@ type loneResult struct {
 	Direct, Guarded time.Duration // p50 of the calls
 	Store           time.Duration // the guard's commits, a call
 	Beyond          time.Duration // through the guard beyond straight and the store's commits: the median of the blocks'
+	// Hop is what a read-only call passed through the guard adds to
+	// straight: the second MCP round trip alone (the median of the
+	// blocks').
+	Hop time.Duration
 }
 
-// lone makes n calls straight and n through the guard, one caller, in
-// blocks of loneBlock that take turns (which goes first alternating), so
-// that the machine's drift hits both alike. Each pair of blocks gives
-// what the guard added beyond its store's commits, read from the guard
-// around its block: the guarded block's mean less the straight one's and
-// the commits' time a call. The median of those is the figure; the p50s
-// of the calls are beside it.
+// lone makes n calls straight, n through the guard and n read-only ones
+// passed through it, one caller, in blocks of loneBlock that take turns
+// (straight first, then last), so that the machine's drift hits all
+// alike. Each turn gives what the guard added beyond its store's commits
+// — the guarded block's mean less the straight one's and the commits'
+// time a call, read from the guard around its block — and what the
+// second round trip alone adds (the passed-through block's mean less the
+// straight one's). The medians of those are the figures; the p50s of the
+// calls are beside them.
 func lone(ctx context.Context, straight, guarded *mcp.ClientSession, tag string, n int) (loneResult, error) {
-	var direct, through, beyond []time.Duration
+	var direct, through, passed, beyond, hop []time.Duration
 	var store time.Duration
 	i := 0
-	block := func(cs *mcp.ClientSession, into *[]time.Duration) (time.Duration, error) {
+	block := func(cs *mcp.ClientSession, tool string, into *[]time.Duration) (time.Duration, error) {
 		var sum time.Duration
 		for range loneBlock {
 			i++
 			start := time.Now()
-			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "book", Arguments: map[string]any{"seat": tag + strconv.Itoa(i)}})
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"seat": tag + strconv.Itoa(i)}})
 			if err != nil {
 				return 0, err
 			}
@@ -175,33 +189,35 @@ func lone(ctx context.Context, straight, guarded *mcp.ClientSession, tag string,
 		return sum / loneBlock, nil
 	}
 	for b := 0; b < max(1, n/loneBlock); b++ {
-		var ds, dg, before, after time.Duration
-		var err error
-		guardedBlock := func() error {
-			if before, err = storeTimeOf(ctx, guarded); err != nil {
+		var ds, dg, dp, before, after time.Duration
+		turn := []func() error{
+			func() (err error) { ds, err = block(straight, "book", &direct); return err },
+			func() (err error) {
+				if before, err = storeTimeOf(ctx, guarded); err != nil {
+					return err
+				}
+				if dg, err = block(guarded, "book", &through); err != nil {
+					return err
+				}
+				after, err = storeTimeOf(ctx, guarded)
 				return err
-			}
-			if dg, err = block(guarded, &through); err != nil {
-				return err
-			}
-			after, err = storeTimeOf(ctx, guarded)
-			return err
+			},
+			func() (err error) { dp, err = block(guarded, "look", &passed); return err },
 		}
-		if b%2 == 0 {
-			if ds, err = block(straight, &direct); err == nil {
-				err = guardedBlock()
-			}
-		} else if err = guardedBlock(); err == nil {
-			ds, err = block(straight, &direct)
+		if b%2 == 1 {
+			slices.Reverse(turn)
 		}
-		if err != nil {
-			return loneResult{}, err
+		for _, f := range turn {
+			if err := f(); err != nil {
+				return loneResult{}, err
+			}
 		}
 		store += after - before
 		beyond = append(beyond, dg-ds-(after-before)/loneBlock)
+		hop = append(hop, dp-ds)
 	}
 	return loneResult{Direct: percentile(direct, 50), Guarded: percentile(through, 50),
-		Store: store / time.Duration(len(through)), Beyond: percentile(beyond, 50)}, nil
+		Store: store / time.Duration(len(through)), Beyond: percentile(beyond, 50), Hop: percentile(hop, 50)}, nil
 }
 
 const loneBlock = 20
@@ -232,9 +248,13 @@ type GuardResult struct {
 	StoreTimePerCall     time.Duration `json:"store_time_per_call_ns"`
 	HTTPStoreTimePerCall time.Duration `json:"http_store_time_per_call_ns"`
 	// StdioBeyond and HTTPBeyond are what a call through the guard adds
-	// beyond the call straight and its store's commits (lone).
+	// beyond the call straight and its store's commits (lone); StdioHop
+	// and HTTPHop what a read-only call passed through it adds: the
+	// second MCP round trip, of which the guard's own work is the rest.
 	StdioBeyond   time.Duration `json:"stdio_beyond_store_ns"`
 	HTTPBeyond    time.Duration `json:"http_beyond_store_ns"`
+	StdioHop      time.Duration `json:"stdio_passthrough_added_ns"`
+	HTTPHop       time.Duration `json:"http_passthrough_added_ns"`
 	HTTP64Direct  float64       `json:"http_64_direct_calls_per_s"`
 	HTTP64Guarded float64       `json:"http_64_guarded_calls_per_s"`
 	// The same with the guard on a core of its own, the clients and the
@@ -291,7 +311,7 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	if err != nil {
 		return err
 	}
-	res.StdioDirectP50, res.StdioGuardedP50, res.StoreTimePerCall, res.StdioBeyond = l.Direct, l.Guarded, l.Store, l.Beyond
+	res.StdioDirectP50, res.StdioGuardedP50, res.StoreTimePerCall, res.StdioBeyond, res.StdioHop = l.Direct, l.Guarded, l.Store, l.Beyond, l.Hop
 	straight.Close()
 	guarded.Close()
 
@@ -322,7 +342,7 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 	if l, err = lone(ctx, straight, guarded, "h", n); err != nil {
 		return err
 	}
-	res.HTTPDirectP50, res.HTTPGuardedP50, res.HTTPStoreTimePerCall, res.HTTPBeyond = l.Direct, l.Guarded, l.Store, l.Beyond
+	res.HTTPDirectP50, res.HTTPGuardedP50, res.HTTPStoreTimePerCall, res.HTTPBeyond, res.HTTPHop = l.Direct, l.Guarded, l.Store, l.Beyond, l.Hop
 	straight.Close()
 	guarded.Close()
 	if res.HTTP64Direct, err = manyClients(ctx, up.URL, "md", calls64); err != nil {
@@ -436,7 +456,7 @@ func benchConnect(ctx context.Context, t mcp.Transport) (*mcp.ClientSession, err
 // users' chats are (one conversation's writes of a tool run one at a
 // time, the unknown fence; 64 clients in one would take turns).
 func guardConfig(dir, name string, server map[string]any) (string, error) {
-	server["tools"] = map[string]any{"book": map[string]any{"class": "keyed", "key_argument": "idempotency_key"}}
+	server["tools"] = map[string]any{"book": map[string]any{"class": "keyed", "key_argument": "idempotency_key"}, "look": map[string]any{"class": "read_only"}}
 	b, err := json.Marshal(map[string]any{"principal": "bench", "store": map[string]any{"path": filepath.Join(dir, name+".db")},
 		"conversation": map[string]any{"header": benchConversationHeader}, "mcpServers": map[string]any{"bench": server}})
 	if err != nil {
@@ -573,6 +593,8 @@ func printGuard(w io.Writer, asJSON bool, r GuardResult) error {
 		{Name: "guard_http_store_time_per_call_ms", What: "the guard's store, streamable HTTP, one caller: the same, ms", Value: ms(r.HTTPStoreTimePerCall)},
 		{Name: "guard_stdio_added_beyond_store_ms", What: "stdio, one caller: the time a call through the guard adds beyond the call straight and the store's own commits, the median of blocks of 20 calls taking turns with 20 straight, ms", Value: beyondStdio, Goal: "≤ 0.5", Met: &metStdio},
 		{Name: "guard_http_added_beyond_store_ms", What: "streamable HTTP, one caller: the same, ms", Value: beyondHTTP, Goal: "≤ 0.5", Met: &metHTTP},
+		{Name: "guard_stdio_passthrough_added_ms", What: "stdio, one caller: what a read-only call passed through the guard adds to straight (the second MCP round trip alone), the median of blocks, ms", Value: ms(r.StdioHop)},
+		{Name: "guard_http_passthrough_added_ms", What: "streamable HTTP, one caller: the same, ms", Value: ms(r.HTTPHop)},
 		{Name: "guard_bolt_commit_p50_ms", What: "one bare bbolt Update on the same disk, ms, for scale (a guarded call commits twice)", Value: ms(r.BoltCommitP50)},
 		{Name: "guard_http_64_vs_direct_shared_cores", What: "streamable HTTP, 64 clients each in its own session, the clients, the server and the guard on the same cores: calls per second through the guard (bbolt) against straight", Value: shared},
 	}
@@ -595,9 +617,9 @@ func printGuard(w io.Writer, asJSON bool, r GuardResult) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "retrysafe guard, %s\n\n", goVersion())
-	fmt.Fprintf(tw, "one caller, ms\tstraight, p50\tthrough the guard, p50\tadded\tthe store's commits\tbeyond them (blocks' median)\n")
-	fmt.Fprintf(tw, "stdio\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\n", ms(r.StdioDirectP50), ms(r.StdioGuardedP50), ms(addedStdio), ms(r.StoreTimePerCall), beyondStdio)
-	fmt.Fprintf(tw, "streamable HTTP\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\n", ms(r.HTTPDirectP50), ms(r.HTTPGuardedP50), ms(addedHTTP), ms(r.HTTPStoreTimePerCall), beyondHTTP)
+	fmt.Fprintf(tw, "one caller, ms\tstraight, p50\tthrough the guard, p50\tadded\tthe store's commits\tbeyond them (blocks' median)\tof which the second round trip\n")
+	fmt.Fprintf(tw, "stdio\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\t%.3f\n", ms(r.StdioDirectP50), ms(r.StdioGuardedP50), ms(addedStdio), ms(r.StoreTimePerCall), beyondStdio, ms(r.StdioHop))
+	fmt.Fprintf(tw, "streamable HTTP\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\t%.3f\n", ms(r.HTTPDirectP50), ms(r.HTTPGuardedP50), ms(addedHTTP), ms(r.HTTPStoreTimePerCall), beyondHTTP, ms(r.HTTPHop))
 	fmt.Fprintf(tw, "one bare bbolt Update, for scale\t%.3f\t\t\t\n\n", ms(r.BoltCommitP50))
 	fmt.Fprintf(tw, "64 HTTP clients, calls/s\tstraight\tthrough the guard\tratio\n")
 	fmt.Fprintf(tw, "clients, server and guard on the same cores\t%.0f\t%.0f\t%.2f\n", r.HTTP64Direct, r.HTTP64Guarded, shared)

@@ -475,6 +475,10 @@ func (c *Config) Check() error {
 				bad(tp+".key_argument", "a retrysafe server keys a repeated call by its own caller, which is the guard for every "+
 					"one of the %d principals of tokens: two users' identical calls would be one action there. Use at_most_once or "+
 					"reconcilable for this tool, or run one guard per user", len(c.Tokens))
+			case t.KeyArgument == MetaKey && c.Conversation != nil:
+				bad(tp+".key_argument", "a retrysafe server keys a repeated call by its own caller and session, and the guard sends it nothing "+
+					"of the conversation it scopes actions by: two conversations' identical calls, two actions here, would be one action there, "+
+					"and the second answered with the first's result. Use at_most_once or reconcilable for this tool, or drop conversation")
 			}
 			if t.Check != nil && t.Check.Tool != "" {
 				switch ct := s.Tools[t.Check.Tool]; {

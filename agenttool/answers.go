@@ -77,14 +77,19 @@ type answer struct {
 	replayed bool // the answer is a recorded outcome, not this call's doing
 }
 
+// NoteNotThisCall is the note of a definite failure of a call that never
+// reached the store's record (store_unavailable, cancelled, or a front's
+// own refusal before any tool ran): it did nothing, but the action it
+// repeats may have been done by an earlier call, so the model must not
+// tell the user it failed. A front that refuses a call of a guarded tool
+// without asking the store begins its note with it.
+const NoteNotThisCall = "Nothing was done by this call. An earlier call of the same action, if there was one, may have done it: do not tell the user it failed."
+
 // answerFor builds the envelope of a call of t for ref.
 func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 	name, fence := t.name, t.cfg.Fence
 	env := envelope.Envelope{Version: envelope.Version, Tool: name, RequestRef: ref, Attempts: a.attempts, Replayed: a.replayed}
-	// notThisCall is the note of a call that never reached the store's
-	// record: it did nothing, but the action it repeats may have been done
-	// by an earlier call, so the model must not tell the user it failed.
-	const notThisCall = "Nothing was done by this call. An earlier call of the same action, if there was one, may have done it: do not tell the user it failed."
+	const notThisCall = NoteNotThisCall
 	fail := func(code, msg string, next envelope.Next, note string) {
 		env.Status, env.Next, env.Note = envelope.DefiniteFailure, next, note
 		env.Error = &envelope.Error{Code: code, Message: msg}

@@ -844,15 +844,19 @@ func (u *upstream) placeholders() error {
 		}
 		u.g.front.AddTool(&mcp.Tool{Name: fn, Description: "Not available yet: its server cannot be reached.",
 			InputSchema: json.RawMessage(`{"type":"object"}`)}, refusing(fn, envelope.CodeUnavailable, envelope.Wait,
-			fmt.Sprintf("the server %s cannot be reached; nothing was sent", u.name), "Nothing was done. The same call can be tried again later."))
+			fmt.Sprintf("the server %s cannot be reached; nothing was sent", u.name), "The same call can be tried again later."))
 	}
 	return nil
 }
 
-// refusing answers every call with a definite failure.
+// refusing answers every call with a definite failure of that call, as a
+// call that never reached the action's record: the guard did not ask the
+// store, and the call may repeat an action an earlier call did (before a
+// restart, or before its server changed the tool), so its note says
+// nothing of the action beyond this call (agenttool.NoteNotThisCall).
 func refusing(tool, code string, next envelope.Next, msg, note string) mcp.ToolHandler {
 	env := envelope.Envelope{Version: envelope.Version, Status: envelope.DefiniteFailure, Tool: tool,
-		Error: &envelope.Error{Code: code, Message: msg}, Next: next, Note: note}
+		Error: &envelope.Error{Code: code, Message: msg}, Next: next, Note: strings.TrimSpace(agenttool.NoteNotThisCall + " " + note)}
 	b, _ := env.Marshal()
 	return func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
@@ -1232,7 +1236,7 @@ func (u *upstream) passthrough(tool string) mcp.ToolHandler {
 		s, err := u.Session(ctx)
 		if err != nil {
 			return refusing(tool, envelope.CodeUnavailable, envelope.Wait, fmt.Sprintf("the server %s cannot be reached: %v", u.name, err),
-				"Nothing was done. The same call can be tried again later.")(ctx, req)
+				"The same call can be tried again later.")(ctx, req)
 		}
 		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: req.Params.Arguments, Meta: mcptool.PassableMeta(req.Params.Meta),
 			InputResponses: req.Params.InputResponses, RequestState: req.Params.RequestState}) // a later round of a server's question

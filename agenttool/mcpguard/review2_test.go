@@ -2,9 +2,11 @@ package mcpguard_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -58,4 +60,50 @@ func TestGuard_ARetrysafeUpstreamKeepsConversationsApart(t *testing.T) {
 		t.Errorf("refused without naming the field and the conversation: %v", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// I2 for a call the guard answers without reaching the action's record:
+// a booking's reply is lost (unknown_outcome: "This may already have
+// happened"), and the guard restarts while its server is down. The
+// model's retry of the same booking is answered by the guard's
+// placeholder, definite_failure unavailable, "Nothing was done" — and the
+// model tells the user the booking failed, though the server made it.
+// The engine answers a call that never reached the action's record
+// (store_unavailable, cancelled) as a definite failure of this call only,
+// which says that an earlier call of the same action may have done it and
+// not to tell the user it failed; the guard's own refusals must say no
+// more than that.
+func TestGuard_ARefusalThatNeverReachedTheRecordNeverSaysTheActionFailed(t *testing.T) {
+	a := &airline{}
+	path := filepath.Join(t.TempDir(), "guard.db")
+	r := newRig(t, a, rigOptions{path: path, config: configWith(`{"class": "at_most_once"}`, "")})
+	a.lose(1)
+	_, first := r.call("book", lunchFlight)
+	if first.Status != envelope.UnknownOutcome || a.count() != 1 {
+		t.Fatalf("a booking whose reply was lost: %s, %d bookings", first, a.count())
+	}
+	r.client.Close()
+	if err := r.guard.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The guard starts again; the server is down.
+	cfg, err := mcpguard.ParseConfig([]byte(configWith(`{"class": "at_most_once"}`, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = path
+	down := func(string, *mcpguard.Server) (mcp.Transport, error) { return nil, errors.New("connection refused") }
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: down, Logger: discard(), RetryConnect: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	_, again := call(t, connect(t, g), "book", lunchFlight, nil)
+	t.Logf("first: %s\nagain, the server down: %s", first, again)
+	if again.Status == envelope.Success {
+		t.Fatalf("the retry while the server is down: %s", again)
+	}
+	if again.Status == envelope.DefiniteFailure && !strings.Contains(again.Note, "do not tell the user it failed") {
+		t.Errorf("the retry of a booking the server made is answered definite_failure, note %q: the model tells the user it failed", again.Note)
+	}
 }

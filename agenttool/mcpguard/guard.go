@@ -253,6 +253,11 @@ func (g *Guard) principal(ctx context.Context, c mcptool.Caller) (string, error)
 // conversation middleware, to the tool's Session function.
 type conversationKey struct{}
 
+// unreadableConversation is the conversation of a call that carries one
+// the guard cannot read (not a string), as the type it is: such a call's
+// scope is unknown, and a guarded call of it runs nothing.
+type unreadableConversation string
+
 // receive prepares each tools/call before its handler: a progress token
 // of the guard's own for the server (progressTo), the conversation the
 // call carries where the configuration says a client puts one, and the
@@ -287,7 +292,16 @@ func (g *Guard) receive(next mcp.MethodHandler) mcp.MethodHandler {
 		switch {
 		case cv == nil:
 		case cv.Meta != "":
-			id, _ = call.Params.Meta[cv.Meta].(string)
+			v, present := call.Params.Meta[cv.Meta]
+			var isString bool
+			id, isString = v.(string)
+			if present && v != nil && !isString {
+				// A conversation the guard cannot read as a string is not
+				// the principal's default one: two conversations the
+				// client tells apart (numbered 7 and 8) would share its
+				// actions. A guarded call of it runs nothing (session).
+				ctx = context.WithValue(ctx, conversationKey{}, unreadableConversation(fmt.Sprintf("%T", v)))
+			}
 		case call.Extra != nil:
 			id = call.Extra.Header.Get(cv.Header)
 		}
@@ -398,8 +412,13 @@ func (g *Guard) labelled(ctx context.Context, call *mcp.CallToolRequest, convers
 // session is the guarded tools' Session function: the conversation the
 // call carries, or else one per principal.
 func (g *Guard) session(ctx context.Context, c mcptool.Caller) (string, error) {
-	if id, ok := ctx.Value(conversationKey{}).(string); ok && id != "" {
-		return "conversation:" + id, nil
+	switch id := ctx.Value(conversationKey{}).(type) {
+	case string:
+		if id != "" {
+			return "conversation:" + id, nil
+		}
+	case unreadableConversation:
+		return "", fmt.Errorf("the call's conversation (_meta %q) is a %s, not a string; nothing was run", g.cfg.Conversation.Meta, string(id))
 	}
 	return mcptool.OneSession(ctx, c)
 }

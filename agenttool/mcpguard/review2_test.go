@@ -107,3 +107,26 @@ func TestGuard_ARefusalThatNeverReachedTheRecordNeverSaysTheActionFailed(t *test
 		t.Errorf("the retry of a booking the server made is answered definite_failure, note %q: the model tells the user it failed", again.Note)
 	}
 }
+
+// I2 and the conversation's scope, for a client that numbers its
+// conversations: conversation {"meta": "conversation_id"}, and the client
+// sends 7 and 8 — JSON numbers. The guard reads only a string there, so
+// both calls fall back to the principal's one conversation: the same
+// booking asked in conversation 8 meets conversation 7's action and is
+// answered success with its result, and conversation 8's booking is never
+// made. Two conversations the client tells apart are two scopes.
+func TestGuard_ConversationsNumberedByTheClientNeverShareAnAction(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{config: configWith(`{"class": "at_most_once"}`, `"conversation": {"meta": "conversation_id"}`)})
+	_, first := call(t, r.client, "book", lunchFlight, mcp.Meta{"conversation_id": 7})
+	_, second := call(t, r.client, "book", lunchFlight, mcp.Meta{"conversation_id": 8})
+	t.Logf("conversation 7: %s\nconversation 8: %s", first, second)
+	for _, env := range []envelope.Envelope{first, second} {
+		if env.Status == envelope.DefiniteFailure && a.count() == 2 {
+			t.Errorf("a booking was made, and its call answered definite_failure: %s", env)
+		}
+	}
+	if first.Status == envelope.Success && second.Status == envelope.Success && a.count() != 2 {
+		t.Errorf("conversation 8 was told success, but %d booking was made: it was answered with conversation 7's", a.count())
+	}
+}

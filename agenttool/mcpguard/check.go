@@ -48,6 +48,9 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 	if err != nil {
 		return reconcile.CantSayBecause(err)
 	}
+	if why := c.u.unfitCheck(c.check.Tool); why != "" {
+		return reconcile.CantSayBecause(fmt.Errorf("the check tool %s no longer reads as the check was written for it (%s): its answer settles nothing until the guard restarts", c.check.Tool, why))
+	}
 	// A question the server asks while the check runs is not the user's
 	// to answer (Guard.ask).
 	c.u.checking.Add(1)
@@ -58,6 +61,10 @@ func (c *checker) Check(ctx context.Context, req reconcile.Request) reconcile.An
 	}
 	if err != nil {
 		return reconcile.CantSayBecause(fmt.Errorf("the check %s failed: %w", c.check.Tool, err))
+	}
+	if why := c.u.unfitCheck(c.check.Tool); why != "" {
+		// The server changed the tool while the check ran.
+		return reconcile.CantSayBecause(fmt.Errorf("the check tool %s no longer reads as the check was written for it (%s): its answer settles nothing until the guard restarts", c.check.Tool, why))
 	}
 	if res.NeedsInput() {
 		// A question is no answer, whatever else the result carries: the

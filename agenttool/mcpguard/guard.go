@@ -467,7 +467,16 @@ type upstream struct {
 	mu      sync.Mutex
 	session *mcp.ClientSession
 	schemas map[string]string // tool → its input schema as listed, for a re-listing to compare
-	closed  bool
+	// defs is each tool's input and output schemas as first listed, and
+	// unfit, for each check tool of the server's reconcilable tools that
+	// no longer reads as the configuration wrote the check for it, why:
+	// the server changed its schemas since (or lists it no more), or it
+	// takes none of an argument the check gives it. Such a check's answer
+	// settles nothing (checker.Check): a check that asks where the action
+	// is not may find nothing, and read as not applied.
+	defs   map[string]string
+	unfit  map[string]string
+	closed bool
 }
 
 func newUpstream(g *Guard, name string, cfg *Server) *upstream {
@@ -891,6 +900,7 @@ func refusing(tool, code string, next envelope.Next, msg, note string) mcp.ToolH
 func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) error {
 	var tools []*mcp.Tool
 	seen := map[string]bool{}
+	byName := map[string]*mcp.Tool{}
 	for t, err := range s.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcpServers.%s: listing its tools: %w", u.name, err)
@@ -899,6 +909,7 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 			return &ConfigError{Path: "mcpServers." + u.name, Problem: fmt.Sprintf("the server lists the tool %q twice; its listing is not usable", t.Name)}
 		}
 		seen[t.Name] = true
+		byName[t.Name] = t
 		tools = append(tools, t)
 	}
 	var errs []error
@@ -911,7 +922,7 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 	if first && len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	schemas := map[string]string{}
+	schemas, defs := map[string]string{}, map[string]string{}
 	var keep []string
 	for _, t := range tools {
 		settings, named := u.settings(t.Name)
@@ -921,6 +932,8 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 		}
 		schema, _ := json.Marshal(t.InputSchema)
 		schemas[t.Name] = string(schema)
+		output, _ := json.Marshal(t.OutputSchema)
+		defs[t.Name] = string(schema) + "\x00" + string(output)
 		if err := u.g.claimName(fn, u.name); err != nil {
 			errs = append(errs, err)
 			continue
@@ -984,8 +997,78 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 			}
 		}
 	}
+	if u.defs == nil {
+		u.defs = map[string]string{}
+	}
+	for k, v := range defs {
+		if _, ok := u.defs[k]; !ok {
+			u.defs[k] = v
+		}
+	}
+	unfit := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(u.cfg.Tools)) {
+		c := u.cfg.Tools[name].Check
+		if c == nil || c.Tool == "" {
+			continue
+		}
+		why := ""
+		switch def, ok := defs[c.Tool]; {
+		case !ok:
+			why = "the server no longer lists it"
+		case def != u.defs[c.Tool]:
+			why = "the server changed its schemas after the guard read them"
+		default:
+			why = lacksArgument(byName[c.Tool], c)
+		}
+		if why == "" {
+			continue
+		}
+		if first && defs[c.Tool] != "" {
+			errs = append(errs, &ConfigError{Path: "mcpServers." + u.name + ".tools." + name + ".check.arguments",
+				Problem: fmt.Sprintf("the check tool %q %s: the check would not ask for the action where the server keeps it, "+
+					"and could read it as not applied", c.Tool, why)})
+		}
+		if _, was := u.unfit[c.Tool]; !was {
+			u.g.log.Error("mcpguard: a check tool no longer reads as the configuration wrote its check; its answers settle nothing until the guard restarts",
+				"server", u.name, "tool", name, "check", c.Tool, "why", why)
+		}
+		unfit[c.Tool] = why
+	}
+	u.unfit = unfit
 	u.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// unfitCheck returns why a check with tool answers nothing now, or "".
+func (u *upstream) unfitCheck(tool string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.unfit[tool]
+}
+
+// lacksArgument says which of the check's arguments its tool, as listed,
+// takes none of (its input schema names its properties, and not that
+// one), or "".
+func lacksArgument(t *mcp.Tool, c *Check) string {
+	if t == nil {
+		return ""
+	}
+	raw, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return ""
+	}
+	var s struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(raw, &s) != nil || s.Properties == nil {
+		return ""
+	}
+	for _, arg := range slices.Sorted(maps.Keys(c.Arguments)) {
+		if _, ok := s.Properties[arg]; !ok {
+			return fmt.Sprintf("takes no argument %q (its input schema's properties are %s)", arg, strings.Join(slices.Sorted(maps.Keys(s.Properties)), ", "))
+		}
+	}
+	return ""
 }
 
 // put lists tool t on the front as fn, guarded as settings say.

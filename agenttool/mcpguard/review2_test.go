@@ -2,7 +2,9 @@ package mcpguard_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"github.com/retrysafe/retrysafe/agenttool"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,5 +130,106 @@ func TestGuard_ConversationsNumberedByTheClientNeverShareAnAction(t *testing.T) 
 	}
 	if first.Status == envelope.Success && second.Status == envelope.Success && a.count() != 2 {
 		t.Errorf("conversation 8 was told success, but %d booking was made: it was answered with conversation 7's", a.count())
+	}
+}
+
+// I1 across a change of the check's own tool. A reconcilable booking's
+// reply is lost while its check cannot answer: unknown. The server then
+// renames its check tool's argument (find_booking takes "reference" where
+// it took "client_reference") and says so (notifications/tools/list_changed):
+// the guard passes a read-only tool's new schema through, and goes on
+// calling the check with the arguments its configuration wrote for the old
+// one. The server, as many do (pydantic ignores arguments it does not
+// know), looks for no reference, finds none, and answers found false: the
+// guard reads "not applied", and the model's retry books a second seat. A
+// guarded tool whose schema changes is refused, since what makes its keys
+// may have changed; a check tool whose schema changes may no longer find
+// the action, and its "not applied" proves nothing.
+func TestGuard_ACheckWhoseToolChangedNeverLetsASecondAttemptGo(t *testing.T) {
+	a := &airline{}
+	up := a.server()
+	tune := func(_ string, o *agenttool.Options) {
+		o.Retry = agenttool.RetryPolicy{MaxAttempts: 1}
+		o.ClockSkew = time.Millisecond
+	}
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference", "attempt_timeout": "100ms", "listen_late": "0s",
+	    "check": {"tool": "find_booking", "arguments": {"client_reference": "${ref}"},
+	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_booking": {"class": "read_only"}}}}}`, mcpguard.Options{Tune: tune})
+	cs := connect(t, g)
+
+	a.lose(1)
+	a.setFindRefDown(true)
+	_, first := call(t, cs, "book_noted", lunchFlight, nil)
+	if first.Status != envelope.UnknownOutcome || a.count() != 1 {
+		t.Fatalf("a booking whose reply was lost and whose check cannot answer: %s, %d bookings", first, a.count())
+	}
+	a.setFindRefDown(false)
+
+	// find_booking now takes "reference", and ignores what it does not know.
+	mcp.AddTool(up, &mcp.Tool{Name: "find_booking", Description: "Find a booking by its reference.", InputSchema: json.RawMessage(
+		`{"type": "object", "properties": {"reference": {"type": "string"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest, in map[string]any) (*mcp.CallToolResult, map[string]any, error) {
+			ref, _ := in["reference"].(string)
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, b := range a.bookings {
+				if ref != "" && b.Reference == ref {
+					return nil, map[string]any{"found": true, "booking": b}, nil
+				}
+			}
+			return nil, map[string]any{"found": false}, nil
+		})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		res, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken := false
+		for _, tool := range res.Tools {
+			b, _ := json.Marshal(tool.InputSchema)
+			taken = taken || (tool.Name == "find_booking" && strings.Contains(string(b), `"reference"`) && !strings.Contains(string(b), "client_reference"))
+		}
+		if taken {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guard never took the server's new listing")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the first attempt can no longer land, as the tool's rules count it
+
+	_, again := call(t, cs, "book_noted", lunchFlight, nil)
+	t.Logf("first: %s\nagain, after the check's tool changed: %s", first, again)
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one action, want 1", n)
+	}
+}
+
+// The same at start: a check whose arguments its tool's schema does not
+// take (the server renamed it before the guard started, or the
+// configuration misspelt it) stops the guard, naming the field, as a key
+// argument the schema lacks does.
+func TestGuard_ACheckArgumentItsToolDoesNotTakeStopsTheGuard(t *testing.T) {
+	a := &airline{}
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference",
+	    "check": {"tool": "find_booking", "arguments": {"reference": "${ref}"},
+	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_booking": {"class": "read_only"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(a.server()), Logger: discard()})
+	if err == nil {
+		g.Close()
+		t.Fatal("a check that gives its tool an argument it does not take: the guard started")
+	}
+	t.Logf("refused: %v", err)
+	if !strings.Contains(err.Error(), "mcpServers.airline.tools.book_noted.check.arguments") || !strings.Contains(err.Error(), `"reference"`) {
+		t.Errorf("refused without naming the field and the argument: %v", err)
 	}
 }

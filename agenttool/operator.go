@@ -245,11 +245,20 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // flight. Otherwise, and for any other verdict, the record stays unknown.
 // It returns the verdict it settled by (Pending when a not-applied answer
 // came too early). by says who settles.
+//
+// An applied answer settles the action also when a person (or a check)
+// approved one more attempt of it after the attempt the answer is about,
+// as long as that attempt has not run: the approval rests on a finding
+// the answer proves wrong, and the attempt it allows would do the action
+// a second time.
 func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
 	}
 	h, err := o.hold(ctx, ref, by)
+	if errors.Is(err, ErrNotUnknown) && ans.Verdict == reconcile.Applied {
+		return o.overturnApproval(ctx, ref, attempts, ans, by)
+	}
 	if err != nil {
 		return reconcile.CantSay, err
 	}
@@ -266,6 +275,53 @@ func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int,
 		return ans.Verdict, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
 	}
 	return ans.Verdict, h.stillUnknown(ctx)
+}
+
+// overturnApproval settles as applied, by ans, an action approved for one
+// more attempt after its attempts-th, which ans proves applied, if that
+// attempt has not run (the record is still approved at attempts): the
+// claim takes the approval, and the record is settled as applied rather
+// than attempted again. Otherwise nothing is settled.
+func (o *Operator) overturnApproval(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
+	rec, err := o.Show(ctx, ref)
+	if err != nil {
+		return reconcile.CantSay, err
+	}
+	switch {
+	case rec.State != Unknown || !rec.RetryApproved:
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
+	case rec.Attempts != attempts:
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record is at attempt %d: %w", ref, attempts, rec.Attempts, ErrStale)
+	}
+	t, err := o.toolOf(rec.Tool)
+	if err != nil {
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %w", ref, err)
+	}
+	cfg := t.cfg
+	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
+		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
+		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true, FenceScope: rec.FenceScope,
+	})
+	switch {
+	case err != nil:
+		return reconcile.CantSay, err
+	case !res.Claimed && res.Record.State == Pending:
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+	case !res.Claimed:
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
+	}
+	h := t.hold(ctx, rec, res)
+	defer h.end()
+	if h.rec.Attempts != attempts {
+		// Another attempt ran between the read and the claim: give the
+		// record back as it was, approved (or unknown, if taken over).
+		if err := h.finish(ctx, Unknown, nil, nil, !res.TookOver); err != nil {
+			return reconcile.CantSay, err
+		}
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record is at attempt %d: %w", ref, attempts, h.rec.Attempts, ErrStale)
+	}
+	_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
+	return reconcile.Applied, err
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call

@@ -598,3 +598,52 @@ func TestOperatorDecisionsAreBoundToTheAttemptSeen(t *testing.T) {
 		})
 	}
 }
+
+// I1 when a person's finding and the destination's answer cross: an
+// at-most-once action's attempt is unknown, and a person resolves it not
+// applied (one more attempt approved). Then the destination's answer to
+// that very attempt comes (a late answer: SettleByAnswer): applied. The
+// approval rests on a finding the answer proves wrong, and the attempt it
+// allows has not run: the answer settles the action as applied, and the
+// next call replays it rather than do it a second time. An answer about
+// another attempt settles nothing, and leaves the approval as it was.
+func TestOperator_AnAnswerThatProvesAnAttemptAppliedOverturnsItsApproval(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing in the provider's log yet"); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := op.SettleByAnswer(ctx, first.RequestRef, 2, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrStale) {
+			t.Errorf("an answer about an attempt the record never made: %v, %v; want ErrStale", v, err)
+		}
+		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Unknown || !rec.RetryApproved {
+			t.Fatalf("after an answer about another attempt: %v, approved %v; want the approval kept", rec.State, rec.RetryApproved)
+		}
+		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		if err != nil || v != reconcile.Applied {
+			t.Fatalf("the destination's answer that attempt 1 applied, after a person approved attempt 2: %v, %v", v, err)
+		}
+		again := tool.Invoke(scoped(), lunch)
+		t.Logf("after the answer: %s", again)
+		if again.Status != envelope.Success || string(again.Result) != `{"id":"m-1"}` {
+			t.Errorf("the next call: %s; want the answer's success, replayed", again)
+		}
+		if n := m.count(); n != 1 {
+			t.Errorf("%d emails for one action, want 1", n)
+		}
+	})
+}

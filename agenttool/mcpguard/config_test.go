@@ -136,3 +136,29 @@ func TestConfig_OneTokenStandsForOnePrincipal(t *testing.T) {
 	info, err := verify(context.Background(), "s3cret", nil)
 	t.Errorf("two principals with one token were taken; the token is verified as %+v, %v", info, err)
 }
+
+// The same at start: a check whose arguments its tool's schema does not
+// take (the server renamed it before the guard started, or the
+// configuration misspelt it) stops the guard, naming the field, as a key
+// argument the schema lacks does.
+func TestGuard_ACheckArgumentItsToolDoesNotTakeStopsTheGuard(t *testing.T) {
+	a := &airline{}
+	cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "reconcilable", "ref_argument": "client_reference",
+	    "check": {"tool": "find_booking", "arguments": {"reference": "${ref}"},
+	      "applied": {"pointer": "/found", "equals": true}, "not_applied": {"pointer": "/found", "equals": false}}},
+	  "find_booking": {"class": "read_only"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(a.server()), Logger: discard()})
+	if err == nil {
+		g.Close()
+		t.Fatal("a check that gives its tool an argument it does not take: the guard started")
+	}
+	t.Logf("refused: %v", err)
+	if !strings.Contains(err.Error(), "mcpServers.airline.tools.book_noted.check.arguments") || !strings.Contains(err.Error(), `"reference"`) {
+		t.Errorf("refused without naming the field and the argument: %v", err)
+	}
+}

@@ -432,3 +432,50 @@ func TestGuard_ALateRefusalOfAResendNeverSettlesAnActionWhoseFirstDeliveryIsOpen
 		}
 	}
 }
+
+// I1 when a person's finding and the server's late answer cross. An
+// at-most-once booking passes its attempt timeout while the server still
+// commits it; the guard listens for its answer. A person looks in the
+// airline's system meanwhile, finds nothing yet, and resolves the action
+// not applied (approved for one more attempt). Then the server's answer to
+// that very attempt comes: booked. The guard drops it — "the action moved
+// on" — though no attempt ran since and the answer is about the attempt the
+// record is at: the model's retry sends the approved attempt, and the
+// airline books a second seat for one action. An answer that proves the
+// attempt applied must settle it while the attempt it approves has not
+// run.
+func TestGuard_ALateAnswerThatProvesTheActionDoneOverturnsAnApprovedRetry(t *testing.T) {
+	a := &airline{}
+	up := slowAirline(a, 500*time.Millisecond)
+	settled := make(chan struct{}, 4)
+	g := guardOver(t, up, `{"principal": "ana@example.com", "mcpServers": {"airline": {"command": "airline-mcp", "tools": {
+	  "book_noted": {"class": "at_most_once", "attempt_timeout": "100ms", "listen_late": "1m"}}}}}`,
+		mcpguard.Options{Logger: slog.New(lateLog{settled})})
+	cs := connect(t, g)
+	_, first := call(t, cs, "book_noted", lunchFlight, nil)
+	if first.Status != envelope.UnknownOutcome {
+		t.Fatalf("a call past its attempt timeout: %s; want unknown_outcome", first)
+	}
+	op, err := agenttool.NewOperator(g.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ForAnyTool(0).ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the airline's system"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); a.count() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never booked")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the late answer reaches the guard
+	_, again := call(t, cs, "book_noted", lunchFlight, nil)
+	time.Sleep(800 * time.Millisecond) // a second attempt, had it been sent, commits
+	t.Logf("first: %s\nretry: %s", first, again)
+	if n := a.count(); n != 1 {
+		t.Errorf("%d bookings for one action, want 1 (the retry answered %s)", n, again.Status)
+	}
+	if again.Status != envelope.Success {
+		t.Errorf("the retry after the server's late answer proved the booking: %s; want success, replayed", again)
+	}
+}

@@ -165,11 +165,13 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 // who settles, as the record keeps it. Nothing is settled if the record
 // moved on since that attempt (another attempt ran, or something else
 // settled it): agenttool.ErrStale or agenttool.ErrNotUnknown then, which
-// a caller may ignore. A record still held by the call whose attempt the
-// answer was late for is waited for, up to the tool's WaitTimeout. It
-// returns the verdict it settled by: Applied, NotApplied, or another when
-// it settled nothing (Pending: a refusal came while an earlier attempt
-// may still land).
+// a caller may ignore — except that a result settles an action approved
+// for one more attempt after that one, before it runs
+// (agenttool.Operator.SettleByAnswer). A record still held by the call
+// whose attempt the answer was late for is waited for, up to the tool's
+// WaitTimeout. It returns the verdict it settled by: Applied, NotApplied,
+// or another when it settled nothing (Pending: a refusal came while an
+// earlier attempt may still land).
 func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.CallInfo, result string, err error, by string) (reconcile.Verdict, error) {
 	ans := reconcile.Answer{Verdict: reconcile.Applied, Result: envelope.ResultFromText(result)}
 	if err != nil {

@@ -250,7 +250,10 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // approved one more attempt of it after the attempt the answer is about,
 // as long as that attempt has not run: the approval rests on a finding
 // the answer proves wrong, and the attempt it allows would do the action
-// a second time.
+// a second time. That holds for an answer about any attempt the approved
+// record counts, not only its last: an approved attempt refused before it
+// was sent is given back approved and counted, and the approval then
+// rests on the same finding (storekit's Record.Overturned).
 func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
@@ -278,10 +281,11 @@ func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int,
 }
 
 // overturnApproval settles as applied, by ans, an action approved for one
-// more attempt after its attempts-th, which ans proves applied, if that
-// attempt has not run (the record is still approved at attempts): the
-// claim takes the approval, and the record is settled as applied rather
-// than attempted again. Otherwise nothing is settled.
+// more attempt, which ans proves applied by one of the attempts the
+// approval rests on (storekit's Record.Overturned), if the approved
+// attempt has not run: the claim takes the approval, and the record is
+// settled as applied rather than attempted again. Otherwise nothing is
+// settled.
 func (o *Operator) overturnApproval(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	rec, err := o.Show(ctx, ref)
 	if err != nil {
@@ -290,8 +294,8 @@ func (o *Operator) overturnApproval(ctx context.Context, ref string, attempts in
 	switch {
 	case rec.State != Unknown || !rec.RetryApproved:
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
-	case rec.Attempts != attempts:
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record is at attempt %d: %w", ref, attempts, rec.Attempts, ErrStale)
+	case !rec.Overturned(attempts):
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, rec.Attempts, ErrStale)
 	}
 	t, err := o.toolOf(rec.Tool)
 	if err != nil {
@@ -312,16 +316,26 @@ func (o *Operator) overturnApproval(ctx context.Context, ref string, attempts in
 	}
 	h := t.hold(ctx, rec, res)
 	defer h.end()
-	if h.rec.Attempts != attempts {
-		// Another attempt ran between the read and the claim: give the
-		// record back as it was, approved (or unknown, if taken over).
-		if err := h.finish(ctx, Unknown, nil, nil, !res.TookOver); err != nil {
+	was, approved := res.TookApproval()
+	switch {
+	case approved && was.Overturned(attempts):
+		_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
+		return reconcile.Applied, err
+	case !res.TookOver && !approved:
+		// The record expired (or was swept) between the read and the
+		// claim: the claim made a new one, which nothing needs.
+		h.keep.stop()
+		if err := cfg.Store.Release(context.WithoutCancel(ctx), ref, res.Record.Token); err != nil {
 			return reconcile.CantSay, err
 		}
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record is at attempt %d: %w", ref, attempts, h.rec.Attempts, ErrStale)
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it expired: %w", ref, ErrNotUnknown)
 	}
-	_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
-	return reconcile.Applied, err
+	// The approved attempt ran between the read and the claim: give the
+	// record back as it was, approved (or unknown, if taken over).
+	if err := h.finish(ctx, Unknown, nil, nil, approved); err != nil {
+		return reconcile.CantSay, err
+	}
+	return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record is at attempt %d: %w", ref, attempts, h.rec.Attempts, ErrStale)
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call

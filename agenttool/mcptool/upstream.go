@@ -166,7 +166,8 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 // moved on since that attempt (another attempt ran, or something else
 // settled it): agenttool.ErrStale or agenttool.ErrNotUnknown then, which
 // a caller may ignore — except that a result settles an action approved
-// for one more attempt after that one, before it runs
+// for one more attempt after that one (or after attempts since that sent
+// nothing, or were found not applied), before it runs
 // (agenttool.Operator.SettleByAnswer). A record still held by the call
 // whose attempt the answer was late for is waited for, up to the tool's
 // WaitTimeout. It returns the verdict it settled by: Applied, NotApplied,

@@ -155,6 +155,31 @@ func (r *Record) Superseded(now time.Time) bool {
 	return r.expired(now) || (r.State == Unknown && r.RetryApproved)
 }
 
+// Overturned reports whether an answer that the attempts-th attempt of
+// r's action applied it overturns r's approval for one more attempt: r is
+// unknown and approved, and attempts is one of the attempts r counts (1 to
+// r.Attempts). The approval rests on none of them having applied the
+// action — each was found not applied (by a person, a check, an approver,
+// the fence), or sent nothing (an approved attempt refused before it was
+// sent is given back approved, and counted) — which the answer proves
+// wrong: the approved attempt would do the action a second time. An answer
+// about an attempt r does not count proves nothing of r.
+func (r *Record) Overturned(attempts int) bool {
+	return r.State == Unknown && r.RetryApproved && attempts >= 1 && attempts <= r.Attempts
+}
+
+// TookApproval reports whether the claim that answered res consumed an
+// approval for one more attempt ([DecideClaim]: an unknown record approved
+// for a retry, claimed afresh), and returns the record as it was approved.
+func (res *ClaimResult) TookApproval() (Record, bool) {
+	if !res.Claimed || res.TookOver || res.Expired || !res.Record.TakenOver || res.Record.Replaces != "" {
+		return Record{}, false
+	}
+	was := res.Record
+	was.State, was.RetryApproved, was.TakenOver, was.Owner, was.Token, was.LeaseExpiry = Unknown, true, false, "", 0, time.Time{}
+	return was, true
+}
+
 func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.TakeOver && existing != nil && !SentAlike(existing.Definition, req.Definition) {
 		req.TakeOver = false // the action is to be resent or checked as it was sent

@@ -302,13 +302,19 @@ func (o *Operator) overturnApproval(ctx context.Context, ref string, attempts in
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %w", ref, err)
 	}
 	cfg := t.cfg
+	// The claim asks for no fence scope: it takes the approval to settle
+	// the action, not to write (the record keeps the slot it holds), and
+	// the scope's other unsettled actions — beside the slot, claimed under
+	// another fence setting — hold back new writes, not this.
 	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
 		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true, FenceScope: rec.FenceScope,
+		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
 	})
 	switch {
 	case err != nil:
 		return reconcile.CantSay, err
+	case res.Blocked != nil:
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %s holds its scope: %w", ref, res.Blocked.Key, ErrBusy)
 	case !res.Claimed && res.Record.State == Pending:
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
 	case !res.Claimed:

@@ -56,6 +56,14 @@ func TestOperator_AnAnswerOverturnsAnApprovalWhoseApprovedAttemptSentNothing(t *
 		if err != nil || v != reconcile.Applied {
 			t.Errorf("the late answer that attempt 1 applied: %v, %v; want applied", v, err)
 		}
+		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Succeeded || !rec.HoldsSlot() {
+			t.Errorf("after the answer: %v, holds its slot %v; want succeeded, holding the slot with its notice (I9)", rec.State, rec.HoldsSlot())
+		}
+		reworded := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("a reworded copy after the answer: %s", reworded)
+		if reworded.Status == envelope.Success && reworded.Earlier == nil {
+			t.Errorf("a reworded copy ran as a new action after the answer: %s", reworded)
+		}
 		third := tool.Invoke(scoped(), lunch)
 		t.Logf("after the answer: %s", third)
 		if third.Status != envelope.Success || string(third.Result) != `{"id":"m-1"}` {
@@ -185,4 +193,61 @@ func TestOperator_AnAnswerForAnExpiredApprovalLeavesNoRecord(t *testing.T) {
 	if rec, err := store.Get(ctx, first.RequestRef); err == nil && (rec.State == agenttool.Pending || rec.Attempts == 0) {
 		t.Errorf("after: %v at %d, owner %q; want the expired record, or none", rec.State, rec.Attempts, rec.Owner)
 	}
+}
+
+// I1 across a change of the fence setting. An action is unknown under the
+// session fence, and a person approves one more attempt; the tool's fence
+// is then turned off, and another action of the session goes unknown
+// beside the first one's slot. The destination's answer that the first
+// action's attempt applied then comes: its claim of the approval was held
+// back as a new write of the scope would be (by the unsettled action
+// beside the slot), the answer dropped ("it is State(0)"), and the next
+// call of the first action delivered it a second time. Settling runs
+// nothing: the fence does not hold it back, and the record keeps its scope.
+func TestOperator_AnAnswerOverturnsAnApprovalWhateverElseTheScopeAwaits(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n <= 2 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		before := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
+		after := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: agenttool.FenceOff})
+		op, err := agenttool.NewOperator(store, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		first := before.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
+			t.Fatal(err)
+		}
+		was, _ := op.Show(ctx, first.RequestRef)
+		other := after.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, other, envelope.UnknownOutcome)
+		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		if err != nil || v != reconcile.Applied {
+			t.Errorf("the late answer that attempt 1 applied: %v, %v; want applied", v, err)
+		}
+		rec, _ := op.Show(ctx, first.RequestRef)
+		if rec.State != agenttool.Succeeded || rec.FenceScope != was.FenceScope {
+			t.Errorf("after the answer: %v, scope kept %v; want succeeded, in the scope it held", rec.State, rec.FenceScope == was.FenceScope)
+		}
+		again := after.Invoke(scoped(), lunch)
+		if again.Status != envelope.Success || string(again.Result) != `{"id":"m-1"}` {
+			t.Errorf("the next call: %s; want the answer's success, replayed", again)
+		}
+		n := 0
+		for _, e := range m.effects {
+			if e == first.RequestRef {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d emails for the first action, want 1", n)
+		}
+	})
 }

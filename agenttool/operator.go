@@ -237,31 +237,28 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // answered of one of its attempts outside a check — a late answer, which
 // came after the attempt's deadline (mcptool.SettleLate) — as a check's
 // answer settles it. attempts is the Record.Attempts of the attempt the
-// answer is about: if another attempt has run since, nothing is settled
-// (ErrStale). Applied settles it as applied, with the answer's result;
-// not applied only once no attempt of the action may still land
-// (AttemptTimeout, LateWindow and ClockSkew after the last was sent):
-// a refusal of one attempt says nothing of an earlier one still in
-// flight. Otherwise, and for any other verdict, the record stays unknown.
-// It returns the verdict it settled by (Pending when a not-applied answer
-// came too early). by says who settles.
+// answer is about.
 //
-// An applied answer settles the action also when a person (or a check)
-// approved one more attempt of it after the attempt the answer is about,
-// as long as that attempt has not run: the approval rests on a finding
-// the answer proves wrong, and the attempt it allows would do the action
-// a second time. That holds for an answer about any attempt the approved
-// record counts, not only its last: an approved attempt refused before it
-// was sent is given back approved and counted, and the approval then
-// rests on the same finding (storekit's Record.Overturned).
+// Applied settles the action as applied, with the answer's result, if the
+// record is unknown and counts that attempt (storekit's
+// Record.ProvedApplied): whatever ran or was decided since — another
+// attempt whose outcome is unknown, a person's or a check's finding of
+// not applied, approving one more attempt that has not run — the action is
+// done, and one more attempt would do it again. Not applied settles it
+// only if no attempt ran since (else ErrStale), and only once no attempt
+// of the action may still land (AttemptTimeout, LateWindow and ClockSkew
+// after the last was sent): a refusal of one attempt says nothing of an
+// earlier one still in flight. Otherwise, and for any other verdict, the
+// record stays unknown. It returns the verdict it settled by (Pending
+// when a not-applied answer came too early). by says who settles.
 func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
 	}
-	h, err := o.hold(ctx, ref, by)
-	if errors.Is(err, ErrNotUnknown) && ans.Verdict == reconcile.Applied {
-		return o.overturnApproval(ctx, ref, attempts, ans, by)
+	if ans.Verdict == reconcile.Applied {
+		return o.settleApplied(ctx, ref, attempts, ans, by)
 	}
+	h, err := o.hold(ctx, ref, by)
 	if err != nil {
 		return reconcile.CantSay, err
 	}
@@ -270,78 +267,98 @@ func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int,
 		return reconcile.CantSay, err
 	}
 	ans = h.t.trust(ans, h.heldUntil)
-	switch ans.Verdict {
-	case reconcile.Applied:
-		_, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
-		return ans.Verdict, err
-	case reconcile.NotApplied:
+	if ans.Verdict == reconcile.NotApplied {
 		return ans.Verdict, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
 	}
 	return ans.Verdict, h.stillUnknown(ctx)
 }
 
-// overturnApproval settles as applied, by ans, an action approved for one
-// more attempt, which ans proves applied by one of the attempts the
-// approval rests on (storekit's Record.Overturned), if the approved
-// attempt has not run: the claim takes the approval, and the record is
-// settled as applied rather than attempted again. Otherwise nothing is
-// settled.
-func (o *Operator) overturnApproval(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
+// settleApplied settles as applied, by ans, an unknown action that ans
+// proves applied by one of the attempts its record counts. A record held
+// by a live call is waited for, up to the tool's WaitTimeout.
+func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
+	if by == "" {
+		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: say who settles it: %w", ref, ErrInvalidRequest)
+	}
+	var deadline time.Time
+	poll := 5 * time.Millisecond
+	for {
+		wait, err := o.settleApplied1(ctx, ref, attempts, ans, by)
+		switch {
+		case err == nil:
+			return reconcile.Applied, nil
+		case !errors.Is(err, ErrBusy):
+			return reconcile.CantSay, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(wait)
+		}
+		if !time.Now().Before(deadline) || sleep(ctx, min(poll, time.Until(deadline))) != nil {
+			return reconcile.CantSay, err
+		}
+		poll = min(2*poll, 100*time.Millisecond)
+	}
+}
+
+// settleApplied1 is one try of settleApplied. A call it meets holding the
+// record answers ErrBusy, with how long the record's tool waits for one.
+// The claim takes the record over, or takes its approval for one more
+// attempt (storekit's decision: a claim of an approved record consumes
+// it), and asks for no fence scope: it settles the action, it writes
+// nothing (the record keeps the slot it holds), and the scope's other
+// unsettled actions hold back new writes, not this.
+func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (time.Duration, error) {
 	rec, err := o.Show(ctx, ref)
 	if err != nil {
-		return reconcile.CantSay, err
-	}
-	switch {
-	case rec.State != Unknown || !rec.RetryApproved:
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
-	case !rec.Overturned(attempts):
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, rec.Attempts, ErrStale)
+		return 0, err
 	}
 	t, err := o.toolOf(rec.Tool)
 	if err != nil {
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %w", ref, err)
+		return 0, fmt.Errorf("agenttool: settling %s: %w", ref, err)
 	}
 	cfg := t.cfg
-	// The claim asks for no fence scope: it takes the approval to settle
-	// the action, not to write (the record keeps the slot it holds), and
-	// the scope's other unsettled actions — beside the slot, claimed under
-	// another fence setting — hold back new writes, not this.
+	switch {
+	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
+		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+	case rec.State != Unknown && rec.State != Pending:
+		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
+	}
 	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
 		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
 	})
 	switch {
 	case err != nil:
-		return reconcile.CantSay, err
-	case res.Blocked != nil:
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %s holds its scope: %w", ref, res.Blocked.Key, ErrBusy)
+		return 0, err
 	case !res.Claimed && res.Record.State == Pending:
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
 	case !res.Claimed:
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
+		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
 	}
 	h := t.hold(ctx, rec, res)
 	defer h.end()
-	was, approved := res.TookApproval()
-	switch {
-	case approved && was.Overturned(attempts):
-		_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
-		return reconcile.Applied, err
-	case !res.TookOver && !approved:
+	approved := res.TookApproval()
+	if !res.TookOver && !approved {
 		// The record expired (or was swept) between the read and the
 		// claim: the claim made a new one, which nothing needs.
 		h.keep.stop()
 		if err := cfg.Store.Release(context.WithoutCancel(ctx), ref, res.Record.Token); err != nil {
-			return reconcile.CantSay, err
+			return 0, err
 		}
-		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: it expired: %w", ref, ErrNotUnknown)
+		return 0, fmt.Errorf("agenttool: settling %s: it expired: %w", ref, ErrNotUnknown)
 	}
-	// The approved attempt ran between the read and the claim: give the
-	// record back as it was, approved (or unknown, if taken over).
-	if err := h.finish(ctx, Unknown, nil, nil, approved); err != nil {
-		return reconcile.CantSay, err
+	was := res.Record
+	was.State = Unknown
+	if !was.ProvedApplied(attempts) {
+		// Give the record back as it was, approved or awaiting
+		// reconciliation.
+		if err := h.finish(ctx, Unknown, nil, nil, approved); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, was.Attempts, ErrStale)
 	}
-	return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record is at attempt %d: %w", ref, attempts, h.rec.Attempts, ErrStale)
+	_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
+	return 0, err
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call

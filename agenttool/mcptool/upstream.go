@@ -160,19 +160,18 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 // (agenttool.Operator.SettleByAnswer): a result settles it as applied,
 // with that result; an error the tool's class reads as definite or
 // transient (the server did nothing for that attempt) settles it as not
-// applied — so that one more attempt may go — only once no other attempt
-// of the action may still land; an unknown error settles nothing. by says
-// who settles, as the record keeps it. Nothing is settled if the record
-// moved on since that attempt (another attempt ran, or something else
-// settled it): agenttool.ErrStale or agenttool.ErrNotUnknown then, which
-// a caller may ignore — except that a result settles an action approved
-// for one more attempt after that one (or after attempts since that sent
-// nothing, or were found not applied), before it runs
-// (agenttool.Operator.SettleByAnswer). A record still held by the call
-// whose attempt the answer was late for is waited for, up to the tool's
-// WaitTimeout. It returns the verdict it settled by: Applied, NotApplied,
-// or another when it settled nothing (Pending: a refusal came while an
-// earlier attempt may still land).
+// applied — so that one more attempt may go — only if no attempt ran
+// since, and once no other attempt of the action may still land; an
+// unknown error settles nothing. A result settles the action whatever ran
+// or was decided since, while its record is unknown (another attempt's
+// outcome unknown, a person's finding of not applied approving one more
+// attempt that has not run): the action is done. by says who settles, as
+// the record keeps it. Nothing is settled if the record is settled, or
+// moved on past a refusal: agenttool.ErrNotUnknown or agenttool.ErrStale
+// then, which a caller may ignore. A record still held by a call is
+// waited for, up to the tool's WaitTimeout. It returns the verdict it
+// settled by: Applied, NotApplied, or another when it settled nothing
+// (Pending: a refusal came while an earlier attempt may still land).
 func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.CallInfo, result string, err error, by string) (reconcile.Verdict, error) {
 	ans := reconcile.Answer{Verdict: reconcile.Applied, Result: envelope.ResultFromText(result)}
 	if err != nil {

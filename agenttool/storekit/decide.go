@@ -155,29 +155,24 @@ func (r *Record) Superseded(now time.Time) bool {
 	return r.expired(now) || (r.State == Unknown && r.RetryApproved)
 }
 
-// Overturned reports whether an answer that the attempts-th attempt of
-// r's action applied it overturns r's approval for one more attempt: r is
-// unknown and approved, and attempts is one of the attempts r counts (1 to
-// r.Attempts). The approval rests on none of them having applied the
-// action — each was found not applied (by a person, a check, an approver,
-// the fence), or sent nothing (an approved attempt refused before it was
-// sent is given back approved, and counted) — which the answer proves
-// wrong: the approved attempt would do the action a second time. An answer
-// about an attempt r does not count proves nothing of r.
-func (r *Record) Overturned(attempts int) bool {
-	return r.State == Unknown && r.RetryApproved && attempts >= 1 && attempts <= r.Attempts
+// ProvedApplied reports whether an answer that the attempts-th attempt of
+// r's action applied it settles r as applied: r is unknown (awaiting
+// reconciliation, or approved for one more attempt) and counts that
+// attempt (1 to r.Attempts). The action is done if any of its attempts
+// applied it: an approval rests on none having applied (each found not
+// applied by a person, a check, an approver or the fence, or refused
+// before it was sent, given back approved and counted), and a later
+// attempt's unknown outcome leaves it done. An answer about an attempt r
+// does not count proves nothing of r.
+func (r *Record) ProvedApplied(attempts int) bool {
+	return r.State == Unknown && attempts >= 1 && attempts <= r.Attempts
 }
 
 // TookApproval reports whether the claim that answered res consumed an
-// approval for one more attempt ([DecideClaim]: an unknown record approved
-// for a retry, claimed afresh), and returns the record as it was approved.
-func (res *ClaimResult) TookApproval() (Record, bool) {
-	if !res.Claimed || res.TookOver || res.Expired || !res.Record.TakenOver || res.Record.Replaces != "" {
-		return Record{}, false
-	}
-	was := res.Record
-	was.State, was.RetryApproved, was.TakenOver, was.Owner, was.Token, was.LeaseExpiry = Unknown, true, false, "", 0, time.Time{}
-	return was, true
+// approval for one more attempt ([DecideClaim]: an unknown record
+// approved for a retry, claimed afresh).
+func (res *ClaimResult) TookApproval() bool {
+	return res.Claimed && !res.TookOver && !res.Expired && res.Record.TakenOver && res.Record.Replaces == ""
 }
 
 func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {

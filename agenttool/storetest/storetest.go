@@ -335,6 +335,9 @@ func testUnknownTakeover(t *testing.T, s agenttool.Store) {
 	if !r.Claimed || !r.TookOver || r.Record.State != agenttool.Pending || r.Record.Attempts != 1 {
 		t.Errorf("takeover of an unknown record: %+v", r)
 	}
+	if r.TookApproval() {
+		t.Errorf("a takeover of an unknown record reads as taking an approval: %+v", r)
+	}
 }
 
 // testTakeoverOnlyUnderItsDefinition: a call's takeover — a keyed resend,
@@ -468,8 +471,8 @@ func testRetryApproval(t *testing.T, s agenttool.Store) {
 		t.Fatalf("approved record: %+v (resolution %+v)", rec, rec.Resolution)
 	}
 	first := mustClaim(t, s, claimReq(key, t0.Add(time.Second)))
-	if !first.Claimed || first.TookOver {
-		t.Fatalf("claim of an approved record: %+v", first)
+	if !first.Claimed || first.TookOver || !first.TookApproval() {
+		t.Fatalf("claim of an approved record: %+v; want claimed, taking the approval", first)
 	}
 	// The approved retry is marked as an action that may have applied.
 	if rec, _ := s.Get(bg, key); !rec.TakenOver {
@@ -620,7 +623,7 @@ func testExpiredClaimedAfresh(t *testing.T, s agenttool.Store) {
 		t.Fatal(err)
 	}
 	r := mustClaim(t, s, claimReq(key, t0.Add(2*time.Hour)))
-	if !r.Claimed || r.TookOver || r.Record.State != agenttool.Pending {
+	if !r.Claimed || r.TookOver || r.Record.State != agenttool.Pending || r.TookApproval() {
 		t.Errorf("claim of an expired success: %+v; want a fresh claim", r)
 	}
 }

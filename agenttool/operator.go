@@ -250,7 +250,9 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // after the last was sent): a refusal of one attempt says nothing of an
 // earlier one still in flight. Otherwise, and for any other verdict, the
 // record stays unknown. It returns the verdict it settled by (Pending
-// when a not-applied answer came too early). by says who settles.
+// when a not-applied answer came too early). by says who settles. An
+// applied answer about an attempt of an action recorded failed settles
+// nothing and answers ErrContradicted: a person should look.
 func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
@@ -320,6 +322,8 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	switch {
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+	case rec.State == Failed && attempts >= 1 && attempts <= rec.Attempts:
+		return 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
 	case rec.State != Unknown && rec.State != Pending:
 		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
 	}

@@ -902,3 +902,46 @@ func TestOperator_AnAnswerOverturnsAnApprovalWhateverElseTheScopeAwaits(t *testi
 		}
 	})
 }
+
+// I2 when a finding of not applied was wrong and the attempt it allowed
+// failed: an at-most-once booking's attempt 1 lands but its reply is
+// lost; a person finds nothing and approves one more attempt, which the
+// destination refuses (the seat is gone: attempt 1 took it). The action
+// is recorded failed, and the model was told so. Then the answer to
+// attempt 1 comes: booked. Nothing rewrites what the model was told, but
+// the answer is not dropped as about an action that moved on: it answers
+// ErrContradicted, for an operator to act on, and leaves the record as it
+// was.
+func TestOperator_AnAnswerThatContradictsARecordedFailureIsNotDropped(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return false, envelope.MarkDefinite(errors.New("550 mailbox gone"), "rejected")
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
+			t.Fatal(err)
+		}
+		mustStatus(t, tool.Invoke(scoped(), lunch), envelope.DefiniteFailure)
+		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		if !errors.Is(err, agenttool.ErrContradicted) || v == reconcile.Applied {
+			t.Errorf("an answer that attempt 1 applied, the action recorded failed: %v, %v; want ErrContradicted", v, err)
+		}
+		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Failed {
+			t.Errorf("after: %v; want the record as it was, failed", rec.State)
+		}
+		if n := m.runs.Load(); n != 2 {
+			t.Errorf("%d attempts ran, want 2", n)
+		}
+	})
+}

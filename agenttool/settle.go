@@ -23,6 +23,13 @@ var (
 	// ErrStale: the record has moved on since the decision was made about
 	// it (another attempt ran): nothing was settled; look at it again.
 	ErrStale = errors.New("the record has changed since it was read")
+	// ErrContradicted: an answer proves applied an action recorded as
+	// failed — an attempt a person or a check found not applied landed
+	// after all, and the attempt that finding allowed failed, or the
+	// action was replaced by another. Nothing is settled (the model was
+	// told, and may have acted on it); a person should look: the action
+	// was done.
+	ErrContradicted = errors.New("the answer contradicts the action's recorded failure")
 	// ErrSentOtherwise: the action handed its destination the reference
 	// otherwise than the tool asked to check it does (Options.RefSentAs
 	// changed since): its reconciler could look for the action where it

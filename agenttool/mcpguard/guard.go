@@ -1122,6 +1122,9 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 			// nothing of that one: the action stays unknown.
 			u.g.log.Info("mcpguard: a late answer of the server settled nothing: an earlier attempt may still land", "server", u.name, "tool", fn,
 				"ref", info.RequestRef, "verdict", observe.VerdictValue(verdict))
+		case errors.Is(serr, agenttool.ErrContradicted):
+			u.g.log.Error("mcpguard: the server's late answer shows done an action recorded failed: a finding of not applied was wrong; a person should look",
+				"server", u.name, "tool", fn, "ref", info.RequestRef, "attempt", info.Attempt)
 		case errors.Is(serr, agenttool.ErrStale) || errors.Is(serr, agenttool.ErrNotUnknown):
 			// The action moved on (a retry, a check, a person): the
 			// late answer is about an attempt that is no longer its own.

@@ -168,10 +168,12 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 // attempt that has not run): the action is done. by says who settles, as
 // the record keeps it. Nothing is settled if the record is settled, or
 // moved on past a refusal: agenttool.ErrNotUnknown or agenttool.ErrStale
-// then, which a caller may ignore. A record still held by a call is
-// waited for, up to the tool's WaitTimeout. It returns the verdict it
-// settled by: Applied, NotApplied, or another when it settled nothing
-// (Pending: a refusal came while an earlier attempt may still land).
+// then, which a caller may ignore; agenttool.ErrContradicted for a
+// result about an action recorded failed, which a person should see. A
+// record still held by a call is waited for, up to the tool's
+// WaitTimeout. It returns the verdict it settled by: Applied, NotApplied,
+// or another when it settled nothing (Pending: a refusal came while an
+// earlier attempt may still land).
 func SettleLate(ctx context.Context, op *agenttool.Operator, info agenttool.CallInfo, result string, err error, by string) (reconcile.Verdict, error) {
 	ans := reconcile.Answer{Verdict: reconcile.Applied, Result: envelope.ResultFromText(result)}
 	if err != nil {

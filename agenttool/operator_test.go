@@ -599,163 +599,99 @@ func TestOperatorDecisionsAreBoundToTheAttemptSeen(t *testing.T) {
 	}
 }
 
-// I1 when a person's finding and the destination's answer cross: an
-// at-most-once action's attempt is unknown, and a person resolves it not
-// applied (one more attempt approved). Then the destination's answer to
-// that very attempt comes (a late answer: SettleByAnswer): applied. The
-// approval rests on a finding the answer proves wrong, and the attempt it
-// allows has not run: the answer settles the action as applied, and the
-// next call replays it rather than do it a second time. An answer about
-// another attempt settles nothing, and leaves the approval as it was.
-func TestOperator_AnAnswerThatProvesAnAttemptAppliedOverturnsItsApproval(t *testing.T) {
-	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store := open()
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return true, nil
-		}}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		first := tool.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing in the provider's log yet"); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := op.SettleByAnswer(ctx, first.RequestRef, 2, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrStale) {
-			t.Errorf("an answer about an attempt the record never made: %v, %v; want ErrStale", v, err)
-		}
-		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Unknown || !rec.RetryApproved {
-			t.Fatalf("after an answer about another attempt: %v, approved %v; want the approval kept", rec.State, rec.RetryApproved)
-		}
-		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
-		if err != nil || v != reconcile.Applied {
-			t.Fatalf("the destination's answer that attempt 1 applied, after a person approved attempt 2: %v, %v", v, err)
-		}
-		again := tool.Invoke(scoped(), lunch)
-		t.Logf("after the answer: %s", again)
-		if again.Status != envelope.Success || string(again.Result) != `{"id":"m-1"}` {
-			t.Errorf("the next call: %s; want the answer's success, replayed", again)
-		}
-		if n := m.count(); n != 1 {
-			t.Errorf("%d emails for one action, want 1", n)
-		}
-	})
-}
-
-// I1 when an approved attempt sent nothing. An at-most-once email's attempt
-// 1 is delivered and its reply lost; a person resolves it not applied (one
-// more attempt approved). The approved attempt is refused before it is
-// sent (transient): the key is given back approved, its count at 2, so that
-// the approval for attempt 1 is not used again. Then the destination's late
-// answer to attempt 1 comes: delivered. The approval still rests on the
-// finding that no attempt applied — attempt 2 sent nothing — and the answer
-// proves it wrong; dropped as about "another attempt", it let the next call
-// deliver the email a second time.
-func TestOperator_AnAnswerOverturnsAnApprovalWhoseApprovedAttemptSentNothing(t *testing.T) {
-	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store := open()
-		m := &mailServer{script: func(n int) (bool, error) {
-			switch n {
-			case 1:
-				return true, errLostReply // delivered, reply lost
-			case 2:
-				return false, envelope.MarkTransient(errors.New("503 busy")) // nothing sent
-			}
-			return true, nil
-		}}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		first := tool.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
-			t.Fatal(err)
-		}
-		second := tool.Invoke(scoped(), lunch)
-		mustStatus(t, second, envelope.DefiniteFailure)
-		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Unknown || !rec.RetryApproved || rec.Attempts != 2 {
-			t.Fatalf("after the approved attempt sent nothing: %v, approved %v, attempts %d; want approved at 2", rec.State, rec.RetryApproved, rec.Attempts)
-		}
-		if v, err := op.SettleByAnswer(ctx, first.RequestRef, 3, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrStale) {
-			t.Errorf("an answer about an attempt the record never counted: %v, %v; want ErrStale", v, err)
-		}
-		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
-		if err != nil || v != reconcile.Applied {
-			t.Errorf("the late answer that attempt 1 applied: %v, %v; want applied", v, err)
-		}
-		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Succeeded || !rec.HoldsSlot() {
-			t.Errorf("after the answer: %v, holds its slot %v; want succeeded, holding the slot with its notice (I9)", rec.State, rec.HoldsSlot())
-		}
-		reworded := tool.Invoke(scoped(), lunchRephrased)
-		t.Logf("a reworded copy after the answer: %s", reworded)
-		if reworded.Status == envelope.Success && reworded.Earlier == nil {
-			t.Errorf("a reworded copy ran as a new action after the answer: %s", reworded)
-		}
-		third := tool.Invoke(scoped(), lunch)
-		t.Logf("after the answer: %s", third)
-		if third.Status != envelope.Success || string(third.Result) != `{"id":"m-1"}` {
-			t.Errorf("the next call: %s; want the answer's success, replayed", third)
-		}
-		if n := m.count(); n != 1 {
-			t.Errorf("%d emails for one action, want 1", n)
-		}
-	})
-}
-
-// I1 and I2 when an answer about an earlier attempt comes after a later
-// one ran. An at-most-once email's attempt 1 is delivered and its reply
-// lost; a person resolves it not applied, and the approved attempt 2 runs
-// and ends unknown too (it may have sent the email again: nothing can
-// undo that). Then the destination's late answer to attempt 1 comes:
-// delivered. The action is done whatever attempt 2 did: the answer settles
-// it as applied, and the next call replays that, rather than leave it
-// unknown for a person to approve a third attempt. The same when attempt 2
-// runs between the answer's read of the record and its claim.
+// I1 and I2 when the destination's answer to an attempt comes after a
+// person found it not applied. An at-most-once email's attempt 1 is
+// delivered and its reply lost; a person resolves it not applied (one more
+// attempt approved). Then, in each case, the approved attempt 2 has not
+// run, sent nothing, ended unknown too (before the answer's claim, or
+// between its read and its claim), or was refused; and the destination's
+// late answer to attempt 1 comes (SettleByAnswer): delivered. While the
+// action is unknown the answer settles it as applied — the approval rested
+// on a finding it proves wrong, and a later attempt's unknown outcome
+// leaves it done — the record keeps its slot, and the next call replays
+// the answer rather than do it again. For an action recorded failed it
+// settles nothing, and says so (ErrContradicted). An answer about an
+// attempt the record never counted settles nothing (ErrStale).
 func TestOperator_AnAnswerAboutAnyAttemptSettlesAnUnknownAction(t *testing.T) {
-	for _, between := range []bool{false, true} {
-		t.Run(map[bool]string{false: "after", true: "between its read and its claim"}[between], func(t *testing.T) {
-			store := &betweenStore{Store: openBolt(t, t.TempDir()+"/keys.db")}
-			m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
-			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
-			op, err := agenttool.NewOperator(store, tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			first := tool.Invoke(scoped(), lunch)
-			mustStatus(t, first, envelope.UnknownOutcome)
-			if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
-				t.Fatal(err)
-			}
-			second := func() { mustStatus(t, tool.Invoke(scoped(), lunch), envelope.UnknownOutcome) }
-			if between {
-				store.between.Store(&second)
-			} else {
-				second()
-			}
-			v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
-			if err != nil || v != reconcile.Applied {
-				t.Errorf("an answer that attempt 1 applied, once attempt 2 ran: %v, %v; want applied", v, err)
-			}
-			if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Succeeded || rec.Attempts != 2 {
-				t.Errorf("after: %v at %d; want succeeded at 2", rec.State, rec.Attempts)
-			}
-			again := tool.Invoke(scoped(), lunch)
-			if again.Status != envelope.Success || string(again.Result) != `{"id":"m-1"}` {
-				t.Errorf("the next call: %s; want the answer's success, replayed", again)
-			}
-			if n := m.runs.Load(); n != 2 {
-				t.Errorf("%d attempts ran, want 2: nothing after the answer", n)
-			}
+	cases := []struct {
+		name    string
+		second  func() (bool, error) // attempt 2, if the approved attempt runs before the answer
+		between bool                 // it runs between the answer's read and its claim
+		told    envelope.Status      // what attempt 2's call answered
+		stale   int                  // an attempt the record does not count when the answer comes
+		want    error                // nil: the answer settles the action as applied
+		emails  int
+	}{
+		{name: "approved attempt not run", stale: 2, emails: 1},
+		{name: "approved attempt sent nothing", second: func() (bool, error) { return false, envelope.MarkTransient(errors.New("503 busy")) },
+			told: envelope.DefiniteFailure, stale: 3, emails: 1},
+		{name: "approved attempt unknown", second: func() (bool, error) { return true, errLostReply }, told: envelope.UnknownOutcome, emails: 2},
+		{name: "approved attempt unknown between the answer's read and its claim", second: func() (bool, error) { return true, errLostReply },
+			between: true, told: envelope.UnknownOutcome, emails: 2},
+		{name: "approved attempt refused", second: func() (bool, error) { return false, envelope.MarkDefinite(errors.New("550 mailbox gone"), "rejected") },
+			told: envelope.DefiniteFailure, want: agenttool.ErrContradicted, emails: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				store := &betweenStore{Store: open()}
+				m := &mailServer{script: func(n int) (bool, error) {
+					switch {
+					case n == 1:
+						return true, errLostReply
+					case n == 2 && c.second != nil:
+						return c.second()
+					}
+					return true, nil
+				}}
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				first := approvedAfterUnknown(t, scoped(), tool, op)
+				second := func() { mustStatus(t, tool.Invoke(scoped(), lunch), c.told) }
+				switch {
+				case c.second == nil:
+				case c.between:
+					store.between.Store(&second)
+				default:
+					second()
+				}
+				if c.stale > 0 {
+					before, _ := op.Show(ctx, first.RequestRef)
+					if v, err := op.SettleByAnswer(ctx, first.RequestRef, c.stale, reconcile.AppliedWith([]byte(`{"id":"m-9"}`)), "late"); !errors.Is(err, agenttool.ErrStale) {
+						t.Errorf("an answer about attempt %d, which the record does not count: %v, %v; want ErrStale", c.stale, v, err)
+					}
+					if rec, _ := op.Show(ctx, first.RequestRef); rec.State != before.State || rec.RetryApproved != before.RetryApproved || rec.Attempts != before.Attempts {
+						t.Fatalf("after an answer about another attempt: %v, approved %v at %d; want it as it was", rec.State, rec.RetryApproved, rec.Attempts)
+					}
+				}
+				v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+				rec, _ := op.Show(ctx, first.RequestRef)
+				if c.want != nil {
+					if !errors.Is(err, c.want) || v == reconcile.Applied || rec.State != agenttool.Failed {
+						t.Errorf("the answer that attempt 1 applied, the action recorded failed: %v, %v, record %v; want %v, the record as it was", v, err, rec.State, c.want)
+					}
+				} else {
+					if err != nil || v != reconcile.Applied {
+						t.Errorf("the answer that attempt 1 applied: %v, %v; want applied", v, err)
+					}
+					if rec.State != agenttool.Succeeded || !rec.HoldsSlot() {
+						t.Errorf("after the answer: %v, holds its slot %v; want succeeded, holding the slot with its notice (I9)", rec.State, rec.HoldsSlot())
+					}
+					if reworded := tool.Invoke(scoped(), lunchRephrased); reworded.Status == envelope.Success && reworded.Earlier == nil {
+						t.Errorf("a reworded copy ran as a new action after the answer: %s", reworded)
+					}
+					if again := tool.Invoke(scoped(), lunch); again.Status != envelope.Success || string(again.Result) != `{"id":"m-1"}` {
+						t.Errorf("the next call: %s; want the answer's success, replayed", again)
+					}
+				}
+				if n := m.count(); n != c.emails {
+					t.Errorf("%d emails delivered for one action, want %d", n, c.emails)
+				}
+			})
 		})
 	}
 }
@@ -782,11 +718,7 @@ func TestOperator_AnAnswerAndTheApprovedCallRaceForOneApproval(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := agenttool.WithScope(context.Background(), "tenant-42/user-7", "race-"+string(rune('a'+i)))
-			first := tool.Invoke(ctx, lunch)
-			mustStatus(t, first, envelope.UnknownOutcome)
-			if err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "maria", "nothing yet"); err != nil {
-				t.Fatal(err)
-			}
+			first := approvedAfterUnknown(t, ctx, tool, op)
 			var wg sync.WaitGroup
 			var v reconcile.Verdict
 			var verr error
@@ -830,11 +762,7 @@ func TestOperator_AnAnswerForAnExpiredApprovalLeavesNoRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	first := tool.Invoke(scoped(), lunch)
-	mustStatus(t, first, envelope.UnknownOutcome)
-	if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
-		t.Fatal(err)
-	}
+	first := approvedAfterUnknown(t, scoped(), tool, op)
 	clk.Advance(5 * time.Minute)
 	v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
 	t.Logf("answer for an expired approval: %v, %v", v, err)
@@ -871,11 +799,7 @@ func TestOperator_AnAnswerOverturnsAnApprovalWhateverElseTheScopeAwaits(t *testi
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		first := before.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
-			t.Fatal(err)
-		}
+		first := approvedAfterUnknown(t, scoped(), before, op)
 		was, _ := op.Show(ctx, first.RequestRef)
 		other := after.Invoke(scoped(), lunchRephrased)
 		mustStatus(t, other, envelope.UnknownOutcome)
@@ -903,45 +827,15 @@ func TestOperator_AnAnswerOverturnsAnApprovalWhateverElseTheScopeAwaits(t *testi
 	})
 }
 
-// I2 when a finding of not applied was wrong and the attempt it allowed
-// failed: an at-most-once booking's attempt 1 lands but its reply is
-// lost; a person finds nothing and approves one more attempt, which the
-// destination refuses (the seat is gone: attempt 1 took it). The action
-// is recorded failed, and the model was told so. Then the answer to
-// attempt 1 comes: booked. Nothing rewrites what the model was told, but
-// the answer is not dropped as about an action that moved on: it answers
-// ErrContradicted, for an operator to act on, and leaves the record as it
-// was.
-func TestOperator_AnAnswerThatContradictsARecordedFailureIsNotDropped(t *testing.T) {
-	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store := open()
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return false, envelope.MarkDefinite(errors.New("550 mailbox gone"), "rejected")
-		}}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		first := tool.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		if err := op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing yet"); err != nil {
-			t.Fatal(err)
-		}
-		mustStatus(t, tool.Invoke(scoped(), lunch), envelope.DefiniteFailure)
-		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
-		if !errors.Is(err, agenttool.ErrContradicted) || v == reconcile.Applied {
-			t.Errorf("an answer that attempt 1 applied, the action recorded failed: %v, %v; want ErrContradicted", v, err)
-		}
-		if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Failed {
-			t.Errorf("after: %v; want the record as it was, failed", rec.State)
-		}
-		if n := m.runs.Load(); n != 2 {
-			t.Errorf("%d attempts ran, want 2", n)
-		}
-	})
+// approvedAfterUnknown calls tool with lunch in ctx, which must end
+// unknown, and resolves that outcome not applied as a person would (one
+// more attempt approved), with op.
+func approvedAfterUnknown(t *testing.T, ctx context.Context, tool *agenttool.Tool, op *agenttool.Operator) envelope.Envelope {
+	t.Helper()
+	first := tool.Invoke(ctx, lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	if err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "maria", "nothing in the provider's log yet"); err != nil {
+		t.Fatal(err)
+	}
+	return first
 }

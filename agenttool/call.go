@@ -425,20 +425,27 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 // becomes when the call's claim goes on in its place. token is the hold on
 // o (0 if o is approved for a retry).
 func (c *call) replacing(o Record, token uint64, res *Resolution) (*storekit.Replacement, error) {
-	env := c.t.answerFor(o.Key, answer{reason: reasonReplaced, attempts: o.Attempts, other: &Record{Key: c.ref, State: Pending}})
+	return c.t.replacing(o, c.ref, token, res)
+}
+
+// replacing is the replacement of o by the action of key by: what o's
+// record becomes when by's claim goes on in its place. token is the hold
+// on o (0 if o is approved for a retry).
+func (t *Tool) replacing(o Record, by string, token uint64, res *Resolution) (*storekit.Replacement, error) {
+	env := t.answerFor(o.Key, answer{reason: reasonReplaced, attempts: o.Attempts, other: &Record{Key: by, State: Pending}})
 	b, err := env.Marshal()
 	if err == nil {
-		b, err = c.t.cfg.codec.Encode(o.Key, b)
+		b, err = t.cfg.codec.Encode(o.Key, b)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("encoding the outcome of %s, replaced: %w", o.Key, err)
 	}
 	if res != nil {
-		if res, err = c.t.sealResolution(o.Key, res); err != nil {
+		if res, err = t.sealResolution(o.Key, res); err != nil {
 			return nil, err
 		}
 	}
-	return &storekit.Replacement{Key: o.Key, Token: token, Attempts: o.Attempts, Outcome: b, Resolution: res, TTL: c.t.cfg.KeyTTL}, nil
+	return &storekit.Replacement{Key: o.Key, Token: token, Attempts: o.Attempts, Outcome: b, Resolution: res, TTL: t.cfg.KeyTTL}, nil
 }
 
 // letGo ends the fence's hold on an action found not applied, once the

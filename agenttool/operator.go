@@ -251,8 +251,13 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // earlier one still in flight. Otherwise, and for any other verdict, the
 // record stays unknown. It returns the verdict it settled by (Pending
 // when a not-applied answer came too early). by says who settles. An
-// applied answer about an attempt of an action recorded failed settles
-// nothing and answers ErrContradicted: a person should look.
+// applied answer about an attempt of an action closed as replaced by
+// another that did nothing (approved for one more attempt, or given back)
+// settles it applied in that one's place, as a call asking for it again
+// would claim it there. An applied answer about an attempt of an action
+// recorded failed (or replaced by one that did, or may have done,
+// something) settles nothing and answers ErrContradicted: a person should
+// look.
 func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		return reconcile.CantSay, fmt.Errorf("agenttool: settling %s: the result is not valid JSON: %w", ref, ErrInvalidRequest)
@@ -284,11 +289,15 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 	}
 	var deadline time.Time
 	poll := 5 * time.Millisecond
+	again := 0
 	for {
 		wait, err := o.settleApplied1(ctx, ref, attempts, ans, by)
 		switch {
 		case err == nil:
 			return reconcile.Applied, nil
+		case errors.Is(err, errSettleAgain) && again < 8:
+			again++
+			continue
 		case !errors.Is(err, ErrBusy):
 			return reconcile.CantSay, err
 		}
@@ -309,6 +318,18 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 // it), and asks for no fence scope: it settles the action, it writes
 // nothing (the record keeps the slot it holds), and the scope's other
 // unsettled actions hold back new writes, not this.
+//
+// An action closed as replaced (found not applied, and another went on
+// in its place) is not over: asked for again, it goes on in the place of
+// the last of those if that one did nothing (approved for one more
+// attempt, or given back). An answer that one of its attempts applied it
+// settles it so, in that place, as a call of it would claim it
+// (storekit's decision for a replaced action asked for again): the last
+// one is closed as replaced by it, and it holds the slot settled applied,
+// with its notice. Dropped, the answer would let the action, or the copy
+// in its place, be done a second time. While the last one runs, ErrBusy;
+// if it did or may have done something, nothing is settled:
+// ErrContradicted, as for an action recorded failed.
 func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (time.Duration, error) {
 	rec, err := o.Show(ctx, ref)
 	if err != nil {
@@ -319,30 +340,53 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		return 0, fmt.Errorf("agenttool: settling %s: %w", ref, err)
 	}
 	cfg := t.cfg
+	counted := attempts >= 1 && attempts <= rec.Attempts
+	contradicted := fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
+	req := storekit.ClaimRequest{
+		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
+		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
+	}
 	switch {
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
-	case rec.State == Failed && attempts >= 1 && attempts <= rec.Attempts:
-		return 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
+	case rec.State == Failed && counted && rec.ReplacedBy != "" && !rec.Sweepable(cfg.Now()):
+		rep, err := t.inPlaceOf(ctx, rec)
+		if err != nil {
+			return cfg.WaitTimeout, err
+		}
+		if rep == nil {
+			return 0, contradicted
+		}
+		// Claimed as the action asked for again is: in its last
+		// replacement's place, in the slot it held.
+		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
+	case rec.State == Failed && counted:
+		return 0, contradicted
 	case rec.State != Unknown && rec.State != Pending:
 		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
 	}
-	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
-		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
-	})
+	res, err := cfg.Store.Claim(ctx, req)
 	switch {
 	case err != nil:
 		return 0, err
+	case res.Blocked != nil && res.Blocked.State == Pending && req.Now.Before(res.Blocked.LeaseExpiry):
+		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, res.Blocked.Key, ErrBusy)
+	case res.Blocked != nil:
+		return 0, contradicted
 	case !res.Claimed && res.Record.State == Pending:
 		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+	case !res.Claimed && res.Record.State == Failed && res.Record.Attempts >= attempts && attempts >= 1:
+		// Closed (failed, or replaced) between the read and the claim:
+		// read it again.
+		return 0, fmt.Errorf("agenttool: settling %s: %w", ref, errSettleAgain)
 	case !res.Claimed:
 		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
 	}
 	h := t.hold(ctx, rec, res)
 	defer h.end()
 	approved := res.TookApproval()
-	if !res.TookOver && !approved {
+	resumed := req.Replace != nil && !res.Expired
+	if !res.TookOver && !approved && !resumed {
 		// The record expired (or was swept) between the read and the
 		// claim: the claim made a new one, which nothing needs.
 		h.keep.stop()
@@ -363,6 +407,41 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	}
 	_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
 	return 0, err
+}
+
+// errSettleAgain asks settleApplied to read the record again at once.
+var errSettleAgain = errors.New("the record changed between its read and its claim")
+
+// inPlaceOf follows the actions that went on in place of rec (closed as
+// replaced) to the last, as a call of rec's action does (call.replaced),
+// and returns the replacement that lets rec's key go on in its place: the
+// last did nothing (approved for one more attempt, or given back or
+// swept). nil if it did or may have done something (succeeded, failed,
+// unknown); ErrBusy while it runs.
+func (t *Tool) inPlaceOf(ctx context.Context, rec Record) (*storekit.Replacement, error) {
+	last, gone := Record{Key: rec.ReplacedBy, State: Failed}, false
+	for range 8 {
+		r, err := t.cfg.Store.Get(ctx, last.Key)
+		if errors.Is(err, ErrNotFound) {
+			gone = true // given back, or swept: it did nothing
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = r
+		if r.State != Failed || r.ReplacedBy == "" {
+			break
+		}
+		last = Record{Key: r.ReplacedBy, State: Failed}
+	}
+	switch {
+	case gone, last.State == Unknown && last.RetryApproved:
+		return t.replacing(last, rec.Key, 0, nil)
+	case last.State == Pending && t.cfg.Now().Before(last.LeaseExpiry):
+		return nil, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", rec.Key, last.Key, ErrBusy)
+	}
+	return nil, nil
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call

@@ -477,25 +477,13 @@ func (c *call) letGo(res storekit.ClaimResult, err error) {
 func (c *call) replaced(rec Record, takeBack bool) outcome {
 	cfg := c.t.cfg
 	c.replayed(rec.State)
-	last := Record{Key: rec.ReplacedBy, State: Failed} // given back, or swept: it did nothing
-	for range 8 {
-		r, err := cfg.Store.Get(c.ctx, last.Key)
-		if errors.Is(err, ErrNotFound) {
-			break
-		}
-		if err != nil {
-			return c.storeFailed(fmt.Errorf("reading %s, which went on in place of this action: %w", last.Key, err))
-		}
-		last = r
-		if r.State != Failed || r.ReplacedBy == "" {
-			break
-		}
-		last = Record{Key: r.ReplacedBy, State: Failed}
+	last, free, err := c.t.inPlaceOf(c.ctx, rec)
+	if err != nil {
+		return c.storeFailed(err)
 	}
 	now := cfg.Now()
 	a := answer{reason: reasonReplaced, attempts: rec.Attempts, other: &last, result: c.t.storedResult(last), now: now}
-	open := last.State == Pending || (last.State == Unknown && !last.RetryApproved)
-	if !takeBack || last.State == Succeeded || open {
+	if !takeBack || !free {
 		return c.answer(claimSettled, a)
 	}
 	rep, err := c.replacing(last, 0, nil)

@@ -252,8 +252,8 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // record stays unknown. It returns the verdict it settled by (Pending
 // when a not-applied answer came too early). by says who settles. An
 // applied answer about an attempt of an action closed as replaced by
-// another that did nothing (approved for one more attempt, or given back)
-// settles it applied in that one's place, as a call asking for it again
+// another that did nothing (refused, approved for one more attempt, or
+// given back) settles it applied in that one's place, as a call asking for it again
 // would claim it there. An applied answer about an attempt of an action
 // recorded failed (or replaced by one that did, or may have done,
 // something) settles nothing and answers ErrContradicted: a person should
@@ -321,8 +321,8 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 //
 // An action closed as replaced (found not applied, and another went on
 // in its place) is not over: asked for again, it goes on in the place of
-// the last of those if that one did nothing (approved for one more
-// attempt, or given back). An answer that one of its attempts applied it
+// the last of those if that one did nothing (refused, approved for one
+// more attempt, or given back). An answer that one of its attempts applied it
 // settles it so, in that place, as a call of it would claim it
 // (storekit's decision for a replaced action asked for again): the last
 // one is closed as replaced by it, and it holds the slot settled applied,
@@ -350,15 +350,21 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
 	case rec.State == Failed && counted && rec.ReplacedBy != "" && !rec.Sweepable(cfg.Now()):
-		rep, err := t.inPlaceOf(ctx, rec)
-		if err != nil {
-			return cfg.WaitTimeout, err
-		}
-		if rep == nil {
+		last, free, err := t.inPlaceOf(ctx, rec)
+		switch {
+		case err != nil:
+			return 0, err
+		case last.State == Pending && cfg.Now().Before(last.LeaseExpiry):
+			return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, last.Key, ErrBusy)
+		case !free:
 			return 0, contradicted
 		}
 		// Claimed as the action asked for again is: in its last
 		// replacement's place, in the slot it held.
+		rep, err := t.replacing(last, rec.Key, 0, nil)
+		if err != nil {
+			return 0, err
+		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
 	case rec.State == Failed && counted:
 		return 0, contradicted
@@ -413,21 +419,19 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 var errSettleAgain = errors.New("the record changed between its read and its claim")
 
 // inPlaceOf follows the actions that went on in place of rec (closed as
-// replaced) to the last, as a call of rec's action does (call.replaced),
-// and returns the replacement that lets rec's key go on in its place: the
-// last did nothing (approved for one more attempt, or given back or
-// swept). nil if it did or may have done something (succeeded, failed,
-// unknown); ErrBusy while it runs.
-func (t *Tool) inPlaceOf(ctx context.Context, rec Record) (*storekit.Replacement, error) {
-	last, gone := Record{Key: rec.ReplacedBy, State: Failed}, false
+// replaced) to the last, and reports whether rec's action, asked for
+// again, goes on in its place: the last did nothing (refused, approved
+// for one more attempt, given back or swept — then last is only its key,
+// failed), not if it succeeded or its outcome is open (pending, unknown).
+func (t *Tool) inPlaceOf(ctx context.Context, rec Record) (last Record, free bool, err error) {
+	last = Record{Key: rec.ReplacedBy, State: Failed}
 	for range 8 {
 		r, err := t.cfg.Store.Get(ctx, last.Key)
 		if errors.Is(err, ErrNotFound) {
-			gone = true // given back, or swept: it did nothing
 			break
 		}
 		if err != nil {
-			return nil, err
+			return Record{}, false, fmt.Errorf("reading %s, which went on in place of %s: %w", last.Key, rec.Key, err)
 		}
 		last = r
 		if r.State != Failed || r.ReplacedBy == "" {
@@ -435,13 +439,8 @@ func (t *Tool) inPlaceOf(ctx context.Context, rec Record) (*storekit.Replacement
 		}
 		last = Record{Key: r.ReplacedBy, State: Failed}
 	}
-	switch {
-	case gone, last.State == Unknown && last.RetryApproved:
-		return t.replacing(last, rec.Key, 0, nil)
-	case last.State == Pending && t.cfg.Now().Before(last.LeaseExpiry):
-		return nil, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", rec.Key, last.Key, ErrBusy)
-	}
-	return nil, nil
+	open := last.State == Pending || (last.State == Unknown && !last.RetryApproved)
+	return last, last.State != Succeeded && !open, nil
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call

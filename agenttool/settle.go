@@ -26,9 +26,10 @@ var (
 	// ErrContradicted: an answer proves applied an action recorded as
 	// failed — an attempt a person or a check found not applied landed
 	// after all, and the attempt that finding allowed failed, or the
-	// action was replaced by another that did, or may have done,
-	// something (one that did nothing is closed as replaced by it, and
-	// it is settled applied in its place). Nothing is settled (the model was
+	// action was replaced by another that succeeded or whose outcome is
+	// open (one that did nothing — refused, approved for one more
+	// attempt, given back — is closed as replaced by it, and it is
+	// settled applied in its place). Nothing is settled (the model was
 	// told, and may have acted on it); a person should look: the action
 	// was done.
 	ErrContradicted = errors.New("the answer contradicts the action's recorded failure")

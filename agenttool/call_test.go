@@ -554,3 +554,20 @@ func TestAwaitingInputAfterAnUnknownAttemptStaysUnknown(t *testing.T) {
 		t.Errorf("record %+v (%v) after %d runs; want it unknown after the second attempt asked", rec, err, m.runs.Load())
 	}
 }
+
+// I1 and I2 across a key's lives: a record that expires lets the key's
+// next action count its attempts afresh, so a late answer of the old
+// action's attempt 1 would read as one of the new action's. A key lifetime
+// shorter than an attempt may still land (AttemptTimeout, LateWindow and
+// ClockSkew) is refused, naming them.
+func TestAKeyOutlivesItsAttemptsLateAnswers(t *testing.T) {
+	_, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+		KeyTTL: 80 * time.Second, AttemptTimeout: 30 * time.Second, LateWindow: time.Minute})
+	if !errors.Is(err, agenttool.ErrInvalidOptions) || !strings.Contains(err.Error(), "LateWindow") || !strings.Contains(err.Error(), "1m31s") {
+		t.Errorf("a key lifetime shorter than a late answer may come: %v; want ErrInvalidOptions naming LateWindow and 1m31s", err)
+	}
+	if _, err := agenttool.New("send_email", "", (&mailServer{}).send, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+		KeyTTL: 2 * time.Minute, AttemptTimeout: 30 * time.Second, LateWindow: time.Minute}); err != nil {
+		t.Errorf("a key lifetime that covers the late window: %v", err)
+	}
+}

@@ -319,7 +319,10 @@ type Options struct {
 	// negative means none (one process, one clock).
 	ClockSkew time.Duration
 	// KeyTTL is how long succeeded and failed outcomes are kept for replay. It
-	// must cover the retry window plus the lease (invariant I7). 0 means 24h.
+	// must cover the retry window plus the lease (invariant I7), and the
+	// time an attempt may still land (AttemptTimeout, LateWindow and
+	// ClockSkew: a late answer is about the key's action of its time, and
+	// must not meet the next one). 0 means 24h.
 	// A Keyed tool keeps them at least DestinationKeyTTL plus ClockSkew: the
 	// same input later has the same reference, and while the destination
 	// may still replay it, the record tells that call it replays an earlier
@@ -506,6 +509,13 @@ func newConfig(name string, o Options) (*config, error) {
 		o.ClockSkew = time.Second
 	} else if o.ClockSkew < 0 {
 		o.ClockSkew = 0
+	}
+	if inFlight := o.AttemptTimeout + o.LateWindow + o.ClockSkew; o.KeyTTL < inFlight {
+		// An attempt's late answer is about the record's life it was
+		// sent in: once the record expired, the key's next life counts
+		// its attempts afresh, and the answer would settle that one.
+		return nil, bad("key lifetime %v is shorter than an attempt may still land (AttemptTimeout %v, LateWindow %v and ClockSkew %v: %v): "+
+			"a late answer could settle the key's next action", o.KeyTTL, o.AttemptTimeout, o.LateWindow, o.ClockSkew, inFlight)
 	}
 	if keep := o.DestinationKeyTTL + o.ClockSkew; o.Class == Keyed && o.DestinationKeyTTL > 0 && o.KeyTTL < keep {
 		// A new action of the same input has the same reference: while

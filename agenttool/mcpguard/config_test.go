@@ -95,6 +95,8 @@ func TestConfig_WhatTheServerListsIsCheckedAtStart(t *testing.T) {
 			"mcpServers.airline.tools.list_flights", `"idempotency_key" is not a property of its input schema`},
 		{"keyed by _meta over a plain server", `"book": {"class": "keyed", "key_argument": "_meta"}`,
 			"mcpServers.airline.tools.book", "does not answer with retrysafe envelopes"},
+		{"a key lifetime shorter than a late answer may come", `"book": {"class": "at_most_once", "key_ttl": "2m", "attempt_timeout": "1m", "listen_late": "5m"}`,
+			"mcpServers.airline.tools.book", "key lifetime 2m0s is shorter than an attempt may still land"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := mcpguard.ParseConfig([]byte(`{"principal": "ana", "mcpServers": {"airline": {"command": "x", "tools": {` + tc.tools + `}}}}`))

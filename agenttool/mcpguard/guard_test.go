@@ -587,25 +587,12 @@ func TestGuard_ARetrysafeUpstreamKeepsPrincipalsApart(t *testing.T) {
 		t.Logf("refused: %v", err)
 		return
 	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	transport := serving(up)
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: transport, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	verify, err := cfg.Verifier()
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(auth.RequireBearerToken(verify, nil)(
-		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)))
-	t.Cleanup(front.Close) // after the clients close (cleanups run last first)
+	front := tokenFront(t, cfg, up)
 	as := func(token string) *mcp.ClientSession {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
-			&mcp.StreamableClientTransport{Endpoint: front.URL, HTTPClient: &http.Client{Transport: bearerTransport(token)}}, nil)
+			&mcp.StreamableClientTransport{Endpoint: front, HTTPClient: &http.Client{Transport: bearerTransport(token)}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,6 +612,28 @@ func TestGuard_ARetrysafeUpstreamKeepsPrincipalsApart(t *testing.T) {
 	if bob.Status == envelope.Success && c.count() != 2 {
 		t.Errorf("bob was told success, but only %d message was sent (%q): his action was answered with ana's", c.count(), c.sent)
 	}
+}
+
+// tokenFront starts a guard of cfg over up behind a streamable HTTP
+// front that maps cfg's bearer tokens to principals, and returns the
+// front's URL. It closes after the clients a test connects later
+// (cleanups run last first).
+func tokenFront(t *testing.T, cfg *mcpguard.Config, up *mcp.Server) string {
+	t.Helper()
+	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
+	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(up), Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	verify, err := cfg.Verifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(auth.RequireBearerToken(verify, nil)(
+		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)))
+	t.Cleanup(front.Close)
+	return front.URL
 }
 
 // bearerTransport sends a bearer token with every request.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -619,19 +618,24 @@ func TestRelay_AnAnswerReachesOnlyTheActionItWasAskedFor(t *testing.T) {
 
 // askingDuring is a server of the revision before 2026-07-28 whose
 // send_message asks the user "Send it?" during the call
-// (elicitation/create), and sends only if the user accepts.
-func askingDuring(sent *atomic.Int64) *mcp.Server {
+// (elicitation/create), and sends only if the user accepts. If fallsBack,
+// it asks only a client that declared elicitation, and sends without
+// asking otherwise, as many servers fall back.
+func askingDuring(sent *atomic.Int64, fallsBack bool) *mcp.Server {
 	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"},
 		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
 	yes := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ok": {Type: "boolean"}}}
 	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
-			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Send " + in.Text + "?", RequestedSchema: yes})
-			if err != nil {
-				return nil, nil, fmt.Errorf("could not ask the user: %w", err)
-			}
-			if ok, _ := res.Content["ok"].(bool); res.Action != "accept" || !ok {
-				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the user said no; nothing sent"}}}, nil, nil
+			p := req.Session.InitializeParams()
+			if !fallsBack || (p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil) {
+				res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Send " + in.Text + "?", RequestedSchema: yes})
+				if err != nil {
+					return nil, nil, fmt.Errorf("could not ask the user: %w", err)
+				}
+				if ok, _ := res.Content["ok"].(bool); res.Action != "accept" || !ok {
+					return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the user said no; nothing sent"}}}, nil, nil
+				}
 			}
 			sent.Add(1)
 			return nil, map[string]string{"sent": in.Text}, nil
@@ -669,7 +673,7 @@ func frontClient(t *testing.T, g *mcpguard.Guard, version string, asked *[]strin
 // its answer comes back, and the action is done once, or not at all.
 func TestGuard_AServerThatAsksDuringTheCallAsksTheOneClient(t *testing.T) {
 	var sent atomic.Int64
-	g := guardOver(t, askingDuring(&sent), askerConfig, mcpguard.Options{})
+	g := guardOver(t, askingDuring(&sent, false), askerConfig, mcpguard.Options{})
 	var asked []string
 	cs := frontClient(t, g, "2025-11-25", &asked, true)
 	_, env := call(t, cs, "send_message", map[string]any{"to": "#team", "text": "Lunch?"}, nil)
@@ -699,7 +703,7 @@ func TestGuard_AQuestionDuringACallGoesToNoClientItMayNotBeFor(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var sent atomic.Int64
-			g := guardOver(t, askingDuring(&sent), askerConfig, mcpguard.Options{})
+			g := guardOver(t, askingDuring(&sent, false), askerConfig, mcpguard.Options{})
 			var asked, askedOther []string
 			cs := frontClient(t, g, c.version, &asked, true)
 			if c.second {
@@ -782,31 +786,6 @@ func TestGuard_ACheckThatAsksDuringItsCallAsksNoClient(t *testing.T) {
 	}
 }
 
-// fallingBack is a server of the revision before 2026-07-28 whose
-// send_message asks the user "Send it?" during the call when its client
-// can be asked (it declared elicitation), and otherwise sends without
-// asking, as many servers fall back.
-func fallingBack(sent *atomic.Int64) *mcp.Server {
-	up := mcp.NewServer(&mcp.Implementation{Name: "sender", Version: "1"},
-		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
-	yes := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ok": {Type: "boolean"}}}
-	mcp.AddTool(up, &mcp.Tool{Name: "send_message", Description: "Send a message, once the user confirms if it can be asked."},
-		func(ctx context.Context, req *mcp.CallToolRequest, in sendIn) (*mcp.CallToolResult, map[string]string, error) {
-			if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil {
-				res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Send " + in.Text + "?", RequestedSchema: yes})
-				if err != nil {
-					return nil, nil, fmt.Errorf("could not ask the user: %w", err)
-				}
-				if ok, _ := res.Content["ok"].(bool); res.Action != "accept" || !ok {
-					return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the user said no; nothing sent"}}}, nil, nil
-				}
-			}
-			sent.Add(1)
-			return nil, map[string]string{"sent": in.Text}, nil
-		})
-	return up
-}
-
 // A server that falls back when its client cannot be asked (here, it
 // sends without asking) did so behind a guard of several users before
 // the guard passed questions on, and still does: a guard whose
@@ -816,26 +795,14 @@ func fallingBack(sent *atomic.Int64) *mcp.Server {
 // each such call turning into an error read as unknown, the user fenced.
 func TestGuard_AServerThatFallsBackWhenNoClientCanBeAskedStillDoes(t *testing.T) {
 	var sent atomic.Int64
-	up := fallingBack(&sent)
+	up := askingDuring(&sent, true)
 	cfg, err := mcpguard.ParseConfig([]byte(`{
 	  "tokens": {"ana@example.com": "ana-token", "bob@example.com": "bob-token"},
 	  "mcpServers": {"sender": {"command": "sender-mcp", "tools": {"send_message": {"class": "at_most_once"}}}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store.Path = filepath.Join(t.TempDir(), "guard.db")
-	g, err := mcpguard.New(context.Background(), cfg, &mcpguard.Options{Transport: serving(up), Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	verify, err := cfg.Verifier()
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(auth.RequireBearerToken(verify, nil)(
-		mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)))
-	t.Cleanup(front.Close)
+	front := tokenFront(t, cfg, up)
 	var asked atomic.Int64
 	as := func(token string) *mcp.ClientSession {
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
@@ -843,7 +810,7 @@ func TestGuard_AServerThatFallsBackWhenNoClientCanBeAskedStillDoes(t *testing.T)
 				asked.Add(1)
 				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
 			}}).Connect(context.Background(),
-			&mcp.StreamableClientTransport{Endpoint: front.URL, HTTPClient: &http.Client{Transport: bearerTransport(token)}},
+			&mcp.StreamableClientTransport{Endpoint: front, HTTPClient: &http.Client{Transport: bearerTransport(token)}},
 			&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,10 @@ import (
 // Approver decides what happens to an at-most-once action whose outcome is
 // unknown. It is asked each time a call meets such a key, and may answer
 // Undecided (a person has not decided yet: a ticket is open, a message is
-// waiting). An Approver must be safe for concurrent use.
+// waiting). A RetryOnce or Compensate given while the last attempt may
+// still land (Settings.InFlight after it ended) waits: the call answers
+// unknown_outcome, saying until when, and the decision given again after
+// that takes effect. An Approver must be safe for concurrent use.
 type Approver interface {
 	Approve(ctx context.Context, req ApprovalRequest) (Approval, error)
 }
@@ -134,6 +137,16 @@ func (c *call) approve() outcome {
 			cfg.logger.Warn("retrysafe: could not give back a record after a failed compensation", "ref", c.ref, "err", err)
 		}
 		return waiting("a compensation was already tried for this outcome and failed; an operator must settle it")
+	}
+	if safe := c.t.landsUntil(h.heldUntil); cfg.Now().Before(safe) {
+		// The in-flight rule, as for a person's finding of not applied
+		// (holding.landed): the approval waits until the attempt can no
+		// longer land.
+		if err := h.stillUnknown(c.ctx); err != nil {
+			cfg.logger.Warn("retrysafe: could not give back a record after an approval given too early", "ref", c.ref, "err", err)
+		}
+		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown, and it may still land until %s: the approval given takes effect only then",
+			h.rec.Attempts, safe.Format(time.RFC3339)))
 	}
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {

@@ -245,10 +245,11 @@ func TestCrash_MidApprovedRetryFencesAndAsksFirst(t *testing.T) {
 		m := firstLost()
 		ans := &answers{answer: reconcile.StillPending()}
 		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: ans, Now: c.Now,
-			Retry: agenttool.RetryPolicy{MaxAttempts: 1}, WaitTimeout: 20 * time.Millisecond})
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}, WaitTimeout: 20 * time.Millisecond, ClockSkew: time.Second})
 		op, _ := agenttool.NewOperator(store, tool)
 		first := tool.Invoke(scoped(), lunch)
 		mustStatus(t, first, envelope.UnknownOutcome)
+		c.Advance(2 * time.Second) // the person finds it not applied once attempt 1 can no longer land
 		if err := op.ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the log"); err != nil {
 			t.Fatal(err)
 		}

@@ -343,7 +343,7 @@ func (a *scriptedInvoices) tool(t *testing.T, store agenttool.Store, sentAs stri
 			return "", errLostReply
 		}
 		return "inv-" + key, nil
-	}, agenttool.Options{Store: store, Class: agenttool.Keyed, RefSentAs: sentAs, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	}, agenttool.Options{Store: store, Class: agenttool.Keyed, RefSentAs: sentAs, Retry: agenttool.RetryPolicy{MaxAttempts: 1}, ClockSkew: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func (b *bookings) tool(t *testing.T, store agenttool.Store, sentAs string, appr
 			return "", errLostReply
 		}
 		return "booked " + key, nil
-	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, RefSentAs: sentAs, Approver: approver,
+	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, RefSentAs: sentAs, Approver: approver, ClockSkew: -1,
 		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
 			key := b.ref(ctx, info.RequestRef, sentAs)
 			b.mu.Lock()
@@ -561,7 +561,8 @@ func TestAnUnknownActionIsCheckedOnlyAsItWasSent_WhenItChangesUnderTheFence(t *t
 					return "", errLostReply
 				}
 				return "booked", nil
-			}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, RefSentAs: sentAs, Reconciler: check, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, RefSentAs: sentAs, Reconciler: check, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+				ClockSkew: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

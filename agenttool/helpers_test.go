@@ -90,6 +90,12 @@ func newEmailTool(t testing.TB, m *mailServer, opts agenttool.Options) *agenttoo
 	if opts.Retry == (agenttool.RetryPolicy{}) {
 		opts.Retry = fastRetry
 	}
+	if opts.ClockSkew == 0 && opts.AttemptTimeout == 0 && opts.LateWindow == 0 {
+		// One process, one clock: an attempt that ended cannot still
+		// land, and a person may settle it at once (the in-flight rule's
+		// own tests set a window).
+		opts.ClockSkew = -1
+	}
 	if opts.Class == agenttool.Reconcilable && opts.Reconciler == nil {
 		// These tests settle such tools' unknown outcomes themselves.
 		opts.SettledByOperators = true

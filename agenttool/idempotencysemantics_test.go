@@ -1780,7 +1780,7 @@ func TestAnOperatorsFindingSettlesTheActionOnce(t *testing.T) {
 				settledByPeople := func(store agenttool.Store) *agenttool.Tool {
 					tool, err := agenttool.New("charge", "Charge a customer.", l.charge, agenttool.Options{
 						Store: store, Class: agenttool.Reconcilable, SettledByOperators: true,
-						IdentifyingFields: []string{"customer", "amount"}, Retry: payRetry,
+						IdentifyingFields: []string{"customer", "amount"}, Retry: payRetry, ClockSkew: -1,
 					})
 					if err != nil {
 						t.Fatal(err)

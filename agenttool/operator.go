@@ -490,8 +490,10 @@ func (t *Tool) inPlaceOf(ctx context.Context, rec Record) (last Record, free boo
 // Record.Attempts of the outcome the person found not applied, as Show or
 // Unknown returned it: if another attempt has run since (a call, a retry
 // someone else allowed), the finding is about an outcome that is no longer
-// the record's, and nothing is settled (ErrStale). by says who resolves;
-// why is recorded with it.
+// the record's, and nothing is settled (ErrStale). While that attempt may
+// still land (Settings.InFlight after it ended), the destination would
+// not show it yet: nothing is settled (ErrInFlight, naming when to decide).
+// by says who resolves; why is recorded with it.
 func (o *Operator) ResolveNotApplied(ctx context.Context, ref string, attempts int, by, why string) error {
 	h, err := o.hold(ctx, ref, by)
 	if err != nil {
@@ -499,6 +501,9 @@ func (o *Operator) ResolveNotApplied(ctx context.Context, ref string, attempts i
 	}
 	defer h.end()
 	if err := h.about(ctx, "resolving", attempts); err != nil {
+		return err
+	}
+	if err := h.landed(ctx, "resolving"); err != nil {
 		return err
 	}
 	return h.notApplied(ctx, &Resolution{Verdict: "not applied", By: "operator:" + by, Why: why})
@@ -511,7 +516,9 @@ func (o *Operator) ResolveNotApplied(ctx context.Context, ref string, attempts i
 // with the failure noted, and the error is returned. attempts is the
 // Record.Attempts of the outcome the decision is about, as Show or Unknown
 // returned it: if another attempt has run since, nothing is compensated
-// (ErrStale). by says who decides; why is recorded with it.
+// (ErrStale); while that attempt may still land, nothing is compensated
+// (ErrInFlight): an undoing could find nothing yet and call it undone. by
+// says who decides; why is recorded with it.
 func (o *Operator) Compensate(ctx context.Context, ref string, attempts int, by, why string) error {
 	h, err := o.hold(ctx, ref, by)
 	if err != nil {
@@ -519,6 +526,9 @@ func (o *Operator) Compensate(ctx context.Context, ref string, attempts int, by,
 	}
 	defer h.end()
 	if err := h.about(ctx, "compensating", attempts); err != nil {
+		return err
+	}
+	if err := h.landed(ctx, "compensating"); err != nil {
 		return err
 	}
 	if h.t.cfg.Compensate == nil {

@@ -970,3 +970,83 @@ func answerSettlesAnOpenCopy(t *testing.T, store agenttool.Store, copySent bool)
 		t.Errorf("the action asked again: %s; want told that the copy in its place was done", again)
 	}
 }
+
+// I1 and I2 when a person decides while the attempt may still land. An
+// at-most-once email's attempt ends unknown; its request may still reach
+// the mail server for AttemptTimeout plus ClockSkew after the attempt
+// ended, and the server would not show it yet. A person who looks then
+// and finds nothing decides about an attempt still on its way: approved
+// at once, the next call sent the email again when the first landed; a
+// compensation found nothing to undo and called the action undone. Like a
+// check's answer (the in-flight rule), a person's finding of not applied,
+// a compensation and an approver's approval wait until the attempt can no
+// longer land: nothing changes before (ErrInFlight, or the call told the
+// approval waits), and the same decision after works.
+func TestOperator_APersonsDecisionWaitsWhileTheAttemptMayStillLand(t *testing.T) {
+	for _, decision := range []string{"not applied", "compensate", "approver"} {
+		t.Run(decision, func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				store, c := open(), newClock()
+				var undone atomic.Int64
+				opts := agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: c.Now, AttemptTimeout: 30 * time.Second,
+					ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+					Compensate: func(context.Context, agenttool.CallInfo) error { undone.Add(1); return nil }}
+				if decision == "approver" {
+					opts.Approver = &ticket{attempts: 1}
+				}
+				m := firstLost()
+				tool := newEmailTool(t, m, opts)
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				first := tool.Invoke(scoped(), lunch)
+				mustStatus(t, first, envelope.UnknownOutcome)
+				decide := func() (envelope.Envelope, error) {
+					switch decision {
+					case "not applied":
+						return envelope.Envelope{}, op.ResolveNotApplied(ctx, first.RequestRef, 1, "maria", "nothing in the mail log")
+					case "compensate":
+						return envelope.Envelope{}, op.Compensate(ctx, first.RequestRef, 1, "maria", "recall it")
+					}
+					return tool.Invoke(scoped(), lunch), nil
+				}
+				c.Advance(20 * time.Second) // attempt 1 may still land for 11s
+				env, err := decide()
+				t.Logf("in flight: %v %s", err, env)
+				if decision == "approver" {
+					if env.Status != envelope.UnknownOutcome || !strings.Contains(env.Error.Message, "takes effect only then") {
+						t.Errorf("the call with an approval while attempt 1 may still land: %s; want unknown_outcome, the approval waiting", env)
+					}
+				} else if !errors.Is(err, agenttool.ErrInFlight) {
+					t.Errorf("deciding while attempt 1 may still land: %v; want ErrInFlight", err)
+				}
+				rec, _ := op.Show(ctx, first.RequestRef)
+				if rec.State != agenttool.Unknown || rec.RetryApproved || m.count() != 0 || undone.Load() != 0 {
+					t.Errorf("after a decision too early: %v approved %v, %d emails, %d undone; want nothing changed",
+						rec.State, rec.RetryApproved, m.count(), undone.Load())
+				}
+				c.Advance(12 * time.Second)
+				env, err = decide()
+				t.Logf("after: %v %s", err, env)
+				if err != nil {
+					t.Fatalf("the same decision once attempt 1 can no longer land: %v", err)
+				}
+				switch decision {
+				case "not applied":
+					env = tool.Invoke(scoped(), lunch)
+					fallthrough
+				case "approver":
+					if env.Status != envelope.Success || m.count() != 1 {
+						t.Errorf("the approved attempt: %s, %d emails; want success, one email", env, m.count())
+					}
+				case "compensate":
+					if rec, _ := op.Show(ctx, first.RequestRef); rec.State != agenttool.Failed || undone.Load() != 1 {
+						t.Errorf("after the compensation: %v, undone %d times; want failed (compensated), once", rec.State, undone.Load())
+					}
+				}
+			})
+		})
+	}
+}

@@ -73,14 +73,14 @@ func plantCanaries(t *testing.T, store agenttool.Store, codec agenttool.Codec, k
 		return canaries["result"], nil
 	}
 	tool, err := agenttool.New("send", "", fn, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Codec: codec,
-		DigestKey: key, Fence: agenttool.FenceOff, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		DigestKey: key, Fence: agenttool.FenceOff, Retry: agenttool.RetryPolicy{MaxAttempts: 1}, ClockSkew: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := func(to string) string { return fmt.Sprintf(`{"to":%q,"body":%q}`, to, canaries["input"]) }
 	kept, err := agenttool.New("send_kept", "", func(context.Context, msg) (string, error) { return "", errLostReply }, agenttool.Options{
 		Store: store, Class: agenttool.Reconcilable, Reconciler: reconcile.Func(func(context.Context, string) reconcile.Answer { return reconcile.StillPending() }),
-		KeepInput: true, Codec: codec, DigestKey: key, Fence: agenttool.FenceOff, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		KeepInput: true, Codec: codec, DigestKey: key, Fence: agenttool.FenceOff, Retry: agenttool.RetryPolicy{MaxAttempts: 1}, ClockSkew: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,13 +76,22 @@ func (t *Tool) reported(ctx context.Context, ans reconcile.Answer, ref, by strin
 // counts as pending, unless the destination refuses stale requests
 // (reconcile.Answer.Fenced).
 func (t *Tool) trust(ans reconcile.Answer, heldUntil time.Time) reconcile.Answer {
-	if ans.Verdict != reconcile.NotApplied || ans.Fenced || heldUntil.IsZero() {
+	if ans.Verdict != reconcile.NotApplied || ans.Fenced {
 		return ans
 	}
-	safe := heldUntil.Add(t.Settings().InFlight())
-	if t.cfg.Now().Before(safe) {
+	if safe := t.landsUntil(heldUntil); t.cfg.Now().Before(safe) {
 		return reconcile.Answer{Verdict: reconcile.Pending,
 			Err: fmt.Errorf("not found, but an earlier holder's attempt may be in flight until %s", safe.Format(time.RFC3339Nano))}
 	}
 	return ans
+}
+
+// landsUntil is when a request an attempt may have sent until heldUntil
+// can no longer land: heldUntil plus Settings.InFlight; zero if nothing
+// was held.
+func (t *Tool) landsUntil(heldUntil time.Time) time.Time {
+	if heldUntil.IsZero() {
+		return heldUntil
+	}
+	return heldUntil.Add(t.Settings().InFlight())
 }

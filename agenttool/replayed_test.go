@@ -129,7 +129,7 @@ func TestDestinationReplayAfterAnApprovedRetryIsTheEarlierCalls(t *testing.T) {
 		Flight string `json:"flight"`
 	}) (string, error) {
 		return api.book(ctx, "seat-1")
-	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: fastRetry})
+	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: fastRetry, ClockSkew: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,12 @@ var (
 	// was told, and may have acted on it); a person should look: the
 	// action was done.
 	ErrContradicted = errors.New("the answer contradicts the action's recorded failure")
+	// ErrInFlight: an attempt of the action may still land at its
+	// destination — it may have been sent until the record's HeldUntil,
+	// and lands within Settings.InFlight of that — so a finding that it
+	// did nothing, or an undoing of it, proves nothing of it yet. Nothing
+	// was settled; the error names the time after which to decide.
+	ErrInFlight = errors.New("an attempt of the action may still land")
 	// ErrSentOtherwise: the action handed its destination the reference
 	// otherwise than the tool asked to check it does (Options.RefSentAs
 	// changed since): its reconciler could look for the action where it
@@ -126,6 +132,22 @@ func (h *holding) applied(ctx context.Context, result json.RawMessage, res *Reso
 // key may run.
 func (h *holding) notApplied(ctx context.Context, res *Resolution) error {
 	return h.finish(ctx, Unknown, nil, res, true)
+}
+
+// landed gives the record back unknown and answers ErrInFlight while an
+// attempt of it may still land (the in-flight rule, as for a
+// destination's answer: [Tool.trust]): a person who finds it not applied,
+// or undoes it, decides about an attempt that may still be on its way.
+func (h *holding) landed(ctx context.Context, doing string) error {
+	safe := h.t.landsUntil(h.heldUntil)
+	if !h.t.cfg.Now().Before(safe) {
+		return nil
+	}
+	if err := h.stillUnknown(ctx); err != nil {
+		return err
+	}
+	return fmt.Errorf("agenttool: %s %s: attempt %d may still land until %s: decide after that: %w",
+		doing, h.rec.Key, h.rec.Attempts, safe.Format(time.RFC3339), ErrInFlight)
 }
 
 // stillUnknown gives the record back as it was: unknown, unresolved.

@@ -190,6 +190,8 @@ func refusal(err error, decided, now int) (int, string) {
 		return http.StatusConflict, "Nothing was changed: a call or a check holds this action right now. Try again in a moment."
 	case errors.Is(err, agenttool.ErrNotUnknown):
 		return http.StatusConflict, "Nothing was changed: this action was settled meanwhile; its state is shown above."
+	case errors.Is(err, agenttool.ErrInFlight):
+		return http.StatusConflict, "Nothing was changed: its last attempt may still reach the destination, which would not show it yet. " + err.Error()
 	case errors.Is(err, agenttool.ErrNotFound):
 		return http.StatusNotFound, "Nothing was changed: " + errHidden.Error() + "."
 	case errors.Is(err, agenttool.ErrInvalidRequest):

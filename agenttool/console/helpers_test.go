@@ -111,7 +111,7 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 		}
 		return map[string]string{"charge_id": "ch_" + strconv.Itoa(int(w.charges.Load()))}, nil
 	}, agenttool.Options{
-		Store: w.store, Class: agenttool.AtMostOnce, Approver: w.approvals, Retry: fast, Now: w.clock.Now,
+		Store: w.store, Class: agenttool.AtMostOnce, Approver: w.approvals, Retry: fast, Now: w.clock.Now, ClockSkew: -1, // one process, one clock: an attempt that ended cannot still land
 		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -129,7 +129,7 @@ func newWorld(t *testing.T, mount func(h http.Handler) http.Handler) *world {
 		}
 		return map[string]string{"message_id": "m-" + strconv.Itoa(int(w.emails.Load()))}, nil
 	}, agenttool.Options{
-		Store: w.store, Class: agenttool.Reconcilable, Retry: fast, Now: w.clock.Now,
+		Store: w.store, Class: agenttool.Reconcilable, Retry: fast, Now: w.clock.Now, ClockSkew: -1,
 		Reconciler: reconcile.Func(func(ctx context.Context, ref string) reconcile.Answer {
 			return w.verdict.Load().(reconcile.Answer)
 		}),

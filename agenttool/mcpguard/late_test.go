@@ -2,6 +2,7 @@ package mcpguard_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -437,14 +438,13 @@ func TestGuard_ALateRefusalOfAResendNeverSettlesAnActionWhoseFirstDeliveryIsOpen
 // at-most-once booking passes its attempt timeout while the server still
 // commits it; the guard listens for its answer. A person looks in the
 // airline's system meanwhile, finds nothing yet, and resolves the action
-// not applied (approved for one more attempt). Then the server's answer to
-// that very attempt comes: booked. The guard drops it — "the action moved
-// on" — though no attempt ran since and the answer is about the attempt the
-// record is at: the model's retry sends the approved attempt, and the
-// airline books a second seat for one action. An answer that proves the
-// attempt applied must settle it while the attempt it approves has not
-// run.
-func TestGuard_ALateAnswerThatProvesTheActionDoneOverturnsAnApprovedRetry(t *testing.T) {
+// not applied. Approved for one more attempt at once, the model's retry
+// could send it before the server's answer to attempt 1 (booked) came: a
+// second seat for one action. A finding of not applied proves nothing
+// while the attempt may still land (the in-flight rule, as for a check's
+// answer): the person is told when to decide (ErrInFlight), and the late
+// answer settles the action.
+func TestGuard_APersonsFindingWaitsWhileTheAttemptMayStillLand(t *testing.T) {
 	a := &airline{}
 	up := slowAirline(a, 500*time.Millisecond)
 	settled := make(chan struct{}, 4)
@@ -460,8 +460,8 @@ func TestGuard_ALateAnswerThatProvesTheActionDoneOverturnsAnApprovedRetry(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := op.ForAnyTool(0).ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the airline's system"); err != nil {
-		t.Fatal(err)
+	if err := op.ForAnyTool(0).ResolveNotApplied(context.Background(), first.RequestRef, first.Attempts, "maria", "not in the airline's system"); !errors.Is(err, agenttool.ErrInFlight) {
+		t.Errorf("a person's finding of not applied while attempt 1 may still land: %v; want ErrInFlight", err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); a.count() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -125,8 +125,14 @@ type fixture struct {
 
 var fastRetry = agenttool.RetryPolicy{MaxAttempts: 1}
 
-func newFixture(t *testing.T, store agenttool.Store) *fixture {
+func newFixture(t *testing.T, store agenttool.Store, tune ...func(*agenttool.Options)) *fixture {
 	t.Helper()
+	tuned := func(o agenttool.Options) agenttool.Options {
+		for _, fn := range tune {
+			fn(&o)
+		}
+		return o
+	}
 	f := &fixture{t: t, store: store, mail: newDestination(), pay: newDestination(), now: time.Now}
 	var err error
 	f.email, err = agenttool.New("send_email", "Send an email.", func(ctx context.Context, in emailInput) (map[string]string, error) {
@@ -134,17 +140,18 @@ func newFixture(t *testing.T, store agenttool.Store) *fixture {
 			return nil, err
 		}
 		return map[string]string{"message_id": "<" + agenttool.RequestRef(ctx) + "@mail.test>"}, nil
-	}, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: f.mail, Retry: fastRetry, WaitTimeout: -1})
+	}, tuned(agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: f.mail, Retry: fastRetry, WaitTimeout: -1,
+		ClockSkew: -1})) // one process, one clock: an attempt that ended cannot still land
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.refund, err = agenttool.New("refund_payment", "Refund a payment.", func(ctx context.Context, in refundInput) (string, error) {
 		return "refunded", f.pay.do(ctx)
-	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: fastRetry, WaitTimeout: -1,
+	}, tuned(agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: fastRetry, WaitTimeout: -1, ClockSkew: -1,
 		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
 			f.pay.set(func(d *destination) { d.undone = append(d.undone, info.RequestRef) })
 			return nil
-		}})
+		}}))
 	if err != nil {
 		t.Fatal(err)
 	}

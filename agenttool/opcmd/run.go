@@ -19,7 +19,7 @@ const (
 	ExitFailed     = 1 // the operation failed: the store, a reconciler, a compensation; the message says what
 	ExitUsage      = 2 // the command line is wrong (a missing or bad flag, an unknown command), or the command needs the application
 	ExitNotFound   = 3 // no record with that reference (or not one this operator sees)
-	ExitBusy       = 4 // a live call or check holds the record: try again when it ends
+	ExitBusy       = 4 // a live call or check holds the record, or its last attempt may still land: try again later
 	ExitStale      = 5 // the record had another attempt since it was read: nothing was settled; look again
 	ExitNotUnknown = 6 // the record is not awaiting reconciliation: nothing to settle
 )
@@ -252,6 +252,8 @@ func classify(err error) (code int, hint string) {
 		return ExitStale, "Nothing was settled: the record is not at the attempts given (another attempt may have run since it was read). Look at it again (show REF) and decide on its current attempts."
 	case errors.Is(err, agenttool.ErrBusy):
 		return ExitBusy, "A live call or check holds the record; nothing was settled. Try again when it ends."
+	case errors.Is(err, agenttool.ErrInFlight):
+		return ExitBusy, "Its last attempt may still reach the destination, which would not show it yet; nothing was settled. Decide after the time given."
 	case errors.Is(err, agenttool.ErrNotUnknown):
 		return ExitNotUnknown, "The record is not awaiting reconciliation (it is settled, or approved for one more attempt): there is nothing to settle."
 	case errors.Is(err, agenttool.ErrNotFound):

@@ -2,10 +2,13 @@ package opcmd_test
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/opcmd"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
@@ -197,4 +200,36 @@ func TestSettlingWhatALiveCallHoldsIsBusy(t *testing.T) {
 func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// A finding of not applied, or a compensation, while the attempt may still
+// land changes nothing: it exits 4, saying until when, as a busy record
+// does; a finding of applied settles at once.
+func TestSettlingWhileTheAttemptMayStillLandWaits(t *testing.T) {
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "app.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	f := newFixture(t, store, func(o *agenttool.Options) { o.AttemptTimeout = time.Hour })
+	lost := f.lostEmail("tenant-1", "", "ana@example.com", "before")
+	f.pay.set(func(d *destination) { d.lose = "after" })
+	refund := f.refundOrder("tenant-1", "", "o-1")
+	f.pay.set(func(d *destination) { d.lose = "" })
+	if refund.Status != envelope.UnknownOutcome {
+		t.Fatalf("a lost refund: %s", refund)
+	}
+	f.run("resolve", "not-applied", lost.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").
+		exits(t, opcmd.ExitBusy, "may still land until", "Decide after the time given")
+	f.run("approve", refund.RequestRef, "-compensate", "-attempts", "1", "-by", "maria", "-why", "cancelled").
+		exits(t, opcmd.ExitBusy, "may still land until")
+	for _, ref := range []string{lost.RequestRef, refund.RequestRef} {
+		if rec := f.record(ref); rec.State != agenttool.Unknown || rec.RetryApproved || rec.Resolution != nil {
+			t.Errorf("a decision too early changed %s: %v approved %v, %+v", ref, rec.State, rec.RetryApproved, rec.Resolution)
+		}
+	}
+	if undone := f.pay.undoneRefs(); len(undone) != 0 {
+		t.Errorf("compensated %v while the refund may still land", undone)
+	}
+	f.run("resolve", "applied", lost.RequestRef, "-attempts", "1", "-by", "maria", "-why", "in the log").ok(t)
 }

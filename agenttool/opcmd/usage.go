@@ -19,7 +19,7 @@ func (r *runner) usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  help\n      This text (also -h; COMMAND -h for one command).\n")
 	fmt.Fprintf(w, "\nExit codes: %d ok, %d the operation failed, %d usage, %d no such record, "+
-		"%d held by a live call (try again), %d stale (the record had another attempt since it was read; nothing settled), "+
+		"%d held by a live call, or its last attempt may still land (try again later), %d stale (the record had another attempt since it was read; nothing settled), "+
 		"%d not awaiting reconciliation (nothing to settle).\n",
 		ExitOK, ExitFailed, ExitUsage, ExitNotFound, ExitBusy, ExitStale, ExitNotUnknown)
 }

@@ -52,6 +52,10 @@ func TestApprovalBySignal(t *testing.T) {
 			l.lose = 1
 			o := l.options(agenttool.AtMostOnce, memstore.New())
 			o.Approver = temporaltool.WorkflowApprover{}
+			// A person approves minutes later, in the workflow's time, when
+			// attempt 1 can no longer land: the tool's clock moves on too.
+			var later atomic.Int64
+			o.Now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
 			var first atomic.Pointer[envelope.Envelope]
 			o.Hooks.Outcome = func(_ context.Context, e agenttool.OutcomeEvent) {
 				first.CompareAndSwap(nil, &e.Envelope)
@@ -61,6 +65,7 @@ func TestApprovalBySignal(t *testing.T) {
 			signal := func(after time.Duration, edit func(*temporaltool.Approval)) {
 				env.RegisterDelayedCallback(func() {
 					f := first.Load()
+					later.Store(int64(after))
 					ok := temporaltool.Approval{RequestRef: f.RequestRef, Decision: temporaltool.RetryOnce, By: "ana",
 						Reason: "the ledger has no such order", Attempts: f.Attempts}
 					edit(&ok)
@@ -165,6 +170,10 @@ func TestApprovalReplayedByTemporalRetryAllowsNothing(t *testing.T) {
 			l.lose, l.crash = 1, 1 // the first request is lost; the approved one is taken and its worker dies
 			o := l.options(agenttool.AtMostOnce, memstore.New())
 			o.Approver = temporaltool.WorkflowApprover{}
+			// A person approves minutes later, in the workflow's time, when
+			// attempt 1 can no longer land: the tool's clock moves on too.
+			var later atomic.Int64
+			o.Now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
 			var first atomic.Pointer[envelope.Envelope]
 			o.Hooks.Outcome = func(_ context.Context, e agenttool.OutcomeEvent) {
 				first.CompareAndSwap(nil, &e.Envelope)
@@ -173,6 +182,7 @@ func TestApprovalReplayedByTemporalRetryAllowsNothing(t *testing.T) {
 			env := newEnv(t, a)
 			env.RegisterDelayedCallback(func() {
 				f := first.Load()
+				later.Store(int64(time.Minute))
 				env.SignalWorkflow("approval", temporaltool.Approval{RequestRef: f.RequestRef, Decision: temporaltool.RetryOnce,
 					By: "ana", Attempts: f.Attempts})
 			}, time.Minute)

@@ -138,6 +138,12 @@ func (a *app) send(principal, label, to string) envelope.Envelope {
 	return a.email.Invoke(ctx, `{"to":"`+to+`"}`)
 }
 
+// landed waits until the lost emails' attempts can no longer land, as
+// the command counts it: it knows no tool's AttemptTimeout, and waits
+// ClockSkew (1s) after an attempt ended before it takes a finding of not
+// applied.
+func landed() { time.Sleep(1100 * time.Millisecond) }
+
 // lostEmails leaves the application's bbolt file at path with two unknown
 // emails, Ana's and Ben's, and closes it, as an application that stopped.
 func lostEmails(t *testing.T, path string) (ana, ben envelope.Envelope) {
@@ -195,6 +201,7 @@ func TestCommandOnABoltFile(t *testing.T) {
 
 	inProcess(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "2", "-by", "maria", "-why", "not in the log").
 		exits(t, opcmd.ExitStale, "Nothing was settled")
+	landed()
 	command(t, nil, "-db", path, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
 	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-attempts", "1", "-result", `"sent"`, "-by", "maria", "-why", "in the log").ok(t)
 	inProcess(t, nil, "-db", path, "resolve", "applied", ben.RequestRef, "-attempts", "1", "-by", "maria", "-why", "twice").exits(t, opcmd.ExitNotUnknown)
@@ -312,6 +319,7 @@ func TestCommandAfterTheApplicationDied(t *testing.T) {
 	if out := inProcess(t, nil, "-db", path, "list").ok(t).stdout; !strings.Contains(out, ref+"  send_email  pending (lapsed)  1 ") {
 		t.Errorf("list:\n%s", out)
 	}
+	landed()
 	inProcess(t, nil, "-db", path, "resolve", "not-applied", ref, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
 
 	store, err := boltstore.Open(path, nil)
@@ -379,6 +387,7 @@ func TestCommandOnPostgreSQL(t *testing.T) {
 		t.Errorf("list:\n%s", out)
 	}
 	env := []string{"DATABASE_URL=" + url}
+	landed()
 	inProcess(t, env, "-schema", schema, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
 	if out := inProcess(t, env, "-schema", schema, "-json", "stats").ok(t).stdout; out != `{"tool":"send_email","state":"unknown","retry_approved":true,"records":1}`+"\n" {
 		t.Errorf("stats -json: %q", out)
@@ -450,6 +459,7 @@ func TestReadOnlyCommandsRunUnderARoleThatMayOnlyRead(t *testing.T) {
 	if rec, err := store.Get(context.Background(), ana.RequestRef); err != nil || rec.State != agenttool.Unknown || rec.RetryApproved || rec.Resolution != nil {
 		t.Fatalf("a refused settlement changed the record: %+v, %v", rec, err)
 	}
+	landed()
 	as(settler, "resolve", "not-applied", ana.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not in the log").ok(t)
 	if env := a.send("tenant-1/ana", "", "ana@example.com"); env.Status != envelope.Success || a.sent[ana.RequestRef] != 1 {
 		t.Errorf("the next call after the settlement: %s; sent %d times", env, a.sent[ana.RequestRef])

@@ -1050,3 +1050,82 @@ func TestOperator_APersonsDecisionWaitsWhileTheAttemptMayStillLand(t *testing.T)
 		})
 	}
 }
+
+// I1 and I2 after an answer settled the copy in a replaced action's place:
+// the copy's own late answers, applied or not, change nothing, and the
+// action and the copy asked again answer what was settled, sending
+// nothing.
+func TestOperator_TheCopysOwnLateAnswerChangesNothingOnceTheActionIsSettled(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) { return n == 1, errLostReply }}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, _ := agenttool.NewOperator(store, tool)
+		ctx := context.Background()
+		first := approvedAfterUnknown(t, scoped(), tool, op)
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		if _, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); err != nil {
+			t.Fatal(err)
+		}
+		v, err := op.SettleByAnswer(ctx, b.RequestRef, 1, reconcile.Answer{Verdict: reconcile.NotApplied}, "late")
+		t.Logf("copy's own not-applied: %v %v", v, err)
+		v, err = op.SettleByAnswer(ctx, b.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-2"}`)), "late")
+		t.Logf("copy's own applied: %v %v", v, err)
+		for range 2 {
+			x := tool.Invoke(scoped(), lunch)
+			y := tool.Invoke(scoped(), lunchRephrased)
+			t.Logf("A: %s\nB: %s", x.Status, y.Status)
+			if y.Status == envelope.UnknownOutcome || x.Status == envelope.UnknownOutcome {
+				t.Errorf("unknown after settle: %s %s", x, y)
+			}
+		}
+		if m.count() != 1 {
+			t.Errorf("%d emails", m.count())
+		}
+		rb, _ := op.Show(ctx, b.RequestRef)
+		if rb.State != agenttool.Succeeded {
+			t.Errorf("copy %v", rb.State)
+		}
+	})
+}
+
+// The in-flight rule for a compensation of an approved attempt whose
+// holder died (its lease lapsed): it may still land for AttemptTimeout
+// plus ClockSkew after the lease's end, and nothing is undone until then.
+func TestOperator_ACompensationWaitsWhileADeadHoldersAttemptMayStillLand(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, c := open(), newClock()
+		m := firstLost()
+		var undone int
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: c.Now, AttemptTimeout: 30 * time.Second,
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}, Compensate: func(context.Context, agenttool.CallInfo) error { undone++; return nil }})
+		op, _ := agenttool.NewOperator(store, tool)
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		c.Advance(time.Minute)
+		if err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "m", "w"); err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := store.Get(context.Background(), first.RequestRef)
+		res, err := store.Claim(context.Background(), storekit.ClaimRequest{Key: rec.Key, Tool: rec.Tool, Principal: rec.Principal,
+			Session: rec.Session, Fingerprint: rec.Fingerprint, Owner: "dying", Now: c.Now(), Lease: time.Minute, TakeOver: true})
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %+v %v", res, err)
+		}
+		c.Advance(61 * time.Second) // lapsed; its attempt may land for 31s more
+		err = op.Compensate(context.Background(), first.RequestRef, 2, "m", "w")
+		after, _ := op.Show(context.Background(), first.RequestRef)
+		t.Logf("compensate: %v; rec %v attempts %d", err, after.State, after.Attempts)
+		if undone != 0 || after.State != agenttool.Unknown {
+			t.Errorf("undone %d, state %v", undone, after.State)
+		}
+		c.Advance(40 * time.Second)
+		err = op.Compensate(context.Background(), first.RequestRef, after.Attempts, "m", "w")
+		after, _ = op.Show(context.Background(), first.RequestRef)
+		t.Logf("later: %v; rec %v", err, after.State)
+		if err != nil || undone != 1 || after.State != agenttool.Failed {
+			t.Errorf("later undone %d, state %v, %v", undone, after.State, err)
+		}
+	})
+}

@@ -327,10 +327,8 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 // (storekit's decision for a replaced action asked for again): the last
 // one is closed as replaced by it, and it holds the slot settled applied,
 // with its notice. Dropped, the answer would let the action, or the copy
-// in its place, be done a second time. While the last one runs, ErrBusy.
-// If its outcome is open (unknown, or its holder gone), the answer
-// settles it, the last one, as applied (settleCopy): found not applied
-// later, it would run again. If it succeeded, nothing is settled:
+// in its place, be done a second time. While the last one runs, ErrBusy;
+// if it did or may have done something, nothing is settled:
 // ErrContradicted, as for an action recorded failed.
 func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (time.Duration, error) {
 	rec, err := o.Show(ctx, ref)
@@ -348,9 +346,6 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
 	}
-	// inPlace, if not nil, is the action's last replacement, whose own
-	// attempt may have done something: the answer settles it.
-	var inPlace *Record
 	switch {
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
@@ -361,22 +356,16 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 			return 0, err
 		case last.State == Pending && cfg.Now().Before(last.LeaseExpiry):
 			return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, last.Key, ErrBusy)
-		case free:
-			// Claimed as the action asked for again is: in its last
-			// replacement's place, in the slot it held.
-			rep, err := t.replacing(last, rec.Key, 0, nil)
-			if err != nil {
-				return 0, err
-			}
-			req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
-		case last.State == Unknown || last.State == Pending:
-			// Its outcome is open: whatever it did, the action it went on
-			// for is done, and no attempt of it may run again.
-			inPlace = &last
-			req.Key, req.Session, req.Fingerprint = last.Key, last.Session, last.Fingerprint
-		default:
+		case !free:
 			return 0, contradicted
 		}
+		// Claimed as the action asked for again is: in its last
+		// replacement's place, in the slot it held.
+		rep, err := t.replacing(last, rec.Key, 0, nil)
+		if err != nil {
+			return 0, err
+		}
+		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
 	case rec.State == Failed && counted:
 		return 0, contradicted
 	case rec.State != Unknown && rec.State != Pending:
@@ -392,15 +381,12 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		return 0, contradicted
 	case !res.Claimed && res.Record.State == Pending:
 		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
-	case !res.Claimed && (inPlace != nil || res.Record.State == Failed && res.Record.Attempts >= attempts && attempts >= 1):
+	case !res.Claimed && res.Record.State == Failed && res.Record.Attempts >= attempts && attempts >= 1:
 		// Closed (failed, or replaced) between the read and the claim:
 		// read it again.
 		return 0, fmt.Errorf("agenttool: settling %s: %w", ref, errSettleAgain)
 	case !res.Claimed:
 		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
-	}
-	if inPlace != nil {
-		return 0, t.settleCopy(ctx, *inPlace, res, ref, attempts, ans.Result, by)
 	}
 	h := t.hold(ctx, rec, res)
 	defer h.end()
@@ -427,34 +413,6 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	}
 	_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
 	return 0, err
-}
-
-// settleCopy settles as applied last, the last action that went on in
-// place of the replaced action ref, held by res, when an answer proves
-// ref's attempt applied it: the logical action is done, and last's
-// outcome, open, must not let another attempt run. Its own attempt
-// may have done it a second time, which nothing here can know: the
-// resolution and the tool's logger say to check the destination by its
-// reference.
-func (t *Tool) settleCopy(ctx context.Context, last Record, res storekit.ClaimResult, ref string, attempts int, result json.RawMessage, by string) error {
-	h := t.hold(ctx, last, res)
-	defer h.end()
-	if !res.TookOver && !res.TookApproval() {
-		// Gone between the read and the claim, which made a new record.
-		h.keep.stop()
-		if err := t.cfg.Store.Release(context.WithoutCancel(ctx), last.Key, res.Record.Token); err != nil {
-			return err
-		}
-		return fmt.Errorf("agenttool: settling %s: %w", ref, errSettleAgain)
-	}
-	why := fmt.Sprintf("attempt %d of %s, which this went on in place of, applied it; this one's own attempt may have applied it too: "+
-		"check the destination for reference %s", attempts, ref, last.Key)
-	if _, err := h.applied(ctx, result, &Resolution{Verdict: "applied", By: by, Why: why}); err != nil {
-		return err
-	}
-	t.cfg.logger.Warn("retrysafe: an action found not applied was done after all, and the copy that went on in its place may have done it again: "+
-		"a person should check the destination", "tool", t.name, "ref", ref, "attempt", attempts, "copy", last.Key, "copy_attempts", res.Record.Attempts)
-	return nil
 }
 
 // errSettleAgain asks settleApplied to read the record again at once.

@@ -26,13 +26,12 @@ var (
 	// ErrContradicted: an answer proves applied an action recorded as
 	// failed — an attempt a person or a check found not applied landed
 	// after all, and the attempt that finding allowed failed, or the
-	// action was replaced by another that succeeded. (A replacement that
-	// did nothing — refused, approved for one more attempt, given back —
-	// is closed as replaced by the action, settled applied in its place;
-	// one whose outcome is open is itself settled applied, its own
-	// attempt left for a person to check.) Nothing is settled (the model
-	// was told, and may have acted on it); a person should look: the
-	// action was done.
+	// action was replaced by another that succeeded or whose outcome is
+	// open (one that did nothing — refused, approved for one more
+	// attempt, given back — is closed as replaced by it, and it is
+	// settled applied in its place). Nothing is settled (the model was
+	// told, and may have acted on it); a person should look: the action
+	// was done.
 	ErrContradicted = errors.New("the answer contradicts the action's recorded failure")
 	// ErrInFlight: an attempt of the action may still land at its
 	// destination — it may have been sent until the record's HeldUntil,

@@ -74,6 +74,19 @@ func (m *mailServer) send(ctx context.Context, in emailInput) (sent, error) {
 	return sent{MessageID: "<" + ref + "@mail.test>"}, nil
 }
 
+// sent counts the deliveries of the action of request reference ref.
+func (m *mailServer) sent(ref string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.effects {
+		if e == ref {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *mailServer) count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

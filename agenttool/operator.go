@@ -250,13 +250,27 @@ func (o *Operator) ResolveApplied(ctx context.Context, ref string, attempts int,
 // after the last was sent): a refusal of one attempt says nothing of an
 // earlier one still in flight. Otherwise, and for any other verdict, the
 // record stays unknown. It returns the verdict it settled by (Pending
-// when a not-applied answer came too early). by says who settles. An
-// applied answer about an attempt of an action closed as replaced by
-// another that did nothing (refused, approved for one more attempt, or
-// given back) settles it applied in that one's place, as a call asking for it again
-// would claim it there. An applied answer about an attempt of an action
-// recorded failed (or replaced by one that did, or may have done,
-// something) settles nothing and answers ErrContradicted: a person should
+// when a not-applied answer came too early). by says who settles.
+//
+// An applied answer about an action closed as replaced (found not
+// applied, and another write went on in its place) settles it too: asked
+// for again, it would go on in the place of the last of those, and do
+// itself a second time. It is settled in that place, holding the scope's
+// slot with its notice, as a call of it would claim it, when that one did
+// nothing (refused, approved for one more attempt, given back) and no
+// other write holds the slot. Otherwise — that one succeeded or its
+// outcome is open, or another write holds the slot — it is settled
+// applied aside from the scope (storekit's decision for a replaced action
+// claimed without a fence scope): asked for again, it answers the
+// result; a model of its conversation is told before its next write, as
+// it is of any action settled applied. That other action may be this one
+// reworded, which nothing in the records tells: SettleByAnswer returns
+// Applied with an error wrapping ErrContradicted that names it, and a
+// person should look at it before approving it.
+//
+// An applied answer about an attempt of an action recorded failed (not
+// replaced) settles nothing and answers ErrContradicted: a finding of not
+// applied was wrong, and the attempt it allowed failed; a person should
 // look.
 func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (reconcile.Verdict, error) {
 	if len(ans.Result) > 0 && !json.Valid(ans.Result) {
@@ -291,10 +305,10 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 	poll := 5 * time.Millisecond
 	again := 0
 	for {
-		wait, err := o.settleApplied1(ctx, ref, attempts, ans, by)
+		settled, wait, err := o.settleApplied1(ctx, ref, attempts, ans, by)
 		switch {
-		case err == nil:
-			return reconcile.Applied, nil
+		case settled:
+			return reconcile.Applied, err
 		case errors.Is(err, errSettleAgain) && again < 8:
 			again++
 			continue
@@ -311,82 +325,95 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 	}
 }
 
-// settleApplied1 is one try of settleApplied. A call it meets holding the
-// record answers ErrBusy, with how long the record's tool waits for one.
-// The claim takes the record over, or takes its approval for one more
-// attempt (storekit's decision: a claim of an approved record consumes
-// it), and asks for no fence scope: it settles the action, it writes
-// nothing (the record keeps the slot it holds), and the scope's other
-// unsettled actions hold back new writes, not this.
+// settleApplied1 is one try of settleApplied; settled reports whether it
+// settled the action (err then says what a person should look at). A
+// call it meets holding the record answers ErrBusy, with how long the
+// record's tool waits for one. The claim takes the record over, or takes
+// its approval for one more attempt (storekit's decision: a claim of an
+// approved record consumes it), and asks for no fence scope: it settles
+// the action, it writes nothing (the record keeps the slot it holds), and
+// the scope's other unsettled actions hold back new writes, not this.
 //
 // An action closed as replaced (found not applied, and another went on
 // in its place) is not over: asked for again, it goes on in the place of
 // the last of those if that one did nothing (refused, approved for one
-// more attempt, or given back). An answer that one of its attempts applied it
-// settles it so, in that place, as a call of it would claim it
+// more attempt, or given back). An answer that one of its attempts
+// applied it settles it so, in that place, as a call of it would claim it
 // (storekit's decision for a replaced action asked for again): the last
 // one is closed as replaced by it, and it holds the slot settled applied,
-// with its notice. Dropped, the answer would let the action, or the copy
-// in its place, be done a second time. While the last one runs, ErrBusy;
-// if it did or may have done something, nothing is settled:
-// ErrContradicted, as for an action recorded failed.
-func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (time.Duration, error) {
+// with its notice. When that one did or may have done something, or
+// another write holds the slot, the action is claimed without a fence
+// scope instead — outside any slot, closing nothing, holding nothing back
+// but its own session's new writes while its notice lasts (a record
+// beside the slot) — and settled applied there, aside. Dropped, the answer
+// would let the action be done a second time when asked for again. While
+// the last one, or the slot's holder, runs: ErrBusy.
+func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (settled bool, wait time.Duration, err error) {
 	rec, err := o.Show(ctx, ref)
 	if err != nil {
-		return 0, err
+		return false, 0, err
 	}
 	t, err := o.toolOf(rec.Tool)
 	if err != nil {
-		return 0, fmt.Errorf("agenttool: settling %s: %w", ref, err)
+		return false, 0, fmt.Errorf("agenttool: settling %s: %w", ref, err)
 	}
 	cfg := t.cfg
 	counted := attempts >= 1 && attempts <= rec.Attempts
-	contradicted := fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
 	req := storekit.ClaimRequest{
 		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
 	}
+	// aside is the action that went on in the record's place, or holds its
+	// scope, when the record is settled aside from the scope.
+	var aside *Record
 	switch {
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
-		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
 	case rec.State == Failed && counted && rec.ReplacedBy != "" && !rec.Sweepable(cfg.Now()):
 		last, free, err := t.inPlaceOf(ctx, rec)
 		switch {
 		case err != nil:
-			return 0, err
+			return false, 0, err
 		case last.State == Pending && cfg.Now().Before(last.LeaseExpiry):
-			return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, last.Key, ErrBusy)
-		case !free:
-			return 0, contradicted
+			return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, last.Key, ErrBusy)
 		}
 		// Claimed as the action asked for again is: in its last
-		// replacement's place, in the slot it held.
+		// replacement's place, in the slot it held — or aside, if that
+		// one did or may have done something.
 		rep, err := t.replacing(last, rec.Key, 0, nil)
 		if err != nil {
-			return 0, err
+			return false, 0, err
 		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
+		if !free {
+			req.FenceScope, aside = storekit.Digest{}, &last
+		}
 	case rec.State == Failed && counted:
-		return 0, contradicted
+		return false, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
 	case rec.State != Unknown && rec.State != Pending:
-		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
+		return false, 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, rec.State, ErrNotUnknown)
 	}
 	res, err := cfg.Store.Claim(ctx, req)
+	if err == nil && res.Blocked != nil && !(res.Blocked.State == Pending && req.Now.Before(res.Blocked.LeaseExpiry)) {
+		// Another write holds the slot the action would go on in: it is
+		// settled aside.
+		blocker := *res.Blocked
+		req.FenceScope, aside = storekit.Digest{}, &blocker
+		res, err = cfg.Store.Claim(ctx, req)
+	}
 	switch {
 	case err != nil:
-		return 0, err
-	case res.Blocked != nil && res.Blocked.State == Pending && req.Now.Before(res.Blocked.LeaseExpiry):
-		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, res.Blocked.Key, ErrBusy)
+		return false, 0, err
 	case res.Blocked != nil:
-		return 0, contradicted
+		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, res.Blocked.Key, ErrBusy)
 	case !res.Claimed && res.Record.State == Pending:
-		return cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
+		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
 	case !res.Claimed && res.Record.State == Failed && res.Record.Attempts >= attempts && attempts >= 1:
 		// Closed (failed, or replaced) between the read and the claim:
 		// read it again.
-		return 0, fmt.Errorf("agenttool: settling %s: %w", ref, errSettleAgain)
+		return false, 0, fmt.Errorf("agenttool: settling %s: %w", ref, errSettleAgain)
 	case !res.Claimed:
-		return 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
+		return false, 0, fmt.Errorf("agenttool: settling %s: it is %v: %w", ref, res.Record.State, ErrNotUnknown)
 	}
 	h := t.hold(ctx, rec, res)
 	defer h.end()
@@ -397,9 +424,9 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		// claim: the claim made a new one, which nothing needs.
 		h.keep.stop()
 		if err := cfg.Store.Release(context.WithoutCancel(ctx), ref, res.Record.Token); err != nil {
-			return 0, err
+			return false, 0, err
 		}
-		return 0, fmt.Errorf("agenttool: settling %s: it expired: %w", ref, ErrNotUnknown)
+		return false, 0, fmt.Errorf("agenttool: settling %s: it expired: %w", ref, ErrNotUnknown)
 	}
 	was := res.Record
 	was.State = Unknown
@@ -407,12 +434,19 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		// Give the record back as it was, approved or awaiting
 		// reconciliation.
 		if err := h.finish(ctx, Unknown, nil, nil, approved); err != nil {
-			return 0, err
+			return false, 0, err
 		}
-		return 0, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, was.Attempts, ErrStale)
+		return false, 0, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, was.Attempts, ErrStale)
 	}
-	_, err = h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by})
-	return 0, err
+	if _, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by}); err != nil {
+		return false, 0, err
+	}
+	if aside == nil {
+		return true, 0, nil
+	}
+	return true, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied; it was replaced, and %s (%v) went on in its place or holds its scope: "+
+		"settled applied aside from the scope; %s may be this action reworded: look at it before approving it: %w",
+		ref, attempts, aside.Key, aside.State, aside.Key, ErrContradicted)
 }
 
 // errSettleAgain asks settleApplied to read the record again at once.

@@ -907,32 +907,139 @@ func answerSettlesAReplacedAction(t *testing.T, refusal error) {
 	})
 }
 
-// What the answer cannot settle: the copy that went on in the replaced
-// action's place may have sent (its outcome unknown). Nothing is settled
-// (ErrContradicted, for a person), and both records stay as they were.
-func TestOperator_AnAnswerAboutAReplacedActionWhoseCopyMayHaveSentIsContradicted(t *testing.T) {
-	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store := open()
-		m := &mailServer{script: func(n int) (bool, error) { return true, errLostReply }}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		first := approvedAfterUnknown(t, scoped(), tool, op)
-		reworded := tool.Invoke(scoped(), lunchRephrased)
-		mustStatus(t, reworded, envelope.UnknownOutcome)
-		v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
-		if !errors.Is(err, agenttool.ErrContradicted) || v == reconcile.Applied {
-			t.Errorf("the late answer, the copy in its place unknown: %v, %v; want ErrContradicted", v, err)
-		}
-		a, _ := op.Show(ctx, first.RequestRef)
-		b, _ := op.Show(ctx, reworded.RequestRef)
-		if a.State != agenttool.Failed || a.ReplacedBy != reworded.RequestRef || b.State != agenttool.Unknown || b.RetryApproved {
-			t.Errorf("after: the action %v replaced by %q, the copy %v approved %v; want both as they were", a.State, a.ReplacedBy, b.State, b.RetryApproved)
-		}
-	})
+// I1 and I2 when an answer proves done a replaced action that cannot be
+// settled in its replacement's place. An at-most-once email to Ana is
+// delivered and its reply lost; a person finds it not applied, and the
+// scope's next write goes on in its place. Then the late answer for Ana's
+// email comes: delivered. Whatever stands in the way — the write in its
+// place may have sent (unknown); it was refused and an unrelated invoice
+// to Bob, unknown, holds the slot; the write in its place is another
+// conversation's (a fence by principal) — the answer used to be dropped
+// (ErrContradicted), and once a person found the write in the way not
+// applied, Ana's email asked again went on in its place and was sent a
+// second time under one key. Now it is settled applied aside from the
+// scope: asked again, it answers the answer's result; the write in the
+// way is left as it was, for a person to look at (it may be Ana's email
+// reworded, which nothing tells), and the error names it.
+func TestOperator_AnAnswerAboutAReplacedActionIsNeverDoneAgain(t *testing.T) {
+	const invoice = `{"to":"bob@example.com","subject":"Invoice 1042","body":"Please find the invoice attached."}`
+	other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+	cases := []struct {
+		name  string
+		fence agenttool.FenceScope
+		// script runs the n-th send (from 2: the first is Ana's, delivered
+		// and its reply lost); then writes the scope's next actions after
+		// Ana's is found not applied, and returns the one in the way.
+		script func(n int) (bool, error)
+		then   func(t *testing.T, tool *agenttool.Tool) envelope.Envelope
+	}{{
+		name:   "the write in its place may have sent",
+		script: func(int) (bool, error) { return true, errLostReply },
+		then: func(t *testing.T, tool *agenttool.Tool) envelope.Envelope {
+			b := tool.Invoke(scoped(), lunchRephrased)
+			mustStatus(t, b, envelope.UnknownOutcome)
+			return b
+		},
+	}, {
+		name: "an unrelated write holds the slot",
+		script: func(n int) (bool, error) {
+			if n == 2 {
+				return false, envelope.MarkDefinite(errors.New("550 rejected"), "rejected")
+			}
+			return false, errLostReply // nothing delivered, the reply lost
+		},
+		then: func(t *testing.T, tool *agenttool.Tool) envelope.Envelope {
+			mustStatus(t, tool.Invoke(scoped(), lunchRephrased), envelope.DefiniteFailure)
+			c := tool.Invoke(scoped(), invoice)
+			mustStatus(t, c, envelope.UnknownOutcome)
+			return c
+		},
+	}, {
+		name:   "another conversation's write in its place",
+		fence:  agenttool.FencePrincipal,
+		script: func(int) (bool, error) { return false, errLostReply },
+		then: func(t *testing.T, tool *agenttool.Tool) envelope.Envelope {
+			c := tool.Invoke(other, invoice)
+			mustStatus(t, c, envelope.UnknownOutcome)
+			return c
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				store := open()
+				m := &mailServer{script: func(n int) (bool, error) {
+					if n == 1 {
+						return true, errLostReply
+					}
+					return tc.script(n)
+				}}
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: tc.fence,
+					Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				ana := approvedAfterUnknown(t, scoped(), tool, op)
+				way := tc.then(t, tool)
+				before, _ := op.Show(ctx, way.RequestRef)
+				v, err := op.SettleByAnswer(ctx, ana.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+				t.Logf("the late answer that Ana's attempt 1 applied: %v, %v", v, err)
+				if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) || !strings.Contains(err.Error(), way.RequestRef) {
+					t.Errorf("the late answer: %v, %v; want applied, and ErrContradicted naming %s for a person", v, err, way.RequestRef)
+				}
+				a, _ := op.Show(ctx, ana.RequestRef)
+				w, _ := op.Show(ctx, way.RequestRef)
+				if a.State != agenttool.Succeeded || a.HoldsSlot() || w.State != before.State || w.RetryApproved || w.Attempts != before.Attempts {
+					t.Errorf("after: Ana's email %v (holds the slot %v), the write in the way %v approved %v; want Ana's applied aside, the other as it was",
+						a.State, a.HoldsSlot(), w.State, w.RetryApproved)
+				}
+				// A person finds the write in the way not applied: Ana's
+				// email, asked again, answers its result and sends nothing.
+				if err := op.ResolveNotApplied(ctx, way.RequestRef, w.Attempts, "maria", "not in the mail log"); err != nil {
+					t.Fatal(err)
+				}
+				if tc.fence == agenttool.FenceSession {
+					// Its conversation's next write is told of it first.
+					next := tool.Invoke(scoped(), `{"to":"carl@example.com","subject":"Hi","body":"Hello."}`)
+					t.Logf("the conversation's next write: %s", next)
+					if next.Error == nil || next.Error.Code != envelope.CodeEarlierApplied || !strings.Contains(string(next.Result)+next.Error.Message+next.Note, ana.RequestRef) {
+						t.Errorf("the conversation's next write: %s; want told first that %s was applied", next, ana.RequestRef)
+					}
+				}
+				again := tool.Invoke(scoped(), lunch)
+				t.Logf("Ana's email asked again: %s", again)
+				if again.Status != envelope.Success || string(again.Result) != `{"id":"m-1"}` {
+					t.Errorf("Ana's email asked again: %s; want the answer's success, replayed", again)
+				}
+				if n := m.sent(ana.RequestRef); n != 1 {
+					t.Errorf("I1: Ana's email delivered %d times under one key (%v); want 1", n, m.effects)
+				}
+			})
+		})
+	}
+}
+
+// The answer handed over twice (a retry after a lost reply from the
+// store): the second changes nothing and raises no alarm.
+func TestOperator_TheSameLateAnswerTwiceSettlesOnce(t *testing.T) {
+	store := openBolt(t, t.TempDir()+"/keys.db")
+	m := &mailServer{script: func(n int) (bool, error) { return n == 1, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	op, _ := agenttool.NewOperator(store, tool)
+	ctx := context.Background()
+	first := approvedAfterUnknown(t, scoped(), tool, op)
+	mustStatus(t, tool.Invoke(scoped(), lunchRephrased), envelope.UnknownOutcome)
+	ans := reconcile.AppliedWith([]byte(`{"id":"m-1"}`))
+	if v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, ans, "late"); v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+		t.Fatalf("the answer: %v, %v; want applied, aside", v, err)
+	}
+	v, err := op.SettleByAnswer(ctx, first.RequestRef, 1, ans, "late")
+	t.Logf("the same answer again: %v, %v", v, err)
+	if errors.Is(err, agenttool.ErrContradicted) || !errors.Is(err, agenttool.ErrNotUnknown) {
+		t.Errorf("the same answer, handed over twice: %v, %v; want ErrNotUnknown (settled already), no alarm", v, err)
+	}
 }
 
 // I1 and I2 when a person decides while the attempt may still land. An

@@ -25,13 +25,13 @@ var (
 	ErrStale = errors.New("the record has changed since it was read")
 	// ErrContradicted: an answer proves applied an action recorded as
 	// failed — an attempt a person or a check found not applied landed
-	// after all, and the attempt that finding allowed failed, or the
-	// action was replaced by another that succeeded or whose outcome is
-	// open (one that did nothing — refused, approved for one more
-	// attempt, given back — is closed as replaced by it, and it is
-	// settled applied in its place). Nothing is settled (the model was
-	// told, and may have acted on it); a person should look: the action
-	// was done.
+	// after all. If the attempt that finding allowed failed, nothing is
+	// settled (the model was told, and may have acted on it). If another
+	// write went on in the action's place, and did or may have done
+	// something, or holds the scope, the action is settled applied aside
+	// from the scope, and that other write may be this action reworded
+	// ([Operator.SettleByAnswer] returns Applied with this error, naming
+	// it). Either way a person should look: the action was done.
 	ErrContradicted = errors.New("the answer contradicts the action's recorded failure")
 	// ErrInFlight: an attempt of the action may still land at its
 	// destination — it may have been sent until the record's HeldUntil,

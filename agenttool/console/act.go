@@ -86,7 +86,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		do: do, ref: ref, by: a.viewer.Name, reason: strings.TrimSpace(form.Get("reason")),
 		result: strings.TrimSpace(form.Get("result")),
 	}
-	page := h.detailOf(a, rec, v)
+	page := h.detailOf(r.Context(), a, rec, v)
 	page.Did, page.Reason, page.Result = do, d.reason, d.result
 	refuse := func(status int, msg string) {
 		page.Problem = msg
@@ -126,7 +126,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Show the action as it is now.
 		if now, _, ferr := a.find(r.Context(), ref); ferr == nil {
-			page = h.detailOf(a, now, v)
+			page = h.detailOf(r.Context(), a, now, v)
 			page.Did, page.Reason, page.Result = do, d.reason, d.result
 			rec = now
 		}

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -259,5 +261,32 @@ func TestDecisionAfterSettlement(t *testing.T) {
 	}
 	if rec := w.record(charge.RequestRef); rec.State != agenttool.Succeeded || rec.Resolution.By != "operator:li" {
 		t.Errorf("the settled action changed: %v, %+v", rec.State, rec.Resolution)
+	}
+}
+
+// A person deciding an action that went on in place of one found not
+// applied sees that one, and is warned when a late answer found it
+// applied after all: this action may be it reworded.
+func TestDetailSaysWhatAnActionWentOnInPlaceOf(t *testing.T) {
+	w := newWorld(t, nil)
+	first := w.lostEmail(ana, "Ana Lima")
+	w.decide("maria", first.RequestRef, "not-applied", 1, "the mail server's log has no such message")
+	w.loseReply.Store(true)
+	copy := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
+	if copy.Status != envelope.UnknownOutcome {
+		t.Fatalf("the reworded email: %s; want unknown_outcome", copy)
+	}
+	if p := w.get("maria", detailPath(copy.RequestRef)); !strings.Contains(text(p.body), "In place of "+first.RequestRef) || strings.Contains(text(p.body), "after all") {
+		t.Errorf("the page of the action in another's place does not name it:\n%s", text(p.body))
+	}
+	v, err := w.op.SettleByAnswer(context.Background(), first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`)), "late")
+	if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+		t.Fatalf("the late answer: %v, %v; want applied aside, for a person to look", v, err)
+	}
+	if p := w.get("maria", detailPath(copy.RequestRef)); !strings.Contains(text(p.body), "found applied after all") {
+		t.Errorf("the page after the first was found applied does not warn:\n%s", text(p.body))
+	}
+	if p := w.get("bob", detailPath(copy.RequestRef)); p.status != http.StatusNotFound {
+		t.Errorf("another tenant's viewer reads the page: %d", p.status)
 	}
 }

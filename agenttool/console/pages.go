@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -173,14 +174,19 @@ type detailPage struct {
 	Updated     string
 	LeaseExpiry string // for a pending record
 	Resolution  string // the last settlement, or ""
-	Awaiting    bool   // a decision can be made now
-	Can         struct{ Reconcile, Applied, NotApplied, Retry, Compensate bool }
-	CSRF        string
-	Done        string // what the last decision did
-	Problem     string // why the last decision was refused
-	Did         string // the refused decision, whose form keeps what was typed:
-	Reason      string // the reason
-	Result      string // and the result
+	// InPlaceOf is the action this one went on in place of (found not
+	// applied, and closed as replaced by it); InPlaceOfApplied, whether
+	// it was found applied after all: this one may be it reworded.
+	InPlaceOf        string
+	InPlaceOfApplied bool
+	Awaiting         bool // a decision can be made now
+	Can              struct{ Reconcile, Applied, NotApplied, Retry, Compensate bool }
+	CSRF             string
+	Done             string // what the last decision did
+	Problem          string // why the last decision was refused
+	Did              string // the refused decision, whose form keeps what was typed:
+	Reason           string // the reason
+	Result           string // and the result
 }
 
 func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +200,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		h.notVisible(w, a, ref, err)
 		return
 	}
-	p := h.detailOf(a, rec, v)
+	p := h.detailOf(r.Context(), a, rec, v)
 	if done := r.URL.Query().Get("done"); stillTrue(done, rec) {
 		p.Done = doneMessages[done]
 	}
@@ -235,7 +241,7 @@ func (h *Handler) notVisible(w http.ResponseWriter, a *access, ref string, err e
 	plain(w, http.StatusInternalServerError, "the store could not be read; try again")
 }
 
-func (h *Handler) detailOf(a *access, rec agenttool.Record, v view) detailPage {
+func (h *Handler) detailOf(ctx context.Context, a *access, rec agenttool.Record, v view) detailPage {
 	now := h.opts.Now()
 	info, known := h.opts.Operator.Tool(rec.Tool)
 	p := detailPage{
@@ -245,6 +251,12 @@ func (h *Handler) detailOf(a *access, rec agenttool.Record, v view) detailPage {
 	}
 	if rec.State == agenttool.Pending {
 		p.LeaseExpiry = rec.LeaseExpiry.UTC().Format(time.RFC3339)
+	}
+	if rec.Replaces != "" {
+		p.InPlaceOf = rec.Replaces
+		if was, _, err := a.find(ctx, rec.Replaces); err == nil {
+			p.InPlaceOfApplied = was.State == agenttool.Succeeded
+		}
 	}
 	if res := rec.Resolution; res != nil {
 		p.Resolution = fmt.Sprintf("%s, by %s, %s", res.Verdict, res.By, res.At.UTC().Format(time.RFC3339))

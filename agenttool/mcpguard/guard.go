@@ -1122,6 +1122,10 @@ func (u *upstream) put(t *mcp.Tool, fn string, settings *Tool, named bool) error
 			// nothing of that one: the action stays unknown.
 			u.g.log.Info("mcpguard: a late answer of the server settled nothing: an earlier attempt may still land", "server", u.name, "tool", fn,
 				"ref", info.RequestRef, "verdict", observe.VerdictValue(verdict))
+		case errors.Is(serr, agenttool.ErrContradicted) && verdict == reconcile.Applied:
+			u.g.log.Error("mcpguard: the server's late answer shows done an action found not applied and replaced: it is settled applied; "+
+				"the call that went on in its place may be it reworded: a person should look before approving that one",
+				"server", u.name, "tool", fn, "ref", info.RequestRef, "attempt", info.Attempt, "err", serr)
 		case errors.Is(serr, agenttool.ErrContradicted):
 			u.g.log.Error("mcpguard: the server's late answer shows done an action recorded failed: a finding of not applied was wrong; a person should look",
 				"server", u.name, "tool", fn, "ref", info.RequestRef, "attempt", info.Attempt)

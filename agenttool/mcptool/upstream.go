@@ -169,7 +169,10 @@ func NewToolWith(session *mcp.ClientSession, t *mcp.Tool, opts agenttool.Options
 // the record keeps it. Nothing is settled if the record is settled, or
 // moved on past a refusal: agenttool.ErrNotUnknown or agenttool.ErrStale
 // then, which a caller may ignore; agenttool.ErrContradicted for a
-// result about an action recorded failed, which a person should see. A
+// result about an action recorded failed, which a person should see
+// (with Applied when the action was replaced, and is settled applied
+// aside from the write that went on in its place, which the error
+// names: it may be the action reworded). A
 // record still held by a call is waited for, up to the tool's
 // WaitTimeout. It returns the verdict it settled by: Applied, NotApplied,
 // or another when it settled nothing (Pending: a refusal came while an

@@ -112,7 +112,13 @@ func (r *runner) defineShow(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		return r.printRecord(op, rec)
+		var replaced *agenttool.Record
+		if rec.Replaces != "" {
+			if was, err := op.Show(ctx, rec.Replaces); err == nil {
+				replaced = &was
+			}
+		}
+		return r.printRecord(op, rec, replaced)
 	}
 }
 

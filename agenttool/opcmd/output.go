@@ -39,6 +39,15 @@ type recordJSON struct {
 	// that takes only those was given.
 	UUID  string `json:"uuid,omitempty"`
 	UUID4 string `json:"uuid4,omitempty"`
+	// Replaces, show only, is the action this one went on in place of
+	// (found not applied, and closed as replaced by it), and
+	// ReplacesState that action's state now: "succeeded" if it was found
+	// applied after all — then this one may be it reworded, and approving
+	// this one may do it twice. ReplacedBy is the action that went on in
+	// this one's place.
+	Replaces      string `json:"replaces,omitempty"`
+	ReplacesState string `json:"replaces_state,omitempty"`
+	ReplacedBy    string `json:"replaced_by,omitempty"`
 }
 
 type resolutionJSON struct {
@@ -129,9 +138,15 @@ func (r *runner) printList(op *agenttool.Operator, recs []agenttool.Record) erro
 	return tw.Flush()
 }
 
-func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error {
+// printRecord shows rec, and what it went on in place of (replaced, as
+// found now; nil if none or unreadable).
+func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record, replaced *agenttool.Record) error {
 	v, outcomeErr := r.view(op, rec)
 	v.UUID, v.UUID4 = agenttool.RefUUID(v.Ref), agenttool.RefUUID4(v.Ref)
+	v.Replaces, v.ReplacedBy = rec.Replaces, rec.ReplacedBy
+	if replaced != nil {
+		v.ReplacesState = replaced.State.String()
+	}
 	if r.json {
 		if outcomeErr != nil {
 			v.Error = "(outcome unreadable here: " + outcomeErr.Error() + ")"
@@ -154,6 +169,17 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record) error
 	row("label", "%s", orNone(cell(v.Label, 0)))
 	if v.Input != "" {
 		row("input", "%s", cell(v.Input, 0))
+	}
+	switch {
+	case v.Replaces != "" && v.ReplacesState == agenttool.Succeeded.String():
+		row("in place of", "%s, found applied after all: if this action is that one reworded, it is done already: do not approve this one", v.Replaces)
+	case v.Replaces != "" && v.ReplacesState == "":
+		row("in place of", "%s (no longer kept)", v.Replaces)
+	case v.Replaces != "":
+		row("in place of", "%s (%s)", v.Replaces, v.ReplacesState)
+	}
+	if v.ReplacedBy != "" {
+		row("replaced by", "%s", v.ReplacedBy)
 	}
 	row("created", "%s", when(v.Created, now))
 	row("updated", "%s", when(v.Updated, now))

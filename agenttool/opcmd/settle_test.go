@@ -1,7 +1,9 @@
 package opcmd_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -232,4 +234,40 @@ func TestSettlingWhileTheAttemptMayStillLandWaits(t *testing.T) {
 		t.Errorf("compensated %v while the refund may still land", undone)
 	}
 	f.run("resolve", "applied", lost.RequestRef, "-attempts", "1", "-by", "maria", "-why", "in the log").ok(t)
+}
+
+// A person deciding an action that went on in place of one found not
+// applied is shown that one, and told when a late answer proved it
+// applied after all: this action may be it reworded, and approving it
+// may do it twice.
+func TestShowSaysWhatAnActionWentOnInPlaceOf(t *testing.T) {
+	f := boltFixture(t)
+	ctx := context.Background()
+	first := f.lostRefund("tenant-1/ana", "Ana Lima", "o-1", "after")
+	f.run("resolve", "not-applied", first.RequestRef, "-attempts", "1", "-by", "maria", "-why", "not at the bank yet").ok(t)
+	f.pay.set(func(d *destination) { d.lose = "before" })
+	copy := f.refund.Invoke(ctxFor("tenant-1/ana", "conversation-o-1", ""), `{"order":"o-1","amount":"12.5"}`)
+	f.pay.set(func(d *destination) { d.lose = "" })
+	if copy.Status != envelope.UnknownOutcome {
+		t.Fatalf("the reworded refund: %s; want unknown_outcome", copy)
+	}
+	out := f.run("show", copy.RequestRef).ok(t)
+	if !strings.Contains(out.stdout, "in place of") || !strings.Contains(out.stdout, first.RequestRef+" (failed)") {
+		t.Errorf("show of the action in another's place does not name it:\n%s", out.stdout)
+	}
+	if out := f.run("show", first.RequestRef).ok(t); !strings.Contains(out.stdout, "replaced by") || !strings.Contains(out.stdout, copy.RequestRef) {
+		t.Errorf("show of the replaced action does not name what replaced it:\n%s", out.stdout)
+	}
+	v, err := f.op.SettleByAnswer(ctx, first.RequestRef, 1, reconcile.AppliedWith([]byte(`"refunded"`)), "late")
+	if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+		t.Fatalf("the late answer: %v, %v; want applied aside, for a person to look", v, err)
+	}
+	out = f.run("show", copy.RequestRef).ok(t)
+	if !strings.Contains(out.stdout, first.RequestRef+", found applied after all") || !strings.Contains(out.stdout, "do not approve this one") {
+		t.Errorf("show after the first was found applied does not warn:\n%s", out.stdout)
+	}
+	js := f.run("-json", "show", copy.RequestRef).ok(t).lines(t)
+	if len(js) != 1 || js[0]["replaces"] != first.RequestRef || js[0]["replaces_state"] != "succeeded" {
+		t.Errorf("show -json: %v; want replaces %s, replaces_state succeeded", js, first.RequestRef)
+	}
 }

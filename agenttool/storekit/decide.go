@@ -53,7 +53,12 @@ type ClaimDecision struct {
 //     takeover of a record that cannot say (0, lowest bit set);
 //   - failed, replaced by another action (Record.ReplacedBy), with
 //     req.Replace: claimed afresh in place of req.Replace as a new write of
-//     the scope (the slot decides), marked TakenOver.
+//     the scope (the slot decides), marked TakenOver. With no fence scope
+//     (a tool whose fence is off, or an operator settling a replaced
+//     action proved applied aside from its scope), claimed outside any
+//     slot: whoever holds the slot, nothing is closed or held back, and
+//     the record holds no slot (it is beside its session's slot while it
+//     is pending, or succeeded with a notice: [Record.Beside]).
 //
 // The slot (the unknown fence, invariant I9): a claim that would make a
 // pending record of a key that does not hold the slot yet is granted only

@@ -500,9 +500,11 @@ func twinOf(t *testing.T, h Harness, s agenttool.Store) agenttool.Store {
 }
 
 // testSlotReplacedActionTakenBackUnfenced: an action replaced in its slot,
-// whose replacement failed, is taken back by a claim of a tool whose fence
-// was turned off meanwhile, while a later write holds the slot: the store
-// answers without error, and one record at most holds the slot.
+// whose replacement failed, is taken back by a claim without a fence
+// scope (a tool whose fence was turned off meanwhile, or an operator
+// settling it aside) while a later write holds the slot: it is claimed
+// outside the slot, the later write keeps the slot untouched, and one
+// record at most holds the slot.
 func testSlotReplacedActionTakenBackUnfenced(t *testing.T, h Harness) {
 	s := h.Open(t)
 	other := twinOf(t, h, s)
@@ -532,6 +534,12 @@ func testSlotReplacedActionTakenBackUnfenced(t *testing.T, h Harness) {
 	res, err := s.Claim(bg, back)
 	if err != nil {
 		t.Fatalf("the earlier action taken back without a fence: %v", err)
+	}
+	if !res.Claimed || res.Blocked != nil || res.Record.FenceScope != (agenttool.Digest{}) || res.Record.Replaces != "" {
+		t.Errorf("the earlier action taken back without a fence: %+v; want claimed outside any slot, closing nothing", res)
+	}
+	if rec, err := other.Get(bg, z.Key); err != nil || rec.State != agenttool.Pending || !rec.HoldsSlot() {
+		t.Errorf("the slot's holder after the earlier action was taken back outside it: %+v, %v; want it pending in the slot", rec, err)
 	}
 	var holders []string
 	for _, k := range []string{x.Key, r.Key, z.Key} {

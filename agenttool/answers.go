@@ -72,7 +72,9 @@ type answer struct {
 	now     time.Time // when a.other was read; zero counts a pending other as running
 	// checkAt, for reasonInProgress and reasonEarlierRunning, is when the
 	// hold of a holder that stopped renewing it ends: calling again can
-	// change the answer then, not before. Zero if the holder is live.
+	// change the answer then, not before. Zero if the holder is live. For
+	// reasonApprovalPending, when the approval given takes effect (the
+	// last attempt can no longer land); zero if none waits.
 	checkAt  time.Time
 	replayed bool // the answer is a recorded outcome, not this call's doing
 }
@@ -185,6 +187,13 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 			"Do not call %s again for it; ask a person to confirm reference %s.", name, name, ref)
 	case reasonApprovalPending:
 		unknown(envelope.CodeOutcomeUnknown, a.why)
+		if secs := retryAfter(a); secs > 0 {
+			// Approved, and the approval waits until the last attempt can
+			// no longer land: calling again then takes it.
+			env.Next, env.RetryAfter = envelope.Wait, secs
+			env.Note = fmt.Sprintf("This may already have happened. A person's decision about it takes effect in about %d seconds, "+
+				"once the earlier attempt can no longer arrive. Call %s again with the same input after that; it will not run twice.", secs, name)
+		}
 	case reasonInProgress:
 		env.Status, env.Next = envelope.UnknownOutcome, envelope.Wait
 		env.Error = &envelope.Error{Code: envelope.CodeInProgress, Message: "another call for this action is still running"}

@@ -145,8 +145,9 @@ func (c *call) approve() outcome {
 		if err := h.stillUnknown(c.ctx); err != nil {
 			cfg.logger.Warn("retrysafe: could not give back a record after an approval given too early", "ref", c.ref, "err", err)
 		}
-		return waiting(fmt.Sprintf("the outcome of attempt %d is unknown, and it may still land until %s: the approval given takes effect only then",
-			h.rec.Attempts, safe.Format(time.RFC3339)))
+		return c.answer(approverAnswered, answer{reason: reasonApprovalPending, attempts: rec.Attempts, replayed: true, checkAt: safe, now: cfg.Now(),
+			why: fmt.Sprintf("the outcome of attempt %d is unknown, and it may still land until %s: the approval given takes effect only then",
+				h.rec.Attempts, safe.Format(time.RFC3339))})
 	}
 	res := &Resolution{By: "approver:" + a.By, Why: a.Reason}
 	if a.Decision == RetryOnce {

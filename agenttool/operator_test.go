@@ -1087,8 +1087,10 @@ func TestOperator_APersonsDecisionWaitsWhileTheAttemptMayStillLand(t *testing.T)
 				env, err := decide()
 				t.Logf("in flight: %v %s", err, env)
 				if decision == "approver" {
-					if env.Status != envelope.UnknownOutcome || !strings.Contains(env.Error.Message, "takes effect only then") {
-						t.Errorf("the call with an approval while attempt 1 may still land: %s; want unknown_outcome, the approval waiting", env)
+					// 11s to go: the model is told to wait, and for how long.
+					if env.Status != envelope.UnknownOutcome || !strings.Contains(env.Error.Message, "takes effect only then") ||
+						env.Next != envelope.Wait || env.RetryAfter != 11 {
+						t.Errorf("the call with an approval while attempt 1 may still land: %s; want unknown_outcome, the approval waiting, wait 11s", env)
 					}
 				} else if !errors.Is(err, agenttool.ErrInFlight) {
 					t.Errorf("deciding while attempt 1 may still land: %v; want ErrInFlight", err)

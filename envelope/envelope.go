@@ -122,8 +122,9 @@ type Envelope struct {
 	Earlier    *Earlier        `json:"earlier,omitempty"`
 	// RetryAfter, in seconds, is when calling again can first change the
 	// answer: the action is held by a call that has stopped renewing its
-	// hold (a process that died or hangs), whose hold ends then. 0 when
-	// not known (version 2).
+	// hold (a process that died or hangs), whose hold ends then; or a
+	// person's decision about an unknown outcome waits until its last
+	// attempt can no longer arrive. 0 when not known (version 2).
 	RetryAfter int    `json:"retry_after,omitempty"`
 	Next       Next   `json:"next"`
 	Note       string `json:"note,omitempty"`

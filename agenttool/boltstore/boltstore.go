@@ -37,8 +37,10 @@ var (
 	// (see scopeKey), so that the unknown fence finds a scope's open
 	// records with one seek.
 	scopeBucket = []byte("retrysafe/scope")
-	// expiryBucket indexes the records that have a lifetime by its end
-	// (expiryKey), so that a sweep reads only what it deletes.
+	// expiryBucket indexes the records of the records bucket and the
+	// pending bucket that have a lifetime by its end (expiryKey), so that
+	// a sweep reads only what it deletes. Records in generations have no
+	// entry: a sweep drops or cuts a generation whole (gens.go).
 	expiryBucket = []byte("retrysafe/expiry")
 	schemaKey    = []byte("schema")
 	// unknownKey, in the meta bucket, counts the unknown records not yet
@@ -757,7 +759,7 @@ func saveAt(b *bolt.Bucket, r, prev *storekit.Record, now time.Time) error {
 	if err := to.put(key, encode(r)); err != nil {
 		return err
 	}
-	if after := expiryAt(r); before != after {
+	if after := expiryAt(r); before != after && to.expiry != nil {
 		if before != 0 {
 			if err := to.expiry.Delete(expiryKey(before, r.Key)); err != nil {
 				return err

@@ -47,8 +47,15 @@ var pendingBucket = []byte("retrysafe/pending")
 
 // gensBucket holds the generations (its sequence counts them), each a
 // bucket named by genName, holding records (in its bucket genRecords, by
-// key, whose sequence counts them) and their expiry index (genExpiry, by
-// expiryKey).
+// key, whose sequence counts them). A generation's window is the only
+// index of time its records need: a sweep drops or cuts a generation
+// whole, never by expiry. Its bucket genExpiry is made empty and stays
+// so. Earlier releases indexed each record there too, by expiryKey (a
+// tree of its own: two more pages a settled call wrote, and a fifth of
+// a lone call's CPU); a file they wrote keeps those entries until their
+// generation goes, read by nothing. The bucket is still made so that an
+// earlier release can open a file written now: it writes its entries
+// there, which are as harmless.
 var (
 	gensBucket = []byte("retrysafe/gens")
 	genRecords = []byte("records")
@@ -56,9 +63,10 @@ var (
 )
 
 // plain reports whether r may live in a generation: settled, with a
-// lifetime, and in no index but the expiry index. It does so unless an
-// effect committed under its key (Store.Effect), whose entry a sweep
-// deletes with the record: placeFor asks the effects bucket only then.
+// lifetime, and in no index (its generation orders it by time). It does
+// so unless an effect committed under its key (Store.Effect), whose entry
+// a sweep deletes with the record: placeFor asks the effects bucket only
+// then.
 func plain(r *storekit.Record) bool {
 	return (r.State == storekit.Succeeded || r.State == storekit.Failed) && !r.Expires.IsZero() &&
 		!r.HoldsSlot() && !r.Beside() && !r.Open()
@@ -87,8 +95,9 @@ func genEnd(name []byte) int64 {
 	return int64(binary.BigEndian.Uint64(name) ^ (1 << 63))
 }
 
-// place is where a record lives: the records bucket, the pending bucket
-// (pending), or the records and expiry index of generation gen.
+// place is where a record lives: the records bucket or the pending bucket
+// (pending), with the expiry index, or the records of generation gen (no
+// expiry index: nil).
 type place struct {
 	gen     []byte
 	pending bool
@@ -134,7 +143,7 @@ func findWith(b *bolt.Bucket, key []byte, fs *filters) (place, []byte) {
 		g := gens.Bucket(name)
 		r := g.Bucket(genRecords)
 		if v := r.Get(key); v != nil {
-			return place{gen: name, records: r, expiry: g.Bucket(genExpiry)}, v
+			return place{gen: name, records: r}, v
 		}
 	}
 	return place{}, nil
@@ -180,7 +189,7 @@ func genFor(tx *bolt.Tx, name []byte, now time.Time) (place, error) {
 			fs.made(tx, name)
 		}
 	}
-	return place{gen: name, records: g.Bucket(genRecords), expiry: g.Bucket(genExpiry)}, nil
+	return place{gen: name, records: g.Bucket(genRecords)}, nil
 }
 
 // put writes r, whose encoded form is v, at p: counting it in a generation
@@ -207,7 +216,7 @@ func (p place) del(key []byte, at int64) error {
 	if err := p.records.Delete(key); err != nil {
 		return err
 	}
-	if at != 0 {
+	if at != 0 && p.expiry != nil {
 		return p.expiry.Delete(expiryKey(at, string(key)))
 	}
 	return nil
@@ -229,10 +238,11 @@ func (p place) same(q place) bool {
 // record, and every call waits behind that commit. A busy store's window
 // holds a hundred thousand records or more (6 ms to free on a quiet
 // machine, 30 ms seen on a busy one); so a generation bigger than slack
-// is deleted over several steps instead: each cuts budget records, and
-// as many expiry entries, from the starts of its two trees (about 1 µs a
-// record: each a seek, a cut in key order that frees the pages it empties
-// and writes only the few at its edge), until the rest fits. Every
+// is deleted over several steps instead: each cuts budget records from
+// the start of its tree (about 1 µs a record: each a seek, a cut in key
+// order that frees the pages it empties and writes only the few at its
+// edge), and as many of an earlier version's expiry entries, until the
+// rest fits. Every
 // record in a generation that ended has expired, so which go first does
 // not matter, and what is left of one meanwhile is found as before,
 // expired.
@@ -283,8 +293,8 @@ const (
 )
 
 // cutGen deletes most records from the start of a generation's records,
-// and as many entries from the start of its expiry index, and returns how
-// many records it deleted.
+// and as many entries from the start of its expiry index (which only an
+// earlier version wrote), and returns how many records it deleted.
 func cutGen(records, expiry *bolt.Bucket, most int) (int, error) {
 	cut := func(b *bolt.Bucket) (int, error) {
 		// The keys first, then each deleted by a seek: a cursor that
@@ -335,7 +345,7 @@ func forEachGen(tx *bolt.Tx, fn func(p place) error) error {
 			continue
 		}
 		g := gens.Bucket(name)
-		if err := fn(place{gen: name, records: g.Bucket(genRecords), expiry: g.Bucket(genExpiry)}); err != nil {
+		if err := fn(place{gen: name, records: g.Bucket(genRecords)}); err != nil {
 			return err
 		}
 	}

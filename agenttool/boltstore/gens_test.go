@@ -203,6 +203,76 @@ func TestGenerationsDropSettledRecordsWholeWhenTheirWindowEnds(t *testing.T) {
 	}
 }
 
+// A settled record in a generation is indexed by its generation alone:
+// the window orders it, so its commit writes no expiry entry (a tree of
+// its own, two pages more a call). A file whose generations hold such
+// entries, as earlier releases wrote them, is read, changed and swept as
+// one without.
+func TestGenerationsIndexTheirRecordsByTheirWindowAlone(t *testing.T) {
+	ctx := context.Background()
+	s := OpenTemp(t)
+	t0 := time.Unix(1_780_000_000, 0)
+	const ttl = time.Hour
+	var keys []string
+	for i := range 300 {
+		key := fmt.Sprintf("send_email/%03d", i)
+		settle(t, s, "send_email", key, t0, ttl)
+		keys = append(keys, key)
+	}
+	entries := func() (n int) {
+		s.db.View(func(tx *bolt.Tx) error {
+			n += tx.Bucket(expiryBucket).Stats().KeyN
+			return tx.Bucket(gensBucket).ForEachBucket(func(name []byte) error {
+				if e := tx.Bucket(gensBucket).Bucket(name).Bucket(genExpiry); e != nil {
+					n += e.Stats().KeyN
+				}
+				return nil
+			})
+		})
+		return n
+	}
+	if n := entries(); n != 0 {
+		t.Fatalf("%d expiry entries for %d records settled in a generation, want none", n, len(keys))
+	}
+
+	// As a file of an earlier version: every record indexed in its
+	// generation too.
+	gen := mustHex(t, places(t, s, keys[0])[0])
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		e := tx.Bucket(gensBucket).Bucket(gen).Bucket(genExpiry)
+		for _, k := range keys {
+			if err := e.Put(expiryKey(nanos(t0.Add(ttl)), k), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Unix(genEnd(gen), 0)
+	res, err := s.Claim(ctx, storekit.ClaimRequest{Key: keys[0], Tool: "send_email", Owner: "o2", Now: end.Add(-time.Second), Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("a claim of an expired key that an old entry indexes: %+v %v", res, err)
+	}
+	if n, err := s.Sweep(ctx, storekit.SweepRequest{Now: end}); err != nil || n != len(keys)-1 {
+		t.Fatalf("sweep at the window's end: %d, %v; want %d", n, err, len(keys)-1)
+	}
+	if names, left := gensLeft(s); len(names) != 0 || left != 0 {
+		t.Fatalf("generations left: %v (%d records)", names, left)
+	}
+	if _, err := s.Get(ctx, keys[0]); err != nil {
+		t.Fatalf("the record claimed again: %v", err)
+	}
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the file after the sweep: %v", err)
+	}
+}
+
 func mustHex(t *testing.T, s string) []byte {
 	t.Helper()
 	var b []byte

@@ -351,3 +351,35 @@ func untilLeaseLapses(t *testing.T, store agenttool.Store, key string, grace tim
 
 // TestMain gives the PostgreSQL tests a server (pgtest.Main).
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// lookup is a destination's status search the test steers per reference:
+// what it answers for a ref (StillPending when nothing is set).
+type lookup struct {
+	mu sync.Mutex
+	m  map[string]reconcile.Answer
+}
+
+func (l *lookup) set(ref string, a reconcile.Answer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]reconcile.Answer{}
+	}
+	l.m[ref] = a
+}
+
+func (l *lookup) check(_ context.Context, ref string) reconcile.Answer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a, ok := l.m[ref]; ok {
+		return a
+	}
+	return reconcile.StillPending()
+}
+
+func errMsg(e envelope.Envelope) string {
+	if e.Error == nil {
+		return ""
+	}
+	return e.Error.Code + " " + e.Error.Message
+}

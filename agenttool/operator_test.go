@@ -1163,3 +1163,165 @@ func TestOperator_ACompensationWaitsWhileADeadHoldersAttemptMayStillLand(t *test
 		}
 	})
 }
+
+// A write that went on in the place of an action found not applied is not
+// run again untold once that action is proved applied after all: nothing
+// tells a rewording of the action from another write, so the model hears
+// of the applied action (earlier_action_applied) before that write runs.
+//
+// One conversation, one logical action: "email Ana about lunch".
+//
+//  1. A (lunch): delivered, reply lost; the mailbox search does not show it
+//     yet (pending): unknown.
+//  2. The model rewords it: B (lunchRephrased). The fence asks about A; the
+//     search (wrongly, but as late as the in-flight rule allows) says not
+//     applied; B goes on in A's place (A failed, replaced by B). B: not
+//     delivered, reply lost, search pending: unknown.
+//  3. The late answer about A's attempt 1: applied. SettleByAnswer settles A
+//     applied aside (B's outcome is open) and returns ErrContradicted naming
+//     B — a person "should look at B before approving it".
+//  4. Then B is found not applied — correctly: it never landed — by B's own
+//     resend (a reconcilable tool needs no person), or by the sweeper.
+//  5. B's resend is held back by A's notice (earlier_action_applied, this
+//     call not run): a model that was rewording A learns it went out. Were
+//     it not (a takeover or approved retry of the slot's holder passed the
+//     records beside the slot unless they awaited reconciliation), B would
+//     send the lunch email a second time and answer success.
+//
+// Had step 4 come before step 3, A would have been settled in B's place (B
+// approved = "did nothing"), B closed as replaced by A, and B's resend told
+// "done": one email. The order of two findings decides between one email
+// and two.
+func TestOperator_AReplacementIsNotRunAgainUntoldOnceTheActionItReplacedIsProvedApplied(t *testing.T) {
+	for _, how := range []string{"the replacement's own resend finds it not applied", "the sweeper finds it not applied",
+		"control: the sweeper finds it not applied before the answer"} {
+		t.Run(how, func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				store := open()
+				look := &lookup{}
+				m := &mailServer{script: func(n int) (bool, error) {
+					switch n {
+					case 1:
+						return true, errLostReply // A: delivered, reply lost
+					case 2:
+						return false, errLostReply // B: not delivered, reply lost
+					}
+					return true, nil
+				}}
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+					Reconciler: reconcile.Func(look.check), Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+				op, err := agenttool.NewOperator(store, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+
+				a := tool.Invoke(scoped(), lunch)
+				mustStatus(t, a, envelope.UnknownOutcome)
+				look.set(a.RequestRef, reconcile.NotAppliedYet()) // the search does not show it (yet)
+				b := tool.Invoke(scoped(), lunchRephrased)
+				t.Logf("B, the reworded copy: %s", b)
+				mustStatus(t, b, envelope.UnknownOutcome)
+				if rec, _ := op.Show(ctx, a.RequestRef); rec.State != agenttool.Failed || rec.ReplacedBy != b.RequestRef {
+					t.Fatalf("A after B: %v replaced by %q; want failed, replaced by B", rec.State, rec.ReplacedBy)
+				}
+
+				control := strings.HasPrefix(how, "control")
+				if control {
+					look.set(b.RequestRef, reconcile.NotAppliedYet())
+					rep, err := op.SweepOnce(ctx, agenttool.SweeperOptions{})
+					t.Logf("sweep (before the answer): %+v, %v", rep, err)
+				}
+				v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+				t.Logf("late answer about A: %v, %v", v, err)
+				if v != reconcile.Applied || (!control && !errors.Is(err, agenttool.ErrContradicted)) {
+					t.Fatalf("late answer about A: %v, %v; want applied aside", v, err)
+				}
+
+				look.set(b.RequestRef, reconcile.NotAppliedYet()) // true: B never landed
+				if strings.Contains(how, "sweeper") && !control {
+					rep, err := op.SweepOnce(ctx, agenttool.SweeperOptions{})
+					t.Logf("sweep: %+v, %v", rep, err)
+				}
+				resend := tool.Invoke(scoped(), lunchRephrased)
+				t.Logf("B resent by the model: %s", resend)
+				if n := m.count(); n != 1 {
+					t.Errorf("one logical action (email Ana about lunch) left %d emails (%v): B ran again after A was proved applied; B's resend said %s",
+						n, m.effects, resend.Status)
+				}
+				if resend.Status == envelope.Success && !strings.Contains(string(resend.Result)+resend.Note+errMsg(resend), a.RequestRef) {
+					t.Errorf("B's resend answered success without a word of A (%s), which was applied: the notice earlier_action_applied never reached the conversation before this write", a.RequestRef)
+				}
+			})
+		})
+	}
+}
+
+// The same through an approver, and the envelope that says when to call
+// again: the approved attempt waits for the model to hear of the action
+// proved applied meanwhile.
+//
+// At-most-once email, an approver whose ticket approves one more attempt
+// of attempt 1, AttemptTimeout 30s, ClockSkew 1s (a manual clock).
+//
+//  1. A (lunch): delivered, reply lost: unknown. 31s later a person finds it
+//     not applied (after the in-flight window, as the operator requires).
+//  2. B (lunch reworded) goes on in A's place: not delivered, reply lost:
+//     unknown.
+//  3. The model asks B again at once: the approver approves, but B's attempt
+//     may still land: unknown_outcome, next wait, retry_after 31, "Call
+//     send_email again with the same input after that; it will not run
+//     twice".
+//  4. The late answer about A: applied. A is settled aside; ErrContradicted
+//     names B, "look at it before approving it" — it was approved already.
+//  5. The model does as told: calls B again after retry_after. The
+//     approval would take effect, but A's notice holds B back and tells
+//     the model first (earlier_action_applied): one lunch email.
+func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplaced(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		m := &mailServer{script: func(n int) (bool, error) {
+			switch n {
+			case 1:
+				return true, errLostReply // A: delivered, reply lost
+			case 2:
+				return false, errLostReply // B: not delivered, reply lost
+			}
+			return true, nil
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Approver: &ticket{attempts: 1},
+			Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		b := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B: %s", b)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		wait := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B asked again at once: %s", wait)
+		if wait.Next != envelope.Wait || wait.RetryAfter <= 0 {
+			t.Fatalf("B asked again while its attempt may still land: %s; want next wait with retry_after", wait)
+		}
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer about A: %v, %v", v, err)
+		if v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v; want applied", v, err)
+		}
+		clk.Advance(time.Duration(wait.RetryAfter+1) * time.Second)
+		again := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B called again after retry_after, as told: %s", again)
+		if n := m.count(); n != 1 {
+			t.Errorf("one logical action (email Ana about lunch) left %d emails (%v); B, called again as its envelope said, answered %s with no word of A (%s), proved applied before that call",
+				n, m.effects, again.Status, a.RequestRef)
+		}
+	})
+}

@@ -95,7 +95,12 @@ type ClaimDecision struct {
 // and hold back an approved retry of that record (a new write) only while
 // they await reconciliation ([Record.AwaitsReconciliation]): an action
 // beside the slot approved for a retry itself waits for the holder's, so
-// that two approved actions never wait on each other.
+// that two approved actions never wait on each other. One more holds
+// back both, for a claim that answers a model (req.NoticeHold): an action
+// beside the slot settled applied whose notice lasts (one proved applied
+// after a write went on in its place, which may be that action reworded)
+// — the model hears of it before the holder runs again, and the notice
+// then ends as above. A person's or a sweeper's claim passes it.
 //
 // A store that went back in time a short while ago decides an Unkeyed
 // claim with [DecideLost] instead.
@@ -201,7 +206,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		case o.HoldsSlot() && o.Slot() == req.Slot():
 		case !req.Beside(&o):
 			continue
-		case inSlot && !(retry && o.AwaitsReconciliation(req.Now)):
+		case inSlot && !(retry && o.AwaitsReconciliation(req.Now)) && !(req.NoticeHold > 0 && o.noticeLive(req.Now)):
 			continue
 		}
 		held = append(held, o)
@@ -372,6 +377,12 @@ func keepsDefinition(made, def uint64, tookOver bool) bool {
 		return false
 	}
 	return tookOver
+}
+
+// noticeLive reports whether r is an action settled applied whose model
+// has not been told yet (its notice lasts at now).
+func (r *Record) noticeLive(now time.Time) bool {
+	return r.State == Succeeded && now.Before(r.NoticeUntil)
 }
 
 // tell returns r with its notice shortened to req's NoticeHold, if r is a

@@ -1199,15 +1199,7 @@ func TestOperator_AReplacementIsNotRunAgainUntoldOnceTheActionItReplacedIsProved
 			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 				store := open()
 				look := &lookup{}
-				m := &mailServer{script: func(n int) (bool, error) {
-					switch n {
-					case 1:
-						return true, errLostReply // A: delivered, reply lost
-					case 2:
-						return false, errLostReply // B: not delivered, reply lost
-					}
-					return true, nil
-				}}
+				m := &mailServer{script: sentThenNotSent}
 				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
 					Reconciler: reconcile.Func(look.check), Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 				op, err := agenttool.NewOperator(store, tool)
@@ -1280,15 +1272,7 @@ func TestOperator_AReplacementIsNotRunAgainUntoldOnceTheActionItReplacedIsProved
 func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplaced(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store, clk := open(), newClock()
-		m := &mailServer{script: func(n int) (bool, error) {
-			switch n {
-			case 1:
-				return true, errLostReply // A: delivered, reply lost
-			case 2:
-				return false, errLostReply // B: not delivered, reply lost
-			}
-			return true, nil
-		}}
+		m := &mailServer{script: sentThenNotSent}
 		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
 			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Approver: &ticket{attempts: 1},
 			Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
@@ -1324,4 +1308,17 @@ func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplac
 				n, m.effects, again.Status, a.RequestRef)
 		}
 	})
+}
+
+// sentThenNotSent is a mail server's script: the first send is delivered
+// and its reply lost, the second is not delivered and its reply lost, the
+// rest are delivered.
+func sentThenNotSent(n int) (bool, error) {
+	switch n {
+	case 1:
+		return true, errLostReply
+	case 2:
+		return false, errLostReply
+	}
+	return true, nil
 }

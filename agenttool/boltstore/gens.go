@@ -241,11 +241,10 @@ func (p place) same(q place) bool {
 // is deleted over several steps instead: each cuts budget records from
 // the start of its tree (about 1 µs a record: each a seek, a cut in key
 // order that frees the pages it empties and writes only the few at its
-// edge), and as many of an earlier version's expiry entries, until the
-// rest fits. Every
-// record in a generation that ended has expired, so which go first does
-// not matter, and what is left of one meanwhile is found as before,
-// expired.
+// edge), and as many of an earlier release's expiry entries, until the
+// rest fits. Every record in a generation that ended has expired, so
+// which go first does not matter, and what is left of one meanwhile is
+// found as before, expired.
 func dropEnded(tx *bolt.Tx, now time.Time, budget, slack int) (int, error) {
 	gens := tx.Bucket(gensBucket)
 	if gens == nil {
@@ -294,7 +293,7 @@ const (
 
 // cutGen deletes most records from the start of a generation's records,
 // and as many entries from the start of its expiry index (which only an
-// earlier version wrote), and returns how many records it deleted.
+// earlier release wrote), and returns how many records it deleted.
 func cutGen(records, expiry *bolt.Bucket, most int) (int, error) {
 	cut := func(b *bolt.Bucket) (int, error) {
 		// The keys first, then each deleted by a seek: a cursor that

@@ -98,6 +98,19 @@ func settle(t *testing.T, s *Store, tool, key string, now time.Time, ttl time.Du
 	}
 }
 
+// settleMany settles n keys of send_email at now, each with a lifetime
+// of ttl, and returns them.
+func settleMany(t *testing.T, s *Store, n int, now time.Time, ttl time.Duration) []string {
+	t.Helper()
+	var keys []string
+	for i := range n {
+		key := fmt.Sprintf("send_email/%03d", i)
+		settle(t, s, "send_email", key, now, ttl)
+		keys = append(keys, key)
+	}
+	return keys
+}
+
 // succeeded is a record of key that succeeded at at, with a lifetime of
 // life: what a settling write or an import puts in a generation.
 func succeeded(key string, at time.Time, life time.Duration) storekit.Record {
@@ -155,12 +168,7 @@ func TestGenerationsDropSettledRecordsWholeWhenTheirWindowEnds(t *testing.T) {
 	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = time.Hour
-	var keys []string
-	for i := range 300 {
-		key := fmt.Sprintf("send_email/%03d", i)
-		settle(t, s, "send_email", key, t0, ttl)
-		keys = append(keys, key)
-	}
+	keys := settleMany(t, s, 300, t0, ttl)
 	at := places(t, s, keys...)
 	if at[0] == "records" || at[0] == "" || slices.ContainsFunc(at, func(p string) bool { return p != at[0] }) {
 		t.Fatalf("settled records of one expiry live in %v, want one generation", slices.Compact(at))
@@ -213,12 +221,7 @@ func TestGenerationsIndexTheirRecordsByTheirWindowAlone(t *testing.T) {
 	s := OpenTemp(t)
 	t0 := time.Unix(1_780_000_000, 0)
 	const ttl = time.Hour
-	var keys []string
-	for i := range 300 {
-		key := fmt.Sprintf("send_email/%03d", i)
-		settle(t, s, "send_email", key, t0, ttl)
-		keys = append(keys, key)
-	}
+	keys := settleMany(t, s, 300, t0, ttl)
 	entries := func() (n int) {
 		s.db.View(func(tx *bolt.Tx) error {
 			n += tx.Bucket(expiryBucket).Stats().KeyN

@@ -163,9 +163,12 @@ func (c *call) outside(o Record) (*Record, error) {
 // approved retry; a takeover goes on with its own action and does not
 // look — must give its key back: an action of the principal's scope
 // that does not hold that slot is unknown (outside), and holds the call
-// back as the slot's holder would (I9). The call's answer is set. A
-// session's fence does not look (a read on every call); its actions
-// outside the slot are the caveat of changing a tool's fence.
+// back as the slot's holder would (I9). The call's answer is set. The
+// store held the claim back already for the principal's actions that
+// hold no slot (claimed under FenceOff, or settled aside); this read
+// finds those its sessions' fences hold, left by the tool's earlier
+// setting. A session's fence does not look (a read on every call); its
+// actions outside the slot are the caveat of changing a tool's fence.
 func (c *call) beside(rec Record) bool {
 	if c.t.cfg.Fence != FencePrincipal {
 		return false

@@ -712,11 +712,15 @@ func walkIndex(t *testing.T, seed uint64, open func() agenttool.Store) {
 		var what string
 		switch op := rng.IntN(10); {
 		case op < 3 || len(holds) == 0:
-			// A key's fence scope is its session's or its principal's (as
-			// tools fenced per session or per principal have it).
+			// A key's fence scope is its session's, its principal's or
+			// none (as tools fenced per session, per principal, or not at
+			// all have it).
 			scope := sess
-			if k%3 == 0 {
+			switch {
+			case k%3 == 0:
 				scope = p
+			case k%4 == 1:
+				scope = agenttool.Digest{}
 			}
 			req := storekit.ClaimRequest{Key: keys[k], Tool: tool, Principal: p, Session: sess, Fingerprint: agenttool.Digest{1},
 				Owner: fmt.Sprintf("o%d", step), Now: at, Lease: time.Minute, TakeOver: rng.IntN(2) == 0, FenceScope: scope}

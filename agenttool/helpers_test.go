@@ -139,6 +139,18 @@ func storeKinds(t *testing.T, fn func(t *testing.T, open func() agenttool.Store)
 	})
 }
 
+// fences runs a test under each fence that holds a scope: per session (the
+// default) and per principal, in subtests named name and the fence.
+func fences(t *testing.T, name string, fn func(t *testing.T, fence agenttool.FenceScope)) {
+	for _, f := range []agenttool.FenceScope{agenttool.FenceSession, agenttool.FencePrincipal} {
+		sub := "fence " + f.String()
+		if name != "" {
+			sub = name + "/" + sub
+		}
+		t.Run(sub, func(t *testing.T) { fn(t, f) })
+	}
+}
+
 func openBolt(t testing.TB, path string) *boltstore.Store {
 	t.Helper()
 	s, err := boltstore.Open(path, nil)

@@ -1195,12 +1195,12 @@ func TestOperator_ACompensationWaitsWhileADeadHoldersAttemptMayStillLand(t *test
 func TestOperator_AReplacementIsNotRunAgainUntoldOnceTheActionItReplacedIsProvedApplied(t *testing.T) {
 	for _, how := range []string{"the replacement's own resend finds it not applied", "the sweeper finds it not applied",
 		"control: the sweeper finds it not applied before the answer"} {
-		t.Run(how, func(t *testing.T) {
+		fences(t, how, func(t *testing.T, fence agenttool.FenceScope) {
 			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 				store := open()
 				look := &lookup{}
 				m := &mailServer{script: sentThenNotSent}
-				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+				tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Fence: fence,
 					Reconciler: reconcile.Func(look.check), Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 				op, err := agenttool.NewOperator(store, tool)
 				if err != nil {
@@ -1270,43 +1270,45 @@ func TestOperator_AReplacementIsNotRunAgainUntoldOnceTheActionItReplacedIsProved
 //     approval would take effect, but A's notice holds B back and tells
 //     the model first (earlier_action_applied): one lunch email.
 func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplaced(t *testing.T) {
-	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store, clk := open(), newClock()
-		m := &mailServer{script: sentThenNotSent}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Approver: &ticket{attempts: 1},
-			Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		a := tool.Invoke(scoped(), lunch)
-		mustStatus(t, a, envelope.UnknownOutcome)
-		clk.Advance(32 * time.Second)
-		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-			t.Fatal(err)
-		}
-		b := tool.Invoke(scoped(), lunchRephrased)
-		t.Logf("B: %s", b)
-		mustStatus(t, b, envelope.UnknownOutcome)
-		wait := tool.Invoke(scoped(), lunchRephrased)
-		t.Logf("B asked again at once: %s", wait)
-		if wait.Next != envelope.Wait || wait.RetryAfter <= 0 {
-			t.Fatalf("B asked again while its attempt may still land: %s; want next wait with retry_after", wait)
-		}
-		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
-		t.Logf("late answer about A: %v, %v", v, err)
-		if v != reconcile.Applied {
-			t.Fatalf("late answer about A: %v, %v; want applied", v, err)
-		}
-		clk.Advance(time.Duration(wait.RetryAfter+1) * time.Second)
-		again := tool.Invoke(scoped(), lunchRephrased)
-		t.Logf("B called again after retry_after, as told: %s", again)
-		if n := m.count(); n != 1 {
-			t.Errorf("one logical action (email Ana about lunch) left %d emails (%v); B, called again as its envelope said, answered %s with no word of A (%s), proved applied before that call",
-				n, m.effects, again.Status, a.RequestRef)
-		}
+	fences(t, "", func(t *testing.T, fence agenttool.FenceScope) {
+		storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+			store, clk := open(), newClock()
+			m := &mailServer{script: sentThenNotSent}
+			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Fence: fence,
+				AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Approver: &ticket{attempts: 1},
+				Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			op, err := agenttool.NewOperator(store, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			a := tool.Invoke(scoped(), lunch)
+			mustStatus(t, a, envelope.UnknownOutcome)
+			clk.Advance(32 * time.Second)
+			if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+				t.Fatal(err)
+			}
+			b := tool.Invoke(scoped(), lunchRephrased)
+			t.Logf("B: %s", b)
+			mustStatus(t, b, envelope.UnknownOutcome)
+			wait := tool.Invoke(scoped(), lunchRephrased)
+			t.Logf("B asked again at once: %s", wait)
+			if wait.Next != envelope.Wait || wait.RetryAfter <= 0 {
+				t.Fatalf("B asked again while its attempt may still land: %s; want next wait with retry_after", wait)
+			}
+			v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+			t.Logf("late answer about A: %v, %v", v, err)
+			if v != reconcile.Applied {
+				t.Fatalf("late answer about A: %v, %v; want applied", v, err)
+			}
+			clk.Advance(time.Duration(wait.RetryAfter+1) * time.Second)
+			again := tool.Invoke(scoped(), lunchRephrased)
+			t.Logf("B called again after retry_after, as told: %s", again)
+			if n := m.count(); n != 1 {
+				t.Errorf("one logical action (email Ana about lunch) left %d emails (%v); B, called again as its envelope said, answered %s with no word of A (%s), proved applied before that call",
+					n, m.effects, again.Status, a.RequestRef)
+			}
+		})
 	})
 }
 

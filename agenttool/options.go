@@ -95,8 +95,10 @@ var KeyLikeStems = []string{"idempot", "dedup"}
 // and an action outside the scope a call asks for still holds it back: a
 // FenceSession call waits for its session's actions claimed under
 // FenceOff or FencePrincipal (the store looks in the claim), a
-// FencePrincipal call for its principal's unknown actions claimed under
-// another setting (one read per new action). So the setting can change
+// FencePrincipal call for its principal's actions claimed under FenceOff
+// or settled applied aside from their scope (the store looks in the
+// claim) and for its unknown actions claimed under FenceSession (one
+// read per new action). So the setting can change
 // while actions are unknown, but not on replicas that run the old and the
 // new setting at once (see the promises' caveats in the README).
 type FenceScope uint8

@@ -24,8 +24,11 @@ import (
 // they lack (a file of version 6 keeps its settled records in the records
 // bucket, where they are swept one by one, and settles new ones into
 // generations); version 8 writes records in format 3 (record.go), which
-// versions before it cannot read: a file of version 7 needs nothing built.
-const schemaVersion = "8"
+// versions before it cannot read: a file of version 7 needs nothing built;
+// version 9 indexes the records beside their session's slot by principal
+// too (slot.go): the index of version 8 and earlier is dropped and built
+// again.
+const schemaVersion = "9"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -186,8 +189,13 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
+	}
+	if tx.Bucket(oldBesideBucket) != nil {
+		if err := tx.DeleteBucket(oldBesideBucket); err != nil {
+			return err
+		}
 	}
 	fillBeside := tx.Bucket(besideBucket) == nil
 	for _, name := range [][]byte{recordsBucket, openBucket, effectsBucket, scopeBucket, expiryBucket, slotsBucket, besideBucket, gensBucket, pendingBucket, pendingSlotsBucket} {
@@ -198,8 +206,9 @@ func initSchema(tx *bolt.Tx) error {
 	if v != schemaVersion {
 		// Version 6 lacks only the generations and the pending buckets,
 		// made above; its pending records and their slots move there when
-		// next written. Version 7 lacks nothing.
-		if v != "6" && v != "7" {
+		// next written. Versions 7 and 8 lack only the beside index by
+		// principal, built below.
+		if v != "6" && v != "7" && v != "8" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}

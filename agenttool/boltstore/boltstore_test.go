@@ -65,9 +65,11 @@ func TestOpenRefusesOtherFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.DB().Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("9")) })
+	s.DB().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("10"))
+	})
 	s.Close()
-	if _, err := boltstore.Open(newer, nil); err == nil || !strings.Contains(err.Error(), `schema "9"`) {
+	if _, err := boltstore.Open(newer, nil); err == nil || !strings.Contains(err.Error(), `schema "10"`) {
 		t.Errorf("Open(newer schema) = %v", err)
 	}
 }

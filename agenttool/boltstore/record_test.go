@@ -265,3 +265,79 @@ func TestSettledRecordKeepsAFarLifetime(t *testing.T) {
 		t.Errorf("the same action an hour later: claimed %v (%v); want its outcome replayed, not a second attempt", again.Claimed, err)
 	}
 }
+
+// A file of schema 8 indexed the records beside their session's slot by
+// tool and session alone, which a claim fenced by principal cannot seek:
+// it is upgraded at Open by building the index again, by principal too,
+// from the pending records and the others, so that both fences find what
+// an earlier version left running or unknown beside them.
+func TestSchemaEightFileIsUpgradedToFindRecordsBesideBothFences(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keys.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_780_000_000, 0)
+	principal := agenttool.Digest{7}
+	off := func(key string, session agenttool.Digest) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: principal, Session: session, Fingerprint: agenttool.Digest{1},
+			Owner: "o", Now: now, Lease: time.Minute} // FenceOff: no fence scope
+	}
+	running := off("send_email/running", agenttool.Digest{1})
+	if res, err := s.Claim(ctx, running); err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	unknown := off("send_email/unknown", agenttool.Digest{2})
+	res, err := s.Claim(ctx, unknown)
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: unknown.Key, Token: res.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		// As version 8 left it: its own index, by tool and session.
+		if err := tx.DeleteBucket(besideBucket); err != nil {
+			return err
+		}
+		old, err := tx.CreateBucket(oldBesideBucket)
+		if err != nil {
+			return err
+		}
+		if err := old.Put(append(append([]byte("send_email\x00"), running.Session[:]...), running.Key...), []byte{}); err != nil {
+			return err
+		}
+		return tx.Bucket(metaBucket).Put(schemaKey, []byte("8"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.DB().View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(metaBucket).Get(schemaKey); string(v) != schemaVersion || tx.Bucket(oldBesideBucket) != nil {
+			t.Errorf("after the upgrade: schema %q, schema 8's index still there: %v", v, tx.Bucket(oldBesideBucket) != nil)
+		}
+		return nil
+	})
+	for _, c := range []struct {
+		what    string
+		session agenttool.Digest
+		scope   agenttool.Digest
+		want    string
+	}{
+		{"a write of the running action's session, fenced by session", running.Session, running.Session, running.Key},
+		{"a write of the unknown action's session, fenced by session", unknown.Session, unknown.Session, unknown.Key},
+		{"a write of a third session, fenced by principal", agenttool.Digest{3}, principal, running.Key},
+	} {
+		req := off("send_email/new-"+c.what, c.session)
+		req.FenceScope, req.Now = c.scope, now.Add(time.Second)
+		res, err := s.Claim(ctx, req)
+		if err != nil || res.Claimed || res.Blocked == nil || res.Blocked.Key != c.want {
+			t.Errorf("%s after the upgrade: %+v, %v; want held back by %s", c.what, res, err, c.want)
+		}
+	}
+}

@@ -89,18 +89,31 @@ func reslot(tx *bolt.Tx, r, prev *storekit.Record) error {
 }
 
 // besideBucket indexes the open records beside their session's slot
-// (storekit.Record.Beside: claimed under FenceOff, a principal's fence, or
-// a version before slots), by tool and session:
+// (storekit.Record.Beside: claimed under FenceOff, a principal's fence, a
+// version before slots, or settled aside from their scope), by tool,
+// principal and session:
 //
-//	tool 0x00 session key → empty
+//	tool 0x00 principal session key → empty
 //
-// A claim fenced by session finds them with one seek; records of the
-// default, per-session fence never enter it.
-var besideBucket = []byte("retrysafe/beside")
+// A claim fenced by session finds them with one seek, and so does a claim
+// fenced by principal; records of the default, per-session fence never
+// enter it. (Schema 8 and earlier indexed them by tool and session alone,
+// in the bucket "retrysafe/beside", which an upgrade drops.)
+var besideBucket = []byte("retrysafe/beside-by-principal")
 
-func besidePrefix(tool string, session storekit.Digest) []byte {
-	k := make([]byte, 0, len(tool)+1+len(session)+64)
-	return append(append(append(k, tool...), 0), session[:]...)
+// oldBesideBucket is the beside index of schema 8 and earlier.
+var oldBesideBucket = []byte("retrysafe/beside")
+
+// besidePrefix is the prefix of the entries of tool and principal; a
+// claim fenced by session adds its session to it.
+func besidePrefix(tool string, principal storekit.Digest) []byte {
+	k := make([]byte, 0, len(tool)+1+2*len(principal)+64)
+	return append(append(append(k, tool...), 0), principal[:]...)
+}
+
+// besideKey is the entry of r in the beside index.
+func besideKey(r *storekit.Record) []byte {
+	return append(append(besidePrefix(r.Tool, r.Principal), r.Session[:]...), r.Key...)
 }
 
 // rebeside moves the beside index from prev (nil: a new record) to r (nil:
@@ -111,32 +124,42 @@ func rebeside(tx *bolt.Tx, r, prev *storekit.Record) error {
 		return nil
 	}
 	beside := tx.Bucket(besideBucket)
-	if was && (!is || r.Tool != prev.Tool || r.Session != prev.Session) {
-		if err := beside.Delete(append(besidePrefix(prev.Tool, prev.Session), prev.Key...)); err != nil {
+	if was && (!is || r.Tool != prev.Tool || r.Principal != prev.Principal || r.Session != prev.Session) {
+		if err := beside.Delete(besideKey(prev)); err != nil {
 			return err
 		}
 	}
 	if is {
-		return beside.Put(append(besidePrefix(r.Tool, r.Session), r.Key...), []byte{})
+		return beside.Put(besideKey(r), []byte{})
 	}
 	return nil
 }
 
-// rebuildBeside fills the beside index from every record.
+// rebuildBeside fills the beside index from every record that may be
+// beside its slot: those of the records and the pending buckets (a
+// generation holds none).
 func rebuildBeside(tx *bolt.Tx) error {
-	return tx.Bucket(recordsBucket).ForEach(func(k, v []byte) error {
-		rec, err := decode(k, v)
+	for _, name := range [][]byte{recordsBucket, pendingBucket} {
+		err := tx.Bucket(name).ForEach(func(k, v []byte) error {
+			rec, err := decode(k, v)
+			if err != nil {
+				return nil // unreadable records stay as they are, failing closed when used
+			}
+			return rebeside(tx, &rec, nil)
+		})
 		if err != nil {
-			return nil // unreadable records stay as they are, failing closed when used
+			return err
 		}
-		return rebeside(tx, &rec, nil)
-	})
+	}
+	return nil
 }
 
 // occupants returns what holds req's claim back, for storekit.DecideClaim:
 // the records of other keys its slot's entries name (DecideClaim keeps
-// those that hold it), and, for a claim fenced by session, the records of
-// its tool and session beside that slot, in key order.
+// those that hold it), and, for a claim fenced by session or by
+// principal, the records beside that slot (storekit.ClaimRequest.Beside)
+// — of its tool and session, or of its tool and principal — in key order
+// (of session, then key, for a principal's).
 func occupants(b *bolt.Bucket, req *storekit.ClaimRequest) ([]storekit.Record, error) {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil, nil
@@ -159,14 +182,27 @@ func occupants(b *bolt.Bucket, req *storekit.ClaimRequest) ([]storekit.Record, e
 			return nil, err
 		}
 	}
-	if !req.FencedBySession() {
+	if !req.GathersBeside() {
 		return out, nil
 	}
-	prefix := besidePrefix(req.Tool, req.Session)
+	prefix := besidePrefix(req.Tool, req.Principal)
+	if req.FencedBySession() {
+		prefix = append(prefix, req.Session[:]...)
+	}
+	keyAt := len(besidePrefix(req.Tool, req.Principal)) + len(req.Session)
 	c := b.Tx().Bucket(besideBucket).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		if err := add(string(k[len(prefix):])); err != nil {
+		key := string(k[keyAt:])
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		r, err := load(b, key)
+		if err != nil {
 			return nil, err
+		}
+		if r != nil && req.Beside(r) {
+			out = append(out, *r)
 		}
 	}
 	return out, nil

@@ -30,7 +30,7 @@ type Store struct {
 	expiry  expiries                              // when records may be swept
 	open    map[scope]map[string]struct{}         // keys of open records, by tool and principal
 	slots   map[storekit.Slot]string              // the key of the record that holds each slot
-	beside  map[storekit.Slot]map[string]struct{} // keys of records beside their session's slot (Record.Beside), by tool and session
+	beside  map[storekit.Slot]map[string]struct{} // keys of records beside their session's slot (Record.Beside), by tool and principal
 	token   uint64
 	closed  bool
 }
@@ -101,9 +101,9 @@ func (s *Store) get(key string, r *storekit.Record) (*storekit.Record, int) {
 }
 
 // indexBeside adds r's key to, or removes it from, the index of records
-// beside their session's slot.
+// beside their session's slot, by tool and principal.
 func (s *Store) indexBeside(e *entry, beside bool) {
-	sl := storekit.Slot{Tool: e.tool, Scope: e.session}
+	sl := storekit.Slot{Tool: e.tool, Scope: e.principal}
 	keys := s.beside[sl]
 	if beside {
 		if keys == nil {
@@ -190,8 +190,8 @@ func (s *Store) leaveSlot(e *entry) {
 
 // occupants returns what holds req's claim back, for storekit.DecideClaim:
 // the record of another key that holds its slot, and, for a claim fenced
-// by session, the records of its tool and session beside that slot, in
-// key order. s.mu is held.
+// by session or by principal, the records beside that slot
+// (storekit.ClaimRequest.Beside), in key order. s.mu is held.
 func (s *Store) occupants(req *storekit.ClaimRequest) []storekit.Record {
 	if req.FenceScope == (storekit.Digest{}) {
 		return nil
@@ -200,16 +200,16 @@ func (s *Store) occupants(req *storekit.ClaimRequest) []storekit.Record {
 	if k, ok := s.slots[req.Slot()]; ok && k != req.Key {
 		out = append(out, s.entries[s.index[k]].record())
 	}
-	if !req.FencedBySession() {
+	if !req.GathersBeside() {
 		return out
 	}
-	keys := s.beside[storekit.Slot{Tool: req.Tool, Scope: req.Session}]
+	keys := s.beside[storekit.Slot{Tool: req.Tool, Scope: req.Principal}]
 	if len(keys) == 0 {
 		return out
 	}
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if k != req.Key {
-			out = append(out, s.entries[s.index[k]].record())
+		if r := s.entries[s.index[k]].record(); req.Beside(&r) {
+			out = append(out, r)
 		}
 	}
 	return out

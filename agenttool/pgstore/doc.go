@@ -36,10 +36,12 @@
 // index was kept. A claim fenced by session also looks, in the same
 // statement, for an open record of its tool and session claimed under
 // another fence setting (FenceOff, a principal's fence, or a version
-// before slots), which holds it back as the slot's holder would: the
-// partial index records_beside holds only those records, so for tools
-// of the default fence the look is one probe of an empty index and no
-// write. A claim the INSERT did not make (its key exists, its slot is
+// before slots), which holds it back as the slot's holder would; a claim
+// fenced by principal, for one of its tool and principal that holds no
+// slot (FenceOff, a version before slots, or an action settled aside):
+// the partial index records_beside (tool, principal, session, key) holds
+// only those records, so for tools of the default fence the look is one
+// probe of an empty index and no write. A claim the INSERT did not make (its key exists, its slot is
 // held, or a record is beside it: the statement cannot tell which) reads
 // the key's record,
 // answers from it when nothing must change (a replay, a live lease), and

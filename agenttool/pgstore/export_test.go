@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"time"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // Versions is the number of migrations this package knows: the version of
@@ -110,4 +112,33 @@ func BatchQueries(s *Store, now time.Time, tool string, principal, session []byt
 			later, approved, tokens, make([][]byte, n)}},
 		"finishMany": {s.q.finishMany, []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}},
 	}
+}
+
+// BesideQueries are s's statements that look for the records beside a
+// claim's slot — the lone claim's INSERT, the batch's, and the locked
+// path's reads — for a claim of tool, principal and session fenced by
+// fence ("session" or "principal"); the INSERTs are explained, not run.
+func BesideQueries(s *Store, now time.Time, tool string, principal, session []byte, fence string) map[string]Query {
+	scope := session
+	if fence == "principal" {
+		scope = principal
+	}
+	req := storekit.ClaimRequest{Key: "beside/plan", Tool: tool, Owner: "owner", Now: now, Lease: time.Minute}
+	copy(req.Principal[:], principal)
+	copy(req.Session[:], session)
+	copy(req.FenceScope[:], scope)
+	insert, args := s.insertArgs(&req, "")
+	key, owner, label := []string{req.Key}, []string{"owner"}, []string{""}
+	times, later := []time.Time{now}, []time.Time{now.Add(time.Minute)}
+	q := map[string]Query{
+		"insert_" + fence: {insert, args},
+		"insertMany_" + fence: {s.q.insertMany, []any{key, []string{tool}, [][]byte{principal}, [][]byte{principal}, owner, later, times,
+			[][]byte{session}, [][]byte{scope}, label, later, []bool{false}, []int64{0}, [][]byte{nil}}},
+	}
+	if fence == "principal" {
+		q["besideOfPrincipalForUpdate"] = Query{s.q.besideOfPrincipalForUpdate, []any{tool, principal, req.Key}}
+	} else {
+		q["besideForUpdate"] = Query{s.q.besideForUpdate, []any{tool, principal, session, req.Key}}
+	}
+	return q
 }

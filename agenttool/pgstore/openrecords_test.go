@@ -162,6 +162,33 @@ func readOpenRecordsByIndex(t *testing.T, url string, s *pgstore.Store, now time
 	}
 }
 
+// A claim's look for the records beside its slot (the fence's: a claim
+// fenced by session, of its tool and session; one fenced by principal, of
+// its tool and principal, holding no slot) reads records_beside in every
+// statement that makes it — the lone INSERT, the batch's, the locked
+// path's reads — never the table nor its key, analysed or not: every new
+// write of a fenced tool makes it.
+func TestAClaimFindsTheRecordsBesideItsSlotThroughTheirIndex(t *testing.T) {
+	for _, analysed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "analysed", false: "before ANALYZE"}[analysed], func(t *testing.T) {
+			s := pgtest.Open(t)
+			url := pgtest.URL(t)
+			now := time.Now()
+			principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+			settle(t, url, s.Schema(), 20000, now, principal, analysed)
+			session := sha256.Sum256([]byte("1"))
+			whole := regexp.MustCompile(`(?m)(Seq Scan on records( |$)|Index.* Scan using records_pkey on records b|records_open)`)
+			for _, fence := range []string{"session", "principal"} {
+				for name, plan := range plans(t, url, pgstore.BesideQueries(s, now, "send_email", principal[:], session[:], fence)) {
+					if !strings.Contains(plan, "records_beside") || whole.MatchString(plan) {
+						t.Errorf("%s does not read the records beside the slot through records_beside:\n%s", name, plan)
+					}
+				}
+			}
+		})
+	}
+}
+
 // plans returns the generic plan and the custom plan of each of queries,
 // by name and plan_cache_mode. Each is prepared and explained as EXECUTE,
 // so that the generic plan is the one a prepared statement gets: EXPLAIN

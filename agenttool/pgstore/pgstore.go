@@ -323,8 +323,12 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 				occs = append(occs, *holder)
 			}
 		}
-		if req.FencedBySession() {
-			rows, err := tx.Query(ctx, s.q.besideForUpdate, s.replan, req.Tool, req.Session[:], req.Key)
+		if req.GathersBeside() {
+			q, args := s.q.besideForUpdate, []any{s.replan, req.Tool, req.Principal[:], req.Session[:], req.Key}
+			if req.FencedByPrincipal() {
+				q, args = s.q.besideOfPrincipalForUpdate, []any{s.replan, req.Tool, req.Principal[:], req.Key}
+			}
+			rows, err := tx.Query(ctx, q, args...)
 			if err != nil {
 				return s.wrap("read the records beside the slot of", req.Key, err)
 			}

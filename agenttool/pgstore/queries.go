@@ -140,6 +140,16 @@ var migrations = []string{
 	// alone, in key order, rather than walking records_open past every
 	// other tenant's. A claim writes one index entry more for it.
 	`CREATE INDEX records_open_scope ON {s}.records (principal, key) WHERE state = 1 OR (state = 4 AND NOT retry_approved);`,
+	// 11: records_beside by principal too: a claim fenced by principal
+	// is held back by the records of its tool and principal that hold no
+	// slot (storekit.ClaimRequest.Beside: claimed under FenceOff, by a
+	// version before slots, or settled applied aside from their scope),
+	// in every session of the principal; a claim fenced by session reads
+	// its session's entries as before, one principal in.
+	`CREATE INDEX records_beside_11 ON {s}.records (tool, principal, session, key)
+		WHERE (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session;
+	DROP INDEX {s}.records_beside;
+	ALTER INDEX {s}.records_beside_11 RENAME TO records_beside;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input`
@@ -184,8 +194,8 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 }
 
 type queries struct {
-	insert, insertMany, besideForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                      string
+	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
+	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                  string
 }
 
 // newQueries builds the statements of a store on schema. What a store
@@ -224,12 +234,25 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		}
 		return `(NOT ` + need + ` OR (current_setting('synchronous_standby_names') <> '' AND ` + heard + `) OR NOT ` + standbysInSight + `)`
 	}
+	// besideFound holds when a claim of key, tool, principal, session
+	// and fence scope (SQL expressions) finds a record beside its slot
+	// (storekit.ClaimRequest.Beside): for a claim fenced by session, one
+	// of its tool and session; for one fenced by principal, one of its
+	// tool and principal that holds no slot. Each look reads
+	// records_beside in its order.
+	besideFound := func(key, tool, principal, session, scope string) string {
+		return `((` + scope + ` IS NOT NULL AND ` + scope + ` = ` + session + ` AND EXISTS (SELECT FROM ` + t + ` b
+				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND b.session = ` + session + ` AND ` + beside + `
+				AND b.key <> ` + key + ` ORDER BY b.key LIMIT 1))
+			OR (` + scope + ` IS NOT NULL AND ` + scope + ` = ` + principal + ` AND EXISTS (SELECT FROM ` + t + ` b
+				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND b.fence_scope IS NULL AND ` + beside + `
+				AND b.key <> ` + key + ` ORDER BY b.session, b.key LIMIT 1)))`
+	}
 	insertInto := `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition, input)`
 	// insertWhere is insert's statement with gate as its gate.
 	insertWhere := func(gate, definition, input string) string {
 		return insertInto + `
-			VALUES (CASE WHEN ($9::bytea = $8::bytea AND EXISTS (SELECT FROM ` + t + ` b WHERE b.tool = $2 AND b.session = $8 AND ` + beside + `
-				AND b.key <> $1 ORDER BY b.key LIMIT 1))
+			VALUES (CASE WHEN ` + besideFound("$1", "$2", "$3::bytea", "$8::bytea", "$9::bytea") + `
 				OR NOT (` + syncOn + ` AND ` + gate + `)
 				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `, ` + input + `)
 			ON CONFLICT DO NOTHING RETURNING token, ` + syncNamed
@@ -243,9 +266,9 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		stillDurable: `SELECT (current_setting('synchronous_standby_names') <> '' AND ` + heard + `) OR NOT ` + standbysInSight,
 		// insert claims a new key: it inserts nothing if the key exists,
 		// or if another record holds the slot of $2 and $9 (records_slot).
-		// A claim fenced by session ($9 = $8) that finds a record of the
-		// tool and session beside its slot (records_beside) writes a null
-		// key, which the table refuses (not_null_violation on key: see
+		// A claim fenced by session ($9 = $8) or by principal ($9 = $3)
+		// that finds a record beside its slot (records_beside) writes a
+		// null key, which the table refuses (not_null_violation on key: see
 		// besideRefused): the claim then decides on the locked path. (The
 		// look is in VALUES: as INSERT … SELECT … WHERE, the statement cost
 		// a lone call about a quarter more.)
@@ -267,14 +290,18 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
 				$11::timestamptz[], $12::bool[], $13::int8[], $14::bytea[])
 				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition, input)
-			WHERE (v.fence_scope IS DISTINCT FROM v.session OR (SELECT b.key FROM ` + t + ` b WHERE b.tool = v.tool AND b.session = v.session AND ` + beside + `
-				AND b.key <> v.key ORDER BY b.key LIMIT 1) IS NULL)
+			WHERE NOT ` + besideFound("v.key", "v.tool", "v.principal", "v.session", "v.fence_scope") + `
 				AND (SELECT ` + syncOn + `) AND ` + noticedBy("v.cut") + ` AND (NOT v.need OR (SELECT ` + durable("true") + `))
 			ON CONFLICT DO NOTHING RETURNING key, token, ` + syncNamed,
-		// besideForUpdate finds the records of tool $1 and session $2
-		// beside its session's slot, other than $3.
-		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.session = $2 AND ` + beside + ` AND b.key <> $3
+		// besideForUpdate finds the records of tool $1, principal $2 and
+		// session $3 beside its session's slot, other than $4.
+		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND b.session = $3 AND ` + beside + ` AND b.key <> $4
 			ORDER BY b.key FOR UPDATE`,
+		// besideOfPrincipalForUpdate finds the records of tool $1 and
+		// principal $2 beside their session's slot that hold no slot,
+		// other than $3.
+		besideOfPrincipalForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND b.fence_scope IS NULL AND ` + beside + ` AND b.key <> $3
+			ORDER BY b.session, b.key FOR UPDATE`,
 		// pendingOf finds what a batch of claims whose reply was lost made.
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it

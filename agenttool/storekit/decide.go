@@ -21,8 +21,8 @@ type ClaimDecision struct {
 // DecideClaim applies the claim rules to the existing record for req.Key (nil
 // if there is none) and to occupants — the record of another key that
 // holds the slot of req.Tool and req.FenceScope, if one does, and, for a
-// claim fenced by session ([ClaimRequest.FencedBySession]), every record
-// beside that slot ([ClaimRequest.Beside]) —
+// claim fenced by session or by principal ([ClaimRequest.GathersBeside]),
+// every record beside that slot ([ClaimRequest.Beside]) —
 // and returns what the store writes. nextToken is called only when a new
 // claim is made. It is the single source of the rules; a Store calls it
 // inside its transaction:
@@ -87,8 +87,10 @@ type ClaimDecision struct {
 // An action of the scope that holds no slot the claim asks for holds it
 // back as the slot's holder would: for a claim fenced by session, an
 // action of its tool and session claimed under another fence setting, or
-// by a version before slots, in a state that would hold the slot
-// ([ClaimRequest.Beside]). Each occupant is decided as above — closed by
+// by a version before slots, in a state that would hold the slot; for a
+// claim fenced by principal, such an action of its tool and principal
+// that holds no slot at all — claimed under FenceOff, by a version before
+// slots, or settled applied aside from its scope ([ClaimRequest.Beside]). Each occupant is decided as above — closed by
 // req.Replace, its ended notice cleared, or holding the claim back (the
 // first that does is ClaimResult.Blocked) — except that actions beside the
 // slot do not hold back a takeover of the record that holds it already,
@@ -423,11 +425,12 @@ func (r *Record) Slot() Slot { return Slot{r.Tool, r.FenceScope} }
 func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
 
 // Beside reports whether r is beside its session's slot: claimed under a
-// fence other than its session's — its principal's, or none (FenceOff, or
-// a version before slots) — in a state that would hold the session's slot
-// had it been claimed there: pending, unknown (resolved or not), or
-// succeeded with a notice. Stores index these records by tool and session,
-// so that a claim fenced by session finds them ([ClaimRequest.Beside]);
+// fence other than its session's — its principal's, or none (FenceOff, a
+// version before slots, or an action settled aside from its scope) — in
+// a state that would hold the session's slot had it been claimed there:
+// pending, unknown (resolved or not), or succeeded with a notice. Stores
+// index these records by tool, principal and session, so that a claim
+// fenced by session, or by principal, finds them ([ClaimRequest.Beside]);
 // records of the default, per-session fence are never among them.
 func (r *Record) Beside() bool {
 	return r.FenceScope != r.Session &&
@@ -441,11 +444,44 @@ func (req *ClaimRequest) FencedBySession() bool {
 	return req.FenceScope != (Digest{}) && req.FenceScope == req.Session
 }
 
+// FencedByPrincipal reports whether req is fenced by its principal (its
+// fence scope is its principal): the records of its tool and principal
+// beside their session's slot that hold no slot at all hold it back, and
+// a store passes them to [DecideClaim] with the slot's holder.
+func (req *ClaimRequest) FencedByPrincipal() bool {
+	return req.FenceScope != (Digest{}) && req.FenceScope == req.Principal
+}
+
 // Beside reports whether o, a record of another key, is beside req's slot
 // ([Record.Beside]) and so holds back req's claim as the slot's holder
-// would: req is fenced by session, and o is of the same tool and session.
+// would. For a claim fenced by session: o is of the same tool, principal
+// and session (a session is one principal's: agenttool digests the two
+// together). For a claim fenced by principal: o is of the same tool and
+// principal and holds no slot (claimed under FenceOff, by a version before slots,
+// or settled aside from its scope); the records its principal's other
+// fence setting left, each in its session's slot, are not the store's to
+// find (a read of its index of open records: agenttool's fence).
 func (req *ClaimRequest) Beside(o *Record) bool {
-	return req.FencedBySession() && o.Key != req.Key && o.Tool == req.Tool && o.Session == req.Session && o.Beside()
+	switch {
+	case o.Key == req.Key || o.Tool != req.Tool || !o.Beside():
+		return false
+	case o.Principal != req.Principal:
+		return false
+	case req.FencedBySession():
+		return o.Session == req.Session
+	case req.FencedByPrincipal():
+		return o.FenceScope == (Digest{})
+	}
+	return false
+}
+
+// GathersBeside reports whether a store passes [DecideClaim] the records
+// beside req's slot: req is fenced by its session or by its principal.
+// They are the records of req's tool and principal beside their
+// session's slot ([Record.Beside]) — of req's session too, for a claim
+// fenced by session — that req.Beside keeps.
+func (req *ClaimRequest) GathersBeside() bool {
+	return req.FencedBySession() || req.FencedByPrincipal()
 }
 
 // HoldsSlot reports whether r holds its slot: it belongs to a fence scope,

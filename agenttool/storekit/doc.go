@@ -18,7 +18,7 @@
 //	func (s *MyStore) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 //		// begin; read the record of req.Key (nil if none); the record of
 //		// another key that holds the slot of req.Slot() if req.FenceScope is
-//		// set, and if req.FencedBySession() the records beside it
+//		// set, and if req.GathersBeside() the records beside it
 //		d, err := storekit.DecideClaim(existing, occupants, req, s.nextToken)
 //		// save each of d.Occupants; if d.Write: save d.Result.Record;
 //		// keep the slot index: a record that HoldsSlot is its slot's one holder

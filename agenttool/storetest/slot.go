@@ -246,6 +246,88 @@ func testSlotBeside(t *testing.T, h Harness) {
 	}
 }
 
+// testSlotBesideOfPrincipal: under a principal's fence, an action of the
+// tool and principal that holds no slot — claimed under FenceOff, by a
+// version before slots, or settled applied aside from its scope — holds
+// back the principal's new writes of the tool from every session, on
+// every replica, as the slot's holder would: while it runs, while it is
+// unknown, and settled applied within its notice. Another principal's
+// writes and another tool's are not held back, nor is a takeover of the
+// principal's slot holder, except that a takeover that answers a model
+// (NoticeHold) waits for the model to hear of an action beside the slot
+// proved applied.
+func testSlotBesideOfPrincipal(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, s1 := newSlot()
+	_, s2 := newSlot()
+	fenced := func(tool string, principal, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		req := claimReq(newKey(), now)
+		req.Tool, req.Principal, req.Session, req.FenceScope = tool, principal, session, principal
+		return req
+	}
+	outside := func(tool string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		req := claimReq(newKey(), now)
+		req.Tool, req.Session = tool, session // no fence scope
+		return req
+	}
+	// settleAside settles the action of req applied with a notice, as a
+	// check that took it over does.
+	settleAside := func(req storekit.ClaimRequest, at time.Time) {
+		t.Helper()
+		take := req
+		take.Now, take.TakeOver, take.Owner = at, true, req.Owner+"-check"
+		held := granted(t, "the check's takeover", mustClaim(t, s, take))
+		done := finish(req.Key, held.Record.Token, agenttool.Succeeded, at)
+		done.NoticeUntil = at.Add(10 * time.Second)
+		if err := s.Finish(bg, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	off := outside(tool, s1, t0)
+	e := granted(t, "an action of the principal outside any slot", mustClaim(t, s, off))
+	blockedBy(t, "a write of another session beside a running action", mustClaim(t, other, fenced(tool, alice, s2, t0)), off.Key, agenttool.Pending)
+	if err := s.Finish(bg, finish(off.Key, e.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	blockedBy(t, "a write of another session beside an unknown action", mustClaim(t, other, fenced(tool, alice, s2, t0)), off.Key, agenttool.Unknown)
+	granted(t, "a write of another principal", mustClaim(t, other, fenced(tool, bob, s2, t0)))
+	otherTool, _ := newSlot()
+	granted(t, "a write of another tool", mustClaim(t, other, fenced(otherTool, alice, s2, t0)))
+	settleAside(off, t0.Add(minute))
+	blockedBy(t, "a write of another session within the notice", mustClaim(t, other, fenced(tool, alice, s2, t0.Add(minute))), off.Key, agenttool.Succeeded)
+	after := fenced(tool, alice, s2, t0.Add(minute+11*time.Second))
+	res := granted(t, "a write of another session after the notice ended", mustClaim(t, other, after))
+	if rec, err := s.Get(bg, off.Key); err != nil || rec.Beside() || rec.State != agenttool.Succeeded {
+		t.Errorf("the action whose notice ended: %+v, %v; want succeeded, its notice cleared", rec, err)
+	}
+	blockedBy(t, "a write beside the new holder", mustClaim(t, s, fenced(tool, alice, s1, after.Now)), res.Record.Key, agenttool.Pending)
+
+	// The principal's slot of a third tool, held by an unknown action,
+	// and an action beside it settled applied within its notice.
+	third, _ := newSlot()
+	holder := fenced(third, alice, s2, t0)
+	eh := granted(t, "the slot's holder", mustClaim(t, s, holder))
+	if err := s.Finish(bg, finish(holder.Key, eh.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	aside := outside(third, s1, t0)
+	ea := granted(t, "an action outside the slot", mustClaim(t, s, aside))
+	if err := s.Finish(bg, finish(aside.Key, ea.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	settleAside(aside, t0.Add(minute))
+	told := holder
+	told.Now, told.TakeOver, told.Owner, told.NoticeHold = t0.Add(minute), true, holder.Owner+"-resend", 10*time.Second
+	blockedBy(t, "a takeover of the holder that answers a model, within the notice of an action beside the slot", mustClaim(t, other, told), aside.Key, agenttool.Succeeded)
+	person := told
+	person.NoticeHold, person.Owner = 0, holder.Owner+"-person"
+	if res := mustClaim(t, other, person); !res.Claimed || !res.TookOver {
+		t.Errorf("a person's takeover of the holder beside an action within its notice: %+v; want taken over", res)
+	}
+}
+
 // testSlotBesideEveryOpenAction: every open action of a tool and session
 // beside its session's slot holds back the session's new writes, not only
 // the one a write goes on in place of: with one unknown and another

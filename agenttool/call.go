@@ -396,6 +396,16 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 			"this_definition", definitionName(cfg.definition), "this_definition_is", cfg.definitionText)
 	}
 	switch {
+	case o.AwaitsNotice(now) && o.Session == c.session:
+		// It went on in place of an action proved applied after it went
+		// on (it may be that action reworded): the store told the model
+		// by this answer, before that write, or anything in its place,
+		// runs.
+		applied := c.t.standsInFor(c.ctx, o)
+		return c.answer(slotNotice, answer{reason: reasonEarlierApplied, other: &applied, result: c.t.storedResult(applied)})
+	case o.AwaitsNotice(now):
+		return c.answer(slotNotice, answer{reason: reasonEarlierUnknown, other: &o,
+			why: "it went on in place of an action found applied after all, and waits for its own conversation to hear of that"})
 	case o.State == Pending && now.Before(o.LeaseExpiry) && o.TakenOver:
 		return c.answer(slotRunning, answer{reason: reasonEarlierUnknown, other: &o, why: "it is being verified right now"})
 	case o.State == Pending && now.Before(o.LeaseExpiry):
@@ -419,6 +429,27 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 		return c.answer(slotNotice, a)
 	}
 	return c.storeFailed(fmt.Errorf("the record %s holds the scope's slot in state %v: %w", o.Key, o.State, ErrCorrupt))
+}
+
+// standsInFor returns the action proved applied that o went on in place
+// of (o.StandsInForApplied): the first succeeded record along the
+// actions o replaced, one after another; if none is found (swept, or
+// unreadable), a record of the one o replaced, with no result.
+func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
+	key := o.Replaces
+	for range 8 {
+		r, err := t.cfg.Store.Get(ctx, key)
+		switch {
+		case err != nil:
+		case r.State == Succeeded:
+			return r
+		case r.Replaces != "":
+			key = r.Replaces
+			continue
+		}
+		break
+	}
+	return Record{Key: o.Replaces, State: Succeeded}
 }
 
 // replacing is the replacement of o by this call's action: what o's record

@@ -364,8 +364,10 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
 	}
 	// aside is the action that went on in the record's place, or holds its
-	// scope, when the record is settled aside from the scope.
+	// scope, when the record is settled aside from the scope; inChain,
+	// whether it went on in its place (the last of those that did).
 	var aside *Record
+	inChain := false
 	switch {
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
@@ -386,7 +388,7 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
 		if !free {
-			req.FenceScope, aside = storekit.Digest{}, &last
+			req.FenceScope, aside, inChain = storekit.Digest{}, &last, true
 		}
 	case rec.State == Failed && counted:
 		return false, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
@@ -444,9 +446,73 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	if aside == nil {
 		return true, 0, nil
 	}
+	held := "it waits for its conversation's model to hear of this one before it runs again"
+	if !inChain {
+		held = "it holds the scope"
+	} else if err := t.markStandIn(ctx, aside.Key); err != nil {
+		held = "it could not be marked to wait for its model to hear of this one (" + err.Error() + ")"
+	}
 	return true, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied; it was replaced, and %s (%v) went on in its place or holds its scope: "+
-		"settled applied aside from the scope; %s may be this action reworded: look at it before approving it: %w",
-		ref, attempts, aside.Key, aside.State, aside.Key, ErrContradicted)
+		"settled applied aside from the scope; %s may be this action reworded, and %s: look at it before approving it: %w",
+		ref, attempts, aside.Key, aside.State, aside.Key, held, ErrContradicted)
+}
+
+// markStandIn marks key, an open action that went on in place of an
+// action just proved applied (directly, or after others that did the
+// same), as standing in for it (storekit.Record.StandsInForApplied): it
+// may be that action reworded. It does not run again, nor does anything
+// in its place, for a call that answers a model, before its
+// conversation's model is told (earlier_action_applied); and people who
+// decide about it are warned for as long as it is open. It is taken over
+// as an operator does (asking no model, in no fence scope) and given
+// back as it was, marked. One that runs is waited for, up to the tool's
+// WaitTimeout; one settled meanwhile will not run again and needs
+// nothing. A tool whose notices are off (NoticeHold negative) holds
+// nothing back.
+func (t *Tool) markStandIn(ctx context.Context, key string) error {
+	cfg := t.cfg
+	if cfg.noticeUntil(false).IsZero() {
+		return nil
+	}
+	deadline := time.Now().Add(cfg.WaitTimeout)
+	poll := 5 * time.Millisecond
+	for range maxClaims {
+		rec, err := cfg.Store.Get(ctx, key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case rec.State != Pending && rec.State != Unknown, rec.NoticeUntil.Equal(storekit.UntilTold):
+			return nil
+		}
+		res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
+			Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
+			Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
+		})
+		switch {
+		case err != nil:
+			return err
+		case res.Claimed && (res.TookOver || res.TookApproval()):
+			h := t.hold(ctx, rec, res)
+			h.mark = storekit.UntilTold
+			return h.finish(ctx, Unknown, nil, nil, res.TookApproval())
+		case res.Claimed:
+			// It expired, or was swept, between the read and the claim:
+			// nothing needs the new record.
+			return cfg.Store.Release(context.WithoutCancel(ctx), key, res.Record.Token)
+		case res.Record.State != Pending:
+			continue // settled, or given back, meanwhile: read it again
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%s still runs: %w", key, ErrBusy)
+		}
+		if err := sleep(ctx, min(poll, time.Until(deadline))); err != nil {
+			return err
+		}
+		poll = min(2*poll, 100*time.Millisecond)
+	}
+	return fmt.Errorf("%s kept changing under %d claims: %w", key, maxClaims, ErrBusy)
 }
 
 // errSettleAgain asks settleApplied to read the record again at once.

@@ -1312,6 +1312,133 @@ func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplac
 	})
 }
 
+// The hold of a write that went on in the place of an action proved
+// applied lasts until its model hears of that action, however long that
+// takes, and the warning to people as long as the write is open: both
+// are marks of the write's own record, not of the applied action's, which
+// expires with its key and its notice.
+//
+// At-most-once email, AttemptTimeout 30s, ClockSkew 1s (a manual clock).
+//
+//  1. A (lunch): delivered, reply lost: unknown. A person finds it not
+//     applied (wrongly) once it can no longer land.
+//  2. B (lunch reworded) goes on in A's place: not delivered, reply lost:
+//     unknown.
+//  3. The late answer about A: applied. A is settled aside; B is marked.
+//  4. A day passes: past NoticeBackstop (6h) and A's key lifetime; the
+//     sweeper deletes A's record.
+//  5. A person looking at B is still warned; they approve B anyway.
+//  6. The model comes back and asks B again: held back, and told of A
+//     (earlier_action_applied): one lunch email.
+func TestOperator_AReplacementWaitsForItsModelToHearOfTheActionItReplacedHoweverLongItTakes(t *testing.T) {
+	fences(t, "", func(t *testing.T, fence agenttool.FenceScope) {
+		storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+			store, clk := open(), newClock()
+			m := &mailServer{script: sentThenNotSent}
+			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Fence: fence,
+				AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			op, err := agenttool.NewOperator(store, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			a := tool.Invoke(scoped(), lunch)
+			mustStatus(t, a, envelope.UnknownOutcome)
+			clk.Advance(32 * time.Second)
+			if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+				t.Fatal(err)
+			}
+			b := tool.Invoke(scoped(), lunchRephrased)
+			mustStatus(t, b, envelope.UnknownOutcome)
+			v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+			t.Logf("late answer about A: %v, %v", v, err)
+			if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+				t.Fatalf("late answer about A: %v, %v; want applied aside, ErrContradicted naming B", v, err)
+			}
+
+			clk.Advance(25 * time.Hour)
+			if _, err := op.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if rec, err := op.Show(ctx, a.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+				t.Fatalf("A a day later: %+v, %v; want swept, so that nothing here rests on its record", rec, err)
+			}
+			rec, err := op.Show(ctx, b.RequestRef)
+			if err != nil || !rec.StandsInForApplied() {
+				t.Errorf("B a day later: %v (mark %v), %v; want it still marked for people: it went on in place of an action found applied after all", rec.State, rec.NoticeUntil, err)
+			}
+			if err := op.ResolveNotApplied(ctx, b.RequestRef, rec.Attempts, "maria", "not in the mail log"); err != nil {
+				t.Fatal(err)
+			}
+
+			again := tool.Invoke(scoped(), lunchRephrased)
+			t.Logf("B asked again a day later: %s", again)
+			if n := m.count(); n != 1 {
+				t.Fatalf("one logical action (email Ana about lunch) left %d emails (%v); B, asked again a day later, answered %s", n, m.effects, again.Status)
+			}
+			if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != a.RequestRef {
+				t.Errorf("B asked again a day later: %s; want earlier_action_applied naming A (%s)", again, a.RequestRef)
+			}
+			if twice := tool.Invoke(scoped(), lunchRephrased); m.count() != 1 || twice.Error == nil || twice.Error.Code != envelope.CodeEarlierApplied {
+				t.Errorf("B asked again in the same turn: %s, %d emails; want told again, nothing sent", twice, m.count())
+			}
+		})
+	})
+}
+
+// Along replacements: an action proved applied after two writes went on,
+// one in the place of the other, marks the last, which is the one that
+// would run; its model is told of the first (not of the one between)
+// before it runs again.
+func TestOperator_TheLastOfManyReplacementsWaitsForTheModelToHearOfTheFirst(t *testing.T) {
+	const lunchAgain = `{"to":"ana@example.com","subject":"Friday lunch?","body":"Ana, are you free for lunch at noon on Friday?"}`
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return false, errLostReply
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var refs []string
+		for _, input := range []string{lunch, lunchRephrased, lunchAgain} {
+			e := tool.Invoke(scoped(), input)
+			mustStatus(t, e, envelope.UnknownOutcome)
+			refs = append(refs, e.RequestRef)
+			if input != lunchAgain {
+				clk.Advance(32 * time.Second)
+				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		v, err := op.SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer about the first: %v, %v", v, err)
+		if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) || !strings.Contains(err.Error(), refs[2]) {
+			t.Fatalf("late answer about the first: %v, %v; want applied aside, ErrContradicted naming the last", v, err)
+		}
+		if rec, err := op.Show(ctx, refs[2]); err != nil || !rec.StandsInForApplied() || rec.Replaces != refs[1] {
+			t.Errorf("the last: %v (mark %v) in place of %q, %v; want marked, in place of the second", rec.State, rec.NoticeUntil, rec.Replaces, err)
+		}
+		again := tool.Invoke(scoped(), lunchAgain)
+		t.Logf("the last asked again: %s", again)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != refs[0] ||
+			string(again.Earlier.Result) != `{"id":"m-1"}` {
+			t.Errorf("the last asked again: %s; want earlier_action_applied naming the first (%s), with its result", again, refs[0])
+		}
+		if n := m.count(); n != 1 {
+			t.Errorf("one logical action left %d emails (%v)", n, m.effects)
+		}
+	})
+}
+
 // sentThenNotSent is a mail server's script: the first send is delivered
 // and its reply lost, the second is not delivered and its reply lost, the
 // rest are delivered.

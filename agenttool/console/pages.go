@@ -176,7 +176,8 @@ type detailPage struct {
 	Resolution  string // the last settlement, or ""
 	// InPlaceOf is the action this one went on in place of (found not
 	// applied, and closed as replaced by it); InPlaceOfApplied, whether
-	// it was found applied after all: this one may be it reworded.
+	// it, or one it replaced, was found applied after all: this one may be
+	// it reworded (agenttool.Record.StandsInForApplied, or its record).
 	InPlaceOf        string
 	InPlaceOfApplied bool
 	Awaiting         bool // a decision can be made now
@@ -254,7 +255,8 @@ func (h *Handler) detailOf(ctx context.Context, a *access, rec agenttool.Record,
 	}
 	if rec.Replaces != "" {
 		p.InPlaceOf = rec.Replaces
-		if was, _, err := a.find(ctx, rec.Replaces); err == nil {
+		p.InPlaceOfApplied = rec.StandsInForApplied()
+		if was, _, err := a.find(ctx, rec.Replaces); err == nil && !p.InPlaceOfApplied {
 			p.InPlaceOfApplied = was.State == agenttool.Succeeded
 		}
 	}

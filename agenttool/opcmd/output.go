@@ -48,6 +48,13 @@ type recordJSON struct {
 	Replaces      string `json:"replaces,omitempty"`
 	ReplacesState string `json:"replaces_state,omitempty"`
 	ReplacedBy    string `json:"replaced_by,omitempty"`
+	// StandsInForApplied, show only: this action, open, went on in place
+	// of an action (Replaces, or one that one replaced) found applied
+	// after it went on (agenttool.Record.StandsInForApplied): it may be
+	// that action reworded, and approving it may do it twice. The mark
+	// stays while this action is open, whether or not the other's record
+	// is still kept.
+	StandsInForApplied bool `json:"stands_in_for_applied,omitempty"`
 }
 
 type resolutionJSON struct {
@@ -143,7 +150,7 @@ func (r *runner) printList(op *agenttool.Operator, recs []agenttool.Record) erro
 func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record, replaced *agenttool.Record) error {
 	v, outcomeErr := r.view(op, rec)
 	v.UUID, v.UUID4 = agenttool.RefUUID(v.Ref), agenttool.RefUUID4(v.Ref)
-	v.Replaces, v.ReplacedBy = rec.Replaces, rec.ReplacedBy
+	v.Replaces, v.ReplacedBy, v.StandsInForApplied = rec.Replaces, rec.ReplacedBy, rec.StandsInForApplied()
 	if replaced != nil {
 		v.ReplacesState = replaced.State.String()
 	}
@@ -173,6 +180,13 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record, repla
 	switch {
 	case v.Replaces != "" && v.ReplacesState == agenttool.Succeeded.String():
 		row("in place of", "%s, found applied after all: if this action is that one reworded, it is done already: do not approve this one", v.Replaces)
+	case v.StandsInForApplied:
+		was := v.ReplacesState
+		if was == "" {
+			was = "no longer kept"
+		}
+		row("in place of", "%s (%s); an action it went on in place of was found applied after all: if this action is that one reworded, it is done already: do not approve this one",
+			v.Replaces, was)
 	case v.Replaces != "" && v.ReplacesState == "":
 		row("in place of", "%s (no longer kept)", v.Replaces)
 	case v.Replaces != "":

@@ -305,10 +305,15 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		// pendingOf finds what a batch of claims whose reply was lost made.
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it
-		// returns the keys it wrote. Its keys are distinct.
+		// returns the keys it wrote. Its keys are distinct. An unknown
+		// outcome keeps the record's input and the later of its mark and
+		// the outcome's, and an approved one is kept while the mark lasts
+		// (storekit.DecideFinish).
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
-			attempts = v.attempts, outcome = v.outcome, updated = v.updated, expires = v.expires, retry_approved = v.retry_approved,
-			resolution = COALESCE(v.resolution, r.resolution), notice_until = v.notice_until,
+			attempts = v.attempts, outcome = v.outcome, updated = v.updated, retry_approved = v.retry_approved,
+			expires = CASE WHEN v.state = 4 AND v.expires IS NOT NULL THEN GREATEST(v.expires, r.notice_until) ELSE v.expires END,
+			resolution = COALESCE(v.resolution, r.resolution),
+			notice_until = CASE WHEN v.state = 4 THEN GREATEST(r.notice_until, v.notice_until) ELSE v.notice_until END,
 			input = CASE WHEN v.state = 4 THEN r.input END
 			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
 				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
@@ -328,7 +333,8 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
-			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution), notice_until = $11,
+			expires = CASE WHEN $3::smallint = 4 AND $7::timestamptz IS NOT NULL THEN GREATEST($7, notice_until) ELSE $7 END, retry_approved = $8, resolution = COALESCE($9, resolution),
+			notice_until = CASE WHEN $3::smallint = 4 THEN GREATEST(notice_until, $11) ELSE $11 END,
 			input = CASE WHEN $3::smallint = 4 THEN input END
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,

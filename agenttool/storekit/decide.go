@@ -3,6 +3,7 @@ package storekit
 import (
 	"encoding/hex"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -83,6 +84,16 @@ type ClaimDecision struct {
 // A succeeded record answered to a claim of its own key that answers a
 // model tells the model too: its notice is shortened the same way, and
 // written (Write, the record as found).
+//
+// An open record that stands in for an action proved applied
+// ([Record.AwaitsNotice]: it went on in that action's place, which may be
+// it reworded) holds back every claim that answers a model while its mark
+// lasts — its own (a resend, a takeover, an approved retry: Blocked is the
+// record itself) and, as the slot's holder, any other, even one in its
+// place (req.Replace naming it) — and a claim of its session tells the
+// model: the mark then ends NoticeHold later. A person's, a sweeper's
+// claim passes it. A takeover keeps the mark, and what the action went on
+// in place of, and so does an unknown outcome ([DecideFinish]).
 //
 // An action of the scope that holds no slot the claim asks for holds it
 // back as the slot's holder would: for a claim fenced by session, an
@@ -184,7 +195,7 @@ func (r *Record) ProvedApplied(attempts int) bool {
 // approval for one more attempt ([DecideClaim]: an unknown record
 // approved for a retry, claimed afresh).
 func (res *ClaimResult) TookApproval() bool {
-	return res.Claimed && !res.TookOver && !res.Expired && res.Record.TakenOver && res.Record.Replaces == ""
+	return res.Claimed && !res.TookOver && !res.Expired && res.Approved
 }
 
 func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
@@ -218,6 +229,9 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	occupy := func() (d ClaimDecision, replaces string, blocked bool) {
 		for _, o := range held {
 			switch {
+			case req.NoticeHold > 0 && o.AwaitsNotice(req.Now):
+				// Neither runs in its place before its model hears of
+				// the action it stands in for.
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
 				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry, o.Input = Failed, req.Key, "", time.Time{}, nil
 				o.TakenOver, o.RetryApproved, o.NoticeUntil = false, false, time.Time{}
@@ -226,17 +240,18 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 					o.Resolution = req.Replace.Resolution
 				}
 				d.Occupants, replaces = append(d.Occupants, o), o.Key
+				continue
 			case o.State == Succeeded && !req.Now.Before(o.NoticeUntil):
 				o.NoticeUntil = time.Time{}
 				d.Occupants = append(d.Occupants, o)
-			default:
-				blocked := ClaimDecision{Result: ClaimResult{Blocked: &o}}
-				if told, ok := tell(o, req); ok {
-					// The call held back by the notice tells the model.
-					blocked.Occupants = []Record{told}
-				}
-				return blocked, "", true
+				continue
 			}
+			blocked := ClaimDecision{Result: ClaimResult{Blocked: &o}}
+			if told, ok := tell(o, req); ok {
+				// The call held back by the notice tells the model.
+				blocked.Occupants = []Record{told}
+			}
+			return blocked, "", true
 		}
 		return d, replaces, false
 	}
@@ -272,16 +287,24 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		}
 		if existing != nil && !existing.expired(req.Now) {
 			// A takeover keeps the audit trail and the last outcome seen,
-			// and the label unless the claim brings one.
+			// the label unless the claim brings one, and what the action
+			// went on in place of unless it goes on in another's place now.
 			rec.Resolution, rec.Outcome = existing.Resolution, existing.Outcome
 			if rec.Label == "" {
 				rec.Label = existing.Label
 			}
+			if rec.Replaces == "" {
+				rec.Replaces = existing.Replaces
+			}
 			if existing.Input != nil {
 				rec.Input = existing.Input
 			}
+			if existing.State == Pending || existing.State == Unknown {
+				rec.NoticeUntil = existing.NoticeUntil // the mark of StandsInForApplied stays while it is open
+			}
 		}
-		d.Result = ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec}
+		d.Result = ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec,
+			Approved: retry && existing.State == Unknown}
 		d.Write = true
 		return d, nil
 	}
@@ -302,6 +325,12 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	}
 	if existing.Fingerprint != req.Fingerprint {
 		return found(ClaimResult{Conflict: OtherInput, Record: *existing})
+	}
+	if req.NoticeHold > 0 && existing.AwaitsNotice(req.Now) {
+		// It went on in place of an action proved applied since: its
+		// model hears of that before it runs again.
+		told, wrote := tell(*existing, req)
+		return ClaimDecision{Result: ClaimResult{Record: told, Blocked: &told}, Write: wrote}, nil
 	}
 	if existing.State == Failed && existing.ReplacedBy != "" && req.Replace != nil {
 		// A replaced action asked for again goes on in place of its
@@ -381,6 +410,30 @@ func keepsDefinition(made, def uint64, tookOver bool) bool {
 	return tookOver
 }
 
+// UntilTold is the mark of an open record whose model has not been told
+// yet of the action it stands in for (Record.NoticeUntil): it lasts until
+// a claim of its session that answers a model is held back by it.
+// It is the last whole second of Unix nanoseconds (in 2262), which every
+// store keeps exactly.
+var UntilTold = time.Unix(math.MaxInt64/int64(time.Second), 0).UTC()
+
+// StandsInForApplied reports whether r is open (pending or unknown) and
+// marked as an action that went on in place of another which was proved
+// applied after it went on — which it may be, reworded: a person should
+// not approve one more attempt of it without looking.
+func (r *Record) StandsInForApplied() bool {
+	return (r.State == Pending || r.State == Unknown) && !r.NoticeUntil.IsZero()
+}
+
+// AwaitsNotice reports whether r stands in for an action proved applied
+// ([Record.StandsInForApplied]) whose model has not heard of it, or heard
+// less than NoticeHold ago, at now: a claim that answers a model is held
+// back by it — its own (a resend, a takeover, an approved retry) and any
+// in its place — and a claim of its session tells the model.
+func (r *Record) AwaitsNotice(now time.Time) bool {
+	return r.StandsInForApplied() && now.Before(r.NoticeUntil)
+}
+
 // noticeLive reports whether r is an action settled applied whose model
 // has not been told yet (its notice lasts at now).
 func (r *Record) noticeLive(now time.Time) bool {
@@ -391,11 +444,12 @@ func (r *Record) noticeLive(now time.Time) bool {
 // succeeded record whose notice lasts longer and req is of r's session: a
 // call answered now with r, or held back by its notice, tells the model
 // that r's action was done — the model of the conversation that made the
-// action. Another conversation's call held back by it (a fence by
+// action. So is an open record's mark ([Record.AwaitsNotice]): the model
+// is told of the action r stands in for. Another conversation's call held back by it (a fence by
 // principal) tells that one nothing.
 func tell(r Record, req ClaimRequest) (Record, bool) {
 	end := req.Now.Add(req.NoticeHold)
-	if req.NoticeHold <= 0 || r.State != Succeeded || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
+	if req.NoticeHold <= 0 || r.State == Failed || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
 		return r, false
 	}
 	r.NoticeUntil = end
@@ -515,8 +569,15 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
 	rec.RetryApproved = req.RetryApproved
 	rec.NoticeUntil = time.Time{}
-	if req.State == Succeeded {
+	switch req.State {
+	case Succeeded:
 		rec.NoticeUntil = req.NoticeUntil
+	case Unknown:
+		// Open still: it keeps its mark (StandsInForApplied).
+		rec.NoticeUntil = existing.NoticeUntil
+		if req.NoticeUntil.After(rec.NoticeUntil) {
+			rec.NoticeUntil = req.NoticeUntil
+		}
 	}
 	if req.State != Unknown {
 		rec.Input = nil // settled: nobody needs to find the action by its input
@@ -528,10 +589,11 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	if req.State != Unknown || req.RetryApproved {
 		rec.Expires = req.Now.Add(req.TTL)
 	}
-	if rec.NoticeUntil.After(rec.Expires) {
-		// The record carries its notice: it is kept while the notice lasts,
-		// whatever the key's lifetime, so that a sweep never decides
-		// whether a reworded copy is held.
+	if !rec.Expires.IsZero() && rec.NoticeUntil.After(rec.Expires) {
+		// The record carries its notice, or its mark (an action approved
+		// for one more attempt that stands in for one proved applied): it
+		// is kept while it lasts, whatever the key's lifetime, so that a
+		// sweep never decides whether a reworded copy is held.
 		rec.Expires = rec.NoticeUntil
 	}
 	return rec, nil

@@ -306,6 +306,14 @@ type Record struct {
 	// slot, and the scope's other new writes are told of it instead of
 	// running. Zero if none. A record is kept (Expires) at least until its
 	// notice as written at its settlement ends.
+	//
+	// On an open record (pending or unknown) it marks an action that went
+	// on in place of another which was proved applied after it went on
+	// (it may be that action reworded): until then — [UntilTold] until its
+	// model is told, NoticeHold after that — it runs again, and anything
+	// goes on in its place, only for a claim that answers no model
+	// ([Record.AwaitsNotice]). The mark stays while the record is open
+	// ([Record.StandsInForApplied]), for the people who decide about it.
 	NoticeUntil time.Time
 	// Input is the action's input, as the tool's codec encoded it, kept
 	// while the action may be unknown, for a reconciler that must find the
@@ -427,8 +435,14 @@ type ClaimResult struct {
 	Conflict Conflict
 	// Blocked, when the claim was not granted because another action of
 	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
-	// record (Record is then zero).
+	// record (Record is then zero) — or, when the key's own record stands
+	// in for an action proved applied that its model has not heard of
+	// ([Record.AwaitsNotice]), that record (Record is then the same).
 	Blocked *Record
+	// Approved is set on a claim that consumed an approval for one more
+	// attempt: an unknown record approved for a retry, claimed afresh
+	// ([ClaimResult.TookApproval]).
+	Approved bool
 	// Expired is set on a claim granted over the key's settled record,
 	// kept past its lifetime: an earlier call did the key's action, which
 	// a destination that keeps keys longer may replay.
@@ -480,7 +494,10 @@ type FinishRequest struct {
 	Resolution *Resolution
 	// NoticeUntil (with State Succeeded) is kept as the record's
 	// NoticeUntil: the action's outcome had been unknown, and the scope's
-	// other new writes are told of it until then.
+	// other new writes are told of it until then. With State Unknown it
+	// marks the action as one that went on in place of an action proved
+	// applied (Record.NoticeUntil): the record keeps the later of its mark
+	// and this one.
 	NoticeUntil time.Time
 }
 

@@ -328,6 +328,109 @@ func testSlotBesideOfPrincipal(t *testing.T, h Harness) {
 	}
 }
 
+// testSlotStandsInForApplied: an open action marked as standing in for
+// an action proved applied (Record.NoticeUntil on an unknown record: it
+// went on in that action's place) keeps its mark, and what it went on in
+// place of, while it is open — taken over by a claim or by the sweeper,
+// given back unknown, approved — and is kept while it lasts. A claim that
+// answers a model is held back by it, its own and one in its place,
+// until its model is told and NoticeHold passes; a claim that answers
+// none passes it.
+func testSlotStandsInForApplied(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	unknown := func(st agenttool.Store, req storekit.ClaimRequest, at time.Time, approved bool, mark time.Time) {
+		t.Helper()
+		res := mustClaim(t, st, req)
+		if !res.Claimed {
+			t.Fatalf("claim of %s: %+v; want granted", req.Key, res)
+		}
+		f := finish(req.Key, res.Record.Token, agenttool.Unknown, at)
+		f.RetryApproved, f.NoticeUntil = approved, mark
+		if err := st.Finish(bg, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := slotted(tool, scope, t0)
+	unknown(s, a, t0, true, time.Time{})
+	b := slotted(tool, scope, t0)
+	b.Replace = &storekit.Replacement{Key: a.Key, Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	unknown(other, b, t0, false, time.Time{})
+
+	// An operator marks it: taken over asking no model, in no scope,
+	// given back unknown with the mark.
+	op := b
+	op.Replace, op.FenceScope, op.TakeOver, op.Owner, op.Now = nil, agenttool.Digest{}, true, "operator", t0.Add(minute)
+	unknown(s, op, t0.Add(minute), false, storekit.UntilTold)
+	marked := func(when string) agenttool.Record {
+		t.Helper()
+		rec, err := other.Get(bg, b.Key)
+		if err != nil || !rec.StandsInForApplied() || !rec.NoticeUntil.Equal(storekit.UntilTold) || rec.Replaces != a.Key || !rec.HoldsSlot() {
+			t.Fatalf("%s: %v mark %v in place of %q holds the slot %v, %v; want marked until told, in place of %s, in its slot",
+				when, rec.State, rec.NoticeUntil, rec.Replaces, rec.HoldsSlot(), err, a.Key)
+		}
+		return rec
+	}
+	if rec := marked("marked"); !rec.Expires.IsZero() {
+		t.Errorf("marked, unknown: expires %v; want kept until settled, as every unknown record", rec.Expires)
+	}
+	if uc, ok := s.(storekit.UnknownClaimer); ok {
+		got, err := uc.ClaimUnknown(bg, storekit.ClaimUnknownRequest{Tools: []string{tool}, Owner: "sweeper",
+			Now: t0.Add(2 * minute), Lease: minute, Limit: 1000, UpdatedBefore: t0.Add(2 * minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got {
+			if r.Record.Key != b.Key {
+				continue
+			}
+			if !r.Record.NoticeUntil.Equal(storekit.UntilTold) || r.Record.Replaces != a.Key {
+				t.Errorf("taken over by the sweeper: mark %v in place of %q; want both kept", r.Record.NoticeUntil, r.Record.Replaces)
+			}
+			f := finish(b.Key, r.Record.Token, agenttool.Unknown, t0.Add(2*minute))
+			f.RetryApproved = true // found not applied
+			if err := s.Finish(bg, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sweep := op
+	sweep.Owner, sweep.Now = "sweeper-2", t0.Add(2*minute)
+	if res := mustClaim(t, other, sweep); res.Claimed {
+		f := finish(b.Key, res.Record.Token, agenttool.Unknown, t0.Add(2*minute))
+		f.RetryApproved = true
+		if err := other.Finish(bg, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := marked("approved, given back by the sweeper")
+	if !rec.RetryApproved || rec.Expires.Before(t0.Add(100*24*time.Hour)) {
+		t.Errorf("approved and marked: approved %v, expires %v; want approved, kept while the mark lasts", rec.RetryApproved, rec.Expires)
+	}
+
+	// Held back for a model: its own call, and a write in its place.
+	at := t0.Add(3 * minute)
+	own := b
+	own.Replace, own.Owner, own.Now, own.NoticeHold = nil, "resend", at, 10*time.Second
+	res := mustClaim(t, s, own)
+	if res.Claimed || res.Blocked == nil || res.Blocked.Key != b.Key {
+		t.Fatalf("its own call for a model: %+v; want held back by its own record", res)
+	}
+	if rec, err := other.Get(bg, b.Key); err != nil || !rec.NoticeUntil.Equal(at.Add(10*time.Second)) || !rec.RetryApproved {
+		t.Errorf("after its model was told: mark %v approved %v, %v; want the mark ending NoticeHold later, still approved", rec.NoticeUntil, rec.RetryApproved, err)
+	}
+	in := slotted(tool, scope, at.Add(time.Second))
+	in.Replace = &storekit.Replacement{Key: b.Key, Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	in.NoticeHold = 10 * time.Second
+	blockedBy(t, "a write in its place for a model, within NoticeHold", mustClaim(t, other, in), b.Key, agenttool.Unknown)
+	in.Now = at.Add(11 * time.Second)
+	granted(t, "a write in its place once NoticeHold has passed", mustClaim(t, other, in))
+	if rec, err := s.Get(bg, b.Key); err != nil || rec.State != agenttool.Failed || rec.ReplacedBy != in.Key || rec.StandsInForApplied() {
+		t.Errorf("the marked action after a write went on in its place: %v replaced by %q, %v", rec.State, rec.ReplacedBy, err)
+	}
+}
+
 // testSlotBesideEveryOpenAction: every open action of a tool and session
 // beside its session's slot holds back the session's new writes, not only
 // the one a write goes on in place of: with one unknown and another

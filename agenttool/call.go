@@ -403,9 +403,6 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 		// runs.
 		applied := c.t.standsInFor(c.ctx, o)
 		return c.answer(slotNotice, answer{reason: reasonEarlierApplied, other: &applied, result: c.t.storedResult(applied)})
-	case o.AwaitsNotice(now):
-		return c.answer(slotNotice, answer{reason: reasonEarlierUnknown, other: &o,
-			why: "it went on in place of an action found applied after all, and waits for its own conversation to hear of that"})
 	case o.State == Pending && now.Before(o.LeaseExpiry) && o.TakenOver:
 		return c.answer(slotRunning, answer{reason: reasonEarlierUnknown, other: &o, why: "it is being verified right now"})
 	case o.State == Pending && now.Before(o.LeaseExpiry):

@@ -1386,6 +1386,61 @@ func TestOperator_AReplacementWaitsForItsModelToHearOfTheActionItReplacedHowever
 	})
 }
 
+// The mark holds back its own conversation alone. Under a principal's
+// fence, a marked write approved for one more attempt, whose conversation
+// never comes back, does not hold the user's other conversations: a write
+// of another goes on in its place (closing it, with its mark), and if the
+// first conversation comes back and asks for it again, it is held back and
+// told. (Found by a review: the mark held the principal's slot until a
+// call of its own conversation came, and no operator could clear it.)
+func TestOperator_AMarkedReplacementHoldsBackItsOwnConversationAlone(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store, clk := open(), newClock()
+		m := &mailServer{script: sentThenNotSent}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Fence: agenttool.FencePrincipal,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+			t.Fatalf("late answer about A: %v, %v", v, err)
+		}
+		clk.Advance(32 * time.Second)
+		rec, err := op.Show(ctx, b.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.ResolveNotApplied(ctx, b.RequestRef, rec.Attempts, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(30 * 24 * time.Hour) // conversation-9 is over, for now
+		if _, err := op.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		bob := tool.Invoke(other, `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		if bob.Status != envelope.Success || m.sent(bob.RequestRef) != 1 {
+			t.Fatalf("an unrelated email of another conversation, 30 days later: %s (%s); want sent: B %s holds back its own conversation alone", bob.Status, errMsg(bob), b.RequestRef)
+		}
+		again := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B asked again when conversation-9 comes back: %s", again)
+		if m.sent(b.RequestRef) != 0 || again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != a.RequestRef {
+			t.Errorf("B asked again after a write of another conversation went on in its place: %s, sent %d times; want held back, told of A (%s)",
+				again, m.sent(b.RequestRef), a.RequestRef)
+		}
+	})
+}
+
 // Along replacements: an action proved applied after two writes went on,
 // one in the place of the other, marks the last, which is the one that
 // would run; its model is told of the first (not of the one between)

@@ -50,7 +50,7 @@ const (
 	slotRunning                      // another action of the scope holds its slot and runs (or is checked)
 	slotUnknown                      // another action of the scope is unknown, or its holder's lease lapsed
 	slotApproved                     // another action of the scope is approved for one more attempt: take it
-	slotNotice                       // another action of the scope was just found done, or the action the scope's holder stands in for
+	slotNotice                       // another action of the scope was just found done, or the one the call's action or the slot's holder stands in for
 	claimedBeside                    // granted, beside an unknown action of the scope that holds another slot, or none: give it back
 	storeFailed                      // the store could not answer
 	// wait

@@ -1,9 +1,12 @@
 package storekit
 
 import (
+	"cmp"
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -85,15 +88,18 @@ type ClaimDecision struct {
 // model tells the model too: its notice is shortened the same way, and
 // written (Write, the record as found).
 //
-// An open record that stands in for an action proved applied
+// A record that stands in for an action proved applied
 // ([Record.AwaitsNotice]: it went on in that action's place, which may be
-// it reworded) holds back every claim that answers a model while its mark
-// lasts — its own (a resend, a takeover, an approved retry: Blocked is the
-// record itself) and, as the slot's holder, any other, even one in its
-// place (req.Replace naming it) — and a claim of its session tells the
-// model: the mark then ends NoticeHold later. A person's, a sweeper's
-// claim passes it. A takeover keeps the mark, and what the action went on
-// in place of, and so does an unknown outcome ([DecideFinish]).
+// it reworded) holds back, while its mark lasts, the claims of its
+// session that answer a model — its own (a resend, a takeover, an
+// approved retry; or, closed as replaced since, the action asked for
+// again: Blocked is the record itself) and, as the slot's holder, any
+// other, even one in its place (req.Replace naming it) — and the first
+// tells the model: the mark then ends NoticeHold later. Another
+// conversation's claim, a person's, a sweeper's pass it; one that goes on
+// in its place closes it with its mark. A takeover keeps the mark, and
+// what the action went on in place of, and so does an unknown outcome
+// ([DecideFinish]).
 //
 // An action of the scope that holds no slot the claim asks for holds it
 // back as the slot's holder would: for a claim fenced by session, an
@@ -103,7 +109,9 @@ type ClaimDecision struct {
 // that holds no slot at all — claimed under FenceOff, by a version before
 // slots, or settled applied aside from its scope ([ClaimRequest.Beside]). Each occupant is decided as above — closed by
 // req.Replace, its ended notice cleared, or holding the claim back (the
-// first that does is ClaimResult.Blocked) — except that actions beside the
+// first that does is ClaimResult.Blocked, taken in this order whatever
+// the store's: the slot's holder, the records of the claim's session, the
+// others, each by key) — except that actions beside the
 // slot do not hold back a takeover of the record that holds it already,
 // and hold back an approved retry of that record (a new write) only while
 // they await reconciliation ([Record.AwaitsReconciliation]): an action
@@ -224,17 +232,37 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		}
 		held = append(held, o)
 	}
+	// Whatever order a store found them in, the slot's holder comes
+	// first, then the records beside the slot of the claim's session
+	// (whose notice the claim tells), then the others, each by key: the
+	// first that holds the claim back is the one its caller answers with,
+	// and every store answers with the same.
+	slices.SortStableFunc(held, func(a, b Record) int {
+		rank := func(r *Record) int {
+			switch {
+			case r.HoldsSlot() && r.Slot() == req.Slot():
+				return 0
+			case r.Session == req.Session:
+				return 1
+			}
+			return 2
+		}
+		return cmp.Or(cmp.Compare(rank(&a), rank(&b)), strings.Compare(a.Key, b.Key))
+	})
 	// occupy decides each record held: closed by req.Replace, its ended
 	// notice cleared, or holding the claim back (blocked).
 	occupy := func() (d ClaimDecision, replaces string, blocked bool) {
 		for _, o := range held {
 			switch {
-			case req.NoticeHold > 0 && o.AwaitsNotice(req.Now):
-				// Neither runs in its place before its model hears of
-				// the action it stands in for.
+			case req.NoticeHold > 0 && o.AwaitsNotice(req.Now) && o.Session == req.Session:
+				// Nothing of its conversation runs in its place before
+				// its model hears of the action it stands in for.
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
+				if !o.StandsInForApplied() {
+					o.NoticeUntil = time.Time{}
+				} // else closed, it keeps its mark: asked for again, it is held back by it
 				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry, o.Input = Failed, req.Key, "", time.Time{}, nil
-				o.TakenOver, o.RetryApproved, o.NoticeUntil = false, false, time.Time{}
+				o.TakenOver, o.RetryApproved = false, false
 				o.Outcome, o.Updated, o.Expires = req.Replace.Outcome, req.Now, req.Now.Add(req.Replace.TTL)
 				if req.Replace.Resolution != nil {
 					o.Resolution = req.Replace.Resolution
@@ -425,13 +453,22 @@ func (r *Record) StandsInForApplied() bool {
 	return (r.State == Pending || r.State == Unknown) && !r.NoticeUntil.IsZero()
 }
 
-// AwaitsNotice reports whether r stands in for an action proved applied
-// ([Record.StandsInForApplied]) whose model has not heard of it, or heard
-// less than NoticeHold ago, at now: a claim that answers a model is held
-// back by it — its own (a resend, a takeover, an approved retry) and any
-// in its place — and a claim of its session tells the model.
+// marked reports whether r carries the mark of StandsInForApplied: open,
+// or closed as replaced since it was marked (asked for again, it would
+// go on in its replacement's place).
+func (r *Record) marked() bool {
+	return !r.NoticeUntil.IsZero() && (r.State == Pending || r.State == Unknown || (r.State == Failed && r.ReplacedBy != ""))
+}
+
+// AwaitsNotice reports whether r is marked as standing in for an action
+// proved applied ([Record.StandsInForApplied]; closed as replaced since,
+// it keeps the mark) and its model has not heard of that action, or
+// heard less than NoticeHold ago, at now: a claim of its session that
+// answers a model is held back by it — its own (a resend, a takeover, an
+// approved retry, or, closed as replaced, a call of it asked for again)
+// and any in its place — and tells the model.
 func (r *Record) AwaitsNotice(now time.Time) bool {
-	return r.StandsInForApplied() && now.Before(r.NoticeUntil)
+	return r.marked() && now.Before(r.NoticeUntil)
 }
 
 // noticeLive reports whether r is an action settled applied whose model
@@ -449,7 +486,7 @@ func (r *Record) noticeLive(now time.Time) bool {
 // principal) tells that one nothing.
 func tell(r Record, req ClaimRequest) (Record, bool) {
 	end := req.Now.Add(req.NoticeHold)
-	if req.NoticeHold <= 0 || r.State == Failed || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
+	if req.NoticeHold <= 0 || !(r.State == Succeeded || r.marked()) || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
 		return r, false
 	}
 	r.NoticeUntil = end

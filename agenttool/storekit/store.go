@@ -311,9 +311,11 @@ type Record struct {
 	// on in place of another which was proved applied after it went on
 	// (it may be that action reworded): until then — [UntilTold] until its
 	// model is told, NoticeHold after that — it runs again, and anything
-	// goes on in its place, only for a claim that answers no model
-	// ([Record.AwaitsNotice]). The mark stays while the record is open
-	// ([Record.StandsInForApplied]), for the people who decide about it.
+	// of its conversation goes on in its place, only for a claim that
+	// answers no model ([Record.AwaitsNotice]). The mark stays while the
+	// record is open ([Record.StandsInForApplied]), for the people who
+	// decide about it, and once it is closed as replaced (asked for
+	// again, it would go on in that place).
 	NoticeUntil time.Time
 	// Input is the action's input, as the tool's codec encoded it, kept
 	// while the action may be unknown, for a reconciler that must find the

@@ -328,6 +328,43 @@ func testSlotBesideOfPrincipal(t *testing.T, h Harness) {
 	}
 }
 
+// testSlotBesideTellsItsOwnSessionFirst: a claim fenced by principal
+// held back by two actions of the principal settled applied aside, each
+// within its notice — one of its own conversation, one of another — is
+// held back by its own conversation's on every store, and tells its model
+// of that one (whose notice then ends NoticeHold later), not of the
+// other's: whatever order a store finds them in.
+func testSlotBesideTellsItsOwnSessionFirst(t *testing.T, h Harness) {
+	s := h.Open(t)
+	tool, _ := newSlot()
+	// Keys and sessions in opposite orders, so that neither order of a
+	// store's finds the claim's own first by chance.
+	mine, theirs := agenttool.Digest{0xa1, 0x02}, agenttool.Digest{0xa1, 0x01}
+	aside := func(key string, session agenttool.Digest) {
+		t.Helper()
+		req := claimReq(key, t0)
+		req.Tool, req.Session = tool, session // no fence scope
+		res := granted(t, "an action outside any slot", mustClaim(t, s, req))
+		done := finish(key, res.Record.Token, agenttool.Succeeded, t0)
+		done.NoticeUntil = t0.Add(6 * time.Hour)
+		if err := s.Finish(bg, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own, other := newKey()+"-a", newKey()+"-b"
+	aside(own, mine)
+	aside(other, theirs)
+	req := claimReq(newKey(), t0.Add(minute))
+	req.Tool, req.Session, req.FenceScope, req.NoticeHold = tool, mine, req.Principal, 10*time.Second
+	blockedBy(t, "a write of the principal within two notices", mustClaim(t, s, req), own, agenttool.Succeeded)
+	if rec, err := s.Get(bg, own); err != nil || !rec.NoticeUntil.Equal(req.Now.Add(req.NoticeHold)) {
+		t.Errorf("the notice of the conversation's own action: %v, %v; want told, ending NoticeHold later", rec.NoticeUntil, err)
+	}
+	if rec, err := s.Get(bg, other); err != nil || !rec.NoticeUntil.Equal(t0.Add(6*time.Hour)) {
+		t.Errorf("the notice of the other conversation's action: %v, %v; want untold", rec.NoticeUntil, err)
+	}
+}
+
 // testSlotStandsInForApplied: an open action marked as standing in for
 // an action proved applied (Record.NoticeUntil on an unknown record: it
 // went on in that action's place) keeps its mark, and what it went on in
@@ -426,8 +463,10 @@ func testSlotStandsInForApplied(t *testing.T, h Harness) {
 	blockedBy(t, "a write in its place for a model, within NoticeHold", mustClaim(t, other, in), b.Key, agenttool.Unknown)
 	in.Now = at.Add(11 * time.Second)
 	granted(t, "a write in its place once NoticeHold has passed", mustClaim(t, other, in))
-	if rec, err := s.Get(bg, b.Key); err != nil || rec.State != agenttool.Failed || rec.ReplacedBy != in.Key || rec.StandsInForApplied() {
-		t.Errorf("the marked action after a write went on in its place: %v replaced by %q, %v", rec.State, rec.ReplacedBy, err)
+	if rec, err := s.Get(bg, b.Key); err != nil || rec.State != agenttool.Failed || rec.ReplacedBy != in.Key || rec.StandsInForApplied() ||
+		!rec.NoticeUntil.Equal(at.Add(10*time.Second)) {
+		t.Errorf("the marked action after a write went on in its place: %v replaced by %q, mark %v, %v; want failed, replaced, its mark kept",
+			rec.State, rec.ReplacedBy, rec.NoticeUntil, err)
 	}
 }
 

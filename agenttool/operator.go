@@ -440,17 +440,25 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		return false, 0, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, was.Attempts, ErrStale)
 	}
+	// The write that went on in its place is marked first, while this
+	// record is held: should this process stop between the two, the
+	// record, left unknown, is settled again (by the sweeper, or this
+	// answer given again), and the mark is already there.
+	held := "it waits for its conversation's model to hear of this one before it runs again"
+	switch {
+	case aside == nil:
+	case !inChain:
+		held = "it holds the scope"
+	default:
+		if err := t.markStandIn(ctx, aside.Key); err != nil {
+			held = "it could not be marked to wait for its model to hear of this one (" + err.Error() + ")"
+		}
+	}
 	if _, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by}); err != nil {
 		return false, 0, err
 	}
 	if aside == nil {
 		return true, 0, nil
-	}
-	held := "it waits for its conversation's model to hear of this one before it runs again"
-	if !inChain {
-		held = "it holds the scope"
-	} else if err := t.markStandIn(ctx, aside.Key); err != nil {
-		held = "it could not be marked to wait for its model to hear of this one (" + err.Error() + ")"
 	}
 	return true, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied; it was replaced, and %s (%v) went on in its place or holds its scope: "+
 		"settled applied aside from the scope; %s may be this action reworded, and %s: look at it before approving it: %w",

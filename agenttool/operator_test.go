@@ -1386,6 +1386,76 @@ func TestOperator_AReplacementWaitsForItsModelToHearOfTheActionItReplacedHowever
 	})
 }
 
+// The crash window of a late answer that proves a replaced action
+// applied: the write in its place is marked before the action is settled,
+// so that a process that stops between the two leaves the mark, and the
+// action unknown to be settled again — not the action settled and the
+// write unmarked, which nothing would mark later (the settled action no
+// longer names it). A store that fails the settlement stands in for the
+// process that stopped.
+func TestOperator_AReplacementIsMarkedBeforeTheActionItReplacedIsSettled(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := &failSettle{Store: open()}
+		clk := newClock()
+		m := &mailServer{script: sentThenNotSent}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+
+		store.key.Store(&a.RequestRef)
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer about A, its settlement lost: %v, %v", v, err)
+		if err == nil {
+			t.Fatalf("late answer about A: %v; want the settlement's failure", v)
+		}
+		store.key.Store(nil)
+		if rec, err := op.Show(ctx, b.RequestRef); err != nil || !rec.StandsInForApplied() {
+			t.Errorf("B after the settlement of A failed: %v (mark %v), %v; want marked already", rec.State, rec.NoticeUntil, err)
+		}
+		again := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B asked again meanwhile: %s", again)
+		if m.count() != 1 || again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != a.RequestRef {
+			t.Errorf("B asked again meanwhile: %s, %d emails; want held back, told of A", again, m.count())
+		}
+		clk.Advance(2 * time.Minute) // the operator's lease on A lapses
+		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied || err != nil {
+			t.Errorf("the late answer given again: %v, %v; want A settled applied", v, err)
+		}
+		if rec, err := op.Show(ctx, a.RequestRef); err != nil || rec.State != agenttool.Succeeded {
+			t.Errorf("A after the answer was given again: %v, %v; want succeeded", rec.State, err)
+		}
+		if n := m.count(); n != 1 {
+			t.Errorf("one logical action left %d emails (%v)", n, m.effects)
+		}
+	})
+}
+
+// failSettle fails the settlement of one key as succeeded, as a process
+// that stops before writing it would.
+type failSettle struct {
+	agenttool.Store
+	key atomic.Pointer[string]
+}
+
+func (f *failSettle) Finish(ctx context.Context, r storekit.FinishRequest) error {
+	if k := f.key.Load(); k != nil && *k == r.Key && r.State == agenttool.Succeeded {
+		return errStoreDown
+	}
+	return f.Store.Finish(ctx, r)
+}
+
 // The mark holds back its own conversation alone. Under a principal's
 // fence, a marked write approved for one more attempt, whose conversation
 // never comes back, does not hold the user's other conversations: a write

@@ -388,7 +388,9 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
 		if !free {
-			req.FenceScope, aside, inChain = storekit.Digest{}, &last, true
+			// Only a write of the action's own conversation may be it
+			// reworded: another conversation's is named, not marked.
+			req.FenceScope, aside, inChain = storekit.Digest{}, &last, last.Session == rec.Session
 		}
 	case rec.State == Failed && counted:
 		return false, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)

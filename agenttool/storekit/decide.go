@@ -167,6 +167,7 @@ func DecideLost(since time.Time, existing *Record, occupants []Record, req Claim
 		// An approved retry: the same action, its attempts and history kept.
 		presumed.Created, presumed.Attempts, presumed.Label = existing.Created, existing.Attempts, existing.Label
 		presumed.Resolution, presumed.Outcome, presumed.Input = existing.Resolution, existing.Outcome, existing.Input
+		presumed.Replaces, presumed.NoticeUntil = existing.Replaces, existing.NoticeUntil // and its mark (StandsInForApplied)
 		if existing.Definition != 0 {
 			presumed.Definition = existing.Definition
 		}
@@ -264,6 +265,9 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry, o.Input = Failed, req.Key, "", time.Time{}, nil
 				o.TakenOver, o.RetryApproved = false, false
 				o.Outcome, o.Updated, o.Expires = req.Replace.Outcome, req.Now, req.Now.Add(req.Replace.TTL)
+				if o.marked() && o.NoticeUntil.After(o.Expires) {
+					o.Expires = o.NoticeUntil // kept while its mark lasts, as DecideFinish keeps it
+				}
 				if req.Replace.Resolution != nil {
 					o.Resolution = req.Replace.Resolution
 				}

@@ -1,0 +1,48 @@
+package storekit
+
+import (
+	"testing"
+	"time"
+)
+
+// A marked record (it went on in place of an action proved applied,
+// NoticeUntil UntilTold) approved for one more attempt, asked for again by
+// its own conversation's model on a store that went back in time a short
+// while ago: DecideLost presumes a pending record from it and copies its
+// attempts, history, label, input — not its mark. The model's claim is not
+// held back and told (as DecideClaim would), and the record written keeps
+// no mark: the write runs (a reconcilable tool, once its check finds it not
+// applied) or is left unknown, unmarked, for people and later calls alike.
+func TestDecideLostKeepsTheMarkOfAnApprovedStandIn(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	since, now := t0, t0.Add(30*time.Second)
+	session := Digest{2}
+	base := ClaimRequest{Key: "send/b", Tool: "send", Principal: Digest{1}, Session: session, Fingerprint: Digest{3},
+		Owner: "o", Now: now, Lease: time.Minute, Unkeyed: true, FenceScope: session, NoticeHold: 10 * time.Second}
+	marked := Record{Key: base.Key, Tool: base.Tool, State: Unknown, RetryApproved: true, Principal: base.Principal, Session: session,
+		Fingerprint: base.Fingerprint, Attempts: 1, Created: t0.Add(-time.Hour), Updated: t0.Add(-time.Minute), Expires: UntilTold,
+		FenceScope: session, Replaces: "send/a", NoticeUntil: UntilTold, Resolution: &Resolution{Verdict: "not applied", By: "ops"}}
+	tokens := func() (uint64, error) { return 41, nil }
+
+	// Control: the same claim on a store that did not go back.
+	d, err := DecideClaim(&marked, nil, base, tokens)
+	if err != nil || d.Result.Blocked == nil || d.Result.Claimed {
+		t.Fatalf("control (DecideClaim): %+v, %v; want held back and told", d.Result, err)
+	}
+	for _, takeOver := range []bool{true, false} {
+		req := base
+		req.TakeOver = takeOver
+		d, err := DecideLost(since, &marked, nil, req, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := d.Result
+		if r.Blocked == nil {
+			t.Errorf("takeOver=%v: claimed=%v tookOver=%v lost=%v, record %v mark %v: want held back by its mark and told, as DecideClaim does",
+				takeOver, r.Claimed, r.TookOver, r.Lost, r.Record.State, r.Record.NoticeUntil)
+		}
+		if d.Write && r.Record.NoticeUntil.IsZero() {
+			t.Errorf("takeOver=%v: the record written (%v) has lost its mark (was %v)", takeOver, r.Record.State, marked.NoticeUntil)
+		}
+	}
+}

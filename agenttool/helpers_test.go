@@ -395,3 +395,39 @@ func errMsg(e envelope.Envelope) string {
 	}
 	return e.Error.Code + " " + e.Error.Message
 }
+
+// lunchScene is where the tests of a late answer about a replaced action
+// start: an at-most-once email tool (AttemptTimeout 30s, ClockSkew 1s,
+// one attempt a call, a manual clock) whose server delivers the first
+// email it is sent and loses every reply. A (lunch, conversation-9) came
+// back unknown; a person found it not applied (wrongly) once it could no
+// longer land, so that the next write of its scope goes on in its place.
+type lunchScene struct {
+	clk  *clock
+	m    *mailServer
+	tool *agenttool.Tool
+	op   *agenttool.Operator
+	a    envelope.Envelope
+}
+
+// lunchFoundNotApplied sets the scene on opts.Store, with opts' Fence,
+// Approver and the like.
+func lunchFoundNotApplied(t *testing.T, opts agenttool.Options) lunchScene {
+	t.Helper()
+	s := lunchScene{clk: newClock(), m: &mailServer{script: sentThenNotSent}}
+	opts.Class, opts.Now, opts.AttemptTimeout, opts.ClockSkew = agenttool.AtMostOnce, s.clk.Now, 30*time.Second, time.Second
+	opts.Retry = agenttool.RetryPolicy{MaxAttempts: 1}
+	s.tool = newEmailTool(t, s.m, opts)
+	op, err := agenttool.NewOperator(opts.Store, s.tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.op = op
+	s.a = s.tool.Invoke(scoped(), lunch)
+	mustStatus(t, s.a, envelope.UnknownOutcome)
+	s.clk.Advance(32 * time.Second)
+	if err := op.ResolveNotApplied(context.Background(), s.a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

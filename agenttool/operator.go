@@ -345,9 +345,11 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 // another write holds the slot, the action is claimed without a fence
 // scope instead — outside any slot, closing nothing, holding nothing back
 // but its own session's new writes while its notice lasts (a record
-// beside the slot) — and settled applied there, aside. Dropped, the answer
-// would let the action be done a second time when asked for again. While
-// the last one, or the slot's holder, runs: ErrBusy.
+// beside the slot) — and settled applied there, aside; the last one, if
+// it is of the action's conversation, is marked first (markStandIn),
+// whoever holds it. Dropped, the answer would let the action be done a
+// second time when asked for again. While another write holding the
+// slot runs: ErrBusy.
 func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (settled bool, wait time.Duration, err error) {
 	rec, err := o.Show(ctx, ref)
 	if err != nil {
@@ -372,12 +374,11 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
 	case rec.State == Failed && counted && rec.ReplacedBy != "" && !rec.Sweepable(cfg.Now()):
+		// The last one may still run (its own call, or a sweeper's):
+		// it may do something, so the action is settled aside from it.
 		last, free, err := t.inPlaceOf(ctx, rec)
-		switch {
-		case err != nil:
+		if err != nil {
 			return false, 0, err
-		case last.State == Pending && cfg.Now().Before(last.LeaseExpiry):
-			return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, last.Key, ErrBusy)
 		}
 		// Claimed as the action asked for again is: in its last
 		// replacement's place, in the slot it held — or aside, if that
@@ -391,6 +392,15 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 			// Only a write of the action's own conversation may be it
 			// reworded: another conversation's is named, not marked.
 			req.FenceScope, aside, inChain = storekit.Digest{}, &last, last.Session == rec.Session
+		}
+		if inChain {
+			// It is marked first, while the action's record still names
+			// it: should this process stop before the action is settled,
+			// the mark is there, and the answer given again finds the
+			// record as it was.
+			if err := t.markStandIn(ctx, rec, last.Key); err != nil {
+				return false, 0, fmt.Errorf("agenttool: settling %s: %w", ref, err)
+			}
 		}
 	case rec.State == Failed && counted:
 		return false, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
@@ -442,19 +452,9 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		return false, 0, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, was.Attempts, ErrStale)
 	}
-	// The write that went on in its place is marked first, while this
-	// record is held: should this process stop between the two, the
-	// record, left unknown, is settled again (by the sweeper, or this
-	// answer given again), and the mark is already there.
 	held := "it waits for its conversation's model to hear of this one before it runs again"
-	switch {
-	case aside == nil:
-	case !inChain:
+	if !inChain {
 		held = "it holds the scope"
-	default:
-		if err := t.markStandIn(ctx, aside.Key); err != nil {
-			held = "it could not be marked to wait for its model to hear of this one (" + err.Error() + ")"
-		}
 	}
 	if _, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by}); err != nil {
 		return false, 0, err
@@ -467,62 +467,38 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		ref, attempts, aside.Key, aside.State, aside.Key, held, ErrContradicted)
 }
 
-// markStandIn marks key, an open action that went on in place of an
-// action just proved applied (directly, or after others that did the
-// same), as standing in for it (storekit.Record.StandsInForApplied): it
-// may be that action reworded. It does not run again, nor does anything
-// in its place, for a call that answers a model, before its
-// conversation's model is told (earlier_action_applied); and people who
-// decide about it are warned for as long as it is open. It is taken over
-// as an operator does (asking no model, in no fence scope) and given
-// back as it was, marked. One that runs is waited for, up to the tool's
-// WaitTimeout; one settled meanwhile will not run again and needs
-// nothing. A tool whose notices are off (NoticeHold negative) holds
-// nothing back.
-func (t *Tool) markStandIn(ctx context.Context, key string) error {
+// markStandIn marks key, an action of rec's conversation that went on in
+// place of rec's action (directly, or after others that did the same),
+// now proved applied, as standing in for it
+// (storekit.Record.StandsInForApplied): it may be that action reworded.
+// It does not run again, nor does anything of its conversation in its
+// place, for a call that answers a model, before that model is told
+// (earlier_action_applied); and people who decide about it are warned for
+// as long as it is open. The mark is the store's (storekit.DecideMark):
+// set whoever holds the record — its own call, the sweeper, a person —
+// and kept by whatever they write next, so nothing here waits for them.
+// One closed as replaced meanwhile passes the mark on to the write that
+// went on in its place, if that one is of the same conversation. A tool
+// whose notices are off (NoticeHold negative) holds nothing back.
+func (t *Tool) markStandIn(ctx context.Context, rec Record, key string) error {
 	cfg := t.cfg
 	if cfg.noticeUntil(false).IsZero() {
 		return nil
 	}
-	deadline := time.Now().Add(cfg.WaitTimeout)
-	poll := 5 * time.Millisecond
-	for range maxClaims {
-		rec, err := cfg.Store.Get(ctx, key)
+	for range 8 {
+		got, err := cfg.Store.Mark(ctx, storekit.MarkRequest{Key: key, Session: rec.Session, Until: storekit.UntilTold, Now: cfg.Now()})
 		switch {
 		case errors.Is(err, ErrNotFound):
-			return nil
+			return nil // swept: asked for again, it is a new action
 		case err != nil:
-			return err
-		case rec.State != Pending && rec.State != Unknown, rec.NoticeUntil.Equal(storekit.UntilTold):
-			return nil
+			return fmt.Errorf("marking %s, which went on in its place: %w", key, err)
+		case got.State == Failed && got.ReplacedBy != "" && got.ReplacedBy != rec.Key && got.Session == rec.Session:
+			key = got.ReplacedBy
+			continue
 		}
-		res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
-			Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-			Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
-		})
-		switch {
-		case err != nil:
-			return err
-		case res.Claimed && (res.TookOver || res.TookApproval()):
-			h := t.hold(ctx, rec, res)
-			h.mark = storekit.UntilTold
-			return h.finish(ctx, Unknown, nil, nil, res.TookApproval())
-		case res.Claimed:
-			// It expired, or was swept, between the read and the claim:
-			// nothing needs the new record.
-			return cfg.Store.Release(context.WithoutCancel(ctx), key, res.Record.Token)
-		case res.Record.State != Pending:
-			continue // settled, or given back, meanwhile: read it again
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%s still runs: %w", key, ErrBusy)
-		}
-		if err := sleep(ctx, min(poll, time.Until(deadline))); err != nil {
-			return err
-		}
-		poll = min(2*poll, 100*time.Millisecond)
+		return nil
 	}
-	return fmt.Errorf("%s kept changing under %d claims: %w", key, maxClaims, ErrBusy)
+	return nil
 }
 
 // errSettleAgain asks settleApplied to read the record again at once.

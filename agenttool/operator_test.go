@@ -1272,22 +1272,8 @@ func TestOperator_AReplacementIsNotRunAgainUntoldOnceTheActionItReplacedIsProved
 func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplaced(t *testing.T) {
 	fences(t, "", func(t *testing.T, fence agenttool.FenceScope) {
 		storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-			store, clk := open(), newClock()
-			m := &mailServer{script: sentThenNotSent}
-			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Fence: fence,
-				AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Approver: &ticket{attempts: 1},
-				Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-			op, err := agenttool.NewOperator(store, tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			a := tool.Invoke(scoped(), lunch)
-			mustStatus(t, a, envelope.UnknownOutcome)
-			clk.Advance(32 * time.Second)
-			if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-				t.Fatal(err)
-			}
+			s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: fence, Approver: &ticket{attempts: 1}})
+			clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
 			b := tool.Invoke(scoped(), lunchRephrased)
 			t.Logf("B: %s", b)
 			mustStatus(t, b, envelope.UnknownOutcome)
@@ -1333,21 +1319,8 @@ func TestOperator_AnApprovedReplacementWaitsForTheModelToHearOfTheActionItReplac
 func TestOperator_AReplacementWaitsForItsModelToHearOfTheActionItReplacedHoweverLongItTakes(t *testing.T) {
 	fences(t, "", func(t *testing.T, fence agenttool.FenceScope) {
 		storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-			store, clk := open(), newClock()
-			m := &mailServer{script: sentThenNotSent}
-			tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Fence: fence,
-				AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-			op, err := agenttool.NewOperator(store, tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			a := tool.Invoke(scoped(), lunch)
-			mustStatus(t, a, envelope.UnknownOutcome)
-			clk.Advance(32 * time.Second)
-			if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-				t.Fatal(err)
-			}
+			s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: fence})
+			clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
 			b := tool.Invoke(scoped(), lunchRephrased)
 			mustStatus(t, b, envelope.UnknownOutcome)
 			v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
@@ -1396,21 +1369,8 @@ func TestOperator_AReplacementWaitsForItsModelToHearOfTheActionItReplacedHowever
 func TestOperator_AReplacementIsMarkedBeforeTheActionItReplacedIsSettled(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := &failSettle{Store: open()}
-		clk := newClock()
-		m := &mailServer{script: sentThenNotSent}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		a := tool.Invoke(scoped(), lunch)
-		mustStatus(t, a, envelope.UnknownOutcome)
-		clk.Advance(32 * time.Second)
-		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-			t.Fatal(err)
-		}
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: store})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
 		b := tool.Invoke(scoped(), lunchRephrased)
 		mustStatus(t, b, envelope.UnknownOutcome)
 
@@ -1465,21 +1425,8 @@ func (f *failSettle) Finish(ctx context.Context, r storekit.FinishRequest) error
 // call of its own conversation came, and no operator could clear it.)
 func TestOperator_AMarkedReplacementHoldsBackItsOwnConversationAlone(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store, clk := open(), newClock()
-		m := &mailServer{script: sentThenNotSent}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now, Fence: agenttool.FencePrincipal,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		a := tool.Invoke(scoped(), lunch)
-		mustStatus(t, a, envelope.UnknownOutcome)
-		clk.Advance(32 * time.Second)
-		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-			t.Fatal(err)
-		}
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
 		b := tool.Invoke(scoped(), lunchRephrased)
 		mustStatus(t, b, envelope.UnknownOutcome)
 		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
@@ -1508,6 +1455,128 @@ func TestOperator_AMarkedReplacementHoldsBackItsOwnConversationAlone(t *testing.
 			t.Errorf("B asked again after a write of another conversation went on in its place: %s, sent %d times; want held back, told of A (%s)",
 				again, m.sent(b.RequestRef), a.RequestRef)
 		}
+	})
+}
+
+// A marked write closed as replaced by another conversation's write is
+// kept while its mark lasts, not for its key lifetime alone: asked for
+// again by its own conversation the next day, it is held back and its
+// model told, not run (A and B, A reworded, both delivered). (Found by a
+// review.)
+func TestOperator_AReplacedMarkedWriteKeepsItsMarkPastItsKeyLifetime(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+			t.Fatalf("late answer about A: %v, %v", v, err)
+		}
+		clk.Advance(32 * time.Second)
+		rec, err := op.Show(ctx, b.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.ResolveNotApplied(ctx, b.RequestRef, rec.Attempts, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(7 * time.Hour) // past A's notice (NoticeBackstop): it no longer holds the principal's writes
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		bob := tool.Invoke(other, `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		mustStatus(t, bob, envelope.Success)
+		if rec, _ := op.Show(ctx, b.RequestRef); rec.ReplacedBy != bob.RequestRef {
+			t.Fatalf("B after Bob's invoice: replaced by %q; want by the invoice, which went on in its place", rec.ReplacedBy)
+		}
+		clk.Advance(25 * time.Hour) // conversation-9 comes back the next day
+		if _, err := op.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		again := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B asked again the next day: %s", again)
+		if n := m.sent(b.RequestRef) + m.sent(a.RequestRef); n != 1 {
+			t.Errorf("one logical action (email Ana about lunch) left %d emails (%v): B ran untold after A was proved applied", n, m.effects)
+		}
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("B asked again: %s; want earlier_action_applied naming A (%s)", again, a.RequestRef)
+		}
+	})
+}
+
+// Under a principal's fence, the write that went on in A's place may be
+// another conversation's (any new write of the scope takes an approved
+// action's place). A late answer proving A applied does not mark it: its
+// conversation's writes are not held back, nor its model told of an email
+// of a conversation it never saw. (Found by a review.)
+func TestOperator_AWriteOfAnotherConversationIsNotMarkedForAnActionItReplaced(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, tool, op, a, ctx := s.clk, s.tool, s.op, s.a, context.Background()
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		c := tool.Invoke(other, `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`) // in A's place: another conversation, another email
+		mustStatus(t, c, envelope.UnknownOutcome)
+		if rec, _ := op.Show(ctx, a.RequestRef); rec.ReplacedBy != c.RequestRef {
+			t.Fatalf("A replaced by %q, want C", rec.ReplacedBy)
+		}
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer about A: %v, %v", v, err)
+		rec, _ := op.Show(ctx, c.RequestRef)
+		clk.Advance(7 * time.Hour) // past A's own notice
+		next := tool.Invoke(other, `{"to":"carol@example.com","subject":"Agenda","body":"Attached."}`)
+		t.Logf("conversation-10's next write: %s", next)
+		if rec.StandsInForApplied() || (next.Error != nil && next.Error.Code == envelope.CodeEarlierApplied && next.Earlier != nil && next.Earlier.RequestRef == a.RequestRef) {
+			t.Errorf("conversation-10's write C was marked as standing in for conversation-9's A, and its model told of A (%s)", a.RequestRef)
+		}
+	})
+}
+
+// The mark is the store's, set whoever holds the write: one still running
+// when the late answer comes (its own call here; the sweeper of another
+// replica alike) is marked at once, not waited for, and its outcome keeps
+// the mark. (Found by a review: the write was waited for up to
+// WaitTimeout, then the action was settled applied all the same and the
+// write left unmarked; approved later, it ran again untold — two emails.)
+func TestOperator_AReplacementStillRunningIsMarkedAllTheSame(t *testing.T) {
+	fences(t, "", func(t *testing.T, fence agenttool.FenceScope) {
+		storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+			s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: fence, WaitTimeout: 300 * time.Millisecond})
+			clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+			entered, release := make(chan struct{}), make(chan struct{})
+			m.script = func(n int) (bool, error) {
+				if n == 2 { // B's attempt: in flight until released, then not delivered, its reply lost
+					close(entered)
+					<-release
+				}
+				return sentThenNotSent(n)
+			}
+			done := make(chan envelope.Envelope, 1)
+			go func() { done <- tool.Invoke(scoped(), lunchRephrased) }()
+			<-entered
+			v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+			t.Logf("late answer about A while B runs: %v, %v", v, err)
+			if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
+				t.Errorf("late answer about A while B runs: %v, %v; want applied aside, ErrContradicted naming B", v, err)
+			}
+			close(release)
+			b := <-done
+			mustStatus(t, b, envelope.UnknownOutcome)
+			rec, err := op.Show(ctx, b.RequestRef)
+			if err != nil || !rec.StandsInForApplied() {
+				t.Fatalf("B once its attempt ended: %v (mark %v), %v; want marked: it went on in place of A, proved applied", rec.State, rec.NoticeUntil, err)
+			}
+			clk.Advance(32 * time.Second)
+			if err := op.ResolveNotApplied(ctx, b.RequestRef, rec.Attempts, "maria", "not in the mail log"); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(7 * time.Hour) // past A's own notice (NoticeBackstop)
+			again := tool.Invoke(scoped(), lunchRephrased)
+			t.Logf("B asked again by its model: %s", again)
+			if n := m.count(); n != 1 {
+				t.Errorf("one logical action (email Ana about lunch) left %d emails (%v)", n, m.effects)
+			}
+			if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != a.RequestRef {
+				t.Errorf("B asked again: %s; want earlier_action_applied naming A (%s)", again, a.RequestRef)
+			}
+		})
 	})
 }
 

@@ -409,6 +409,30 @@ func applied(b *bolt.Bucket, key string) bool {
 	return b.Tx().Bucket(effectsBucket).Get([]byte(key)) != nil
 }
 
+// Mark implements storekit.Store.
+func (s *Store) Mark(ctx context.Context, req storekit.MarkRequest) (storekit.Record, error) {
+	var out storekit.Record
+	err := s.update(ctx, func(b *bolt.Bucket) error {
+		existing, err := load(b, req.Key)
+		if err != nil {
+			return err
+		}
+		rec, write, err := storekit.DecideMark(existing, req)
+		if err != nil {
+			return err
+		}
+		out = rec
+		if !write {
+			return nil
+		}
+		return save(b, &rec, existing)
+	})
+	if err != nil {
+		return storekit.Record{}, err
+	}
+	return out, nil
+}
+
 // Renew implements storekit.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	return s.update(ctx, func(b *bolt.Bucket) error {

@@ -365,6 +365,25 @@ func (s *Store) Release(ctx context.Context, key string, token uint64) error {
 	return nil
 }
 
+// Mark implements storekit.Store.
+func (s *Store) Mark(ctx context.Context, req storekit.MarkRequest) (storekit.Record, error) {
+	if err := s.lock(ctx); err != nil {
+		return storekit.Record{}, err
+	}
+	defer s.mu.Unlock()
+	var cur storekit.Record
+	existing, slot := s.get(req.Key, &cur)
+	rec, write, err := storekit.DecideMark(existing, req)
+	if err != nil {
+		return storekit.Record{}, err
+	}
+	if write {
+		s.put(slot, rec)
+	}
+	rec.Outcome, rec.Input = slices.Clone(rec.Outcome), slices.Clone(rec.Input)
+	return rec, nil
+}
+
 // Renew implements storekit.Store.
 func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	if err := s.lock(ctx); err != nil {

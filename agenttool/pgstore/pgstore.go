@@ -450,6 +450,33 @@ func (s *Store) Renew(ctx context.Context, req storekit.RenewRequest) error {
 	return nil
 }
 
+// Mark implements storekit.Store, on the record's row locked FOR UPDATE.
+func (s *Store) Mark(ctx context.Context, req storekit.MarkRequest) (storekit.Record, error) {
+	var out storekit.Record
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
+		existing, err := s.get(ctx, tx, req.Key, true)
+		if err != nil {
+			return err
+		}
+		rec, write, err := storekit.DecideMark(existing, req)
+		if err != nil {
+			return err
+		}
+		out = rec
+		if !write {
+			return nil
+		}
+		return s.put(ctx, tx, &rec)
+	})
+	if errors.Is(err, storekit.ErrNotFound) || errors.Is(err, storekit.ErrInvalidRequest) {
+		return storekit.Record{}, err
+	}
+	if err != nil {
+		return storekit.Record{}, s.wrap("mark", req.Key, err)
+	}
+	return out, nil
+}
+
 // Get implements storekit.Store.
 func (s *Store) Get(ctx context.Context, key string) (storekit.Record, error) {
 	rec, err := s.get(ctx, s.pool, key, false)

@@ -640,6 +640,35 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	return rec, nil
 }
 
+// DecideMark decides a mark ([Store.Mark]) on existing, the record of
+// req.Key: it returns the record marked, and whether it changed. A record
+// that may still run or be asked for again is marked — pending (whoever
+// holds it, live or not), unknown (approved for one more attempt or
+// not), or closed as replaced — if it is of req.Session; its mark becomes
+// the later of its own and req.Until, and a record that would expire
+// sooner is kept while the mark lasts, as [DecideFinish] keeps it. A
+// settled record (succeeded, or failed and not replaced) will not run
+// again and is left as it is, and so are another conversation's and one
+// past its lifetime at req.Now (asked for again, it is a new action).
+func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
+	if req.Until.IsZero() {
+		return Record{}, false, fmt.Errorf("agenttool: mark of %s with no end: %w", req.Key, ErrInvalidRequest)
+	}
+	if existing == nil {
+		return Record{}, false, fmt.Errorf("agenttool: mark of %s: %w", req.Key, ErrNotFound)
+	}
+	rec := *existing
+	open := rec.State == Pending || rec.State == Unknown || (rec.State == Failed && rec.ReplacedBy != "")
+	if !open || rec.Session != req.Session || rec.expired(req.Now) || !req.Until.After(rec.NoticeUntil) {
+		return rec, false, nil
+	}
+	rec.NoticeUntil = req.Until
+	if !rec.Expires.IsZero() && rec.NoticeUntil.After(rec.Expires) {
+		rec.Expires = rec.NoticeUntil
+	}
+	return rec, true, nil
+}
+
 // DecideRelease checks that token still holds the pending record, which may
 // then be deleted.
 func DecideRelease(existing *Record, key string, token uint64) error {

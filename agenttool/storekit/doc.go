@@ -1,7 +1,7 @@
 // Package storekit is what a store for agenttool is made of: the [Store]
 // interface, the records it keeps and the requests it answers, and the
 // rules every store applies — [DecideClaim], [DecideFinish],
-// [DecideRelease], [DecideRenew] — inside one transaction each, so that
+// [DecideRelease], [DecideRenew], [DecideMark] — inside one transaction each, so that
 // every store follows the same state machine. agenttool/storetest is the
 // conformance suite a store passes.
 //

@@ -10,9 +10,9 @@ import (
 
 // Store keeps keys and outcomes durably. A Store must be safe for concurrent
 // use; [Claim] must be atomic with respect to every other method for the same
-// key. Implementations apply the transitions of [DecideClaim], [DecideFinish]
-// and [DecideRelease] inside one transaction each, so that every store follows
-// the same rules; agenttool/storetest checks them.
+// key. Implementations apply the transitions of [DecideClaim], [DecideFinish],
+// [DecideRelease] and [DecideMark] inside one transaction each, so that every
+// store follows the same rules; agenttool/storetest checks them.
 //
 // A Store never holds model input: only digests ([Record.Principal],
 // [Record.Fingerprint]) and the encoded outcome.
@@ -33,6 +33,13 @@ type Store interface {
 	Renew(ctx context.Context, req RenewRequest) error
 	// Get returns the record for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Record, error)
+	// Mark marks the record of req.Key as an action that went on in place
+	// of one proved applied after it went on (Record.NoticeUntil on an
+	// open record), whoever holds it: the mark is a fact about the
+	// action, not an attempt of it, and every later claim, outcome and
+	// takeover keeps it. It returns the record as it stands after, or
+	// [ErrNotFound]. See [DecideMark].
+	Mark(ctx context.Context, req MarkRequest) (Record, error)
 	// Sweep deletes up to req.Limit records for which [Record.Sweepable] is
 	// true at req.Now, those that expired first first, in one transaction
 	// (or less), and returns how many it deleted: one bounded step, so that
@@ -467,6 +474,21 @@ type ClaimResult struct {
 type RenewRequest struct {
 	Key   string
 	Token uint64
+	Until time.Time
+	Now   time.Time
+}
+
+// MarkRequest marks an action that went on in place of another, which
+// was proved applied after it went on: it may be that action reworded.
+// See [DecideMark].
+type MarkRequest struct {
+	Key string
+	// Session is the conversation of the action proved applied: only a
+	// record of that conversation is marked (another conversation's
+	// write that took its place never saw it).
+	Session Digest
+	// Until is when the mark ends: [UntilTold], until the record's model
+	// is told.
 	Until time.Time
 	Now   time.Time
 }

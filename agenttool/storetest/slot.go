@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -856,4 +857,133 @@ func testSlotBesideOwnKey(t *testing.T, h Harness) {
 		t.Errorf("the action after it moved into the slot: %+v, %v; want holding the slot, not beside it", rec, err)
 	}
 	blockedBy(t, "a write of the session beside the action that moved into the slot", mustClaim(t, s, slotted(tool, session, t0.Add(minute))), x.Key, agenttool.Pending)
+}
+
+// testMark: a mark (storekit.DecideMark) is set on a write of the applied
+// action's conversation whoever holds it — here a live call, on one
+// replica, marked from another — and everything written after keeps it:
+// the holder's unknown outcome, an approval (kept while the mark lasts,
+// past its lifetime), a takeover, a replacement. A settled write, another
+// conversation's, one past its lifetime or a missing key are left as they
+// are.
+func testMark(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	mark := func(st agenttool.Store, key string, session agenttool.Digest, now time.Time) agenttool.Record {
+		t.Helper()
+		rec, err := st.Mark(bg, storekit.MarkRequest{Key: key, Session: session, Until: storekit.UntilTold, Now: now})
+		if err != nil {
+			t.Fatalf("Mark(%s): %v", key, err)
+		}
+		return rec
+	}
+	get := func(key string) agenttool.Record {
+		t.Helper()
+		rec, err := s.Get(bg, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	// A live call holds B: marked from the other replica all the same.
+	b := slotted(tool, scope, t0)
+	held := mustClaim(t, s, b)
+	if rec := mark(other, b.Key, scope, t0); rec.State != agenttool.Pending || !rec.NoticeUntil.Equal(storekit.UntilTold) || rec.Token != held.Record.Token {
+		t.Fatalf("marked while held: %v mark %v token %d; want pending, marked until told, still held by %d", rec.State, rec.NoticeUntil, rec.Token, held.Record.Token)
+	}
+	f := finish(b.Key, held.Record.Token, agenttool.Unknown, t0.Add(time.Second))
+	if err := s.Finish(bg, f); err != nil {
+		t.Fatalf("the holder's outcome after the mark: %v; want written (a mark is not a takeover)", err)
+	}
+	if rec := get(b.Key); rec.State != agenttool.Unknown || !rec.StandsInForApplied() || !rec.NoticeUntil.Equal(storekit.UntilTold) || !rec.HoldsSlot() {
+		t.Fatalf("its outcome unknown: %v mark %v, holds the slot %v; want the mark kept, in its slot", rec.State, rec.NoticeUntil, rec.HoldsSlot())
+	}
+	// Taken over (a sweeper), then approved for one more attempt.
+	take := b
+	take.TakeOver, take.Owner, take.Now = true, "sweeper", t0.Add(2*time.Second)
+	took := mustClaim(t, other, take)
+	if !took.Claimed || !took.Record.NoticeUntil.Equal(storekit.UntilTold) {
+		t.Fatalf("taken over: claimed %v, mark %v; want the mark kept", took.Claimed, took.Record.NoticeUntil)
+	}
+	f = finish(b.Key, took.Record.Token, agenttool.Unknown, t0.Add(3*time.Second))
+	f.RetryApproved = true
+	if err := other.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	if rec := get(b.Key); !rec.RetryApproved || !rec.StandsInForApplied() || rec.Expires.Before(t0.Add(100*24*time.Hour)) {
+		t.Fatalf("approved: approved %v, mark %v, expires %v; want kept while the mark lasts", rec.RetryApproved, rec.NoticeUntil, rec.Expires)
+	}
+	if n, err := storekit.SweepAll(bg, s, t0.Add(48*time.Hour), 0, nil); err != nil || get(b.Key).State != agenttool.Unknown {
+		t.Fatalf("a sweep two days later (%d deleted, %v) dropped the approved marked record", n, err)
+	}
+
+	// Marked once approved: its expiry is extended.
+	c := slotted(tool, agenttool.Digest{0xc0, 1}, t0)
+	cres := mustClaim(t, s, c)
+	f = finish(c.Key, cres.Record.Token, agenttool.Unknown, t0)
+	f.RetryApproved = true
+	if err := s.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	if rec := mark(other, c.Key, c.Session, t0.Add(time.Minute)); !rec.StandsInForApplied() || !rec.Expires.Equal(storekit.UntilTold) {
+		t.Errorf("approved, then marked: mark %v, expires %v; want kept until told", rec.NoticeUntil, rec.Expires)
+	}
+	if rec := get(c.Key); !rec.Expires.Equal(storekit.UntilTold) || !rec.NoticeUntil.Equal(storekit.UntilTold) {
+		t.Errorf("approved, then marked, read back: mark %v, expires %v", rec.NoticeUntil, rec.Expires)
+	}
+
+	// Closed as replaced: marked, and kept while the mark lasts.
+	d := slotted(tool, agenttool.Digest{0xd0, 1}, t0)
+	dres := mustClaim(t, s, d)
+	f = finish(d.Key, dres.Record.Token, agenttool.Unknown, t0)
+	f.RetryApproved = true
+	if err := s.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	e := slotted(tool, d.Session, t0.Add(time.Second))
+	e.Replace = &storekit.Replacement{Key: d.Key, Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	if res := mustClaim(t, s, e); !res.Claimed || res.Record.Replaces != d.Key {
+		t.Fatalf("the write in D's place: %+v", res)
+	}
+	if rec := mark(other, d.Key, d.Session, t0.Add(2*time.Second)); rec.State != agenttool.Failed || rec.ReplacedBy != e.Key || !rec.NoticeUntil.Equal(storekit.UntilTold) || !rec.Expires.Equal(storekit.UntilTold) {
+		t.Errorf("replaced, then marked: %v by %q, mark %v, expires %v; want marked, kept until told, naming E", rec.State, rec.ReplacedBy, rec.NoticeUntil, rec.Expires)
+	}
+
+	// Left as they are.
+	for _, tc := range []struct {
+		what    string
+		state   agenttool.State
+		session agenttool.Digest
+		at      time.Time
+	}{
+		{"succeeded", agenttool.Succeeded, agenttool.Digest{0xe0, 1}, t0},
+		{"failed", agenttool.Failed, agenttool.Digest{0xe0, 2}, t0},
+		{"another conversation's", agenttool.Unknown, agenttool.Digest{0xe0, 3}, t0},
+		{"past its lifetime", agenttool.Failed, agenttool.Digest{0xe0, 4}, t0.Add(2 * time.Hour)},
+	} {
+		r := slotted(tool, tc.session, t0)
+		res := mustClaim(t, s, r)
+		if err := s.Finish(bg, finish(r.Key, res.Record.Token, tc.state, t0)); err != nil {
+			t.Fatal(err)
+		}
+		session := tc.session
+		if tc.what == "another conversation's" {
+			session = scope
+		}
+		before := get(r.Key)
+		if rec := mark(other, r.Key, session, tc.at); !rec.NoticeUntil.Equal(before.NoticeUntil) || !rec.Expires.Equal(before.Expires) {
+			t.Errorf("%s, marked: mark %v expires %v; want left as it was (mark %v, expires %v)", tc.what, rec.NoticeUntil, rec.Expires, before.NoticeUntil, before.Expires)
+		}
+		if rec := get(r.Key); !rec.NoticeUntil.Equal(before.NoticeUntil) || !rec.Expires.Equal(before.Expires) {
+			t.Errorf("%s, marked, read back: mark %v expires %v; want left as it was", tc.what, rec.NoticeUntil, rec.Expires)
+		}
+	}
+	if _, err := s.Mark(bg, storekit.MarkRequest{Key: newKey(), Until: storekit.UntilTold, Now: t0}); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("Mark of a missing key: %v; want ErrNotFound", err)
+	}
+	if _, err := s.Mark(bg, storekit.MarkRequest{Key: b.Key, Session: scope, Now: t0}); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("Mark with no end: %v; want ErrInvalidRequest", err)
+	}
 }

@@ -137,6 +137,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotBeside", func(t *testing.T) { testSlotBeside(t, h) })
 	t.Run("SlotBesideOfPrincipal", func(t *testing.T) { testSlotBesideOfPrincipal(t, h) })
 	t.Run("SlotStandsInForApplied", func(t *testing.T) { testSlotStandsInForApplied(t, h) })
+	t.Run("MarkWhoeverHoldsTheRecord", func(t *testing.T) { testMark(t, h) })
 	t.Run("SlotBesideTellsItsOwnSessionFirst", func(t *testing.T) { testSlotBesideTellsItsOwnSessionFirst(t, h) })
 	t.Run("SlotBesideEveryOpenAction", func(t *testing.T) { testSlotBesideEveryOpenAction(t, h) })
 	t.Run("SlotBesideAfterANotice", func(t *testing.T) { testSlotBesideAfterANotice(t, h) })

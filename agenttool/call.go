@@ -188,7 +188,11 @@ type call struct {
 }
 
 const (
-	maxPath   = 24
+	maxPath = 24
+	// maxChain bounds a walk along the actions that went on one in
+	// place of another: a model that rewords after every unknown outcome
+	// makes a chain as long as its patience.
+	maxChain  = 1024
 	maxClaims = 16 // a scope whose slot keeps changing hands under a call
 )
 
@@ -430,11 +434,13 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 
 // standsInFor returns the action proved applied that o went on in place
 // of (o.StandsInForApplied): the first succeeded record along the
-// actions o replaced, one after another; if none is found (swept, or
-// unreadable), a record of the one o replaced, with no result.
+// actions o replaced, one after another. The writes of o's conversation
+// along them are marked, and kept while marked; the applied action's
+// record expires with its key and notice: one no longer found is named,
+// with no result, as the action applied.
 func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
 	key := o.Replaces
-	for range 8 {
+	for range maxChain {
 		r, err := t.cfg.Store.Get(ctx, key)
 		switch {
 		case err != nil:
@@ -446,7 +452,7 @@ func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
 		}
 		break
 	}
-	return Record{Key: o.Replaces, State: Succeeded}
+	return Record{Key: key, State: Succeeded}
 }
 
 // replacing is the replacement of o by this call's action: what o's record

@@ -345,9 +345,9 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 // another write holds the slot, the action is claimed without a fence
 // scope instead — outside any slot, closing nothing, holding nothing back
 // but its own session's new writes while its notice lasts (a record
-// beside the slot) — and settled applied there, aside; the last one, if
-// it is of the action's conversation, is marked first (markStandIn),
-// whoever holds it. Dropped, the answer would let the action be done a
+// beside the slot) — and settled applied there, aside; the writes of the
+// action's conversation that went on in its place are marked first
+// (markChain), whoever holds them. Dropped, the answer would let the action be done a
 // second time when asked for again. While another write holding the
 // slot runs: ErrBusy.
 func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (settled bool, wait time.Duration, err error) {
@@ -366,10 +366,32 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true,
 	}
 	// aside is the action that went on in the record's place, or holds its
-	// scope, when the record is settled aside from the scope; inChain,
-	// whether it went on in its place (the last of those that did).
+	// scope, when the record is settled aside from the scope; marked, the
+	// writes of its conversation in its place, marked.
 	var aside *Record
-	inChain := false
+	var marked map[string]bool
+	// markAside marks, when the record was replaced and is to be settled
+	// aside, the writes of its conversation that went on in its place
+	// (markChain) — first, while the record still names them: should this
+	// process stop before the action is settled, the marks are there, and
+	// the answer given again finds the record as it was. Settled in the
+	// last one's place instead, the action closes it, and asked for again
+	// any of them is told it was done.
+	chained := false
+	markAside := func() error {
+		if !chained || marked != nil {
+			return nil
+		}
+		m, err := t.markChain(ctx, rec)
+		if err != nil {
+			return fmt.Errorf("agenttool: settling %s: %w", ref, err)
+		}
+		marked = m
+		if marked == nil {
+			marked = map[string]bool{}
+		}
+		return nil
+	}
 	switch {
 	case rec.State == Pending && cfg.Now().Before(rec.LeaseExpiry):
 		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)
@@ -380,6 +402,7 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		if err != nil {
 			return false, 0, err
 		}
+		chained = true
 		// Claimed as the action asked for again is: in its last
 		// replacement's place, in the slot it held — or aside, if that
 		// one did or may have done something.
@@ -389,17 +412,9 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
 		if !free {
-			// Only a write of the action's own conversation may be it
-			// reworded: another conversation's is named, not marked.
-			req.FenceScope, aside, inChain = storekit.Digest{}, &last, last.Session == rec.Session
-		}
-		if inChain {
-			// It is marked first, while the action's record still names
-			// it: should this process stop before the action is settled,
-			// the mark is there, and the answer given again finds the
-			// record as it was.
-			if err := t.markStandIn(ctx, rec, last.Key); err != nil {
-				return false, 0, fmt.Errorf("agenttool: settling %s: %w", ref, err)
+			req.FenceScope, aside = storekit.Digest{}, &last
+			if err := markAside(); err != nil {
+				return false, 0, err
 			}
 		}
 	case rec.State == Failed && counted:
@@ -413,6 +428,9 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		// settled aside.
 		blocker := *res.Blocked
 		req.FenceScope, aside = storekit.Digest{}, &blocker
+		if err := markAside(); err != nil {
+			return false, 0, err
+		}
 		res, err = cfg.Store.Claim(ctx, req)
 	}
 	switch {
@@ -452,53 +470,59 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		return false, 0, fmt.Errorf("agenttool: settling %s: the answer is about attempt %d, and the record counts %d: %w", ref, attempts, was.Attempts, ErrStale)
 	}
-	held := "it waits for its conversation's model to hear of this one before it runs again"
-	if !inChain {
-		held = "it holds the scope"
-	}
 	if _, err := h.applied(ctx, ans.Result, &Resolution{Verdict: "applied", By: by}); err != nil {
 		return false, 0, err
 	}
 	if aside == nil {
 		return true, 0, nil
 	}
+	held := "nothing holds it back"
+	if marked[aside.Key] {
+		held = "it waits for its conversation's model to hear of this one before it runs again"
+	}
 	return true, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied; it was replaced, and %s (%v) went on in its place or holds its scope: "+
 		"settled applied aside from the scope; %s may be this action reworded, and %s: look at it before approving it: %w",
 		ref, attempts, aside.Key, aside.State, aside.Key, held, ErrContradicted)
 }
 
-// markStandIn marks key, an action of rec's conversation that went on in
-// place of rec's action (directly, or after others that did the same),
-// now proved applied, as standing in for it
-// (storekit.Record.StandsInForApplied): it may be that action reworded.
-// It does not run again, nor does anything of its conversation in its
-// place, for a call that answers a model, before that model is told
-// (earlier_action_applied); and people who decide about it are warned for
-// as long as it is open. The mark is the store's (storekit.DecideMark):
-// set whoever holds the record — its own call, the sweeper, a person —
-// and kept by whatever they write next, so nothing here waits for them.
-// One closed as replaced meanwhile passes the mark on to the write that
-// went on in its place, if that one is of the same conversation. A tool
-// whose notices are off (NoticeHold negative) holds nothing back.
-func (t *Tool) markStandIn(ctx context.Context, rec Record, key string) error {
+// markChain marks the writes of rec's conversation that went on in place
+// of rec's action, now proved applied — directly, or after others that
+// did the same — as standing in for it (storekit.Record.StandsInForApplied):
+// each may be that action reworded, the last that may run and every one
+// closed as replaced that its model may ask for again. None runs again,
+// nor does anything of its conversation in its place, for a call that
+// answers a model, before that model is told (earlier_action_applied);
+// and people who decide about one are warned for as long as it is open.
+// Another conversation's write along the way is not marked (it never saw
+// the action), and the walk goes on past it. The mark is the store's
+// (storekit.DecideMark): set whoever holds the record — its own call, the
+// sweeper, a person — and kept by whatever they write next, so nothing
+// here waits for them. It returns the keys it found marked. A tool whose
+// notices are off (NoticeHold negative) marks nothing.
+func (t *Tool) markChain(ctx context.Context, rec Record) (map[string]bool, error) {
 	cfg := t.cfg
 	if cfg.noticeUntil(false).IsZero() {
-		return nil
+		return nil, nil
 	}
-	for range 8 {
+	marked := map[string]bool{}
+	key := rec.ReplacedBy
+	for range maxChain {
 		got, err := cfg.Store.Mark(ctx, storekit.MarkRequest{Key: key, Session: rec.Session, Until: storekit.UntilTold, Now: cfg.Now()})
 		switch {
 		case errors.Is(err, ErrNotFound):
-			return nil // swept: asked for again, it is a new action
+			return marked, nil // swept: asked for again, it is a new action
 		case err != nil:
-			return fmt.Errorf("marking %s, which went on in its place: %w", key, err)
-		case got.State == Failed && got.ReplacedBy != "" && got.ReplacedBy != rec.Key && got.Session == rec.Session:
-			key = got.ReplacedBy
-			continue
+			return nil, fmt.Errorf("marking %s, which went on in its place: %w", key, err)
 		}
-		return nil
+		if got.Session == rec.Session && got.NoticeUntil.Equal(storekit.UntilTold) {
+			marked[key] = true
+		}
+		if got.State != Failed || got.ReplacedBy == "" || got.ReplacedBy == rec.Key {
+			return marked, nil
+		}
+		key = got.ReplacedBy
 	}
-	return nil
+	return nil, fmt.Errorf("more than %d actions went on one in place of another after %s: settle them by hand: %w", maxChain, rec.Key, ErrContradicted)
 }
 
 // errSettleAgain asks settleApplied to read the record again at once.
@@ -511,22 +535,21 @@ var errSettleAgain = errors.New("the record changed between its read and its cla
 // failed), not if it succeeded or its outcome is open (pending, unknown).
 func (t *Tool) inPlaceOf(ctx context.Context, rec Record) (last Record, free bool, err error) {
 	last = Record{Key: rec.ReplacedBy, State: Failed}
-	for range 8 {
+	for range maxChain {
 		r, err := t.cfg.Store.Get(ctx, last.Key)
 		if errors.Is(err, ErrNotFound) {
-			break
+			return last, true, nil
 		}
 		if err != nil {
 			return Record{}, false, fmt.Errorf("reading %s, which went on in place of %s: %w", last.Key, rec.Key, err)
 		}
-		last = r
 		if r.State != Failed || r.ReplacedBy == "" {
-			break
+			open := r.State == Pending || (r.State == Unknown && !r.RetryApproved)
+			return r, r.State != Succeeded && !open, nil
 		}
 		last = Record{Key: r.ReplacedBy, State: Failed}
 	}
-	open := last.State == Pending || (last.State == Unknown && !last.RetryApproved)
-	return last, last.State != Succeeded && !open, nil
+	return Record{}, false, fmt.Errorf("more than %d actions went on one in place of another after %s: settle them by hand: %w", maxChain, rec.Key, ErrContradicted)
 }
 
 // ResolveNotApplied settles an unknown outcome as not applied: the next call

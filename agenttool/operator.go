@@ -437,6 +437,12 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	case err != nil:
 		return false, 0, err
 	case res.Blocked != nil:
+		// Refused for now, the answer may not be given again: the writes
+		// in the action's place are marked all the same, since it was
+		// proved applied (the walk back from one names it).
+		if err := markAside(); err != nil {
+			return false, 0, err
+		}
 		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, res.Blocked.Key, ErrBusy)
 	case !res.Claimed && res.Record.State == Pending:
 		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %w", ref, ErrBusy)

@@ -1725,6 +1725,58 @@ func TestOperator_AFreeReplacementIsMarkedWhenTheActionIsSettledAside(t *testing
 	})
 }
 
+// The same with the record that holds the claim back still running: the
+// answer is refused as busy (it may be given again), and B is marked all
+// the same, since A was proved applied — nobody may give the answer again.
+func TestOperator_AFreeReplacementIsMarkedWhenTheAnswerIsBusy(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: store, WaitTimeout: 200 * time.Millisecond})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		entered, release := make(chan struct{}), make(chan struct{})
+		m.script = func(n int) (bool, error) {
+			if n == 3 { // Bob's invoice: in flight until released
+				close(entered)
+				<-release
+			}
+			if n <= 3 { // B and Bob's invoice: not delivered, reply lost
+				return false, errLostReply
+			}
+			return true, nil
+		}
+		old := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Fence: agenttool.FenceOff, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, b.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan envelope.Envelope, 1)
+		go func() {
+			done <- old.Invoke(scoped(), `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		}()
+		<-entered
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer about A while Bob's invoice runs: %v, %v", v, err)
+		close(release)
+		x := <-done
+		if rec, err := op.Show(ctx, b.RequestRef); err != nil || (rec.State == agenttool.Unknown && !rec.StandsInForApplied()) {
+			t.Errorf("B after the answer: %v approved %v mark %v, %v; want marked", rec.State, rec.RetryApproved, rec.NoticeUntil, err)
+		}
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, x.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(7 * time.Hour)
+		again := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B asked again: %s", again)
+		if n := m.sent(a.RequestRef) + m.sent(b.RequestRef); n != 1 || again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("one logical action (email Ana about lunch) left %d emails (%v); B answered %s; want held back, told of A (%s)", n, m.effects, again, a.RequestRef)
+		}
+	})
+}
+
 // The hold of a marked write lasts until its model is told "however long
 // that takes", whether or not the applied action's record is still kept.
 // Along two replacements (A, then R1 in its place, then R2 in R1's place:

@@ -370,26 +370,23 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	// writes of its conversation in its place, marked.
 	var aside *Record
 	var marked map[string]bool
-	// markAside marks, when the record was replaced and is to be settled
-	// aside, the writes of its conversation that went on in its place
-	// (markChain) — first, while the record still names them: should this
-	// process stop before the action is settled, the marks are there, and
-	// the answer given again finds the record as it was. Settled in the
-	// last one's place instead, the action closes it, and asked for again
-	// any of them is told it was done.
+	// mark marks, when the record was replaced, the writes of its
+	// conversation that went on in its place (markChain) but except —
+	// first, while the record still names them: should this process stop
+	// before the action is settled, the marks are there, and the answer
+	// given again finds the record as it was. Settled in the last one's
+	// place, the action closes that one (except), and asked for again it
+	// is told the action was done; settled aside, every one is marked.
 	chained := false
-	markAside := func() error {
-		if !chained || marked != nil {
+	mark := func(except string) error {
+		if !chained {
 			return nil
 		}
-		m, err := t.markChain(ctx, rec)
+		m, err := t.markChain(ctx, rec, except)
 		if err != nil {
 			return fmt.Errorf("agenttool: settling %s: %w", ref, err)
 		}
 		marked = m
-		if marked == nil {
-			marked = map[string]bool{}
-		}
 		return nil
 	}
 	switch {
@@ -411,11 +408,12 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 			return false, 0, err
 		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
+		except := last.Key
 		if !free {
-			req.FenceScope, aside = storekit.Digest{}, &last
-			if err := markAside(); err != nil {
-				return false, 0, err
-			}
+			req.FenceScope, aside, except = storekit.Digest{}, &last, ""
+		}
+		if err := mark(except); err != nil {
+			return false, 0, err
 		}
 	case rec.State == Failed && counted:
 		return false, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied, and the action is recorded failed: %w", ref, attempts, ErrContradicted)
@@ -428,7 +426,7 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		// settled aside.
 		blocker := *res.Blocked
 		req.FenceScope, aside = storekit.Digest{}, &blocker
-		if err := markAside(); err != nil {
+		if err := mark(""); err != nil {
 			return false, 0, err
 		}
 		res, err = cfg.Store.Claim(ctx, req)
@@ -440,7 +438,7 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		// Refused for now, the answer may not be given again: the writes
 		// in the action's place are marked all the same, since it was
 		// proved applied (the walk back from one names it).
-		if err := markAside(); err != nil {
+		if err := mark(""); err != nil {
 			return false, 0, err
 		}
 		return false, cfg.WaitTimeout, fmt.Errorf("agenttool: settling %s: %s runs in its place: %w", ref, res.Blocked.Key, ErrBusy)
@@ -503,9 +501,10 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 // the action), and the walk goes on past it. The mark is the store's
 // (storekit.DecideMark): set whoever holds the record — its own call, the
 // sweeper, a person — and kept by whatever they write next, so nothing
-// here waits for them. It returns the keys it found marked. A tool whose
-// notices are off (NoticeHold negative) marks nothing.
-func (t *Tool) markChain(ctx context.Context, rec Record) (map[string]bool, error) {
+// here waits for them. The walk stops at except, if it meets it. It
+// returns the keys it found marked. A tool whose notices are off
+// (NoticeHold negative) marks nothing.
+func (t *Tool) markChain(ctx context.Context, rec Record, except string) (map[string]bool, error) {
 	cfg := t.cfg
 	if cfg.noticeUntil(false).IsZero() {
 		return nil, nil
@@ -513,6 +512,9 @@ func (t *Tool) markChain(ctx context.Context, rec Record) (map[string]bool, erro
 	marked := map[string]bool{}
 	key := rec.ReplacedBy
 	for range maxChain {
+		if key == except {
+			return marked, nil
+		}
 		got, err := cfg.Store.Mark(ctx, storekit.MarkRequest{Key: key, Session: rec.Session, Until: storekit.UntilTold, Now: cfg.Now()})
 		switch {
 		case errors.Is(err, ErrNotFound):

@@ -1921,6 +1921,71 @@ func TestOperator_TheAnswerSaysAReplacementWaitsOnlyWhenItIsMarked(t *testing.T)
 	})
 }
 
+// notDeliveredUntil4: run 1 (A) delivered, reply lost; runs 2 and 3 not
+// delivered, reply lost; every later run delivers.
+func notDeliveredUntil4(n int) (bool, error) {
+	switch {
+	case n == 1:
+		return true, errLostReply
+	case n <= 3:
+		return false, errLostReply
+	}
+	return true, nil
+}
+
+// The "free" path: A (lunch) found not applied, B (lunch reworded, the
+// same conversation) goes on in its place and is found not applied, C
+// (reworded again) goes on in B's place and is found not applied too
+// (approved: it did nothing). The late answer proves A applied 20h after C
+// went on: A is settled in C's place (closing C), and B, an earlier write
+// of the conversation that may be A reworded and can be asked for again,
+// is marked, and kept while marked: asked for again once A's notice
+// (NoticeBackstop) has ended, it is held back and its model told. (Found
+// by a review: only an action settled aside marked anything; B's record
+// expired with its key and, asked for again, B ran — two lunch emails.)
+func TestOperator_AnEarlierRewordingIsMarkedWhenTheActionIsSettledInTheLastOnesPlace(t *testing.T) {
+	const lunchAgain = `{"to":"ana@example.com","subject":"Friday lunch?","body":"Ana, are you free for lunch at noon on Friday?"}`
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open()})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		m.script = notDeliveredUntil4
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, b.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		c := tool.Invoke(scoped(), lunchAgain)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		if rec, _ := op.Show(ctx, b.RequestRef); rec.ReplacedBy != c.RequestRef {
+			t.Fatalf("B replaced by %q; want C", rec.ReplacedBy)
+		}
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(20 * time.Hour) // the mail provider's late answer, the same day
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer about A: %v, %v", v, err)
+		if v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v; want applied", v, err)
+		}
+		rb, _ := op.Show(ctx, b.RequestRef)
+		t.Logf("B after the answer: %v replaced by %q, mark %v (StandsInForApplied %v), expires %v", rb.State, rb.ReplacedBy, rb.NoticeUntil, rb.StandsInForApplied(), rb.Expires)
+		clk.Advance(7 * time.Hour) // past A's notice; conversation-9 comes back
+		rep, err := op.SweepOnce(ctx, agenttool.SweeperOptions{})
+		t.Logf("sweep: %+v, %v", rep, err)
+		ra, err := op.Show(ctx, a.RequestRef)
+		t.Logf("A now: %v, %v (its record is still kept)", ra.State, err)
+		again := tool.Invoke(scoped(), lunchRephrased)
+		t.Logf("B asked again by its model: %s", again)
+		if n := m.sent(a.RequestRef) + m.sent(b.RequestRef) + m.sent(c.RequestRef); n != 1 {
+			t.Errorf("one logical action (email Ana about lunch) left %d emails (%v); B answered %s with no word of A (%s), proved applied",
+				n, m.effects, again.Status, a.RequestRef)
+		}
+	})
+}
+
 // Along replacements: an action proved applied after two writes went on,
 // one in the place of the other, marks the last, which is the one that
 // would run; its model is told of the first (not of the one between)

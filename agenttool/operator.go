@@ -345,11 +345,12 @@ func (o *Operator) settleApplied(ctx context.Context, ref string, attempts int, 
 // another write holds the slot, the action is claimed without a fence
 // scope instead — outside any slot, closing nothing, holding nothing back
 // but its own session's new writes while its notice lasts (a record
-// beside the slot) — and settled applied there, aside; the writes of the
-// action's conversation that went on in its place are marked first
-// (markChain), whoever holds them. Dropped, the answer would let the action be done a
-// second time when asked for again. While another write holding the
-// slot runs: ErrBusy.
+// beside the slot) — and settled applied there, aside. Either way, the
+// writes of the action's conversation that went on in its place, and
+// that could still run or be asked for again, are marked first
+// (markChain), whoever holds them. Dropped, the answer would let the
+// action be done a second time when asked for again. While another write
+// holding the slot runs: ErrBusy (the marks set all the same).
 func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int, ans reconcile.Answer, by string) (settled bool, wait time.Duration, err error) {
 	rec, err := o.Show(ctx, ref)
 	if err != nil {

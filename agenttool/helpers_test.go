@@ -431,3 +431,34 @@ func lunchFoundNotApplied(t *testing.T, opts agenttool.Options) lunchScene {
 	}
 	return s
 }
+
+// threeLunches makes, on store, a chain of three wordings of one email in
+// conversation-9, each in the place of the one before: the first
+// (refs[0]) delivered, the others not, every reply lost, the first two
+// found not applied (wrongly, for the first) by a person once they could
+// no longer land; the third is unknown. At-most-once, AttemptTimeout 30s,
+// ClockSkew 1s, one attempt a call, a manual clock.
+func threeLunches(t *testing.T, store agenttool.Store) (*clock, *mailServer, *agenttool.Tool, *agenttool.Operator, []string) {
+	t.Helper()
+	clk := newClock()
+	m := &mailServer{script: func(n int) (bool, error) { return n == 1, errLostReply }}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+		AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, input := range []string{lunch, lunchRephrased, lunchRephrased2} {
+		e := tool.Invoke(scoped(), input)
+		mustStatus(t, e, envelope.UnknownOutcome)
+		refs = append(refs, e.RequestRef)
+		if input != lunchRephrased2 {
+			clk.Advance(32 * time.Second)
+			if err := op.ResolveNotApplied(context.Background(), e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return clk, m, tool, op, refs
+}

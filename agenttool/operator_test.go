@@ -1785,34 +1785,9 @@ func TestOperator_AFreeReplacementIsMarkedWhenTheAnswerIsBusy(t *testing.T) {
 // (Found by a review: the notice fell back to the record R2 replaced, and
 // told the model R1 was confirmed done.)
 func TestOperator_TheNoticeOfAMarkedWriteNamesTheActionDone(t *testing.T) {
-	const lunchAgain = `{"to":"ana@example.com","subject":"Friday lunch?","body":"Ana, are you free for lunch at noon on Friday?"}`
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store, clk := open(), newClock()
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return false, errLostReply
-		}}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
+		clk, m, tool, op, refs := threeLunches(t, open())
 		ctx := context.Background()
-		var refs []string
-		for _, input := range []string{lunch, lunchRephrased, lunchAgain} {
-			e := tool.Invoke(scoped(), input)
-			mustStatus(t, e, envelope.UnknownOutcome)
-			refs = append(refs, e.RequestRef)
-			if input != lunchAgain {
-				clk.Advance(32 * time.Second)
-				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
 		v, err := op.SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
 		if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) {
 			t.Fatalf("late answer about A: %v, %v; want applied aside", v, err)
@@ -1828,7 +1803,7 @@ func TestOperator_TheNoticeOfAMarkedWriteNamesTheActionDone(t *testing.T) {
 			_, err := op.Show(ctx, ref)
 			t.Logf("record %d (%s) a day later: %v", i, ref, err)
 		}
-		again := tool.Invoke(scoped(), lunchAgain)
+		again := tool.Invoke(scoped(), lunchRephrased2)
 		t.Logf("R2 asked again a day later: %s", again)
 		if m.count() != 1 {
 			t.Errorf("%d emails", m.count())
@@ -1944,7 +1919,6 @@ func notDeliveredUntil4(n int) (bool, error) {
 // by a review: only an action settled aside marked anything; B's record
 // expired with its key and, asked for again, B ran — two lunch emails.)
 func TestOperator_AnEarlierRewordingIsMarkedWhenTheActionIsSettledInTheLastOnesPlace(t *testing.T) {
-	const lunchAgain = `{"to":"ana@example.com","subject":"Friday lunch?","body":"Ana, are you free for lunch at noon on Friday?"}`
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		s := lunchFoundNotApplied(t, agenttool.Options{Store: open()})
 		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
@@ -1955,7 +1929,7 @@ func TestOperator_AnEarlierRewordingIsMarkedWhenTheActionIsSettledInTheLastOnesP
 		if err := op.ResolveNotApplied(ctx, b.RequestRef, 1, "maria", "not in the mail log"); err != nil {
 			t.Fatal(err)
 		}
-		c := tool.Invoke(scoped(), lunchAgain)
+		c := tool.Invoke(scoped(), lunchRephrased2)
 		mustStatus(t, c, envelope.UnknownOutcome)
 		if rec, _ := op.Show(ctx, b.RequestRef); rec.ReplacedBy != c.RequestRef {
 			t.Fatalf("B replaced by %q; want C", rec.ReplacedBy)
@@ -1991,34 +1965,9 @@ func TestOperator_AnEarlierRewordingIsMarkedWhenTheActionIsSettledInTheLastOnesP
 // would run; its model is told of the first (not of the one between)
 // before it runs again.
 func TestOperator_TheLastOfManyReplacementsWaitsForTheModelToHearOfTheFirst(t *testing.T) {
-	const lunchAgain = `{"to":"ana@example.com","subject":"Friday lunch?","body":"Ana, are you free for lunch at noon on Friday?"}`
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store, clk := open(), newClock()
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return false, errLostReply
-		}}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, m, tool, op, refs := threeLunches(t, open())
 		ctx := context.Background()
-		var refs []string
-		for _, input := range []string{lunch, lunchRephrased, lunchAgain} {
-			e := tool.Invoke(scoped(), input)
-			mustStatus(t, e, envelope.UnknownOutcome)
-			refs = append(refs, e.RequestRef)
-			if input != lunchAgain {
-				clk.Advance(32 * time.Second)
-				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
 		v, err := op.SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
 		t.Logf("late answer about the first: %v, %v", v, err)
 		if v != reconcile.Applied || !errors.Is(err, agenttool.ErrContradicted) || !strings.Contains(err.Error(), refs[2]) {
@@ -2027,7 +1976,7 @@ func TestOperator_TheLastOfManyReplacementsWaitsForTheModelToHearOfTheFirst(t *t
 		if rec, err := op.Show(ctx, refs[2]); err != nil || !rec.StandsInForApplied() || rec.Replaces != refs[1] {
 			t.Errorf("the last: %v (mark %v) in place of %q, %v; want marked, in place of the second", rec.State, rec.NoticeUntil, rec.Replaces, err)
 		}
-		again := tool.Invoke(scoped(), lunchAgain)
+		again := tool.Invoke(scoped(), lunchRephrased2)
 		t.Logf("the last asked again: %s", again)
 		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != refs[0] ||
 			string(again.Earlier.Result) != `{"id":"m-1"}` {

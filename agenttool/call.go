@@ -432,13 +432,19 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 	return c.storeFailed(fmt.Errorf("the record %s holds the scope's slot in state %v: %w", o.Key, o.State, ErrCorrupt))
 }
 
-// standsInFor returns the action proved applied that o went on in place
-// of (o.StandsInForApplied): the first succeeded record along the
-// actions o replaced, one after another. The writes of o's conversation
-// along them are marked, and kept while marked; the applied action's
-// record expires with its key and notice: one no longer found is named,
-// with no result, as the action applied.
+// standsInFor returns the action proved applied that o stands in for
+// (o.StandsInForApplied): the one its mark names (Record.StandsFor), with
+// its result while its record is kept — it expires with its key and
+// notice — or, no longer found, its key alone. A record marked by an
+// earlier version names none: the first succeeded record along the
+// actions o replaced, one after another, is taken for it.
 func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
+	if o.StandsFor != "" {
+		if r, err := t.cfg.Store.Get(ctx, o.StandsFor); err == nil && r.State == Succeeded {
+			return r
+		}
+		return Record{Key: o.StandsFor, State: Succeeded}
+	}
 	key := o.Replaces
 	for range maxChain {
 		r, err := t.cfg.Store.Get(ctx, key)

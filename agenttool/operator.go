@@ -516,7 +516,7 @@ func (t *Tool) markChain(ctx context.Context, rec Record, except string) (map[st
 		if key == except {
 			return marked, nil
 		}
-		got, err := cfg.Store.Mark(ctx, storekit.MarkRequest{Key: key, Session: rec.Session, Until: storekit.UntilTold, Now: cfg.Now()})
+		got, err := cfg.Store.Mark(ctx, storekit.MarkRequest{Key: key, Session: rec.Session, Until: storekit.UntilTold, For: rec.Key, Now: cfg.Now()})
 		switch {
 		case errors.Is(err, ErrNotFound):
 			return marked, nil // swept: asked for again, it is a new action

@@ -1818,6 +1818,63 @@ func TestOperator_TheNoticeOfAMarkedWriteNamesTheActionDone(t *testing.T) {
 	})
 }
 
+// Under a principal's fence, the notice names the action proved applied,
+// never another conversation's write it passed through. A (lunch,
+// conversation-9) is found not applied; X (an invoice to Bob,
+// conversation-10) goes on in its place and is found not applied; C (lunch
+// reworded, conversation-9) goes on in X's place. The late answer proves A
+// applied and marks C. Once X's record has expired — A's still kept — C
+// asked again is held back and its model told of A. (Found by a review: the
+// notice walked back from C, met X missing, and named X, an invoice never
+// sent, as the action confirmed done.)
+func TestOperator_TheNoticeNamesTheActionAppliedNotAnotherConversationsWrite(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		m.script = notDeliveredUntil4
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		x := tool.Invoke(other, `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		mustStatus(t, x, envelope.UnknownOutcome)
+		if rec, _ := op.Show(ctx, a.RequestRef); rec.ReplacedBy != x.RequestRef {
+			t.Fatalf("A replaced by %q; want X", rec.ReplacedBy)
+		}
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, x.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		c := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		if rec, _ := op.Show(ctx, x.RequestRef); rec.ReplacedBy != c.RequestRef {
+			t.Fatalf("X replaced by %q; want C", rec.ReplacedBy)
+		}
+		clk.Advance(20 * time.Hour)
+		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v; want applied", v, err)
+		}
+		if rec, err := op.Show(ctx, c.RequestRef); err != nil || !rec.StandsInForApplied() || rec.StandsFor != a.RequestRef {
+			t.Fatalf("C: %v, mark %v standing for %q, %v; want marked as standing for A (%s)", rec.State, rec.NoticeUntil, rec.StandsFor, err, a.RequestRef)
+		}
+		clk.Advance(7 * time.Hour)
+		if _, err := op.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op.Show(ctx, x.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Fatalf("X a day later: %v; want swept (the test needs the gap)", err)
+		}
+		again := tool.Invoke(scoped(), lunchRephrased)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("C asked again: %s; want earlier_action_applied", again)
+		}
+		if again.Earlier == nil || again.Earlier.RequestRef != a.RequestRef {
+			t.Errorf("conversation-9's model is told the action applied was %v (X, conversation-10's invoice, sent %d times), not A (%s)",
+				again.Earlier, m.sent(x.RequestRef), a.RequestRef)
+		}
+		if n := m.count(); n != 1 {
+			t.Errorf("%d emails; want A's alone", n)
+		}
+	})
+}
+
 // Under a principal's fence, the order of two events decides between one
 // email and two. A (lunch, conversation-9) is found not applied; B (lunch
 // reworded, conversation-9) goes on in its place and is found not applied

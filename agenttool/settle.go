@@ -64,9 +64,6 @@ type holding struct {
 	// tells is set when the holder's caller answers with the settlement
 	// it writes (the fence: earlier_action_applied): the model is told.
 	tells bool
-	// mark, if set, marks the record given back unknown as standing in
-	// for an action proved applied (storekit.Record.StandsInForApplied).
-	mark time.Time
 }
 
 // hold starts keeping a taken-over record's lease. The attempt count is the
@@ -189,9 +186,7 @@ func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelop
 	}
 	switch {
 	case state == Unknown && !approve:
-		req.HeldUntil, req.NoticeUntil = h.heldUntil, h.mark
-	case state == Unknown:
-		req.NoticeUntil = h.mark
+		req.HeldUntil = h.heldUntil
 	case state == Succeeded:
 		req.NoticeUntil = h.t.cfg.noticeUntil(h.tells)
 	}

@@ -27,8 +27,10 @@ import (
 // versions before it cannot read: a file of version 7 needs nothing built;
 // version 9 indexes the records beside their session's slot by principal
 // too (slot.go): the index of version 8 and earlier is dropped and built
-// again.
-const schemaVersion = "9"
+// again; version 10 writes a marked record in format 5 (record.go: the
+// action it stands in for), which versions before it cannot read: a file
+// of version 9 needs nothing built.
+const schemaVersion = "10"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -189,7 +191,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != "9" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	if tx.Bucket(oldBesideBucket) != nil {
@@ -207,8 +209,8 @@ func initSchema(tx *bolt.Tx) error {
 		// Version 6 lacks only the generations and the pending buckets,
 		// made above; its pending records and their slots move there when
 		// next written. Versions 7 and 8 lack only the beside index by
-		// principal, built below.
-		if v != "6" && v != "7" && v != "8" {
+		// principal, built below; version 9 lacks nothing.
+		if v != "6" && v != "7" && v != "8" && v != "9" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}

@@ -66,10 +66,10 @@ func TestOpenRefusesOtherFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.DB().Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("10"))
+		return tx.Bucket([]byte("retrysafe/meta")).Put([]byte("schema"), []byte("99"))
 	})
 	s.Close()
-	if _, err := boltstore.Open(newer, nil); err == nil || !strings.Contains(err.Error(), `schema "10"`) {
+	if _, err := boltstore.Open(newer, nil); err == nil || !strings.Contains(err.Error(), `schema "99"`) {
 		t.Errorf("Open(newer schema) = %v", err)
 	}
 }

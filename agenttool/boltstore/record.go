@@ -33,16 +33,31 @@ import (
 //
 // Format 4 is format 3 with one more field at its end, bytes input (the
 // action's input as the tool's codec encoded it, Record.Input): written
-// for a record that keeps one, and format 3 for every other. Format 2 is
-// format 3 without the definition; format 1, JSON, was written by earlier
-// versions. All are still read, and a record is rewritten in format 3 or 4
-// when it next changes. A record in none of these formats, or with bytes
-// left over, is corrupt: it fails closed.
+// for a record that keeps one and names no action it stands in for.
+// Format 5 is format 3 followed by
+//
+//	byte     more flags: 1 has an input, 2 stands in for an action
+//	bytes    input, if more flag 1
+//	bytes    stands for (Record.StandsFor), if more flag 2
+//
+// written for a marked record that names the action it stands in for.
+// Format 3 is written for every other record. Format 2 is format 3
+// without the definition; format 1, JSON, was written by earlier
+// versions. All are still read, and a record is rewritten in format 3, 4
+// or 5 when it next changes. A record in none of these formats, or with
+// bytes left over, is corrupt: it fails closed.
 const (
 	formatJSON    = 1
 	formatBinary2 = 2
 	formatBinary  = 3
 	formatInput   = 4
+	formatMore    = 5
+)
+
+// The more flags of format 5.
+const (
+	moreInput     = 1
+	moreStandsFor = 2
 )
 
 const (
@@ -88,7 +103,10 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 		flags |= flagNotice
 	}
 	format := byte(formatBinary)
-	if r.Input != nil {
+	switch {
+	case r.StandsFor != "":
+		format = formatMore
+	case r.Input != nil:
 		format = formatInput
 	}
 	b = append(b, format, byte(r.State), flags)
@@ -126,8 +144,19 @@ func appendRecord(b []byte, r *storekit.Record) []byte {
 		b = binary.AppendVarint(b, nanos(r.NoticeUntil))
 	}
 	b = binary.AppendUvarint(b, r.Definition)
-	if format == formatInput {
+	switch format {
+	case formatInput:
 		b = appendField(b, r.Input)
+	case formatMore:
+		more := byte(moreStandsFor)
+		if r.Input != nil {
+			more |= moreInput
+		}
+		b = append(b, more)
+		if r.Input != nil {
+			b = appendField(b, r.Input)
+		}
+		b = appendField(b, r.StandsFor)
 	}
 	return b
 }
@@ -138,8 +167,8 @@ func appendField[T string | []byte](b []byte, s T) []byte {
 
 // recordSize is an upper bound on the length of r's encoding.
 func recordSize(r *storekit.Record) int {
-	// Header and digests; token, attempts, five times and six lengths.
-	n := 3 + 128 + 15*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy) + len(r.Input)
+	// Header and digests; token, attempts, definition, five times and eight lengths.
+	n := 3 + 128 + 16*binary.MaxVarintLen64 + len(r.Tool) + len(r.Owner) + len(r.Outcome) + len(r.Label) + len(r.Replaces) + len(r.ReplacedBy) + len(r.Input) + 1 + len(r.StandsFor)
 	if res := r.Resolution; res != nil {
 		n += 4*binary.MaxVarintLen64 + len(res.Verdict) + len(res.By) + len(res.Why)
 	}
@@ -157,7 +186,7 @@ func decode(key, v []byte) (storekit.Record, error) {
 		err error
 	)
 	switch {
-	case len(v) > 0 && (v[0] == formatBinary || v[0] == formatBinary2 || v[0] == formatInput):
+	case len(v) > 0 && (v[0] == formatBinary || v[0] == formatBinary2 || v[0] == formatInput || v[0] == formatMore):
 		rec, err = decodeBinary(v)
 	case len(v) > 0 && v[0] == '{':
 		rec, err = decodeJSON(v)
@@ -284,11 +313,26 @@ func decodeBinary(v []byte) (storekit.Record, error) {
 	if flags&flagNotice != 0 {
 		rec.NoticeUntil = r.time("notice")
 	}
-	if head[0] == formatBinary || head[0] == formatInput {
+	if head[0] != formatBinary2 {
 		rec.Definition = r.uvarint("definition")
 	}
-	if head[0] == formatInput {
+	more := byte(0)
+	switch head[0] {
+	case formatInput:
+		more = moreInput
+	case formatMore:
+		if m := r.bytes(1, "more flags"); m != nil {
+			more = m[0]
+		}
+		if more&^(moreInput|moreStandsFor) != 0 {
+			r.fail("more flags")
+		}
+	}
+	if more&moreInput != 0 {
 		rec.Input = append([]byte{}, r.field("input")...) // v belongs to the transaction
+	}
+	if more&moreStandsFor != 0 {
+		rec.StandsFor = string(r.field("stands for"))
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes after the record", len(r.b))

@@ -40,9 +40,22 @@ func sameRecord(t *testing.T, got, want agenttool.Record) {
 	}
 }
 
+// markedRecord is a record marked as standing in for an action proved
+// applied (format 5), which keeps its input if input.
+func markedRecord(input bool) agenttool.Record {
+	r := sampleRecord()
+	r.Replaces, r.NoticeUntil, r.StandsFor = "send_email/x", time.Unix(1<<33, 0), "send_email/a"
+	if input {
+		r.Input = []byte(`{"to":"ana@example.com"}`)
+	}
+	return r
+}
+
 func TestRecordRoundTrip(t *testing.T) {
+	withInput := sampleRecord()
+	withInput.Input = []byte{}
 	for _, r := range []agenttool.Record{
-		sampleRecord(),
+		sampleRecord(), withInput, markedRecord(false), markedRecord(true),
 		{Key: "k", Tool: "t", State: agenttool.Pending, Owner: "0123abcd-7", Token: 1, LeaseExpiry: time.Unix(5, 0), Created: time.Unix(4, 0), Updated: time.Unix(4, 0)},
 	} {
 		v := encode(&r)
@@ -54,6 +67,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameRecord(t, got, r)
+		if got.StandsFor != r.StandsFor || (got.Input == nil) != (r.Input == nil) {
+			t.Errorf("read back standing for %q with input %q; want %q and %q", got.StandsFor, got.Input, r.StandsFor, r.Input)
+		}
 	}
 }
 
@@ -125,16 +141,21 @@ func TestFormat2RecordsAreRead(t *testing.T) {
 }
 
 func TestCorruptBinaryRecords(t *testing.T) {
-	r := sampleRecord()
-	good := encode(&r)
+	r, m := sampleRecord(), markedRecord(true)
+	good, marked := encode(&r), encode(&m)
+	flags := len(marked) - (1 + len(m.StandsFor)) - (1 + len(m.Input)) - 1 // the more flags' offset
+	if marked[0] != formatMore || marked[flags] != moreInput|moreStandsFor {
+		t.Fatalf("a marked record with an input encoded as format %d, more flags %d", marked[0], marked[flags])
+	}
 	cases := map[string][]byte{
-		"empty":          {},
-		"unknown format": append([]byte{9}, good[1:]...),
-		"bad state":      append([]byte{formatBinary, 0}, good[2:]...),
-		"unknown flags":  append([]byte{formatBinary, good[1], 0x80}, good[3:]...),
-		"truncated":      good[:len(good)-3],
-		"trailing bytes": append(bytes.Clone(good), 0),
-		"huge length":    append(bytes.Clone(good[:3+64+2]), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
+		"unknown more flags": append(append(bytes.Clone(marked[:flags]), 4|moreInput|moreStandsFor), marked[flags+1:]...),
+		"empty":              {},
+		"unknown format":     append([]byte{9}, good[1:]...),
+		"bad state":          append([]byte{formatBinary, 0}, good[2:]...),
+		"unknown flags":      append([]byte{formatBinary, good[1], 0x80}, good[3:]...),
+		"truncated":          good[:len(good)-3],
+		"trailing bytes":     append(bytes.Clone(good), 0),
+		"huge length":        append(bytes.Clone(good[:3+64+2]), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
 	}
 	for name, v := range cases {
 		if _, err := decode([]byte("k"), v); !errors.Is(err, agenttool.ErrCorrupt) {
@@ -150,10 +171,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(&r))
 	p := agenttool.Record{Tool: "t", State: agenttool.Pending, Owner: "o", Token: 3}
 	f.Add(encode(&p))
+	for _, input := range []bool{false, true} {
+		m := markedRecord(input)
+		f.Add(encode(&m))
+	}
 	f.Add([]byte(`{"v":1,"tool":"t","state":2,"token":1,"principal":"0102030000000000000000000000000000000000000000000000000000000000"}`))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		rec, err := decode([]byte("k"), v)
-		if err != nil || v[0] != formatBinary {
+		if err != nil || v[0] < formatBinary {
 			return
 		}
 		if again := encode(&rec); !bytes.Equal(again, v) {

@@ -290,3 +290,30 @@ func TestDetailSaysWhatAnActionWentOnInPlaceOf(t *testing.T) {
 		t.Errorf("another tenant's viewer reads the page: %d", p.status)
 	}
 }
+
+// The warning names the action found applied when it is not the one this
+// action went on in place of but one before it: the page does not say
+// that the write between them, which did nothing, was applied.
+func TestDetailNamesTheActionAppliedBeforeTheOneItReplaced(t *testing.T) {
+	w := newWorld(t, nil)
+	first := w.lostEmail(ana, "Ana Lima")
+	w.decide("maria", first.RequestRef, "not-applied", 1, "the mail server's log has no such message")
+	w.loseReply.Store(true)
+	second := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
+	if second.Status != envelope.UnknownOutcome {
+		t.Fatalf("the reworded email: %s; want unknown_outcome", second)
+	}
+	w.decide("maria", second.RequestRef, "not-applied", 1, "not in the log either")
+	w.loseReply.Store(true)
+	third := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Are you free for lunch on Friday?"}`)
+	if third.Status != envelope.UnknownOutcome {
+		t.Fatalf("the email reworded again: %s; want unknown_outcome", third)
+	}
+	if _, err := w.op.SettleByAnswer(context.Background(), first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrContradicted) {
+		t.Fatalf("the late answer: %v; want applied aside, for a person to look", err)
+	}
+	body := text(w.get("maria", detailPath(third.RequestRef)).body)
+	if !strings.Contains(body, "In place of "+second.RequestRef) || !strings.Contains(body, "and then an action before it, "+first.RequestRef+" , was found applied after all") {
+		t.Errorf("the page of the third does not name the first as the action applied:\n%s", body)
+	}
+}

@@ -177,9 +177,12 @@ type detailPage struct {
 	// InPlaceOf is the action this one went on in place of (found not
 	// applied, and closed as replaced by it); InPlaceOfApplied, whether
 	// it, or one it replaced, was found applied after all: this one may be
-	// it reworded (agenttool.Record.StandsInForApplied, or its record).
+	// it reworded (agenttool.Record.StandsInForApplied, or its record);
+	// AppliedBefore, the action found applied when it is not InPlaceOf
+	// but one before it (agenttool.Record.StandsFor).
 	InPlaceOf        string
 	InPlaceOfApplied bool
+	AppliedBefore    string
 	Awaiting         bool // a decision can be made now
 	Can              struct{ Reconcile, Applied, NotApplied, Retry, Compensate bool }
 	CSRF             string
@@ -256,6 +259,9 @@ func (h *Handler) detailOf(ctx context.Context, a *access, rec agenttool.Record,
 	if rec.Replaces != "" {
 		p.InPlaceOf = rec.Replaces
 		p.InPlaceOfApplied = rec.StandsInForApplied()
+		if p.InPlaceOfApplied && rec.StandsFor != rec.Replaces {
+			p.AppliedBefore = rec.StandsFor
+		}
 		if was, _, err := a.find(ctx, rec.Replaces); err == nil && !p.InPlaceOfApplied {
 			p.InPlaceOfApplied = was.State == agenttool.Succeeded
 		}

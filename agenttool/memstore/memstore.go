@@ -225,6 +225,7 @@ type entry struct {
 	label         string
 	replaces      string
 	replacedBy    string
+	standsFor     string
 	outcome       []byte
 	input         []byte
 	resolution    *storekit.Resolution
@@ -250,6 +251,7 @@ func newEntry(r *storekit.Record) entry {
 		key: r.Key, tool: r.Tool, owner: r.Owner, label: r.Label, outcome: r.Outcome, input: r.Input, resolution: r.Resolution,
 		principal: r.Principal, session: r.Session, fingerprint: r.Fingerprint, token: r.Token,
 		fenceScope: r.FenceScope, replaces: r.Replaces, replacedBy: r.ReplacedBy, noticeUntil: unixNano(r.NoticeUntil),
+		standsFor:   r.StandsFor,
 		leaseExpiry: unixNano(r.LeaseExpiry), created: unixNano(r.Created),
 		updated: unixNano(r.Updated), expires: unixNano(r.Expires),
 		attempts: int32(r.Attempts), state: r.State, retryApproved: r.RetryApproved, takenOver: r.TakenOver,
@@ -281,7 +283,7 @@ func (e *entry) record() storekit.Record {
 		Outcome: e.outcome, Created: fromUnixNano(e.created), Updated: fromUnixNano(e.updated),
 		Expires: fromUnixNano(e.expires), RetryApproved: e.retryApproved, Resolution: e.resolution, TakenOver: e.takenOver,
 		Label: e.label, FenceScope: e.fenceScope, Replaces: e.replaces, ReplacedBy: e.replacedBy,
-		NoticeUntil: fromUnixNano(e.noticeUntil), Definition: e.definition, Input: e.input,
+		NoticeUntil: fromUnixNano(e.noticeUntil), StandsFor: e.standsFor, Definition: e.definition, Input: e.input,
 	}
 }
 

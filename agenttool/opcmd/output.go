@@ -53,8 +53,10 @@ type recordJSON struct {
 	// after it went on (agenttool.Record.StandsInForApplied): it may be
 	// that action reworded, and approving it may do it twice. The mark
 	// stays while this action is open, whether or not the other's record
-	// is still kept.
-	StandsInForApplied bool `json:"stands_in_for_applied,omitempty"`
+	// is still kept. StandsFor names that action (empty for a mark made
+	// by an earlier version).
+	StandsInForApplied bool   `json:"stands_in_for_applied,omitempty"`
+	StandsFor          string `json:"stands_for,omitempty"`
 }
 
 type resolutionJSON struct {
@@ -151,6 +153,9 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record, repla
 	v, outcomeErr := r.view(op, rec)
 	v.UUID, v.UUID4 = agenttool.RefUUID(v.Ref), agenttool.RefUUID4(v.Ref)
 	v.Replaces, v.ReplacedBy, v.StandsInForApplied = rec.Replaces, rec.ReplacedBy, rec.StandsInForApplied()
+	if v.StandsInForApplied {
+		v.StandsFor = rec.StandsFor
+	}
 	if replaced != nil {
 		v.ReplacesState = replaced.State.String()
 	}
@@ -185,8 +190,15 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record, repla
 		if was == "" {
 			was = "no longer kept"
 		}
-		row("in place of", "%s (%s); an action it went on in place of was found applied after all: if this action is that one reworded, it is done already: do not approve this one",
-			v.Replaces, was)
+		applied := "an action it went on in place of"
+		if v.StandsFor != "" {
+			applied = "the action it went on in place of, " + v.StandsFor + ","
+			if v.StandsFor != v.Replaces {
+				applied = "an action it went on in place of, " + v.StandsFor + ","
+			}
+		}
+		row("in place of", "%s (%s); %s was found applied after all: if this action is that one reworded, it is done already: do not approve this one",
+			v.Replaces, was, applied)
 	case v.Replaces != "" && v.ReplacesState == "":
 		row("in place of", "%s (no longer kept)", v.Replaces)
 	case v.Replaces != "":

@@ -267,7 +267,8 @@ func TestShowSaysWhatAnActionWentOnInPlaceOf(t *testing.T) {
 		t.Errorf("show after the first was found applied does not warn:\n%s", out.stdout)
 	}
 	js := f.run("-json", "show", copy.RequestRef).ok(t).lines(t)
-	if len(js) != 1 || js[0]["replaces"] != first.RequestRef || js[0]["replaces_state"] != "succeeded" || js[0]["stands_in_for_applied"] != true {
-		t.Errorf("show -json: %v; want replaces %s, replaces_state succeeded, stands_in_for_applied", js, first.RequestRef)
+	if len(js) != 1 || js[0]["replaces"] != first.RequestRef || js[0]["replaces_state"] != "succeeded" || js[0]["stands_in_for_applied"] != true ||
+		js[0]["stands_for"] != first.RequestRef {
+		t.Errorf("show -json: %v; want replaces %s, replaces_state succeeded, stands_in_for_applied, stands_for the same", js, first.RequestRef)
 	}
 }

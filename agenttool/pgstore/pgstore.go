@@ -753,7 +753,7 @@ func recordArgs(r *storekit.Record) []any {
 	return []any{r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
 		nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.Expires),
 		r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label,
-		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil), int64(r.Definition), r.Input}
+		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil), int64(r.Definition), r.Input, r.StandsFor}
 }
 
 // nullDigest is a digest column's value: NULL for the zero digest.
@@ -831,10 +831,11 @@ func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 		noticeUntil      *time.Time
 		definition       int64
 		input            []byte
+		standsFor        string
 	)
 	dest := append([]any{&key, &tool, &state, &principal, &fp, &owner, &token, &lease, &attempts, &outcome,
 		&created, &updated, &expires, &retryApproved, &resolution, &session, &takenOver, &label,
-		&fenceScope, &replaces, &replacedBy, &noticeUntil, &definition, &input}, extra...)
+		&fenceScope, &replaces, &replacedBy, &noticeUntil, &definition, &input, &standsFor}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -842,6 +843,7 @@ func scanRecord(row rowScanner, extra ...any) (*storekit.Record, error) {
 		Key: key, Tool: tool, State: storekit.State(state), Owner: owner, Token: uint64(token),
 		Attempts: int(attempts), Outcome: outcome, Created: created, Updated: updated, RetryApproved: retryApproved,
 		TakenOver: takenOver, Label: label, Replaces: replaces, ReplacedBy: replacedBy, Definition: uint64(definition), Input: input,
+		StandsFor: standsFor,
 	}
 	if !r.State.Valid() || len(principal) != len(r.Principal) || len(fp) != len(r.Fingerprint) {
 		return nil, &storekit.CorruptRecordError{Key: key, Err: fmt.Errorf("state %d and digests of %d and %d bytes", state, len(principal), len(fp))}

@@ -150,9 +150,14 @@ var migrations = []string{
 		WHERE (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session;
 	DROP INDEX {s}.records_beside;
 	ALTER INDEX {s}.records_beside_11 RENAME TO records_beside;`,
+	// 12: the action a marked record stands in for
+	// (storekit.Record.StandsFor): '' for every other record, and for
+	// records marked before it. Adding a column with a constant default
+	// rewrites nothing.
+	`ALTER TABLE {s}.records ADD COLUMN stands_for text NOT NULL DEFAULT '';`,
 }
 
-const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input`
+const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input, stands_for`
 
 // holdsSlot is the SQL form of storekit.Record.HoldsSlot, the predicate of
 // the records_slot index.
@@ -306,14 +311,14 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it
 		// returns the keys it wrote. Its keys are distinct. An unknown
-		// outcome keeps the record's input and the later of its mark and
-		// the outcome's, and an approved one is kept while the mark lasts
-		// (storekit.DecideFinish).
+		// outcome keeps the record's input and its mark, and an approved
+		// one is kept while the mark lasts (storekit.DecideFinish).
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
 			attempts = v.attempts, outcome = v.outcome, updated = v.updated, retry_approved = v.retry_approved,
 			expires = CASE WHEN v.state = 4 AND v.expires IS NOT NULL THEN GREATEST(v.expires, r.notice_until) ELSE v.expires END,
 			resolution = COALESCE(v.resolution, r.resolution),
-			notice_until = CASE WHEN v.state = 4 THEN GREATEST(r.notice_until, v.notice_until) ELSE v.notice_until END,
+			notice_until = CASE WHEN v.state = 4 THEN r.notice_until ELSE v.notice_until END,
+			stands_for = CASE WHEN v.state = 4 THEN r.stands_for ELSE '' END,
 			input = CASE WHEN v.state = 4 THEN r.input END
 			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
 				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
@@ -325,16 +330,17 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
 		slotHolder:        `SELECT key FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot,
-		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
+		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
 			ON CONFLICT DO NOTHING`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
 			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24 WHERE key = $1`,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
 			expires = CASE WHEN $3::smallint = 4 AND $7::timestamptz IS NOT NULL THEN GREATEST($7, notice_until) ELSE $7 END, retry_approved = $8, resolution = COALESCE($9, resolution),
-			notice_until = CASE WHEN $3::smallint = 4 THEN GREATEST(notice_until, $11) ELSE $11 END,
+			notice_until = CASE WHEN $3::smallint = 4 THEN notice_until ELSE $11 END,
+			stands_for = CASE WHEN $3::smallint = 4 THEN stands_for ELSE '' END,
 			input = CASE WHEN $3::smallint = 4 THEN input END
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,

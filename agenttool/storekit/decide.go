@@ -167,7 +167,7 @@ func DecideLost(since time.Time, existing *Record, occupants []Record, req Claim
 		// An approved retry: the same action, its attempts and history kept.
 		presumed.Created, presumed.Attempts, presumed.Label = existing.Created, existing.Attempts, existing.Label
 		presumed.Resolution, presumed.Outcome, presumed.Input = existing.Resolution, existing.Outcome, existing.Input
-		presumed.Replaces, presumed.NoticeUntil = existing.Replaces, existing.NoticeUntil // and its mark (StandsInForApplied)
+		presumed.Replaces, presumed.NoticeUntil, presumed.StandsFor = existing.Replaces, existing.NoticeUntil, existing.StandsFor // and its mark (StandsInForApplied)
 		if existing.Definition != 0 {
 			presumed.Definition = existing.Definition
 		}
@@ -260,7 +260,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				// its model hears of the action it stands in for.
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
 				if !o.StandsInForApplied() {
-					o.NoticeUntil = time.Time{}
+					o.NoticeUntil, o.StandsFor = time.Time{}, ""
 				} // else closed, it keeps its mark: asked for again, it is held back by it
 				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry, o.Input = Failed, req.Key, "", time.Time{}, nil
 				o.TakenOver, o.RetryApproved = false, false
@@ -332,7 +332,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				rec.Input = existing.Input
 			}
 			if existing.State == Pending || existing.State == Unknown {
-				rec.NoticeUntil = existing.NoticeUntil // the mark of StandsInForApplied stays while it is open
+				rec.NoticeUntil, rec.StandsFor = existing.NoticeUntil, existing.StandsFor // the mark of StandsInForApplied stays while it is open
 			}
 		}
 		d.Result = ClaimResult{Claimed: true, TookOver: tookOver, HeldUntil: heldUntil, Since: since, Record: rec,
@@ -599,6 +599,9 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	if err := holds(existing, req.Key, req.Token); err != nil {
 		return Record{}, err
 	}
+	if req.State != Succeeded && !req.NoticeUntil.IsZero() {
+		return Record{}, fmt.Errorf("agenttool: finish %s in state %v with a notice: only a succeeded outcome has one (an open record is marked by Store.Mark): %w", req.Key, req.State, ErrInvalidRequest)
+	}
 	if req.RetryApproved && req.State != Unknown {
 		return Record{}, fmt.Errorf("agenttool: finish %s: only an unknown record can be approved for retry: %w", req.Key, ErrInvalidRequest)
 	}
@@ -609,16 +612,13 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	}
 	rec.Attempts, rec.Outcome, rec.Updated = req.Attempts, req.Outcome, req.Now
 	rec.RetryApproved = req.RetryApproved
-	rec.NoticeUntil = time.Time{}
+	rec.NoticeUntil, rec.StandsFor = time.Time{}, ""
 	switch req.State {
 	case Succeeded:
 		rec.NoticeUntil = req.NoticeUntil
 	case Unknown:
 		// Open still: it keeps its mark (StandsInForApplied).
-		rec.NoticeUntil = existing.NoticeUntil
-		if req.NoticeUntil.After(rec.NoticeUntil) {
-			rec.NoticeUntil = req.NoticeUntil
-		}
+		rec.NoticeUntil, rec.StandsFor = existing.NoticeUntil, existing.StandsFor
 	}
 	if req.State != Unknown {
 		rec.Input = nil // settled: nobody needs to find the action by its input
@@ -645,8 +645,10 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 // that may still run or be asked for again is marked — pending (whoever
 // holds it, live or not), unknown (approved for one more attempt or
 // not), or closed as replaced — if it is of req.Session; its mark becomes
-// the later of its own and req.Until, and a record that would expire
-// sooner is kept while the mark lasts, as [DecideFinish] keeps it. A
+// the later of its own and req.Until, naming the action it stands in for
+// (Record.StandsFor: req.For, with the later mark; an earlier mark keeps
+// its name), and a record that would expire sooner is kept while the mark
+// lasts, as [DecideFinish] keeps it. A
 // settled record (succeeded, or failed and not replaced) will not run
 // again and is left as it is, and so are another conversation's and one
 // past its lifetime at req.Now (asked for again, it is a new action).
@@ -654,15 +656,23 @@ func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 	if req.Until.IsZero() {
 		return Record{}, false, fmt.Errorf("agenttool: mark of %s with no end: %w", req.Key, ErrInvalidRequest)
 	}
+	if req.For == "" {
+		return Record{}, false, fmt.Errorf("agenttool: mark of %s names no action it stands in for: %w", req.Key, ErrInvalidRequest)
+	}
 	if existing == nil {
 		return Record{}, false, fmt.Errorf("agenttool: mark of %s: %w", req.Key, ErrNotFound)
 	}
 	rec := *existing
 	open := rec.State == Pending || rec.State == Unknown || (rec.State == Failed && rec.ReplacedBy != "")
-	if !open || rec.Session != req.Session || rec.expired(req.Now) || !req.Until.After(rec.NoticeUntil) {
+	later := req.Until.After(rec.NoticeUntil)
+	if !open || rec.Session != req.Session || rec.expired(req.Now) || !later && rec.StandsFor != "" {
 		return rec, false, nil
 	}
-	rec.NoticeUntil = req.Until
+	if !later {
+		rec.StandsFor = req.For // marked by an earlier version, which kept no name
+		return rec, true, nil
+	}
+	rec.NoticeUntil, rec.StandsFor = req.Until, req.For
 	if !rec.Expires.IsZero() && rec.NoticeUntil.After(rec.Expires) {
 		rec.Expires = rec.NoticeUntil
 	}

@@ -41,6 +41,10 @@
 // operator command retrysafe copy), it lists its records page by page
 // ([Exporter]) and takes them in bulk ([Importer]).
 //
+// A store keeps every field of a [Record] as it was written: the Decide
+// functions read them all (a mark's NoticeUntil and StandsFor among
+// them), and a field a store drops changes what its records decide.
+//
 // A record's Owner is an opaque string unique to the claim that holds it,
 // for logs and operators; nothing is read from it.
 package storekit

@@ -21,7 +21,7 @@ func TestDecideLostKeepsTheMarkOfAnApprovedStandIn(t *testing.T) {
 		Owner: "o", Now: now, Lease: time.Minute, Unkeyed: true, FenceScope: session, NoticeHold: 10 * time.Second}
 	marked := Record{Key: base.Key, Tool: base.Tool, State: Unknown, RetryApproved: true, Principal: base.Principal, Session: session,
 		Fingerprint: base.Fingerprint, Attempts: 1, Created: t0.Add(-time.Hour), Updated: t0.Add(-time.Minute), Expires: UntilTold,
-		FenceScope: session, Replaces: "send/a", NoticeUntil: UntilTold, Resolution: &Resolution{Verdict: "not applied", By: "ops"}}
+		FenceScope: session, Replaces: "send/a", NoticeUntil: UntilTold, StandsFor: "send/a", Resolution: &Resolution{Verdict: "not applied", By: "ops"}}
 	tokens := func() (uint64, error) { return 41, nil }
 
 	// Control: the same claim on a store that did not go back.
@@ -41,8 +41,34 @@ func TestDecideLostKeepsTheMarkOfAnApprovedStandIn(t *testing.T) {
 			t.Errorf("takeOver=%v: claimed=%v tookOver=%v lost=%v, record %v mark %v: want held back by its mark and told, as DecideClaim does",
 				takeOver, r.Claimed, r.TookOver, r.Lost, r.Record.State, r.Record.NoticeUntil)
 		}
-		if d.Write && r.Record.NoticeUntil.IsZero() {
-			t.Errorf("takeOver=%v: the record written (%v) has lost its mark (was %v)", takeOver, r.Record.State, marked.NoticeUntil)
+		if d.Write && (r.Record.NoticeUntil.IsZero() || r.Record.StandsFor != marked.StandsFor) {
+			t.Errorf("takeOver=%v: the record written (%v) has lost its mark (%v standing for %q; was %v for %q)",
+				takeOver, r.Record.State, r.Record.NoticeUntil, r.Record.StandsFor, marked.NoticeUntil, marked.StandsFor)
 		}
+	}
+}
+
+// A record marked by an earlier version keeps its mark and names none: a
+// mark that ends no later names it, and writes; a later one names its own
+// action; a record marked and named already keeps its name for a mark
+// that ends no later (nothing written).
+func TestDecideMarkNamesTheActionItStandsFor(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	session := Digest{2}
+	told := t0.Add(time.Hour)
+	legacy := Record{Key: "send/c", Tool: "send", State: Unknown, Session: session, Replaces: "send/b", NoticeUntil: told}
+	req := MarkRequest{Key: legacy.Key, Session: session, Until: told, For: "send/a", Now: t0}
+	got, write, err := DecideMark(&legacy, req)
+	if err != nil || !write || got.StandsFor != "send/a" || !got.NoticeUntil.Equal(told) {
+		t.Errorf("an earlier version's mark, marked again: %v for %q, write %v, %v; want named send/a, the mark as it was, written", got.NoticeUntil, got.StandsFor, write, err)
+	}
+	named := got
+	req.For = "send/z"
+	if again, write, err := DecideMark(&named, req); err != nil || write || again.StandsFor != "send/a" {
+		t.Errorf("a named mark, marked again no later: for %q, write %v, %v; want its name kept, nothing written", again.StandsFor, write, err)
+	}
+	req.Until = UntilTold
+	if later, write, err := DecideMark(&named, req); err != nil || !write || later.StandsFor != "send/z" || !later.NoticeUntil.Equal(UntilTold) {
+		t.Errorf("a named mark, marked again until told: %v for %q, write %v, %v; want the later mark and its name", later.NoticeUntil, later.StandsFor, write, err)
 	}
 }

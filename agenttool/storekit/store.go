@@ -324,6 +324,13 @@ type Record struct {
 	// decide about it, and once it is closed as replaced (asked for
 	// again, it would go on in that place).
 	NoticeUntil time.Time
+	// StandsFor, on a marked record (NoticeUntil on an open record, or
+	// one closed as replaced since), is the key of the action proved
+	// applied that it stands in for ([MarkRequest].For): the action its
+	// model is told of. It is set with the mark, kept while the mark is,
+	// and cleared with it. Empty on every other record, and on records
+	// marked by earlier versions.
+	StandsFor string
 	// Input is the action's input, as the tool's codec encoded it, kept
 	// while the action may be unknown, for a reconciler that must find the
 	// action by what it asked (a tool with Options.KeepInput): written by
@@ -490,7 +497,10 @@ type MarkRequest struct {
 	// Until is when the mark ends: [UntilTold], until the record's model
 	// is told.
 	Until time.Time
-	Now   time.Time
+	// For is the key of the action proved applied, which the record
+	// stands in for (Record.StandsFor). Required.
+	For string
+	Now time.Time
 }
 
 // FinishRequest moves a pending record to a final state.
@@ -518,10 +528,9 @@ type FinishRequest struct {
 	Resolution *Resolution
 	// NoticeUntil (with State Succeeded) is kept as the record's
 	// NoticeUntil: the action's outcome had been unknown, and the scope's
-	// other new writes are told of it until then. With State Unknown it
-	// marks the action as one that went on in place of an action proved
-	// applied (Record.NoticeUntil): the record keeps the later of its mark
-	// and this one.
+	// other new writes are told of it until then. Zero with any other
+	// state: an unknown outcome keeps the record's mark, which only
+	// [Store.Mark] sets.
 	NoticeUntil time.Time
 }
 

@@ -367,9 +367,9 @@ func testSlotBesideTellsItsOwnSessionFirst(t *testing.T, h Harness) {
 }
 
 // testSlotStandsInForApplied: an open action marked as standing in for
-// an action proved applied (Record.NoticeUntil on an unknown record: it
-// went on in that action's place) keeps its mark, and what it went on in
-// place of, while it is open — taken over by a claim or by the sweeper,
+// an action proved applied (Store.Mark: Record.NoticeUntil and StandsFor
+// on an unknown record: it went on in that action's place) keeps its
+// mark, its name and what it went on in place of, while it is open — taken over by a claim or by the sweeper,
 // given back unknown, approved — and is kept while it lasts. A claim that
 // answers a model is held back by it, its own and one in its place,
 // until its model is told and NoticeHold passes; a claim that answers
@@ -385,8 +385,14 @@ func testSlotStandsInForApplied(t *testing.T, h Harness) {
 			t.Fatalf("claim of %s: %+v; want granted", req.Key, res)
 		}
 		f := finish(req.Key, res.Record.Token, agenttool.Unknown, at)
-		f.RetryApproved, f.NoticeUntil = approved, mark
+		f.RetryApproved = approved
 		if err := st.Finish(bg, f); err != nil {
+			t.Fatal(err)
+		}
+		if mark.IsZero() {
+			return
+		}
+		if _, err := st.Mark(bg, storekit.MarkRequest{Key: req.Key, Session: req.Session, Until: mark, For: tool + "/applied", Now: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -404,9 +410,9 @@ func testSlotStandsInForApplied(t *testing.T, h Harness) {
 	marked := func(when string) agenttool.Record {
 		t.Helper()
 		rec, err := other.Get(bg, b.Key)
-		if err != nil || !rec.StandsInForApplied() || !rec.NoticeUntil.Equal(storekit.UntilTold) || rec.Replaces != a.Key || !rec.HoldsSlot() {
-			t.Fatalf("%s: %v mark %v in place of %q holds the slot %v, %v; want marked until told, in place of %s, in its slot",
-				when, rec.State, rec.NoticeUntil, rec.Replaces, rec.HoldsSlot(), err, a.Key)
+		if err != nil || !rec.StandsInForApplied() || !rec.NoticeUntil.Equal(storekit.UntilTold) || rec.Replaces != a.Key || !rec.HoldsSlot() || rec.StandsFor != tool+"/applied" {
+			t.Fatalf("%s: %v mark %v standing for %q in place of %q holds the slot %v, %v; want marked until told, standing for %s/applied, in place of %s, in its slot",
+				when, rec.State, rec.NoticeUntil, rec.StandsFor, rec.Replaces, rec.HoldsSlot(), err, tool, a.Key)
 		}
 		return rec
 	}
@@ -465,9 +471,9 @@ func testSlotStandsInForApplied(t *testing.T, h Harness) {
 	in.Now = at.Add(11 * time.Second)
 	granted(t, "a write in its place once NoticeHold has passed", mustClaim(t, other, in))
 	if rec, err := s.Get(bg, b.Key); err != nil || rec.State != agenttool.Failed || rec.ReplacedBy != in.Key || rec.StandsInForApplied() ||
-		!rec.NoticeUntil.Equal(at.Add(10*time.Second)) {
-		t.Errorf("the marked action after a write went on in its place: %v replaced by %q, mark %v, %v; want failed, replaced, its mark kept",
-			rec.State, rec.ReplacedBy, rec.NoticeUntil, err)
+		!rec.NoticeUntil.Equal(at.Add(10*time.Second)) || rec.StandsFor != tool+"/applied" {
+		t.Errorf("the marked action after a write went on in its place: %v replaced by %q, mark %v standing for %q, %v; want failed, replaced, its mark and its name kept",
+			rec.State, rec.ReplacedBy, rec.NoticeUntil, rec.StandsFor, err)
 	}
 }
 
@@ -861,22 +867,31 @@ func testSlotBesideOwnKey(t *testing.T, h Harness) {
 
 // testMark: a mark (storekit.DecideMark) is set on a write of the applied
 // action's conversation whoever holds it — here a live call, on one
-// replica, marked from another — and everything written after keeps it:
-// the holder's unknown outcome, an approval (kept while the mark lasts,
-// past its lifetime), a takeover, a replacement. A settled write, another
-// conversation's, one past its lifetime or a missing key are left as they
-// are.
+// replica, marked from another — and everything written after keeps it,
+// and the name of the action it stands for: the holder's unknown outcome,
+// an approval (kept while the mark lasts, past its lifetime), a takeover,
+// a replacement. A settled write, another conversation's, one past its
+// lifetime or a missing key are left as they are; a succeeded outcome
+// clears the mark. A mark with no end or no name, and an outcome other
+// than succeeded with a notice, are refused.
 func testMark(t *testing.T, h Harness) {
 	s := h.Open(t)
 	other := twinOf(t, h, s)
 	tool, scope := newSlot()
+	applied := tool + "/applied"
 	mark := func(st agenttool.Store, key string, session agenttool.Digest, now time.Time) agenttool.Record {
 		t.Helper()
-		rec, err := st.Mark(bg, storekit.MarkRequest{Key: key, Session: session, Until: storekit.UntilTold, Now: now})
+		rec, err := st.Mark(bg, storekit.MarkRequest{Key: key, Session: session, Until: storekit.UntilTold, For: applied, Now: now})
 		if err != nil {
 			t.Fatalf("Mark(%s): %v", key, err)
 		}
 		return rec
+	}
+	names := func(what string, rec agenttool.Record) {
+		t.Helper()
+		if rec.StandsFor != applied {
+			t.Errorf("%s: stands for %q; want %q, the action the mark names", what, rec.StandsFor, applied)
+		}
 	}
 	get := func(key string) agenttool.Record {
 		t.Helper()
@@ -892,13 +907,22 @@ func testMark(t *testing.T, h Harness) {
 	held := mustClaim(t, s, b)
 	if rec := mark(other, b.Key, scope, t0); rec.State != agenttool.Pending || !rec.NoticeUntil.Equal(storekit.UntilTold) || rec.Token != held.Record.Token {
 		t.Fatalf("marked while held: %v mark %v token %d; want pending, marked until told, still held by %d", rec.State, rec.NoticeUntil, rec.Token, held.Record.Token)
+	} else {
+		names("marked while held", rec)
 	}
 	f := finish(b.Key, held.Record.Token, agenttool.Unknown, t0.Add(time.Second))
+	f.NoticeUntil = t0.Add(time.Hour)
+	if err := s.Finish(bg, f); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("an unknown outcome with a notice: %v; want ErrInvalidRequest (only Mark marks an open record)", err)
+	}
+	f = finish(b.Key, held.Record.Token, agenttool.Unknown, t0.Add(time.Second))
 	if err := s.Finish(bg, f); err != nil {
 		t.Fatalf("the holder's outcome after the mark: %v; want written (a mark is not a takeover)", err)
 	}
 	if rec := get(b.Key); rec.State != agenttool.Unknown || !rec.StandsInForApplied() || !rec.NoticeUntil.Equal(storekit.UntilTold) || !rec.HoldsSlot() {
 		t.Fatalf("its outcome unknown: %v mark %v, holds the slot %v; want the mark kept, in its slot", rec.State, rec.NoticeUntil, rec.HoldsSlot())
+	} else {
+		names("its outcome unknown", rec)
 	}
 	// Taken over (a sweeper), then approved for one more attempt.
 	take := b
@@ -907,6 +931,7 @@ func testMark(t *testing.T, h Harness) {
 	if !took.Claimed || !took.Record.NoticeUntil.Equal(storekit.UntilTold) {
 		t.Fatalf("taken over: claimed %v, mark %v; want the mark kept", took.Claimed, took.Record.NoticeUntil)
 	}
+	names("taken over", took.Record)
 	f = finish(b.Key, took.Record.Token, agenttool.Unknown, t0.Add(3*time.Second))
 	f.RetryApproved = true
 	if err := other.Finish(bg, f); err != nil {
@@ -914,6 +939,8 @@ func testMark(t *testing.T, h Harness) {
 	}
 	if rec := get(b.Key); !rec.RetryApproved || !rec.StandsInForApplied() || rec.Expires.Before(t0.Add(100*24*time.Hour)) {
 		t.Fatalf("approved: approved %v, mark %v, expires %v; want kept while the mark lasts", rec.RetryApproved, rec.NoticeUntil, rec.Expires)
+	} else {
+		names("approved", rec)
 	}
 	if n, err := storekit.SweepAll(bg, s, t0.Add(48*time.Hour), 0, nil); err != nil || get(b.Key).State != agenttool.Unknown {
 		t.Fatalf("a sweep two days later (%d deleted, %v) dropped the approved marked record", n, err)
@@ -950,6 +977,22 @@ func testMark(t *testing.T, h Harness) {
 	if rec := mark(other, d.Key, d.Session, t0.Add(2*time.Second)); rec.State != agenttool.Failed || rec.ReplacedBy != e.Key || !rec.NoticeUntil.Equal(storekit.UntilTold) || !rec.Expires.Equal(storekit.UntilTold) {
 		t.Errorf("replaced, then marked: %v by %q, mark %v, expires %v; want marked, kept until told, naming E", rec.State, rec.ReplacedBy, rec.NoticeUntil, rec.Expires)
 	}
+	names("replaced, then marked", get(d.Key))
+
+	// Its approved attempt succeeds: settled, it stands in for nothing.
+	// (Its notice is its own.)
+	again := c
+	again.Owner, again.Now = "approved-attempt", t0.Add(2*time.Minute)
+	ares := granted(t, "the approved attempt of C, for no model", mustClaim(t, other, again))
+	names("C's approved attempt", ares.Record)
+	f = finish(c.Key, ares.Record.Token, agenttool.Succeeded, t0.Add(2*time.Minute))
+	f.NoticeUntil = t0.Add(3 * time.Minute)
+	if err := other.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	if rec := get(c.Key); rec.StandsFor != "" || rec.StandsInForApplied() || !rec.NoticeUntil.Equal(f.NoticeUntil) {
+		t.Errorf("C succeeded: stands for %q, mark %v (stands in %v); want its own notice, standing for nothing", rec.StandsFor, rec.NoticeUntil, rec.StandsInForApplied())
+	}
 
 	// Left as they are.
 	for _, tc := range []struct {
@@ -980,10 +1023,13 @@ func testMark(t *testing.T, h Harness) {
 			t.Errorf("%s, marked, read back: mark %v expires %v; want left as it was", tc.what, rec.NoticeUntil, rec.Expires)
 		}
 	}
-	if _, err := s.Mark(bg, storekit.MarkRequest{Key: newKey(), Until: storekit.UntilTold, Now: t0}); !errors.Is(err, agenttool.ErrNotFound) {
+	if _, err := s.Mark(bg, storekit.MarkRequest{Key: newKey(), Until: storekit.UntilTold, For: applied, Now: t0}); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("Mark of a missing key: %v; want ErrNotFound", err)
 	}
-	if _, err := s.Mark(bg, storekit.MarkRequest{Key: b.Key, Session: scope, Now: t0}); !errors.Is(err, agenttool.ErrInvalidRequest) {
+	if _, err := s.Mark(bg, storekit.MarkRequest{Key: b.Key, Session: scope, For: applied, Now: t0}); !errors.Is(err, agenttool.ErrInvalidRequest) {
 		t.Errorf("Mark with no end: %v; want ErrInvalidRequest", err)
+	}
+	if _, err := s.Mark(bg, storekit.MarkRequest{Key: b.Key, Session: scope, Until: storekit.UntilTold, Now: t0}); !errors.Is(err, agenttool.ErrInvalidRequest) {
+		t.Errorf("Mark naming no action: %v; want ErrInvalidRequest", err)
 	}
 }

@@ -240,6 +240,13 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 				"Tell the user it is pending: a person must settle it before %s can run again.", name, where, other, name)
 		}
 	case reasonEarlierApplied:
+		if other == "" {
+			// A mark made by an earlier version, whose action no record
+			// kept names any more.
+			fail(envelope.CodeEarlierApplied, fmt.Sprintf("an earlier %s of this %s, whose outcome was unknown, was confirmed done (its record is no longer kept); this call was not run", name, fence),
+				envelope.AskHuman, fmt.Sprintf("An earlier %s %s was confirmed done; nothing new was done. Tell the user, and ask before doing it again.", name, where))
+			break
+		}
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
 		fail(envelope.CodeEarlierApplied, fmt.Sprintf("an earlier %s of this %s (%s), whose outcome was unknown, was confirmed done; this call was not run", name, fence, other),
 			envelope.AskHuman, fmt.Sprintf("An earlier %s %s was confirmed done (reference %s); nothing new was done. "+

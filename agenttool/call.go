@@ -405,8 +405,11 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 		// on (it may be that action reworded): the store told the model
 		// by this answer, before that write, or anything in its place,
 		// runs.
-		applied := c.t.standsInFor(c.ctx, o)
-		return c.answer(slotNotice, answer{reason: reasonEarlierApplied, other: &applied, result: c.t.storedResult(applied)})
+		a := answer{reason: reasonEarlierApplied}
+		if applied := c.t.standsInFor(c.ctx, o); applied.Key != "" {
+			a.other, a.result = &applied, c.t.storedResult(applied)
+		}
+		return c.answer(slotNotice, a)
 	case o.State == Pending && now.Before(o.LeaseExpiry) && o.TakenOver:
 		return c.answer(slotRunning, answer{reason: reasonEarlierUnknown, other: &o, why: "it is being verified right now"})
 	case o.State == Pending && now.Before(o.LeaseExpiry):
@@ -436,8 +439,10 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 // (o.StandsInForApplied): the one its mark names (Record.StandsFor), with
 // its result while its record is kept — it expires with its key and
 // notice — or, no longer found, its key alone. A record marked by an
-// earlier version names none: the first succeeded record along the
-// actions o replaced, one after another, is taken for it.
+// earlier version names none: the first succeeded record of o's
+// conversation along the actions o replaced, one after another, is taken
+// for it; if the walk meets a record no longer kept, which may have been
+// that action or another conversation's, none is named (a zero Record).
 func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
 	if o.StandsFor != "" {
 		if r, err := t.cfg.Store.Get(ctx, o.StandsFor); err == nil && r.State == Succeeded {
@@ -450,15 +455,15 @@ func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
 		r, err := t.cfg.Store.Get(ctx, key)
 		switch {
 		case err != nil:
-		case r.State == Succeeded:
+			return Record{}
+		case r.State == Succeeded && r.Session == o.Session:
 			return r
-		case r.Replaces != "":
-			key = r.Replaces
-			continue
+		case r.Replaces == "":
+			return Record{}
 		}
-		break
+		key = r.Replaces
 	}
-	return Record{Key: key, State: Succeeded}
+	return Record{}
 }
 
 // replacing is the replacement of o by this call's action: what o's record

@@ -523,7 +523,7 @@ func (t *Tool) markChain(ctx context.Context, rec Record, except string) (map[st
 		case err != nil:
 			return nil, fmt.Errorf("marking %s, which went on in its place: %w", key, err)
 		}
-		if got.Session == rec.Session && got.NoticeUntil.Equal(storekit.UntilTold) {
+		if got.Session == rec.Session && got.NoticeUntil.Equal(storekit.UntilTold) && got.StandsFor == rec.Key {
 			marked[key] = true
 		}
 		if got.State != Failed || got.ReplacedBy == "" || got.ReplacedBy == rec.Key {

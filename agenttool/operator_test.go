@@ -1875,6 +1875,124 @@ func TestOperator_TheNoticeNamesTheActionAppliedNotAnotherConversationsWrite(t *
 	})
 }
 
+// Two actions of one chain of wordings are proved applied, the first's
+// answer first: A → B → C, A and B delivered (people found both not
+// applied, wrongly), C unknown. Each late answer marks C; C names the
+// action proved last — B, the one it went on in place of — and the
+// operator's word that C waits for its model to hear of B is true. (Found
+// by a review: the first name stuck, C's model was told of A alone and
+// B's answer said C waited to be told of B.)
+func TestOperator_TheNoticeNamesTheActionProvedAppliedLast(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		clk := newClock()
+		m := &mailServer{script: func(n int) (bool, error) { return n <= 2, errLostReply }}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var refs []string
+		for _, in := range []string{lunch, lunchRephrased, lunchRephrased2} {
+			e := tool.Invoke(scoped(), in)
+			mustStatus(t, e, envelope.UnknownOutcome)
+			refs = append(refs, e.RequestRef)
+			if in != lunchRephrased2 {
+				clk.Advance(32 * time.Second)
+				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the log"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		clk.Advance(time.Minute)
+		for i, result := range []string{`{"id":"m-1"}`, `{"id":"m-2"}`} {
+			_, err := op.SettleByAnswer(ctx, refs[i], 1, reconcile.AppliedWith([]byte(result)), "late")
+			if !errors.Is(err, agenttool.ErrContradicted) || !strings.Contains(err.Error(), "waits for its conversation's model") {
+				t.Fatalf("the late answer about %s: %v; want applied aside, C waiting for its model to hear of it", refs[i], err)
+			}
+			if rec, err := op.Show(ctx, refs[2]); err != nil || !rec.StandsInForApplied() || rec.StandsFor != refs[i] {
+				t.Fatalf("C after the answer about %s: marked %v standing for %q, %v; want it named", refs[i], rec.StandsInForApplied(), rec.StandsFor, err)
+			}
+		}
+		again := tool.Invoke(scoped(), lunchRephrased2)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != refs[1] {
+			t.Errorf("C asked again: %s; want earlier_action_applied naming B (%s), the action proved applied last", again, refs[1])
+		}
+		if n := m.count(); n != 2 {
+			t.Errorf("%d emails; want A's and B's, which people found not applied, and no more", n)
+		}
+	})
+}
+
+// A mark made by an earlier version names no action (Record.StandsFor
+// empty): the notice is never another conversation's write it walks back
+// through. The setting of
+// TestOperator_TheNoticeNamesTheActionAppliedNotAnotherConversationsWrite,
+// with the store as that version left it: once X's record has expired, C
+// asked again is held back, and its model told of A or of no action by
+// name — never of X. (Found by a review: the walk named the gap.)
+func TestOperator_AMarkOfAnEarlierVersionNeverNamesAnotherConversationsWrite(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		src := memstore.New()
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: src, Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		m.script = notDeliveredUntil4
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		x := tool.Invoke(other, `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		mustStatus(t, x, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, x.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		c := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		clk.Advance(20 * time.Hour)
+		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v; want applied", v, err)
+		}
+		recs, _, err := src.Export(ctx, "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range recs {
+			recs[i].StandsFor = "" // as the version before wrote them
+		}
+		dst := open()
+		if err := dst.(storekit.Importer).Import(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		tool2 := newEmailTool(t, m, agenttool.Options{Store: dst, Fence: agenttool.FencePrincipal, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op2, err := agenttool.NewOperator(dst, tool2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(7 * time.Hour)
+		if _, err := op2.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op2.Show(ctx, x.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Fatalf("X a day later: %v; want swept (the test needs the gap)", err)
+		}
+		again := tool2.Invoke(scoped(), lunchRephrased)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("C asked again: %s; want earlier_action_applied", again)
+		}
+		if again.Earlier != nil && again.Earlier.RequestRef != a.RequestRef {
+			t.Errorf("conversation-9's model is told %s applied (X, conversation-10's invoice, sent %d times), not A (%s): %s",
+				again.Earlier.RequestRef, m.sent(x.RequestRef), a.RequestRef, errMsg(again))
+		}
+		if strings.Contains(errMsg(again)+again.Note, x.RequestRef) {
+			t.Errorf("conversation-9's model is shown another conversation's reference: %s", again)
+		}
+		if n := m.count(); n != 1 {
+			t.Errorf("%d emails; want A's alone", n)
+		}
+	})
+}
+
 // Under a principal's fence, the order of two events decides between one
 // email and two. A (lunch, conversation-9) is found not applied; B (lunch
 // reworded, conversation-9) goes on in its place and is found not applied

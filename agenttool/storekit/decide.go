@@ -645,10 +645,11 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 // that may still run or be asked for again is marked — pending (whoever
 // holds it, live or not), unknown (approved for one more attempt or
 // not), or closed as replaced — if it is of req.Session; its mark becomes
-// the later of its own and req.Until, naming the action it stands in for
-// (Record.StandsFor: req.For, with the later mark; an earlier mark keeps
-// its name), and a record that would expire sooner is kept while the mark
-// lasts, as [DecideFinish] keeps it. A
+// the later of its own and req.Until, and it names the action it stands
+// in for (Record.StandsFor): req.For, the action proved applied last —
+// its model, told of one before, is told of this one too — and a record
+// that would expire sooner is kept while the mark lasts, as
+// [DecideFinish] keeps it. A
 // settled record (succeeded, or failed and not replaced) will not run
 // again and is left as it is, and so are another conversation's and one
 // past its lifetime at req.Now (asked for again, it is a new action).
@@ -665,14 +666,13 @@ func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 	rec := *existing
 	open := rec.State == Pending || rec.State == Unknown || (rec.State == Failed && rec.ReplacedBy != "")
 	later := req.Until.After(rec.NoticeUntil)
-	if !open || rec.Session != req.Session || rec.expired(req.Now) || !later && rec.StandsFor != "" {
+	if !open || rec.Session != req.Session || rec.expired(req.Now) || !later && rec.StandsFor == req.For {
 		return rec, false, nil
 	}
-	if !later {
-		rec.StandsFor = req.For // marked by an earlier version, which kept no name
-		return rec, true, nil
+	if later {
+		rec.NoticeUntil = req.Until
 	}
-	rec.NoticeUntil, rec.StandsFor = req.Until, req.For
+	rec.StandsFor = req.For
 	if !rec.Expires.IsZero() && rec.NoticeUntil.After(rec.Expires) {
 		rec.Expires = rec.NoticeUntil
 	}

@@ -49,9 +49,9 @@ func TestDecideLostKeepsTheMarkOfAnApprovedStandIn(t *testing.T) {
 }
 
 // A record marked by an earlier version keeps its mark and names none: a
-// mark that ends no later names it, and writes; a later one names its own
-// action; a record marked and named already keeps its name for a mark
-// that ends no later (nothing written).
+// mark that ends no later names it, and writes. A mark for another action
+// proved applied after names that one, the later of the two marks kept —
+// its model is told of it too — and the same mark again writes nothing.
 func TestDecideMarkNamesTheActionItStandsFor(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	session := Digest{2}
@@ -63,12 +63,15 @@ func TestDecideMarkNamesTheActionItStandsFor(t *testing.T) {
 		t.Errorf("an earlier version's mark, marked again: %v for %q, write %v, %v; want named send/a, the mark as it was, written", got.NoticeUntil, got.StandsFor, write, err)
 	}
 	named := got
-	req.For = "send/z"
 	if again, write, err := DecideMark(&named, req); err != nil || write || again.StandsFor != "send/a" {
-		t.Errorf("a named mark, marked again no later: for %q, write %v, %v; want its name kept, nothing written", again.StandsFor, write, err)
+		t.Errorf("the same mark again: for %q, write %v, %v; want nothing written", again.StandsFor, write, err)
+	}
+	req.For = "send/b"
+	if next, write, err := DecideMark(&named, req); err != nil || !write || next.StandsFor != "send/b" || !next.NoticeUntil.Equal(told) {
+		t.Errorf("a mark for another action proved applied after: %v for %q, write %v, %v; want named send/b, the mark as it was", next.NoticeUntil, next.StandsFor, write, err)
 	}
 	req.Until = UntilTold
-	if later, write, err := DecideMark(&named, req); err != nil || !write || later.StandsFor != "send/z" || !later.NoticeUntil.Equal(UntilTold) {
-		t.Errorf("a named mark, marked again until told: %v for %q, write %v, %v; want the later mark and its name", later.NoticeUntil, later.StandsFor, write, err)
+	if later, write, err := DecideMark(&named, req); err != nil || !write || later.StandsFor != "send/b" || !later.NoticeUntil.Equal(UntilTold) {
+		t.Errorf("a later mark for it: %v for %q, write %v, %v; want the later mark and its name", later.NoticeUntil, later.StandsFor, write, err)
 	}
 }

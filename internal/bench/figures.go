@@ -73,6 +73,13 @@ func figures(rep Report) []Figure {
 					Value: c.GroupedOnStoreTable / c.Grouped, Information: true},
 				Figure{Name: "pg_64_vs_grouped_on_store_table_64", What: "pgstore, 64 callers: guarded calls per second against the floor on a copy of the store's table: what the store decides and the engine around it take",
 					Value: c.Guarded / c.GroupedOnStoreTable, Information: true})
+			if c.StoreAlone > 0 {
+				fs = append(fs,
+					Figure{Name: "pg_64_store_alone_vs_grouped_on_store_table_64", What: "pgstore, 64 callers: the store's own Claim and Finish, no tool around them, against the floor on a copy of its table: what its statements and decisions take",
+						Value: c.StoreAlone / c.GroupedOnStoreTable, Information: true},
+					Figure{Name: "pg_64_engine_cpu_us", What: "pgstore, 64 callers: this process's CPU a guarded call takes beyond the store's own calls, µs (the engine, on the cores PostgreSQL shares)",
+						Value: c.ClientCPU.Guarded - c.ClientCPU.StoreAlone, Information: true})
+			}
 		}
 		if c := pg.at(64); c != nil {
 			fs = append(fs, Figure{Name: "pg_64_vs_wide_pair_64",

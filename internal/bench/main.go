@@ -265,10 +265,15 @@ func printTable(w io.Writer, rep Report) {
 		fmt.Fprintln(w)
 		line("pgstore, callers", "guarded calls/s", fmt.Sprintf("bare pair calls/s (pool of %d)", pg.PoolConns),
 			fmt.Sprintf("bare pair calls/s (pool of %d)", pg.WidePoolConns), "pair group-committed by hand calls/s",
-			"the same on the store's table calls/s", "guarded / bare", "guarded / grouped", "guarded / grouped on the store's table")
+			"the same on the store's table calls/s", "the store alone calls/s", "guarded / bare", "guarded / grouped", "guarded / grouped on the store's table")
 		for _, c := range pg.Concurrency {
-			line(fmt.Sprint(c.Callers), f0(c.Guarded), f0(c.Bare), f0(c.BareWide), f0(c.Grouped), f0(c.GroupedOnStoreTable),
+			line(fmt.Sprint(c.Callers), f0(c.Guarded), f0(c.Bare), f0(c.BareWide), f0(c.Grouped), f0(c.GroupedOnStoreTable), f0(c.StoreAlone),
 				f2(c.Guarded/c.Bare), f2(c.Guarded/c.Grouped), f2(c.Guarded/c.GroupedOnStoreTable))
+		}
+		fmt.Fprintln(w)
+		line("pgstore, callers", "this process's CPU, µs/call: guarded", "the store alone", "grouped on the store's table")
+		for _, c := range pg.Concurrency {
+			line(fmt.Sprint(c.Callers), f1(c.ClientCPU.Guarded), f1(c.ClientCPU.StoreAlone), f1(c.ClientCPU.GroupedOnStoreTable))
 		}
 		fmt.Fprintf(w, "group commit: %.1f claims and %.1f outcomes per shared commit\n", pg.ClaimsPerBatch, pg.OutcomesPerBatch)
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
@@ -44,7 +47,26 @@ type PGConcResult struct {
 	// GroupedOnStoreTable is the grouped pair on a copy of the store's
 	// table, with its indexes.
 	GroupedOnStoreTable float64
+	// StoreAlone is the store's own Claim and Finish, with no tool
+	// around them: its statements, decisions and group commit.
+	StoreAlone float64
+	// ClientCPU is this process's CPU time per call (µs) while guarded
+	// calls, the store alone and the grouped pair on the store's table
+	// ran: what each costs beside PostgreSQL on a machine they share.
+	ClientCPU struct{ Guarded, StoreAlone, GroupedOnStoreTable float64 }
 }
+
+// shapedKey returns the i-th key of a baseline: a key of the shape
+// agenttool gives an action (the tool's name, then 32 base32 letters of a
+// digest), so that a baseline's rows land in the key's index where a
+// call's do — spread, not appended at its end, which costs PostgreSQL a
+// third more at 64 callers.
+func shapedKey(i int64) string {
+	sum := sha256.Sum256(binary.BigEndian.AppendUint64(nil, uint64(i)))
+	return "send_email/" + keyEncoding.EncodeToString(sum[:20])
+}
+
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // wideConns is the size of the bare pair's wide pool: within PostgreSQL's
 // default max_connections (100), with the store's pool beside it.
@@ -94,7 +116,7 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 	var seq atomic.Int64
 	digest := make([]byte, 32)
 	pairOn := func(pool *pgxpool.Pool) error {
-		key := "send_email/" + strconv.FormatInt(seq.Add(1), 10) + "abcdefghijklmnopqrstuvwxyz"
+		key := shapedKey(seq.Add(1))
 		now := time.Now()
 		var token int64
 		if err := pool.QueryRow(ctx, `INSERT INTO `+bare+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated)
@@ -122,6 +144,29 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 		}
 		return nil
 	}
+	outcome := []byte(`{"version":2,"status":"success","tool":"send_email","request_ref":"send_email/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","attempts":1,"result":{"message_id":"<1@mail.example>"},"next":"continue"}`)
+	alone := func(g int) error {
+		key, scope := shapedKey(seq.Add(1)), storekit.Digest{0x5e, byte(g), byte(g >> 8)}
+		now := time.Now()
+		res, err := store.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: storekit.Digest{1}, Session: scope,
+			Fingerprint: storekit.Digest{2}, Owner: key, Now: now, Lease: time.Minute, FenceScope: scope})
+		if err != nil || !res.Claimed {
+			return fmt.Errorf("claim %s: %+v, %v", key, res, err)
+		}
+		return store.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: storekit.Succeeded,
+			Attempts: 1, Outcome: outcome, Now: now, TTL: 24 * time.Hour})
+	}
+	// timed runs fn at c callers and adds its calls per second and this
+	// process's CPU per call, a third each, to rate and cpu.
+	timed := func(c, count int, fn func(int) error, rate, cpu *float64) error {
+		before := processCPU()
+		v, err := fanOut(c, count, fn)
+		*rate += v / 3
+		if cpu != nil {
+			*cpu += float64((processCPU() - before).Microseconds()) / float64(count) / 3
+		}
+		return err
+	}
 	before := store.GroupCommitStats()
 	for _, c := range callers {
 		r := PGConcResult{Callers: c}
@@ -129,31 +174,25 @@ func measurePG(ctx context.Context, url string, n int) (*PGResult, error) {
 		// alike.
 		for range 3 {
 			count := max(3*c, n)
-			v, err := fanOut(c, count, call)
-			if err != nil {
+			cpu := &r.ClientCPU
+			if err := timed(c, count, call, &r.Guarded, &cpu.Guarded); err != nil {
 				return nil, err
 			}
-			r.Guarded += v / 3
-			if v, err = fanOut(c, count, func(int) error { return pairOn(store.Pool()) }); err != nil {
+			if err := timed(c, count, func(int) error { return pairOn(store.Pool()) }, &r.Bare, nil); err != nil {
 				return nil, err
 			}
-			r.Bare += v / 3
-			if v, err = fanOut(c, count, func(int) error { return pairOn(wide) }); err != nil {
+			if err := timed(c, count, func(int) error { return pairOn(wide) }, &r.BareWide, nil); err != nil {
 				return nil, err
 			}
-			r.BareWide += v / 3
-			if v, err = fanOut(c, count, func(int) error {
-				return grouped("send_email/g" + strconv.FormatInt(seq.Add(1), 10) + "abcdefghijklmnopqrstuvwxyz")
-			}); err != nil {
+			if err := timed(c, count, func(int) error { return grouped(shapedKey(seq.Add(1))) }, &r.Grouped, nil); err != nil {
 				return nil, err
 			}
-			r.Grouped += v / 3
-			if v, err = fanOut(c, count, func(int) error {
-				return groupedOnStore("send_email/s" + strconv.FormatInt(seq.Add(1), 10) + "abcdefghijklmnopqrstuvwxyz")
-			}); err != nil {
+			if err := timed(c, count, func(int) error { return groupedOnStore(shapedKey(seq.Add(1))) }, &r.GroupedOnStoreTable, &cpu.GroupedOnStoreTable); err != nil {
 				return nil, err
 			}
-			r.GroupedOnStoreTable += v / 3
+			if err := timed(c, count, alone, &r.StoreAlone, &cpu.StoreAlone); err != nil {
+				return nil, err
+			}
 		}
 		res.Concurrency = append(res.Concurrency, r)
 	}

@@ -976,7 +976,13 @@ func (c *call) done() {
 		h(c.ctx, WaitedEvent{Tool: c.t.name, RequestRef: c.ref, Duration: time.Since(c.waited),
 			GaveUp: c.moves > 0 && c.path[min(c.moves, maxPath)-1] == phaseWait})
 	}
-	if h := cfg.Hooks.Fenced; h != nil && c.env.Earlier != nil && c.env.Earlier.RequestRef != c.ref && c.ans.other != nil {
+	h := cfg.Hooks.Fenced
+	switch {
+	case h == nil:
+	case c.ans.reason == reasonEarlierApplied && c.ans.other == nil:
+		// Held back by a mark that names no action kept.
+		h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, EarlierState: envelope.ActionSucceeded})
+	case c.env.Earlier != nil && c.env.Earlier.RequestRef != c.ref && c.ans.other != nil:
 		switch c.ans.reason {
 		case reasonEarlierRunning, reasonEarlierUnknown, reasonEarlierApplied, reasonEarlierDone:
 			h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, Earlier: c.env.Earlier.RequestRef, EarlierState: c.env.Earlier.State})

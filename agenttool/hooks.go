@@ -121,7 +121,7 @@ type ReconcileEvent struct {
 type FencedEvent struct {
 	Tool       string
 	RequestRef string // the call's
-	Earlier    string // the earlier action's reference
+	Earlier    string // the earlier action's reference; empty if no record kept names it any more
 	// EarlierState is what became of the earlier action: unknown, or
 	// applied (the call is held back so that the user hears of it first).
 	EarlierState envelope.ActionState

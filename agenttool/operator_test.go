@@ -1963,8 +1963,10 @@ func TestOperator_AMarkOfAnEarlierVersionNeverNamesAnotherConversationsWrite(t *
 		if err := dst.(storekit.Importer).Import(ctx, recs); err != nil {
 			t.Fatal(err)
 		}
+		var fenced []agenttool.FencedEvent
 		tool2 := newEmailTool(t, m, agenttool.Options{Store: dst, Fence: agenttool.FencePrincipal, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+			Hooks: agenttool.Hooks{Fenced: func(_ context.Context, e agenttool.FencedEvent) { fenced = append(fenced, e) }}})
 		op2, err := agenttool.NewOperator(dst, tool2)
 		if err != nil {
 			t.Fatal(err)
@@ -1986,6 +1988,9 @@ func TestOperator_AMarkOfAnEarlierVersionNeverNamesAnotherConversationsWrite(t *
 		}
 		if strings.Contains(errMsg(again)+again.Note, x.RequestRef) {
 			t.Errorf("conversation-9's model is shown another conversation's reference: %s", again)
+		}
+		if len(fenced) != 1 || fenced[0].EarlierState != envelope.ActionSucceeded || (fenced[0].Earlier != "" && fenced[0].Earlier != a.RequestRef) {
+			t.Errorf("the Fenced hook saw %+v; want the call held back by an action applied (A, or none named)", fenced)
 		}
 		if n := m.count(); n != 1 {
 			t.Errorf("%d emails; want A's alone", n)

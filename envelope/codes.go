@@ -57,7 +57,8 @@ const (
 	// CodeEarlierApplied: an earlier action of this tool in this scope, whose
 	// outcome was unknown, was just found applied; this call was not run
 	// (status definite_failure), so that the user hears of the earlier
-	// action before anything else is sent.
+	// action before anything else is sent. Earlier names that action,
+	// unless no record kept names it any more.
 	CodeEarlierApplied = "earlier_action_applied"
 	// CodeReplaced: this action's outcome was unknown, it was found not
 	// applied, and another action of this tool in this scope went on in its

@@ -481,13 +481,16 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	if aside == nil {
 		return true, 0, nil
 	}
-	held := "nothing holds it back"
-	if marked[aside.Key] {
-		held = "it waits for its conversation's model to hear of this one before it runs again"
+	what := "nothing holds it back: look at it before approving it"
+	switch {
+	case aside.State == Succeeded:
+		what = "it was done too: the user may have had this twice"
+	case marked[aside.Key]:
+		what = "it waits for its conversation's model to hear of this one before it runs again: look at it before approving it"
 	}
 	return true, 0, fmt.Errorf("agenttool: settling %s: attempt %d applied; it was replaced, and %s (%v) went on in its place or holds its scope: "+
-		"settled applied aside from the scope; %s may be this action reworded, and %s: look at it before approving it: %w",
-		ref, attempts, aside.Key, aside.State, aside.Key, held, ErrContradicted)
+		"settled applied aside from the scope; %s may be this action reworded, and %s: %w",
+		ref, attempts, aside.Key, aside.State, aside.Key, what, ErrContradicted)
 }
 
 // markChain marks the writes of rec's conversation that went on in place

@@ -1926,6 +1926,56 @@ func TestOperator_TheNoticeNamesTheActionProvedAppliedLast(t *testing.T) {
 	})
 }
 
+// The same chain with B's answer first: C names B, the nearest action
+// before it proved applied, whichever answer came first; A's answer
+// meets B done (its walk stops there) and says so — not that B waits to
+// be approved. (Found by a review: it said "nothing holds it back: look
+// at it before approving it" of an action done.)
+func TestOperator_TheNoticeNamesTheNearestActionProvedAppliedWhicheverAnswerComesFirst(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		clk := newClock()
+		m := &mailServer{script: func(n int) (bool, error) { return n <= 2, errLostReply }}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var refs []string
+		for _, in := range []string{lunch, lunchRephrased, lunchRephrased2} {
+			e := tool.Invoke(scoped(), in)
+			mustStatus(t, e, envelope.UnknownOutcome)
+			refs = append(refs, e.RequestRef)
+			if in != lunchRephrased2 {
+				clk.Advance(32 * time.Second)
+				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the log"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		clk.Advance(time.Minute)
+		if _, err := op.SettleByAnswer(ctx, refs[1], 1, reconcile.AppliedWith([]byte(`{"id":"m-2"}`)), "late"); !errors.Is(err, agenttool.ErrContradicted) {
+			t.Fatalf("the late answer about B: %v; want applied aside", err)
+		}
+		_, err = op.SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		if !errors.Is(err, agenttool.ErrContradicted) || !strings.Contains(err.Error(), "it was done too") || strings.Contains(err.Error(), "approving") {
+			t.Errorf("the late answer about A, B done already: %v; want B named as done too, nothing to approve", err)
+		}
+		if rec, err := op.Show(ctx, refs[2]); err != nil || !rec.StandsInForApplied() || rec.StandsFor != refs[1] {
+			t.Fatalf("C: marked %v standing for %q, %v; want B (%s)", rec.StandsInForApplied(), rec.StandsFor, err, refs[1])
+		}
+		again := tool.Invoke(scoped(), lunchRephrased2)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || again.Earlier == nil || again.Earlier.RequestRef != refs[1] {
+			t.Errorf("C asked again: %s; want earlier_action_applied naming B (%s)", again, refs[1])
+		}
+		if n := m.count(); n != 2 {
+			t.Errorf("%d emails; want A's and B's and no more", n)
+		}
+	})
+}
+
 // A mark made by an earlier version names no action (Record.StandsFor
 // empty): the notice is never another conversation's write it walks back
 // through. The setting of

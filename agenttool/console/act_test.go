@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/retrysafe/retrysafe/agenttool"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
@@ -315,5 +316,41 @@ func TestDetailNamesTheActionAppliedBeforeTheOneItReplaced(t *testing.T) {
 	body := text(w.get("maria", detailPath(third.RequestRef)).body)
 	if !strings.Contains(body, "In place of "+second.RequestRef) || !strings.Contains(body, "and then an action before it, "+first.RequestRef+" , was found applied after all") {
 		t.Errorf("the page of the third does not name the first as the action applied:\n%s", body)
+	}
+}
+
+// A mark made by an earlier version names no action: the page says that
+// the action replaced, or one before it, was found applied — never that
+// the one replaced was, which no answer said. (Found by a review.)
+func TestDetailDoesNotNameTheReplacedActionAsAppliedForAMarkOfAnEarlierVersion(t *testing.T) {
+	w := newWorld(t, nil)
+	first := w.lostEmail(ana, "Ana Lima")
+	w.decide("maria", first.RequestRef, "not-applied", 1, "the mail server's log has no such message")
+	w.loseReply.Store(true)
+	second := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
+	w.decide("maria", second.RequestRef, "not-applied", 1, "not in the log either")
+	w.loseReply.Store(true)
+	third := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Are you free for lunch on Friday?"}`)
+	if third.Status != envelope.UnknownOutcome {
+		t.Fatalf("the email reworded again: %s; want unknown_outcome", third)
+	}
+	if _, err := w.op.SettleByAnswer(context.Background(), first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrContradicted) {
+		t.Fatalf("the late answer: %v; want applied aside, for a person to look", err)
+	}
+	recs, _, err := w.store.Store.Export(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		recs[i].StandsFor = "" // as the version before wrote them
+	}
+	legacy := memstore.New()
+	if err := legacy.Import(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	w.store.Store = legacy
+	body := text(w.get("maria", detailPath(third.RequestRef)).body)
+	if strings.Contains(body, "found not applied — and then found applied after all") || !strings.Contains(body, "and then it, or an action before it, was found applied after all") {
+		t.Errorf("the page of the third, marked by an earlier version, does not say that the second (%s) or one before it was found applied:\n%s", second.RequestRef, body)
 	}
 }

@@ -177,12 +177,15 @@ type detailPage struct {
 	// InPlaceOf is the action this one went on in place of (found not
 	// applied, and closed as replaced by it); InPlaceOfApplied, whether
 	// it, or one it replaced, was found applied after all: this one may be
-	// it reworded (agenttool.Record.StandsInForApplied, or its record);
+	// it reworded (agenttool.Record.StandsFor, or its record);
 	// AppliedBefore, the action found applied when it is not InPlaceOf
-	// but one before it (agenttool.Record.StandsFor).
+	// but one before it (agenttool.Record.StandsFor), and
+	// AppliedUnnamed, that one of them was, the mark (made by an earlier
+	// version) naming none.
 	InPlaceOf        string
 	InPlaceOfApplied bool
 	AppliedBefore    string
+	AppliedUnnamed   bool
 	Awaiting         bool // a decision can be made now
 	Can              struct{ Reconcile, Applied, NotApplied, Retry, Compensate bool }
 	CSRF             string
@@ -258,12 +261,17 @@ func (h *Handler) detailOf(ctx context.Context, a *access, rec agenttool.Record,
 	}
 	if rec.Replaces != "" {
 		p.InPlaceOf = rec.Replaces
-		p.InPlaceOfApplied = rec.StandsInForApplied()
-		if p.InPlaceOfApplied && rec.StandsFor != rec.Replaces {
+		switch {
+		case !rec.StandsInForApplied():
+		case rec.StandsFor == rec.Replaces:
+			p.InPlaceOfApplied = true
+		case rec.StandsFor != "":
 			p.AppliedBefore = rec.StandsFor
+		default:
+			p.AppliedUnnamed = true
 		}
-		if was, _, err := a.find(ctx, rec.Replaces); err == nil && !p.InPlaceOfApplied {
-			p.InPlaceOfApplied = was.State == agenttool.Succeeded
+		if was, _, err := a.find(ctx, rec.Replaces); err == nil && was.State == agenttool.Succeeded {
+			p.InPlaceOfApplied, p.AppliedBefore, p.AppliedUnnamed = true, "", false
 		}
 	}
 	if res := rec.Resolution; res != nil {

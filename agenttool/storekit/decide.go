@@ -646,8 +646,8 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 // holds it, live or not), unknown (approved for one more attempt or
 // not), or closed as replaced — if it is of req.Session; its mark becomes
 // the later of its own and req.Until, and it names the action it stands
-// in for (Record.StandsFor): req.For, the action proved applied last —
-// its model, told of one before, is told of this one too — and a record
+// in for (Record.StandsFor): req.For, the latest mark's — its model,
+// told of one before, is told of this one too — and a record
 // that would expire sooner is kept while the mark lasts, as
 // [DecideFinish] keeps it. A
 // settled record (succeeded, or failed and not replaced) will not run

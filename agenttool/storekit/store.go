@@ -327,7 +327,7 @@ type Record struct {
 	// StandsFor, on a marked record (NoticeUntil on an open record, or
 	// one closed as replaced since), is the key of the action proved
 	// applied that it stands in for ([MarkRequest].For; of several, the
-	// one proved last): the action its model is told of. It is set with
+	// one its latest mark names): the action its model is told of. It is set with
 	// the mark, kept while the mark is, and cleared with it. Empty on every other record, and on records
 	// marked by earlier versions.
 	StandsFor string

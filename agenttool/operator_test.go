@@ -2048,6 +2048,64 @@ func TestOperator_AMarkOfAnEarlierVersionNeverNamesAnotherConversationsWrite(t *
 	})
 }
 
+// Under a principal's fence, a write of the conversation closed as
+// replaced by another conversation's, then marked, holds back its
+// conversation's next write until its model is told, wherever that write
+// goes on. A (conversation-9) is found not applied, wrongly; C (A
+// reworded) goes on in its place and is found not applied; X
+// (conversation-10's invoice) goes on in C's place; the late answer
+// proves A applied and marks C. Seven hours later — A's own notice has
+// ended — X is found not applied, and conversation-9 writes the lunch
+// once more (D), which would go on in X's place: it is held back and its
+// model told of A. Conversation-10 is not held back by C's mark. (Found by
+// a review: nothing consulted C's mark, D sent a second email.)
+func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackItsOwnConversation(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		m.script = notDeliveredUntil4
+		c := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		other := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		x := tool.Invoke(other, `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		mustStatus(t, x, envelope.UnknownOutcome)
+		if rec, _ := op.Show(ctx, c.RequestRef); rec.ReplacedBy != x.RequestRef {
+			t.Fatalf("C replaced by %q; want X", rec.ReplacedBy)
+		}
+		clk.Advance(32 * time.Second)
+		if v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v; want applied", v, err)
+		}
+		if rec, _ := op.Show(ctx, c.RequestRef); rec.StandsFor != a.RequestRef {
+			t.Fatalf("C stands for %q; want A", rec.StandsFor)
+		}
+		clk.Advance(7 * time.Hour) // past A's own notice; C's mark lasts until its model is told
+		if err := op.ResolveNotApplied(ctx, x.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		d := tool.Invoke(scoped(), lunchRephrased2)
+		if d.Error == nil || d.Error.Code != envelope.CodeEarlierApplied || d.Earlier == nil || d.Earlier.RequestRef != a.RequestRef {
+			t.Errorf("conversation-9's next lunch wording: %s; want earlier_action_applied naming A (%s)", d, a.RequestRef)
+		}
+		if n := m.count(); n != 1 {
+			t.Fatalf("%d emails; want A's alone", n)
+		}
+		// Told: after NoticeHold, the conversation writes again, in X's place.
+		clk.Advance(time.Minute)
+		again := tool.Invoke(scoped(), lunchRephrased2)
+		mustStatus(t, again, envelope.Success)
+		// Another conversation is never held back by C's mark.
+		y := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-11"), `{"to":"eve@example.com","subject":"Hi","body":"Hello."}`)
+		if y.Earlier != nil && (y.Earlier.RequestRef == a.RequestRef || y.Earlier.RequestRef == c.RequestRef) {
+			t.Errorf("conversation-11 is held back by conversation-9's mark: %s", y)
+		}
+	})
+}
+
 // Under a principal's fence, the order of two events decides between one
 // email and two. A (lunch, conversation-9) is found not applied; B (lunch
 // reworded, conversation-9) goes on in its place and is found not applied

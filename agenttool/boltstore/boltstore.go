@@ -29,8 +29,12 @@ import (
 // too (slot.go): the index of version 8 and earlier is dropped and built
 // again; version 10 writes a marked record in format 5 (record.go: the
 // action it stands in for), which versions before it cannot read: a file
-// of version 9 needs nothing built.
-const schemaVersion = "10"
+// of version 9 needs nothing built; version 11 indexes beside their slot
+// the records closed as replaced that keep a mark (storekit.Record.Beside),
+// and keeps them out of the generations: the beside index of versions 9
+// and 10 is built again (a marked record a generation holds already stays
+// there, unindexed).
+const schemaVersion = "11"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -191,7 +195,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != "9" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != "9" && v != "10" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	if tx.Bucket(oldBesideBucket) != nil {
@@ -208,9 +212,10 @@ func initSchema(tx *bolt.Tx) error {
 	if v != schemaVersion {
 		// Version 6 lacks only the generations and the pending buckets,
 		// made above; its pending records and their slots move there when
-		// next written. Versions 7 and 8 lack only the beside index by
-		// principal, built below; version 9 lacks nothing.
-		if v != "6" && v != "7" && v != "8" && v != "9" {
+		// next written. Versions 7 to 10 lack only the beside index of
+		// this version, built below.
+		fillBeside = true
+		if v != "6" && v != "7" && v != "8" && v != "9" && v != "10" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}
@@ -220,7 +225,6 @@ func initSchema(tx *bolt.Tx) error {
 			if err := assignLegacySlots(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}
-			fillBeside = true
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err

@@ -267,7 +267,8 @@ func (e *entry) open() bool {
 // beside is Record.Beside.
 func (e *entry) beside() bool {
 	return e.fenceScope != e.session &&
-		(e.state == storekit.Pending || e.state == storekit.Unknown || (e.state == storekit.Succeeded && e.noticeUntil != zeroTime))
+		(e.state == storekit.Pending || e.state == storekit.Unknown || (e.state == storekit.Succeeded && e.noticeUntil != zeroTime) ||
+			(e.state == storekit.Failed && e.replacedBy != "" && e.noticeUntil != zeroTime))
 }
 
 // sweepable is Record.Sweepable.

@@ -38,7 +38,8 @@
 // another fence setting (FenceOff, a principal's fence, or a version
 // before slots), which holds it back as the slot's holder would; a claim
 // fenced by principal, for one of its tool and principal that holds no
-// slot (FenceOff, a version before slots, or an action settled aside):
+// slot (FenceOff, a version before slots, or an action settled aside) or
+// is closed as replaced and keeps a mark:
 // the partial index records_beside (tool, principal, session, key) holds
 // only those records, so for tools of the default fence the look is one
 // probe of an empty index and no write. A claim the INSERT did not make (its key exists, its slot is

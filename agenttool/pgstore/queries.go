@@ -155,6 +155,14 @@ var migrations = []string{
 	// records marked before it. Adding a column with a constant default
 	// rewrites nothing.
 	`ALTER TABLE {s}.records ADD COLUMN stands_for text NOT NULL DEFAULT '';`,
+	// 13: records_beside holds the records closed as replaced that keep
+	// a mark too (state 3 with a notice: storekit.Record.Beside), which
+	// hold back their own conversation's model under a principal's fence.
+	// The index is built again, as migration 11 built it.
+	`CREATE INDEX records_beside_13 ON {s}.records (tool, principal, session, key)
+		WHERE (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL) OR (state = 3 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session;
+	DROP INDEX {s}.records_beside;
+	ALTER INDEX {s}.records_beside_13 RENAME TO records_beside;`,
 }
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input, stands_for`
@@ -165,7 +173,12 @@ const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR (state
 
 // beside is the SQL form of storekit.Record.Beside, the predicate of the
 // records_beside index, for the records aliased b.
-const beside = `(b.state = 1 OR b.state = 4 OR (b.state = 2 AND b.notice_until IS NOT NULL)) AND b.fence_scope IS DISTINCT FROM b.session`
+const beside = `(b.state = 1 OR b.state = 4 OR (b.state = 2 AND b.notice_until IS NOT NULL) OR (b.state = 3 AND b.notice_until IS NOT NULL)) AND b.fence_scope IS DISTINCT FROM b.session`
+
+// holdsNoSlotOrMarked is the part of storekit.ClaimRequest.Beside for a
+// claim fenced by principal, for the records aliased b found beside: one
+// that holds no slot, or one closed as replaced that keeps a mark.
+const holdsNoSlotOrMarked = `(b.fence_scope IS NULL OR b.state = 3)`
 
 // awaiting is the SQL form of storekit.Record.AwaitsReconciliation at $1.
 const awaiting = `((state = 4 AND NOT retry_approved) OR (state = 1 AND lease_expiry <= $1))`
@@ -243,21 +256,28 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 	// and fence scope (SQL expressions) finds a record beside its slot
 	// (storekit.ClaimRequest.Beside): for a claim fenced by session, one
 	// of its tool and session; for one fenced by principal, one of its
-	// tool and principal that holds no slot. Each look reads
+	// tool and principal that holds no slot, or that is closed as
+	// replaced and keeps a mark. Each look reads
 	// records_beside in its order.
-	besideFound := func(key, tool, principal, session, scope string) string {
+	//
+	// A record closed as replaced whose mark has ended at now (its model
+	// told: storekit.Record.AwaitsNotice) holds back nothing, though it
+	// stays in the index: the look passes it, so that it does not send
+	// every later claim of its principal to the locked path.
+	besideFound := func(key, tool, principal, session, scope, now string) string {
+		unheard := `(b.state <> 3 OR b.notice_until > ` + now + `)`
 		return `((` + scope + ` IS NOT NULL AND ` + scope + ` = ` + session + ` AND EXISTS (SELECT FROM ` + t + ` b
 				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND b.session = ` + session + ` AND ` + beside + `
-				AND b.key <> ` + key + ` ORDER BY b.key LIMIT 1))
+				AND b.key <> ` + key + ` AND ` + unheard + ` ORDER BY b.key LIMIT 1))
 			OR (` + scope + ` IS NOT NULL AND ` + scope + ` = ` + principal + ` AND EXISTS (SELECT FROM ` + t + ` b
-				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND b.fence_scope IS NULL AND ` + beside + `
-				AND b.key <> ` + key + ` ORDER BY b.session, b.key LIMIT 1)))`
+				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND ` + holdsNoSlotOrMarked + ` AND ` + beside + `
+				AND b.key <> ` + key + ` AND ` + unheard + ` ORDER BY b.session, b.key LIMIT 1)))`
 	}
 	insertInto := `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition, input)`
 	// insertWhere is insert's statement with gate as its gate.
 	insertWhere := func(gate, definition, input string) string {
 		return insertInto + `
-			VALUES (CASE WHEN ` + besideFound("$1", "$2", "$3::bytea", "$8::bytea", "$9::bytea") + `
+			VALUES (CASE WHEN ` + besideFound("$1", "$2", "$3::bytea", "$8::bytea", "$9::bytea", "$7::timestamptz") + `
 				OR NOT (` + syncOn + ` AND ` + gate + `)
 				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `, ` + input + `)
 			ON CONFLICT DO NOTHING RETURNING token, ` + syncNamed
@@ -295,7 +315,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
 				$11::timestamptz[], $12::bool[], $13::int8[], $14::bytea[])
 				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition, input)
-			WHERE NOT ` + besideFound("v.key", "v.tool", "v.principal", "v.session", "v.fence_scope") + `
+			WHERE NOT ` + besideFound("v.key", "v.tool", "v.principal", "v.session", "v.fence_scope", "v.created") + `
 				AND (SELECT ` + syncOn + `) AND ` + noticedBy("v.cut") + ` AND (NOT v.need OR (SELECT ` + durable("true") + `))
 			ON CONFLICT DO NOTHING RETURNING key, token, ` + syncNamed,
 		// besideForUpdate finds the records of tool $1, principal $2 and
@@ -303,9 +323,9 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND b.session = $3 AND ` + beside + ` AND b.key <> $4
 			ORDER BY b.key FOR UPDATE`,
 		// besideOfPrincipalForUpdate finds the records of tool $1 and
-		// principal $2 beside their session's slot that hold no slot,
-		// other than $3.
-		besideOfPrincipalForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND b.fence_scope IS NULL AND ` + beside + ` AND b.key <> $3
+		// principal $2 beside their session's slot that hold no slot, or
+		// are closed as replaced and keep a mark, other than $3.
+		besideOfPrincipalForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND ` + holdsNoSlotOrMarked + ` AND ` + beside + ` AND b.key <> $3
 			ORDER BY b.session, b.key FOR UPDATE`,
 		// pendingOf finds what a batch of claims whose reply was lost made.
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,

@@ -107,7 +107,12 @@ type ClaimDecision struct {
 // by a version before slots, in a state that would hold the slot; for a
 // claim fenced by principal, such an action of its tool and principal
 // that holds no slot at all — claimed under FenceOff, by a version before
-// slots, or settled applied aside from its scope ([ClaimRequest.Beside]). Each occupant is decided as above — closed by
+// slots, or settled applied aside from its scope ([ClaimRequest.Beside]).
+// For a claim of its session that answers a model, so does a record
+// closed as replaced under a principal's fence that keeps its mark
+// unheard ([Record.AwaitsNotice]): the write in its place may be another
+// conversation's, and the session's next write goes on in that one's
+// place; it holds back no other claim. Each occupant is decided as above — closed by
 // req.Replace, its ended notice cleared, or holding the claim back (the
 // first that does is ClaimResult.Blocked, taken in this order whatever
 // the store's: the slot's holder, the records of the claim's session, the
@@ -230,6 +235,8 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			continue
 		case inSlot && !(retry && o.AwaitsReconciliation(req.Now)) && !(req.NoticeHold > 0 && o.noticeLive(req.Now)):
 			continue
+		case o.closedMarked() && !(req.NoticeHold > 0 && o.AwaitsNotice(req.Now) && o.Session == req.Session):
+			continue // it holds back its own conversation's model alone
 		}
 		held = append(held, o)
 	}
@@ -527,9 +534,20 @@ func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
 // index these records by tool, principal and session, so that a claim
 // fenced by session, or by principal, finds them ([ClaimRequest.Beside]);
 // records of the default, per-session fence are never among them.
+//
+// So is a record closed as replaced that keeps its mark ([Record.AwaitsNotice]):
+// under a principal's fence the write in its place may be another
+// conversation's, and its own conversation's next write would go on in
+// that one's place, not its own; found beside the slot, the mark holds
+// it back until its model is told.
 func (r *Record) Beside() bool {
 	return r.FenceScope != r.Session &&
-		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()))
+		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()) || r.closedMarked())
+}
+
+// closedMarked reports whether r is closed as replaced and keeps a mark.
+func (r *Record) closedMarked() bool {
+	return r.State == Failed && r.ReplacedBy != "" && !r.NoticeUntil.IsZero()
 }
 
 // FencedBySession reports whether req is fenced by its session (its fence
@@ -565,7 +583,7 @@ func (req *ClaimRequest) Beside(o *Record) bool {
 	case req.FencedBySession():
 		return o.Session == req.Session
 	case req.FencedByPrincipal():
-		return o.FenceScope == (Digest{})
+		return o.FenceScope == (Digest{}) || o.closedMarked()
 	}
 	return false
 }

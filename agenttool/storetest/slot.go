@@ -1033,3 +1033,49 @@ func testMark(t *testing.T, h Harness) {
 		t.Errorf("Mark naming no action: %v; want ErrInvalidRequest", err)
 	}
 }
+
+// testMarkClosedByAnotherConversation: under a principal's fence, a write
+// closed as replaced by another conversation's, then marked, holds back
+// its own conversation's next claim that answers a model — with the
+// slot free, so a store's fast path for new keys finds it too — until its
+// model is told, and NoticeHold passes; it holds back no other
+// conversation's claim, nor one that answers no model.
+func testMarkClosedByAnotherConversation(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, _ := newSlot()
+	s9, s10 := agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
+	principal := func(session agenttool.Digest, now time.Time, hold time.Duration) storekit.ClaimRequest {
+		req := claimReq(newKey(), now)
+		req.Tool, req.Session, req.FenceScope, req.NoticeHold = tool, session, alice, hold
+		return req
+	}
+	settle := func(st agenttool.Store, res storekit.ClaimResult, state agenttool.State, at time.Time, approve bool) {
+		t.Helper()
+		f := finish(res.Record.Key, res.Record.Token, state, at)
+		f.RetryApproved = approve
+		if err := st.Finish(bg, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := principal(s9, t0, 10*time.Second)
+	settle(s, granted(t, "C, conversation 9", mustClaim(t, s, c)), agenttool.Unknown, t0, true)
+	x := principal(s10, t0.Add(time.Second), 10*time.Second)
+	x.Replace = &storekit.Replacement{Key: c.Key, Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	settle(other, granted(t, "X, conversation 10, in C's place", mustClaim(t, other, x)), agenttool.Failed, t0.Add(2*time.Second), false)
+	if rec, err := other.Mark(bg, storekit.MarkRequest{Key: c.Key, Session: s9, Until: storekit.UntilTold, For: tool + "/applied", Now: t0.Add(3 * time.Second)}); err != nil || !rec.AwaitsNotice(t0.Add(3*time.Second)) {
+		t.Fatalf("C marked: %v awaits notice %v, %v", rec.State, rec.AwaitsNotice(t0.Add(3*time.Second)), err)
+	}
+	at := t0.Add(time.Minute)
+	settle(s, granted(t, "conversation 10's write, the slot free", mustClaim(t, s, principal(s10, at, 10*time.Second))), agenttool.Succeeded, at, false)
+	settle(other, granted(t, "conversation 9's write for no model", mustClaim(t, other, principal(s9, at, 0))), agenttool.Failed, at, false)
+	d := principal(s9, at, 10*time.Second)
+	blockedBy(t, "conversation 9's write for a model, the slot free", mustClaim(t, s, d), c.Key, agenttool.Failed)
+	if rec, err := other.Get(bg, c.Key); err != nil || !rec.NoticeUntil.Equal(at.Add(10*time.Second)) {
+		t.Errorf("C after its model was told: mark %v, %v; want ending NoticeHold later", rec.NoticeUntil, err)
+	}
+	d.Now = at.Add(5 * time.Second)
+	blockedBy(t, "conversation 9's write within NoticeHold", mustClaim(t, other, d), c.Key, agenttool.Failed)
+	d.Now = at.Add(11 * time.Second)
+	granted(t, "conversation 9's write once NoticeHold has passed", mustClaim(t, s, d))
+}

@@ -138,6 +138,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotBesideOfPrincipal", func(t *testing.T) { testSlotBesideOfPrincipal(t, h) })
 	t.Run("SlotStandsInForApplied", func(t *testing.T) { testSlotStandsInForApplied(t, h) })
 	t.Run("MarkWhoeverHoldsTheRecord", func(t *testing.T) { testMark(t, h) })
+	t.Run("MarkClosedByAnotherConversationHoldsBackItsOwn", func(t *testing.T) { testMarkClosedByAnotherConversation(t, h) })
 	t.Run("SlotBesideTellsItsOwnSessionFirst", func(t *testing.T) { testSlotBesideTellsItsOwnSessionFirst(t, h) })
 	t.Run("SlotBesideEveryOpenAction", func(t *testing.T) { testSlotBesideEveryOpenAction(t, h) })
 	t.Run("SlotBesideAfterANotice", func(t *testing.T) { testSlotBesideAfterANotice(t, h) })

@@ -2106,6 +2106,124 @@ func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackItsOwnConvers
 	})
 }
 
+// A conversation is told of an action proved applied once, however many
+// of its marks name it: A → B → C of one conversation under a principal's
+// fence, the late answer marks B (closed) and C; C found not applied, the
+// conversation's next write is held back and told — by C's mark, then at
+// most once more (A's own notice) — not once more for each closed mark.
+// (Found by a review: each closed mark told it again.)
+func TestOperator_AConversationIsToldOfAnActionAppliedOnce(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		m.script = notDeliveredUntil4
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, b.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		c := tool.Invoke(scoped(), lunchRephrased2)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		if v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v", v, err)
+		}
+		if err := op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		const other = `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`
+		e := tool.Invoke(scoped(), other)
+		if e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("E first: %s; want earlier_action_applied", e)
+		}
+		blocks := 1
+		for ; blocks < 5; blocks++ {
+			clk.Advance(time.Minute)
+			if e = tool.Invoke(scoped(), other); e.Status == envelope.Success {
+				break
+			}
+			if e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
+				t.Fatalf("E: %s", e)
+			}
+		}
+		if blocks > 2 {
+			t.Errorf("E held back %d times, each telling its model of A; want at most twice (C's mark, A's notice)", blocks)
+		}
+		if n := m.count(); n != 2 {
+			t.Errorf("%d emails; want A's and E's", n)
+		}
+	})
+}
+
+// Under a principal's fence: A (lunch, conversation-9) found not applied,
+// wrongly; C (reworded, conversation-9) in its place, found not applied;
+// X (conversation-10's invoice) in C's place, delivered: the slot is free.
+// E (reworded again, conversation-9) starts afresh, unknown, found not
+// applied. The late answer proves A applied and marks C (closed). Seven
+// hours later — A's own notice has ended — conversation-9's model sends E
+// again: an approved retry of the slot's holder. C's mark holds back
+// conversation-9's next write for a model "wherever it would go on"
+// (a new wording is held back), but this one is passed over in
+// decideClaim (the inSlot case comes before the closedMarked one): E
+// runs, a second lunch email, its model never told of A.
+// A marked write closed by another conversation's holds back an approved
+// retry of its conversation too: E (lunch reworded, conversation-9) found
+// not applied and approved, then the late answer marks C; seven hours
+// later E asked again is held back and its model told of A, and E is not
+// sent. (Found by a review: the approved retry of the slot's holder passed
+// the closed mark — a second lunch email.)
+func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackAnApprovedRetryOfItsConversation(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+		clk, m, tool, op, a, ctx := s.clk, s.m, s.tool, s.op, s.a, context.Background()
+		m.script = func(n int) (bool, error) {
+			switch n {
+			case 1:
+				return true, errLostReply // A
+			case 2, 4:
+				return false, errLostReply // C, E
+			}
+			return true, nil // X, and any later run
+		}
+		c := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		x := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"), `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
+		mustStatus(t, x, envelope.Success)
+		e := tool.Invoke(scoped(), lunchRephrased2) // told of X, done in C's place
+		if e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("E first: %s", e)
+		}
+		clk.Advance(time.Minute)
+		e = tool.Invoke(scoped(), lunchRephrased2)
+		mustStatus(t, e, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		if v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v", v, err)
+		}
+		if rec, _ := op.Show(ctx, c.RequestRef); rec.StandsFor != a.RequestRef {
+			t.Fatalf("C stands for %q; want A", rec.StandsFor)
+		}
+		clk.Advance(7 * time.Hour) // past A's own notice; C's mark lasts until its model is told
+		again := tool.Invoke(scoped(), lunchRephrased2)
+		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("conversation-9's model sends E again: %s; want earlier_action_applied (C's mark unheard)", again)
+		}
+		if n := m.sent(e.RequestRef); n != 0 {
+			t.Errorf("E delivered %d times: a second lunch email, conversation-9's model never told of A", n)
+		}
+	})
+}
+
 // Under a principal's fence, the order of two events decides between one
 // email and two. A (lunch, conversation-9) is found not applied; B (lunch
 // reworded, conversation-9) goes on in its place and is found not applied

@@ -31,9 +31,8 @@ import (
 // action it stands in for), which versions before it cannot read: a file
 // of version 9 needs nothing built; version 11 indexes beside their slot
 // the records closed as replaced that keep a mark (storekit.Record.Beside),
-// and keeps them out of the generations: the beside index of versions 9
-// and 10 is built again (a marked record a generation holds already stays
-// there, unindexed).
+// and keeps them out of the generations: such records move out of the
+// generations of earlier versions, and the beside index is built again.
 const schemaVersion = "11"
 
 var (
@@ -225,6 +224,9 @@ func initSchema(tx *bolt.Tx) error {
 			if err := assignLegacySlots(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}
+		}
+		if err := unplain(tx); err != nil {
+			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err

@@ -350,3 +350,30 @@ func forEachGen(tx *bolt.Tx, fn func(p place) error) error {
 	}
 	return nil
 }
+
+// unplain moves out of the generations the records an earlier version
+// put there that this one does not (plain): records closed as replaced
+// that keep a mark, which version 11 indexes beside their slot. A record
+// a generation holds that cannot be read stays where it is.
+func unplain(tx *bolt.Tx) error {
+	var move []storekit.Record
+	err := forEachGen(tx, func(p place) error {
+		return p.records.ForEach(func(k, v []byte) error {
+			rec, err := decode(k, v)
+			if err == nil && !plain(&rec) {
+				move = append(move, rec)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	b := tx.Bucket(recordsBucket)
+	for i := range move {
+		if err := saveAt(b, &move[i], &move[i], time.Time{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1023,3 +1023,80 @@ func countPending(t *testing.T, s *Store) (n int) {
 	s.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(pendingBucket).Stats().KeyN; return nil })
 	return n
 }
+
+// A file of schema 10 kept a record closed as replaced that keeps a mark
+// in a generation, out of the beside index: opened by this version, it
+// moves out and is indexed, and holds back its conversation's next write
+// for a model as on a new file. (Found by a review: the upgrade left it
+// where it was, and the write went on.)
+func TestUpgradeFromSchema10IndexesAClosedMarkAGenerationHeld(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	alice, s9, s10 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
+	const tool = "send_email"
+	req := func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Key: key, Tool: tool, Principal: alice, Session: session, Fingerprint: agenttool.Digest{1},
+			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second}
+	}
+	path := filepath.Join(t.TempDir(), "s.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, req("C", s9, t0))
+	if err != nil || !c.Claimed {
+		t.Fatal(c, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	xr := req("X", s10, t0.Add(time.Second))
+	xr.Replace = &storekit.Replacement{Key: "C", Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	x, err := s.Claim(ctx, xr)
+	if err != nil || !x.Claimed {
+		t.Fatal(x, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "X", Token: x.Record.Token, State: agenttool.Failed, Attempts: 1, Now: t0.Add(2 * time.Second), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: tool + "/A", Now: t0.Add(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// As version 10 left it: C in a generation, in no beside index.
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(recordsBucket)
+		from, v := find(b, []byte("C"))
+		rec, err := decode([]byte("C"), v)
+		if err != nil {
+			return err
+		}
+		if err := from.del([]byte("C"), expiryAt(&rec)); err != nil {
+			return err
+		}
+		g, err := genFor(tx, genName(rec.Expires, rec.Updated), time.Time{})
+		if err != nil {
+			return err
+		}
+		if err := g.put([]byte("C"), encode(&rec)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(besideBucket).Delete(besideKey(&rec)); err != nil {
+			return err
+		}
+		return tx.Bucket(metaBucket).Put(schemaKey, []byte("10"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d, err := s.Claim(ctx, req("D", s9, t0.Add(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Claimed || d.Blocked == nil || d.Blocked.Key != "C" {
+		t.Fatalf("after the upgrade, conversation 9's next write for a model: claimed %v, blocked by %+v; want held back by C's mark", d.Claimed, d.Blocked)
+	}
+}

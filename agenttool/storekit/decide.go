@@ -112,7 +112,10 @@ type ClaimDecision struct {
 // closed as replaced under a principal's fence that keeps its mark
 // unheard ([Record.AwaitsNotice]): the write in its place may be another
 // conversation's, and the session's next write goes on in that one's
-// place; it holds back no other claim. Each occupant is decided as above — closed by
+// place; it holds back no other claim, and holds back a takeover or an
+// approved retry of the slot's holder too. A model is told of an action
+// once: the claim held back and told by one mark or notice tells with it
+// the others of its conversation about that action it meets. Each occupant is decided as above — closed by
 // req.Replace, its ended notice cleared, or holding the claim back (the
 // first that does is ClaimResult.Blocked, taken in this order whatever
 // the store's: the slot's holder, the records of the claim's session, the
@@ -233,10 +236,12 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		case o.HoldsSlot() && o.Slot() == req.Slot():
 		case !req.Beside(&o):
 			continue
+		case o.closedMarked():
+			if !(req.NoticeHold > 0 && o.AwaitsNotice(req.Now) && o.Session == req.Session) {
+				continue // it holds back its own conversation's model alone
+			} // and every write of it, a takeover or an approved retry of the slot's holder too
 		case inSlot && !(retry && o.AwaitsReconciliation(req.Now)) && !(req.NoticeHold > 0 && o.noticeLive(req.Now)):
 			continue
-		case o.closedMarked() && !(req.NoticeHold > 0 && o.AwaitsNotice(req.Now) && o.Session == req.Session):
-			continue // it holds back its own conversation's model alone
 		}
 		held = append(held, o)
 	}
@@ -287,8 +292,18 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			}
 			blocked := ClaimDecision{Result: ClaimResult{Blocked: &o}}
 			if told, ok := tell(o, req); ok {
-				// The call held back by the notice tells the model.
+				// The call held back by the notice tells the model, of
+				// that action once: the other marks of its conversation
+				// that name it, and its own notice, are told with it.
 				blocked.Occupants = []Record{told}
+				for _, h := range held {
+					if h.Key == o.Key || !sameNotice(&o, &h) {
+						continue
+					}
+					if told, ok := tell(h, req); ok {
+						blocked.Occupants = append(blocked.Occupants, told)
+					}
+				}
 			}
 			return blocked, "", true
 		}
@@ -502,6 +517,23 @@ func tell(r Record, req ClaimRequest) (Record, bool) {
 	}
 	r.NoticeUntil = end
 	return r, true
+}
+
+// sameNotice reports whether telling a model of r's notice tells it of
+// h's: both of one conversation, and about one action — marks that name
+// it, or its own notice.
+func sameNotice(r, h *Record) bool {
+	about := func(x *Record) string {
+		if x.State == Succeeded {
+			return x.Key
+		}
+		if x.marked() {
+			return x.StandsFor
+		}
+		return ""
+	}
+	a := about(r)
+	return r.Session == h.Session && a != "" && a == about(h)
 }
 
 // matches reports whether occupant is the record r names, as the caller

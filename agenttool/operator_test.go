@@ -2224,6 +2224,114 @@ func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackAnApprovedRet
 	})
 }
 
+// markedChainOfOneConversation: A → B → C of conversation-9 under a principal's fence;
+// the late answer proves A applied and marks B (closed) and C (open).
+func markedChainOfOneConversation(t *testing.T, open func() agenttool.Store) (lunchScene, envelope.Envelope, envelope.Envelope) {
+	s := lunchFoundNotApplied(t, agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
+	ctx := context.Background()
+	s.m.script = notDeliveredUntil4
+	b := s.tool.Invoke(scoped(), lunchRephrased)
+	mustStatus(t, b, envelope.UnknownOutcome)
+	s.clk.Advance(32 * time.Second)
+	if err := s.op.ResolveNotApplied(ctx, b.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+		t.Fatal(err)
+	}
+	c := s.tool.Invoke(scoped(), lunchRephrased2)
+	mustStatus(t, c, envelope.UnknownOutcome)
+	s.clk.Advance(32 * time.Second)
+	if v, err := s.op.SettleByAnswer(ctx, s.a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+		t.Fatalf("late answer about A: %v, %v", v, err)
+	}
+	for _, ref := range []string{b.RequestRef, c.RequestRef} {
+		if rec, _ := s.op.Show(ctx, ref); rec.StandsFor != s.a.RequestRef || !rec.NoticeUntil.Equal(storekit.UntilTold) {
+			t.Fatalf("%s: stands for %q until %v; want A, unheard", ref, rec.StandsFor, rec.NoticeUntil)
+		}
+	}
+	return s, b, c
+}
+
+// C's own call, asked again, is held back by C's mark and tells the
+// model of A (the early path of decideClaim). B's closed mark names the
+// same action in the same conversation: told once, B should be told too.
+// Told by a write's own mark, the model is told of the action once: the
+// other marks of its conversation naming it are told with it, and its
+// next write runs. (Found by a review: each mark told it again.)
+func TestOperator_AMarkToldByItsOwnCallTellsTheOthersNamingTheAction(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s, b, c := markedChainOfOneConversation(t, open)
+		ctx := context.Background()
+		c2 := s.tool.Invoke(scoped(), lunchRephrased2)
+		if c2.Error == nil || c2.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("C again: %s; want earlier_action_applied", c2)
+		}
+		if rec, _ := s.op.Show(ctx, b.RequestRef); rec.NoticeUntil.Equal(storekit.UntilTold) {
+			t.Errorf("the model was told of A by C's mark; B's mark, naming A, is still unheard")
+		}
+		s.clk.Advance(time.Minute)
+		if err := s.op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		s.clk.Advance(time.Minute)
+		const other = `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`
+		e := s.tool.Invoke(scoped(), other)
+		if e.Status != envelope.Success {
+			t.Errorf("conversation-9's next write, its model told of A already: %s; want it run (told once)", e)
+		}
+	})
+}
+
+// Told by the applied action's own call that it was done, the model is
+// told of it once: the marks of its conversation naming it are told with
+// it. (Found by a review.)
+func TestOperator_TheAppliedActionsOwnCallTellsTheMarksNamingIt(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s, b, c := markedChainOfOneConversation(t, open)
+		ctx := context.Background()
+		a2 := s.tool.Invoke(scoped(), lunch)
+		if a2.Status != envelope.Success {
+			t.Fatalf("A again: %s; want its result, confirmed done", a2)
+		}
+		for _, ref := range []string{b.RequestRef, c.RequestRef} {
+			if rec, _ := s.op.Show(ctx, ref); rec.NoticeUntil.Equal(storekit.UntilTold) {
+				t.Errorf("the model was told A was done by A's own call; %s's mark, naming A, is still unheard", ref)
+			}
+		}
+		s.clk.Advance(time.Minute)
+		if err := s.op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		s.clk.Advance(time.Minute)
+		const other = `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`
+		e := s.tool.Invoke(scoped(), other)
+		if e.Status != envelope.Success {
+			t.Errorf("conversation-9's next write, its model told of A already: %s; want it run (told once)", e)
+		}
+		if n := s.m.count(); n != 2 {
+			t.Errorf("%d emails; want A's and the invoice", n)
+		}
+	})
+}
+
+// A closed write kept for its mark alone is kept until the mark, told,
+// ends — not until 2262. (Found by a review.)
+func TestOperator_AToldClosedMarkIsNotKeptForever(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s, b, _ := markedChainOfOneConversation(t, open)
+		ctx := context.Background()
+		const other = `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`
+		if e := s.tool.Invoke(scoped(), other); e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("E: %s", e)
+		}
+		rec, _ := s.op.Show(ctx, b.RequestRef)
+		if rec.NoticeUntil.Equal(storekit.UntilTold) {
+			t.Fatalf("B not told")
+		}
+		if rec.Expires.After(s.clk.Now().Add(365 * 24 * time.Hour)) {
+			t.Errorf("B told (notice until %v) but kept until %v", rec.NoticeUntil, rec.Expires)
+		}
+	})
+}
+
 // Under a principal's fence, the order of two events decides between one
 // email and two. A (lunch, conversation-9) is found not applied; B (lunch
 // reworded, conversation-9) goes on in its place and is found not applied

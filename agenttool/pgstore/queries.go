@@ -259,25 +259,22 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 	// tool and principal that holds no slot, or that is closed as
 	// replaced and keeps a mark. Each look reads
 	// records_beside in its order.
-	//
-	// A record closed as replaced whose mark has ended at now (its model
-	// told: storekit.Record.AwaitsNotice) holds back nothing, though it
-	// stays in the index: the look passes it, so that it does not send
-	// every later claim of its principal to the locked path.
-	besideFound := func(key, tool, principal, session, scope, now string) string {
-		unheard := `(b.state <> 3 OR b.notice_until > ` + now + `)`
+	// A record closed as replaced whose mark has ended (its model told)
+	// sends the claim to the locked path once, which ends the mark and
+	// takes it out of the index (storekit.DecideClaim).
+	besideFound := func(key, tool, principal, session, scope string) string {
 		return `((` + scope + ` IS NOT NULL AND ` + scope + ` = ` + session + ` AND EXISTS (SELECT FROM ` + t + ` b
 				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND b.session = ` + session + ` AND ` + beside + `
-				AND b.key <> ` + key + ` AND ` + unheard + ` ORDER BY b.key LIMIT 1))
+				AND b.key <> ` + key + ` ORDER BY b.key LIMIT 1))
 			OR (` + scope + ` IS NOT NULL AND ` + scope + ` = ` + principal + ` AND EXISTS (SELECT FROM ` + t + ` b
 				WHERE b.tool = ` + tool + ` AND b.principal = ` + principal + ` AND ` + holdsNoSlotOrMarked + ` AND ` + beside + `
-				AND b.key <> ` + key + ` AND ` + unheard + ` ORDER BY b.session, b.key LIMIT 1)))`
+				AND b.key <> ` + key + ` ORDER BY b.session, b.key LIMIT 1)))`
 	}
 	insertInto := `INSERT INTO ` + t + ` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, label, fence_scope, definition, input)`
 	// insertWhere is insert's statement with gate as its gate.
 	insertWhere := func(gate, definition, input string) string {
 		return insertInto + `
-			VALUES (CASE WHEN ` + besideFound("$1", "$2", "$3::bytea", "$8::bytea", "$9::bytea", "$7::timestamptz") + `
+			VALUES (CASE WHEN ` + besideFound("$1", "$2", "$3::bytea", "$8::bytea", "$9::bytea") + `
 				OR NOT (` + syncOn + ` AND ` + gate + `)
 				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `, ` + input + `)
 			ON CONFLICT DO NOTHING RETURNING token, ` + syncNamed
@@ -315,7 +312,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::text[],
 				$11::timestamptz[], $12::bool[], $13::int8[], $14::bytea[])
 				AS v(key, tool, principal, fingerprint, owner, lease_expiry, created, session, fence_scope, label, cut, need, definition, input)
-			WHERE NOT ` + besideFound("v.key", "v.tool", "v.principal", "v.session", "v.fence_scope", "v.created") + `
+			WHERE NOT ` + besideFound("v.key", "v.tool", "v.principal", "v.session", "v.fence_scope") + `
 				AND (SELECT ` + syncOn + `) AND ` + noticedBy("v.cut") + ` AND (NOT v.need OR (SELECT ` + durable("true") + `))
 			ON CONFLICT DO NOTHING RETURNING key, token, ` + syncNamed,
 		// besideForUpdate finds the records of tool $1, principal $2 and

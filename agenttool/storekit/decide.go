@@ -237,7 +237,10 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		case !req.Beside(&o):
 			continue
 		case o.closedMarked():
-			if !(req.NoticeHold > 0 && o.AwaitsNotice(req.Now) && o.Session == req.Session) {
+			switch {
+			case !o.AwaitsNotice(req.Now):
+				// Heard: the claim ends its mark (occupy).
+			case !(req.NoticeHold > 0 && o.Session == req.Session):
 				continue // it holds back its own conversation's model alone
 			} // and every write of it, a takeover or an approved retry of the slot's holder too
 		case inSlot && !(retry && o.AwaitsReconciliation(req.Now)) && !(req.NoticeHold > 0 && o.noticeLive(req.Now)):
@@ -270,6 +273,18 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 			case req.NoticeHold > 0 && o.AwaitsNotice(req.Now) && o.Session == req.Session:
 				// Nothing of its conversation runs in its place before
 				// its model hears of the action it stands in for.
+			case o.closedMarked() && !o.AwaitsNotice(req.Now):
+				// Its model heard of the action it stands in for, and
+				// NoticeHold passed: the mark ends, and the record, kept
+				// for it alone, ends with it (asked for again, it is a new
+				// action, as it would have gone on in its replacement's
+				// place).
+				o.NoticeUntil, o.StandsFor = time.Time{}, ""
+				if o.Expires.After(req.Now) {
+					o.Expires = req.Now
+				}
+				d.Occupants = append(d.Occupants, o)
+				continue
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
 				if !o.StandsInForApplied() {
 					o.NoticeUntil, o.StandsFor = time.Time{}, ""
@@ -380,11 +395,29 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	if existing.Fingerprint != req.Fingerprint {
 		return found(ClaimResult{Conflict: OtherInput, Record: *existing})
 	}
+	// tellWith tells, with the claim's own record, the records it holds
+	// of its conversation about the same action: the model hears of an
+	// action once.
+	tellWith := func() []Record {
+		var out []Record
+		for _, h := range held {
+			if h.Key != existing.Key && sameNotice(existing, &h) {
+				if told, ok := tell(h, req); ok {
+					out = append(out, told)
+				}
+			}
+		}
+		return out
+	}
 	if req.NoticeHold > 0 && existing.AwaitsNotice(req.Now) {
 		// It went on in place of an action proved applied since: its
 		// model hears of that before it runs again.
 		told, wrote := tell(*existing, req)
-		return ClaimDecision{Result: ClaimResult{Record: told, Blocked: &told}, Write: wrote}, nil
+		d := ClaimDecision{Result: ClaimResult{Record: told, Blocked: &told}, Write: wrote}
+		if wrote { // told already, it told the others then
+			d.Occupants = tellWith()
+		}
+		return d, nil
 	}
 	if existing.State == Failed && existing.ReplacedBy != "" && req.Replace != nil {
 		// A replaced action asked for again goes on in place of its
@@ -394,7 +427,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	}
 	if told, ok := tell(*existing, req); ok {
 		// Its own call reads that the action was done: the model is told.
-		return ClaimDecision{Result: ClaimResult{Record: told}, Write: true}, nil
+		return ClaimDecision{Result: ClaimResult{Record: told}, Write: true, Occupants: tellWith()}, nil
 	}
 	switch existing.State {
 	case Pending:
@@ -514,6 +547,12 @@ func tell(r Record, req ClaimRequest) (Record, bool) {
 	end := req.Now.Add(req.NoticeHold)
 	if req.NoticeHold <= 0 || !(r.State == Succeeded || r.marked()) || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
 		return r, false
+	}
+	if r.marked() && r.Expires.Equal(r.NoticeUntil) {
+		// Kept for its mark alone: it is kept until the mark, shortened,
+		// ends (asked for again after that, it runs as it would in its
+		// replacement's place, or as the attempt it was approved for).
+		r.Expires = end
 	}
 	r.NoticeUntil = end
 	return r, true

@@ -2312,22 +2312,57 @@ func TestOperator_TheAppliedActionsOwnCallTellsTheMarksNamingIt(t *testing.T) {
 	})
 }
 
-// A closed write kept for its mark alone is kept until the mark, told,
-// ends — not until 2262. (Found by a review.)
-func TestOperator_AToldClosedMarkIsNotKeptForever(t *testing.T) {
+// A marked write, told, keeps its lifetime: a late answer about it may
+// still come, and must find it. B (closed as replaced by C, marked for A)
+// is told and its mark ends; minutes later, after a sweep, a late answer
+// proves B applied: it is found, and C, which went on in B's place, is
+// held back and its model told of B. (Found by a review of a change that
+// cut a told record's lifetime to its notice: B was swept, the answer
+// found nothing, and C ran.)
+func TestOperator_ALateAnswerAboutAToldMarkedWriteStillFindsIt(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		s, b, _ := markedChainOfOneConversation(t, open)
+		s, b, c := markedChainOfOneConversation(t, open)
 		ctx := context.Background()
 		const other = `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`
 		if e := s.tool.Invoke(scoped(), other); e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
 			t.Fatalf("E: %s", e)
 		}
-		rec, _ := s.op.Show(ctx, b.RequestRef)
-		if rec.NoticeUntil.Equal(storekit.UntilTold) {
-			t.Fatalf("B not told")
+		s.clk.Advance(20 * time.Second) // past NoticeHold
+		s.tool.Invoke(scoped(), `{"to":"carl@example.com","subject":"Hi","body":"x"}`)
+		s.clk.Advance(time.Minute)
+		if _, err := s.op.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		if rec.Expires.After(s.clk.Now().Add(365 * 24 * time.Hour)) {
-			t.Errorf("B told (notice until %v) but kept until %v", rec.NoticeUntil, rec.Expires)
+		if _, err := s.op.Show(ctx, b.RequestRef); err != nil {
+			t.Fatalf("B, closed minutes ago, told: %v; want kept for its key's lifetime", err)
+		}
+		if v, err := s.op.SettleByAnswer(ctx, b.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-2"}`)), "late"); v != reconcile.Applied {
+			t.Fatalf("late answer about B: %v, %v; want applied", v, err)
+		}
+		if err := s.op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Logf("resolve C: %v", err)
+		}
+		s.clk.Advance(time.Minute)
+		if again := s.tool.Invoke(scoped(), lunchRephrased2); again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("C, in place of B proved applied, asked again: %s; want earlier_action_applied", again)
+		}
+	})
+}
+
+// A marked write approved for one more attempt, told, keeps the lifetime
+// of its approval (it is not swept as soon as its notice ends).
+func TestOperator_AToldApprovedMarkedWriteKeepsItsLifetime(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		s, _, c := markedChainOfOneConversation(t, open)
+		ctx := context.Background()
+		if err := s.op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		if told := s.tool.Invoke(scoped(), lunchRephrased2); told.Error == nil || told.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("C asked: %s; want held back and told", told)
+		}
+		if rc, _ := s.op.Show(ctx, c.RequestRef); rc.Expires.Before(s.clk.Now().Add(time.Hour)) {
+			t.Errorf("approved C, told, kept only until %v", rc.Expires)
 		}
 	})
 }

@@ -275,14 +275,10 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				// its model hears of the action it stands in for.
 			case o.closedMarked() && !o.AwaitsNotice(req.Now):
 				// Its model heard of the action it stands in for, and
-				// NoticeHold passed: the mark ends, and the record, kept
-				// for it alone, ends with it (asked for again, it is a new
-				// action, as it would have gone on in its replacement's
-				// place).
+				// NoticeHold passed: the mark ends, and the record leaves
+				// the slot's side. It keeps its lifetime: a late answer
+				// about it may still come.
 				o.NoticeUntil, o.StandsFor = time.Time{}, ""
-				if o.Expires.After(req.Now) {
-					o.Expires = req.Now
-				}
 				d.Occupants = append(d.Occupants, o)
 				continue
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
@@ -547,12 +543,6 @@ func tell(r Record, req ClaimRequest) (Record, bool) {
 	end := req.Now.Add(req.NoticeHold)
 	if req.NoticeHold <= 0 || !(r.State == Succeeded || r.marked()) || r.Session != req.Session || r.NoticeUntil.IsZero() || !r.NoticeUntil.After(end) {
 		return r, false
-	}
-	if r.marked() && r.Expires.Equal(r.NoticeUntil) {
-		// Kept for its mark alone: it is kept until the mark, shortened,
-		// ends (asked for again after that, it runs as it would in its
-		// replacement's place, or as the attempt it was approved for).
-		r.Expires = end
 	}
 	r.NoticeUntil = end
 	return r, true

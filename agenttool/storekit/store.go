@@ -322,9 +322,8 @@ type Record struct {
 	// answers no model ([Record.AwaitsNotice]). The mark stays while the
 	// record is open ([Record.StandsInForApplied]), for the people who
 	// decide about it, and once it is closed as replaced (asked for
-	// again, it would go on in that place). A record kept for its mark
-	// alone is kept, once its model is told, until the shortened mark
-	// ends; closed, a claim that meets it then ends its mark.
+	// again, it would go on in that place); closed, once its model was
+	// told and NoticeHold passed, a claim that meets it ends its mark.
 	NoticeUntil time.Time
 	// StandsFor, on a marked record (NoticeUntil on an open record, or
 	// one closed as replaced since), is the key of the action proved

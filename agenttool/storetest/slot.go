@@ -1078,8 +1078,8 @@ func testMarkClosedByAnotherConversation(t *testing.T, h Harness) {
 	blockedBy(t, "conversation 9's write within NoticeHold", mustClaim(t, other, d), c.Key, agenttool.Failed)
 	d.Now = at.Add(11 * time.Second)
 	granted(t, "conversation 9's write once NoticeHold has passed", mustClaim(t, s, d))
-	if rec, err := other.Get(bg, c.Key); err != nil || !rec.NoticeUntil.IsZero() || rec.StandsFor != "" || rec.Beside() || rec.Expires.After(d.Now) {
-		t.Errorf("C once its model heard and NoticeHold passed: mark %v for %q, beside %v, expires %v, %v; want the mark ended and C's lifetime with it",
+	if rec, err := other.Get(bg, c.Key); err != nil || !rec.NoticeUntil.IsZero() || rec.StandsFor != "" || rec.Beside() || !rec.Expires.After(d.Now.Add(time.Hour)) {
+		t.Errorf("C once its model heard and NoticeHold passed: mark %v for %q, beside %v, expires %v, %v; want the mark ended, C kept (a late answer about it may come)",
 			rec.NoticeUntil, rec.StandsFor, rec.Beside(), rec.Expires, err)
 	}
 }

@@ -440,8 +440,15 @@ func lunchFoundNotApplied(t *testing.T, opts agenttool.Options) lunchScene {
 // ClockSkew 1s, one attempt a call, a manual clock.
 func threeLunches(t *testing.T, store agenttool.Store) (*clock, *mailServer, *agenttool.Tool, *agenttool.Operator, []string) {
 	t.Helper()
+	return lunchesDelivered(t, store, 1)
+}
+
+// lunchesDelivered is threeLunches with the first delivered ones
+// delivered (their replies lost all the same).
+func lunchesDelivered(t *testing.T, store agenttool.Store, delivered int) (*clock, *mailServer, *agenttool.Tool, *agenttool.Operator, []string) {
+	t.Helper()
 	clk := newClock()
-	m := &mailServer{script: func(n int) (bool, error) { return n == 1, errLostReply }}
+	m := &mailServer{script: func(n int) (bool, error) { return n <= delivered, errLostReply }}
 	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
 		AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 	op, err := agenttool.NewOperator(store, tool)

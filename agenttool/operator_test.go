@@ -1884,28 +1884,8 @@ func TestOperator_TheNoticeNamesTheActionAppliedNotAnotherConversationsWrite(t *
 // B's answer said C waited to be told of B.)
 func TestOperator_TheNoticeNamesTheActionProvedAppliedLast(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store := open()
-		clk := newClock()
-		m := &mailServer{script: func(n int) (bool, error) { return n <= 2, errLostReply }}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
+		clk, m, tool, op, refs := lunchesDelivered(t, open(), 2)
 		ctx := context.Background()
-		var refs []string
-		for _, in := range []string{lunch, lunchRephrased, lunchRephrased2} {
-			e := tool.Invoke(scoped(), in)
-			mustStatus(t, e, envelope.UnknownOutcome)
-			refs = append(refs, e.RequestRef)
-			if in != lunchRephrased2 {
-				clk.Advance(32 * time.Second)
-				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the log"); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
 		clk.Advance(time.Minute)
 		for i, result := range []string{`{"id":"m-1"}`, `{"id":"m-2"}`} {
 			_, err := op.SettleByAnswer(ctx, refs[i], 1, reconcile.AppliedWith([]byte(result)), "late")
@@ -1933,33 +1913,13 @@ func TestOperator_TheNoticeNamesTheActionProvedAppliedLast(t *testing.T) {
 // at it before approving it" of an action done.)
 func TestOperator_TheNoticeNamesTheNearestActionProvedAppliedWhicheverAnswerComesFirst(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		store := open()
-		clk := newClock()
-		m := &mailServer{script: func(n int) (bool, error) { return n <= 2, errLostReply }}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
-		op, err := agenttool.NewOperator(store, tool)
-		if err != nil {
-			t.Fatal(err)
-		}
+		clk, m, tool, op, refs := lunchesDelivered(t, open(), 2)
 		ctx := context.Background()
-		var refs []string
-		for _, in := range []string{lunch, lunchRephrased, lunchRephrased2} {
-			e := tool.Invoke(scoped(), in)
-			mustStatus(t, e, envelope.UnknownOutcome)
-			refs = append(refs, e.RequestRef)
-			if in != lunchRephrased2 {
-				clk.Advance(32 * time.Second)
-				if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the log"); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
 		clk.Advance(time.Minute)
 		if _, err := op.SettleByAnswer(ctx, refs[1], 1, reconcile.AppliedWith([]byte(`{"id":"m-2"}`)), "late"); !errors.Is(err, agenttool.ErrContradicted) {
 			t.Fatalf("the late answer about B: %v; want applied aside", err)
 		}
-		_, err = op.SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		_, err := op.SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
 		if !errors.Is(err, agenttool.ErrContradicted) || !strings.Contains(err.Error(), "it was done too") || strings.Contains(err.Error(), "approving") {
 			t.Errorf("the late answer about A, B done already: %v; want B named as done too, nothing to approve", err)
 		}

@@ -32,8 +32,13 @@ import (
 // of version 9 needs nothing built; version 11 indexes beside their slot
 // the records closed as replaced that keep a mark (storekit.Record.Beside),
 // and keeps them out of the generations: such records move out of the
-// generations of earlier versions, and the beside index is built again.
-const schemaVersion = "11"
+// generations of earlier versions, and the beside index is built again;
+// version 12 keeps a marked record's lifetime (Expires) apart from its
+// mark, and indexes it by when it may go (storekit.Record.SweepAt), which
+// versions before it would take for its lifetime, sweeping it while the
+// mark lasts: a file of version 11 needs nothing built (the expiry of
+// each of its records ends no sooner than its mark).
+const schemaVersion = "12"
 
 var (
 	metaBucket    = []byte("retrysafe/meta")
@@ -194,7 +199,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	v := string(meta.Get(schemaKey))
-	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != "9" && v != "10" && v != schemaVersion {
+	if v != "1" && v != "2" && v != "3" && v != "4" && v != "5" && v != "6" && v != "7" && v != "8" && v != "9" && v != "10" && v != "11" && v != schemaVersion {
 		return fmt.Errorf("the store has schema %q; this version of retrysafe reads schema %q", v, schemaVersion)
 	}
 	if tx.Bucket(oldBesideBucket) != nil {
@@ -212,8 +217,8 @@ func initSchema(tx *bolt.Tx) error {
 		// Version 6 lacks only the generations and the pending buckets,
 		// made above; its pending records and their slots move there when
 		// next written. Versions 7 to 10 lack only the beside index of
-		// this version, built below.
-		fillBeside = true
+		// version 11, built below (and version 11 nothing).
+		fillBeside = fillBeside || v != "11"
 		if v != "6" && v != "7" && v != "8" && v != "9" && v != "10" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
@@ -225,8 +230,10 @@ func initSchema(tx *bolt.Tx) error {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}
 		}
-		if err := unplain(tx); err != nil {
-			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+		if v != "11" {
+			if err := unplain(tx); err != nil {
+				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
+			}
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err
@@ -557,7 +564,7 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 				}
 			}
 			switch {
-			case err == nil && rec != nil && nanos(rec.Expires) == at && rec.Sweepable(req.Now):
+			case err == nil && rec != nil && expiryAt(rec) == at && rec.Sweepable(req.Now):
 				if err := remove(b, key, rec); err != nil {
 					return err
 				}
@@ -749,7 +756,7 @@ func placeFor(b *bolt.Bucket, r *storekit.Record, now time.Time) (place, error) 
 		if settled.IsZero() {
 			settled = r.Created
 		}
-		return genFor(b.Tx(), genName(r.Expires, settled), now)
+		return genFor(b.Tx(), genName(r.SweepAt(), settled), now)
 	}
 	return place{records: b, expiry: b.Tx().Bucket(expiryBucket)}, nil
 }
@@ -761,13 +768,13 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// expiryAt is the expiry index's time for r (0: r has no entry); r may be
-// nil.
+// expiryAt is the expiry index's time for r, when it may be swept
+// (Record.SweepAt; 0: r has no entry); r may be nil.
 func expiryAt(r *storekit.Record) int64 {
 	if r == nil || r.State == 0 || r.Expires.IsZero() {
 		return 0
 	}
-	return nanos(r.Expires)
+	return nanos(r.SweepAt())
 }
 
 // save writes r, which replaces prev (nil for a new record), where it

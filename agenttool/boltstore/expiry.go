@@ -76,10 +76,11 @@ func rebuildExpiry(tx *bolt.Tx) error {
 		if awaiting(&rec) {
 			unknown++
 		}
-		if rec.Expires.IsZero() {
+		at := expiryAt(&rec)
+		if at == 0 {
 			return nil
 		}
-		return idx.Put(expiryKey(nanos(rec.Expires), rec.Key), nil)
+		return idx.Put(expiryKey(at, rec.Key), nil)
 	})
 	if err != nil {
 		return err

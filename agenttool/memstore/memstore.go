@@ -172,8 +172,8 @@ func (s *Store) put(i int, r storekit.Record) {
 	if r.Beside() {
 		s.indexBeside(&s.entries[i], true)
 	}
-	if !r.Expires.IsZero() {
-		s.expiry.push(expiry{at: r.Expires.UnixNano(), key: r.Key})
+	if at := r.SweepAt(); !at.IsZero() {
+		s.expiry.push(expiry{at: at.UnixNano(), key: r.Key})
 	}
 }
 
@@ -271,9 +271,20 @@ func (e *entry) beside() bool {
 			(e.state == storekit.Failed && e.replacedBy != "" && e.noticeUntil != zeroTime))
 }
 
+// lifetime is the part of e's record that says when it may be swept.
+func (e *entry) lifetime() storekit.Record {
+	return storekit.Record{State: e.state, RetryApproved: e.retryApproved, Expires: fromUnixNano(e.expires), NoticeUntil: fromUnixNano(e.noticeUntil)}
+}
+
+// sweepAt is Record.SweepAt, in Unix nanoseconds.
+func (e *entry) sweepAt() int64 {
+	r := e.lifetime()
+	return unixNano(r.SweepAt())
+}
+
 // sweepable is Record.Sweepable.
 func (e *entry) sweepable(now time.Time) bool {
-	r := storekit.Record{State: e.state, RetryApproved: e.retryApproved, Expires: fromUnixNano(e.expires)}
+	r := e.lifetime()
 	return r.Sweepable(now)
 }
 
@@ -434,7 +445,7 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 	for nowNs := now.UnixNano(); n < limit && len(s.expiry) > 0 && s.expiry[0].at <= nowNs; {
 		e := s.expiry.pop()
 		// The entry is a hint: the record may have changed or gone since.
-		if i := s.lookup(e.key); i >= 0 && s.entries[i].expires == e.at && s.entries[i].sweepable(now) {
+		if i := s.lookup(e.key); i >= 0 && s.entries[i].sweepAt() == e.at && s.entries[i].sweepable(now) {
 			s.delete(e.key, i)
 			n++
 		}

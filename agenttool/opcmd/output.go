@@ -29,7 +29,7 @@ type recordJSON struct {
 	Created       time.Time          `json:"created"`
 	Updated       time.Time          `json:"updated"`
 	LeaseExpiry   *time.Time         `json:"lease_expiry,omitempty"` // pending records only
-	Expires       *time.Time         `json:"expires,omitempty"`      // when a settled record may be deleted
+	Expires       *time.Time         `json:"expires,omitempty"`      // when a settled record may be deleted (agenttool.Record.SweepAt)
 	Error         string             `json:"error,omitempty"`        // the recorded outcome's error message
 	Resolution    *resolutionJSON    `json:"resolution,omitempty"`
 	Outcome       *envelope.Envelope `json:"outcome,omitempty"` // show only: the recorded outcome
@@ -85,9 +85,8 @@ func (r *runner) view(op *agenttool.Operator, rec agenttool.Record) (v recordJSO
 		v.LeaseExpiry = &lease
 		v.LeaseLapsed = !r.opts.Now().Before(lease)
 	}
-	if !rec.Expires.IsZero() {
-		expires := rec.Expires
-		v.Expires = &expires
+	if expires := rec.SweepAt(); !expires.IsZero() {
+		v.Expires = &expires // its lifetime, or its notice or mark if that ends later
 	}
 	if res := rec.Resolution; res != nil {
 		v.Resolution = &resolutionJSON{Verdict: res.Verdict, By: res.By, Why: res.Why, At: res.At}

@@ -73,7 +73,7 @@ func OpenRecordQueries(s *Store, now time.Time, tool string, principal []byte) m
 }
 
 // Statement returns the text of s's statement of that name (listScope,
-// listUnknown).
+// listUnknown, listPrincipal, sweep).
 func Statement(s *Store, name string) string {
 	switch name {
 	case "listScope":
@@ -82,6 +82,8 @@ func Statement(s *Store, name string) string {
 		return s.q.listUnknown
 	case "listPrincipal":
 		return s.q.listPrincipal
+	case "sweep":
+		return s.q.sweep
 	}
 	panic("pgstore: no statement " + name)
 }

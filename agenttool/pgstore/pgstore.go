@@ -612,8 +612,8 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 // its steps bigger where that pays (storekit.SweepExpired).
 const sweepStep = 50
 
-// Sweep implements storekit.Store: one step, chosen by the records_expires
-// index, oldest first.
+// Sweep implements storekit.Store: one step, chosen by the records_sweep
+// index, those that could go first first.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {

@@ -163,7 +163,21 @@ var migrations = []string{
 		WHERE (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL) OR (state = 3 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session;
 	DROP INDEX {s}.records_beside;
 	ALTER INDEX {s}.records_beside_13 RENAME TO records_beside;`,
+	// 14: expires is a record's lifetime alone, and a notice or a mark
+	// keeps the record past it (storekit.Record.SweepAt): until now a
+	// record's expires was moved to its mark's end, which is in 2262
+	// until its model is told, and was never moved back. The sweep finds
+	// records by when they may go (sweepAt), and records_expires gives
+	// way to an index of that. A record marked before keeps the expiry
+	// it was given: its own lifetime was not kept.
+	`CREATE INDEX records_sweep ON {s}.records ((` + sweepAt + `)) WHERE expires IS NOT NULL;
+	DROP INDEX {s}.records_expires;`,
 }
+
+// sweepAt is the SQL form of storekit.Record.SweepAt, of a record with a
+// lifetime (GREATEST passes over a NULL notice_until): the expression
+// records_sweep indexes, word for word.
+const sweepAt = `GREATEST(expires, notice_until)`
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input, stands_for`
 
@@ -328,11 +342,11 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it
 		// returns the keys it wrote. Its keys are distinct. An unknown
-		// outcome keeps the record's input and its mark, and an approved
-		// one is kept while the mark lasts (storekit.DecideFinish).
+		// outcome keeps the record's input and its mark
+		// (storekit.DecideFinish).
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
 			attempts = v.attempts, outcome = v.outcome, updated = v.updated, retry_approved = v.retry_approved,
-			expires = CASE WHEN v.state = 4 AND v.expires IS NOT NULL THEN GREATEST(v.expires, r.notice_until) ELSE v.expires END,
+			expires = v.expires,
 			resolution = COALESCE(v.resolution, r.resolution),
 			notice_until = CASE WHEN v.state = 4 THEN r.notice_until ELSE v.notice_until END,
 			stands_for = CASE WHEN v.state = 4 THEN r.stands_for ELSE '' END,
@@ -355,7 +369,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
-			expires = CASE WHEN $3::smallint = 4 AND $7::timestamptz IS NOT NULL THEN GREATEST($7, notice_until) ELSE $7 END, retry_approved = $8, resolution = COALESCE($9, resolution),
+			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution),
 			notice_until = CASE WHEN $3::smallint = 4 THEN notice_until ELSE $11 END,
 			stands_for = CASE WHEN $3::smallint = 4 THEN stands_for ELSE '' END,
 			input = CASE WHEN $3::smallint = 4 THEN input END
@@ -363,16 +377,17 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
-		// sweep deletes one step, found by the records_expires index, oldest
-		// first; rows another sweeper is deleting are skipped. Its commit
+		// sweep deletes one step, found by the records_sweep index, those
+		// that could go first first; rows another sweeper is deleting are
+		// skipped. Its commit
 		// does not wait for the disk (synchronous_commit off, in the
 		// statement): a delete lost in a crash only leaves an expired
 		// record for the next sweep, which a claim treats as absent
 		// meanwhile, and a call that commits while a step does would
 		// otherwise wait for the step's flush before its own.
 		sweep: `DELETE FROM ` + t + ` WHERE (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-			AND key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
-			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			AND key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND ` + sweepAt + ` <= $1
+			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY ` + sweepAt + ` LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,

@@ -288,9 +288,6 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				o.State, o.ReplacedBy, o.Owner, o.LeaseExpiry, o.Input = Failed, req.Key, "", time.Time{}, nil
 				o.TakenOver, o.RetryApproved = false, false
 				o.Outcome, o.Updated, o.Expires = req.Replace.Outcome, req.Now, req.Now.Add(req.Replace.TTL)
-				if o.marked() && o.NoticeUntil.After(o.Expires) {
-					o.Expires = o.NoticeUntil // kept while its mark lasts, as DecideFinish keeps it
-				}
 				if req.Replace.Resolution != nil {
 					o.Resolution = req.Replace.Resolution
 				}
@@ -709,13 +706,6 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	if req.State != Unknown || req.RetryApproved {
 		rec.Expires = req.Now.Add(req.TTL)
 	}
-	if !rec.Expires.IsZero() && rec.NoticeUntil.After(rec.Expires) {
-		// The record carries its notice, or its mark (an action approved
-		// for one more attempt that stands in for one proved applied): it
-		// is kept while it lasts, whatever the key's lifetime, so that a
-		// sweep never decides whether a reworded copy is held.
-		rec.Expires = rec.NoticeUntil
-	}
 	return rec, nil
 }
 
@@ -726,10 +716,9 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 // not), or closed as replaced — if it is of req.Session; its mark becomes
 // the later of its own and req.Until, and it names the action it stands
 // in for (Record.StandsFor): req.For, the latest mark's — its model,
-// told of one before, is told of this one too — and a record
-// that would expire sooner is kept while the mark lasts, as
-// [DecideFinish] keeps it. A
-// settled record (succeeded, or failed and not replaced) will not run
+// told of one before, is told of this one too. The record keeps its
+// lifetime (Expires), and is kept while the mark lasts ([Record.SweepAt]).
+// A settled record (succeeded, or failed and not replaced) will not run
 // again and is left as it is, and so are another conversation's and one
 // past its lifetime at req.Now (asked for again, it is a new action).
 func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
@@ -752,9 +741,6 @@ func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 		rec.NoticeUntil = req.Until
 	}
 	rec.StandsFor = req.For
-	if !rec.Expires.IsZero() && rec.NoticeUntil.After(rec.Expires) {
-		rec.Expires = rec.NoticeUntil
-	}
 	return rec, true, nil
 }
 
@@ -778,9 +764,25 @@ func DecideRenew(existing *Record, req RenewRequest) (Record, error) {
 // Sweepable reports whether a Sweep at now may delete r.
 func (r *Record) Sweepable(now time.Time) bool { return r.expired(now) }
 
+// SweepAt returns when r may be swept, if it is final then: the end of its
+// lifetime (Expires), or of its notice or mark (NoticeUntil) if that ends
+// later — a record is kept while it carries one, so that a sweep never
+// decides whether a reworded copy of an action is held back, and a late
+// answer about it finds it for its lifetime after. Zero if r has no
+// lifetime (pending, or unknown and not resolved). Stores index records
+// by it, and index a record again when a write changes it: a mark, and
+// the telling that ends it, change it as a settlement does.
+func (r *Record) SweepAt() time.Time {
+	if r.Expires.IsZero() || !r.NoticeUntil.After(r.Expires) {
+		return r.Expires
+	}
+	return r.NoticeUntil
+}
+
 func (r *Record) expired(now time.Time) bool {
 	final := r.State == Succeeded || r.State == Failed || (r.State == Unknown && r.RetryApproved)
-	return final && !r.Expires.IsZero() && !now.Before(r.Expires)
+	at := r.SweepAt()
+	return final && !at.IsZero() && !now.Before(at)
 }
 
 // AwaitsReconciliation reports whether r is listed by [Store.ListUnknown] at

@@ -266,7 +266,11 @@ type Record struct {
 	Outcome     []byte    // the encoded envelope of a final state (see Codec)
 	Created     time.Time //
 	Updated     time.Time //
-	Expires     time.Time // final records may be swept after this; zero for pending and unresolved unknown records
+	// Expires is the end of a final record's lifetime, as its settlement
+	// (or an approval, or its closing) gave it; zero for pending and
+	// unresolved unknown records. It is swept once that lifetime and its
+	// notice or mark have both ended ([Record.SweepAt]).
+	Expires time.Time
 	// RetryApproved is set on an unknown record that a reconciler, an
 	// approver or an operator found not applied: exactly one new claim of the
 	// key may run the tool again, and consumes the approval.
@@ -311,8 +315,8 @@ type Record struct {
 	// before it was found applied (or which went on in place of such an
 	// action), is when its notice ends: until then it holds the scope's
 	// slot, and the scope's other new writes are told of it instead of
-	// running. Zero if none. A record is kept (Expires) at least until its
-	// notice as written at its settlement ends.
+	// running. Zero if none. A record is kept while its notice lasts,
+	// whatever its lifetime ([Record.SweepAt]), and so while a mark lasts.
 	//
 	// On an open record (pending or unknown) it marks an action that went
 	// on in place of another which was proved applied after it went on

@@ -449,8 +449,8 @@ func testSlotStandsInForApplied(t *testing.T, h Harness) {
 		}
 	}
 	rec := marked("approved, given back by the sweeper")
-	if !rec.RetryApproved || rec.Expires.Before(t0.Add(100*24*time.Hour)) {
-		t.Errorf("approved and marked: approved %v, expires %v; want approved, kept while the mark lasts", rec.RetryApproved, rec.Expires)
+	if !rec.RetryApproved || !rec.SweepAt().Equal(storekit.UntilTold) || !rec.Expires.Equal(t0.Add(2*minute+time.Hour)) {
+		t.Errorf("approved and marked: approved %v, expires %v, swept from %v; want approved, its own lifetime, kept while the mark lasts", rec.RetryApproved, rec.Expires, rec.SweepAt())
 	}
 
 	// Held back for a model: its own call, and a write in its place.
@@ -869,7 +869,7 @@ func testSlotBesideOwnKey(t *testing.T, h Harness) {
 // action's conversation whoever holds it — here a live call, on one
 // replica, marked from another — and everything written after keeps it,
 // and the name of the action it stands for: the holder's unknown outcome,
-// an approval (kept while the mark lasts, past its lifetime), a takeover,
+// an approval (its own lifetime, kept while the mark lasts), a takeover,
 // a replacement. A settled write, another conversation's, one past its
 // lifetime or a missing key are left as they are; a succeeded outcome
 // clears the mark. A mark with no end or no name, and an outcome other
@@ -937,8 +937,8 @@ func testMark(t *testing.T, h Harness) {
 	if err := other.Finish(bg, f); err != nil {
 		t.Fatal(err)
 	}
-	if rec := get(b.Key); !rec.RetryApproved || !rec.StandsInForApplied() || rec.Expires.Before(t0.Add(100*24*time.Hour)) {
-		t.Fatalf("approved: approved %v, mark %v, expires %v; want kept while the mark lasts", rec.RetryApproved, rec.NoticeUntil, rec.Expires)
+	if rec := get(b.Key); !rec.RetryApproved || !rec.StandsInForApplied() || !rec.Expires.Equal(t0.Add(3*time.Second+time.Hour)) || !rec.SweepAt().Equal(storekit.UntilTold) {
+		t.Fatalf("approved: approved %v, mark %v, expires %v, swept from %v; want its own lifetime, kept while the mark lasts", rec.RetryApproved, rec.NoticeUntil, rec.Expires, rec.SweepAt())
 	} else {
 		names("approved", rec)
 	}
@@ -946,7 +946,7 @@ func testMark(t *testing.T, h Harness) {
 		t.Fatalf("a sweep two days later (%d deleted, %v) dropped the approved marked record", n, err)
 	}
 
-	// Marked once approved: its expiry is extended.
+	// Marked once approved: kept while the mark lasts, its lifetime its own.
 	c := slotted(tool, agenttool.Digest{0xc0, 1}, t0)
 	cres := mustClaim(t, s, c)
 	f = finish(c.Key, cres.Record.Token, agenttool.Unknown, t0)
@@ -954,10 +954,10 @@ func testMark(t *testing.T, h Harness) {
 	if err := s.Finish(bg, f); err != nil {
 		t.Fatal(err)
 	}
-	if rec := mark(other, c.Key, c.Session, t0.Add(time.Minute)); !rec.StandsInForApplied() || !rec.Expires.Equal(storekit.UntilTold) {
-		t.Errorf("approved, then marked: mark %v, expires %v; want kept until told", rec.NoticeUntil, rec.Expires)
+	if rec := mark(other, c.Key, c.Session, t0.Add(time.Minute)); !rec.StandsInForApplied() || !rec.Expires.Equal(t0.Add(time.Hour)) || !rec.SweepAt().Equal(storekit.UntilTold) {
+		t.Errorf("approved, then marked: mark %v, expires %v, swept from %v; want its own lifetime, kept until told", rec.NoticeUntil, rec.Expires, rec.SweepAt())
 	}
-	if rec := get(c.Key); !rec.Expires.Equal(storekit.UntilTold) || !rec.NoticeUntil.Equal(storekit.UntilTold) {
+	if rec := get(c.Key); !rec.Expires.Equal(t0.Add(time.Hour)) || !rec.NoticeUntil.Equal(storekit.UntilTold) {
 		t.Errorf("approved, then marked, read back: mark %v, expires %v", rec.NoticeUntil, rec.Expires)
 	}
 
@@ -974,8 +974,10 @@ func testMark(t *testing.T, h Harness) {
 	if res := mustClaim(t, s, e); !res.Claimed || res.Record.Replaces != d.Key {
 		t.Fatalf("the write in D's place: %+v", res)
 	}
-	if rec := mark(other, d.Key, d.Session, t0.Add(2*time.Second)); rec.State != agenttool.Failed || rec.ReplacedBy != e.Key || !rec.NoticeUntil.Equal(storekit.UntilTold) || !rec.Expires.Equal(storekit.UntilTold) {
-		t.Errorf("replaced, then marked: %v by %q, mark %v, expires %v; want marked, kept until told, naming E", rec.State, rec.ReplacedBy, rec.NoticeUntil, rec.Expires)
+	if rec := mark(other, d.Key, d.Session, t0.Add(2*time.Second)); rec.State != agenttool.Failed || rec.ReplacedBy != e.Key || !rec.NoticeUntil.Equal(storekit.UntilTold) ||
+		!rec.Expires.Equal(t0.Add(time.Second+time.Hour)) || !rec.SweepAt().Equal(storekit.UntilTold) {
+		t.Errorf("replaced, then marked: %v by %q, mark %v, expires %v, swept from %v; want marked, its own lifetime, kept until told, naming E",
+			rec.State, rec.ReplacedBy, rec.NoticeUntil, rec.Expires, rec.SweepAt())
 	}
 	names("replaced, then marked", get(d.Key))
 
@@ -1078,8 +1080,63 @@ func testMarkClosedByAnotherConversation(t *testing.T, h Harness) {
 	blockedBy(t, "conversation 9's write within NoticeHold", mustClaim(t, other, d), c.Key, agenttool.Failed)
 	d.Now = at.Add(11 * time.Second)
 	granted(t, "conversation 9's write once NoticeHold has passed", mustClaim(t, s, d))
-	if rec, err := other.Get(bg, c.Key); err != nil || !rec.NoticeUntil.IsZero() || rec.StandsFor != "" || rec.Beside() || !rec.Expires.After(d.Now.Add(time.Hour)) {
-		t.Errorf("C once its model heard and NoticeHold passed: mark %v for %q, beside %v, expires %v, %v; want the mark ended, C kept (a late answer about it may come)",
-			rec.NoticeUntil, rec.StandsFor, rec.Beside(), rec.Expires, err)
+	life := t0.Add(time.Second + time.Hour) // closed as replaced at t0+1s, for an hour
+	if rec, err := other.Get(bg, c.Key); err != nil || !rec.NoticeUntil.IsZero() || rec.StandsFor != "" || rec.Beside() || !rec.Expires.Equal(life) {
+		t.Errorf("C once its model heard and NoticeHold passed: mark %v for %q, beside %v, expires %v, %v; want the mark ended, C kept for its lifetime (a late answer about it may come), until %v",
+			rec.NoticeUntil, rec.StandsFor, rec.Beside(), rec.Expires, err, life)
+	}
+	// Kept for its lifetime, and no longer: the mark it carried until
+	// 2262 while its model had not heard kept it then, not after.
+	if _, err := storekit.SweepAll(bg, s, life.Add(-time.Second), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Get(bg, c.Key); err != nil {
+		t.Errorf("C swept within its lifetime: %v", err)
+	}
+	if _, err := storekit.SweepAll(bg, other, life.Add(time.Hour), 0, nil); err != nil { // (a store may keep it a while after its lifetime)
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(bg, c.Key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("C once its lifetime ended, its mark ended before: %v (mark %v, expires %v, swept from %v), %v; want swept", rec.State, rec.NoticeUntil, rec.Expires, rec.SweepAt(), err)
+	}
+}
+
+// testMarkKeepsTheRecordForItsLifetime: a marked record is kept while its
+// mark lasts — until its model is told, however long that takes, and
+// NoticeHold after — and then for what is left of its own lifetime, no
+// longer: the mark does not become the record's lifetime.
+func testMarkKeepsTheRecordForItsLifetime(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, scope := newSlot()
+	c := slotted(tool, scope, t0)
+	res := granted(t, "C", mustClaim(t, s, c))
+	f := finish(c.Key, res.Record.Token, agenttool.Unknown, t0)
+	f.RetryApproved = true // for an hour (finish's lifetime)
+	if err := s.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Mark(bg, storekit.MarkRequest{Key: c.Key, Session: c.Session, Until: storekit.UntilTold, For: tool + "/applied", Now: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	kept := func(what string, st agenttool.Store, at time.Time) {
+		t.Helper()
+		if _, err := storekit.SweepAll(bg, st, at, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := s.Get(bg, c.Key); err != nil || !rec.RetryApproved || rec.StandsFor != tool+"/applied" {
+			t.Fatalf("%s: %v approved %v standing for %q, %v; want kept, approved and marked", what, rec.State, rec.RetryApproved, rec.StandsFor, err)
+		}
+	}
+	kept("a sweep a day after its lifetime, its model not told", s, t0.Add(25*time.Hour))
+	told := c
+	told.Owner, told.Now, told.NoticeHold = "resend", t0.Add(26*time.Hour), 10*time.Second
+	blockedBy(t, "its own call for a model, a day later", mustClaim(t, other, told), c.Key, agenttool.Unknown)
+	kept("a sweep within NoticeHold of its model being told", other, told.Now.Add(9*time.Second))
+	if _, err := storekit.SweepAll(bg, s, told.Now.Add(10*time.Second), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := other.Get(bg, c.Key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("a sweep once NoticeHold passed, its lifetime over: %v (mark %v, expires %v, swept from %v), %v; want swept", rec.State, rec.NoticeUntil, rec.Expires, rec.SweepAt(), err)
 	}
 }

@@ -69,8 +69,9 @@ var (
 	keyCount atomic.Int64
 )
 
-// newKey returns a key not used before in this process.
-func newKey() string { return fmt.Sprintf("conformance/%d", keyCount.Add(1)) }
+// newKey returns a key not used before in this process; keys sort in the
+// order they were made (a test that sweeps oldest first may rely on it).
+func newKey() string { return fmt.Sprintf("conformance/%09d", keyCount.Add(1)) }
 
 func claimReq(key string, now time.Time) storekit.ClaimRequest {
 	return storekit.ClaimRequest{Key: key, Tool: "conformance", Principal: alice, Fingerprint: inputA,
@@ -139,6 +140,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotStandsInForApplied", func(t *testing.T) { testSlotStandsInForApplied(t, h) })
 	t.Run("MarkWhoeverHoldsTheRecord", func(t *testing.T) { testMark(t, h) })
 	t.Run("MarkClosedByAnotherConversationHoldsBackItsOwn", func(t *testing.T) { testMarkClosedByAnotherConversation(t, h) })
+	t.Run("MarkKeepsTheRecordForItsLifetime", func(t *testing.T) { testMarkKeepsTheRecordForItsLifetime(t, h) })
 	t.Run("SlotBesideTellsItsOwnSessionFirst", func(t *testing.T) { testSlotBesideTellsItsOwnSessionFirst(t, h) })
 	t.Run("SlotBesideEveryOpenAction", func(t *testing.T) { testSlotBesideEveryOpenAction(t, h) })
 	t.Run("SlotBesideAfterANotice", func(t *testing.T) { testSlotBesideAfterANotice(t, h) })

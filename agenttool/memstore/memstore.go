@@ -143,6 +143,10 @@ func (s *Store) delete(key string, i int) {
 // i is -1. Outcomes are never modified in place: Finish is handed its
 // outcome (see storekit.FinishRequest), and what leaves the store is cloned.
 func (s *Store) put(i int, r storekit.Record) {
+	was := int64(zeroTime)
+	if i >= 0 {
+		was = s.entries[i].sweepAt()
+	}
 	if i >= 0 && s.entries[i].open() {
 		s.indexOpen(&s.entries[i], false)
 	}
@@ -172,8 +176,25 @@ func (s *Store) put(i int, r storekit.Record) {
 	if r.Beside() {
 		s.indexBeside(&s.entries[i], true)
 	}
-	if at := r.SweepAt(); !at.IsZero() {
-		s.expiry.push(expiry{at: at.UnixNano(), key: r.Key})
+	if at := s.entries[i].sweepAt(); at != zeroTime && at != was {
+		s.expiry.push(expiry{at: at, key: r.Key})
+	}
+	if len(s.expiry) > 2*len(s.index)+64 {
+		s.reindexExpiry()
+	}
+}
+
+// reindexExpiry builds the expiry heap again from the records. An entry
+// whose record changed stays in the heap until its time comes, and a
+// record's time may come earlier than its entry's (a mark told ends long
+// before 2262): once such entries outnumber the records, they go.
+func (s *Store) reindexExpiry() {
+	clear(s.expiry)
+	s.expiry = s.expiry[:0]
+	for _, i := range s.index {
+		if at := s.entries[i].sweepAt(); at != zeroTime {
+			s.expiry.push(expiry{at: at, key: s.entries[i].key})
+		}
 	}
 }
 
@@ -449,6 +470,9 @@ func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, erro
 			s.delete(e.key, i)
 			n++
 		}
+	}
+	if len(s.expiry) > 2*len(s.index)+64 {
+		s.reindexExpiry()
 	}
 	return n, nil
 }

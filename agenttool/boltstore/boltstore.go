@@ -36,8 +36,9 @@ import (
 // version 12 keeps a marked record's lifetime (Expires) apart from its
 // mark, and indexes it by when it may go (storekit.Record.SweepAt), which
 // versions before it would take for its lifetime, sweeping it while the
-// mark lasts: a file of version 11 needs nothing built (the expiry of
-// each of its records ends no sooner than its mark).
+// mark lasts: in a file of an earlier version a record marked until its
+// model is told had its lifetime overwritten, and is given one back
+// (giveBackLifetimes); nothing else is built for version 11.
 const schemaVersion = "12"
 
 var (
@@ -234,6 +235,9 @@ func initSchema(tx *bolt.Tx) error {
 			if err := unplain(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}
+		}
+		if err := giveBackLifetimes(tx); err != nil {
+			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := meta.Put(schemaKey, []byte(schemaVersion)); err != nil {
 			return err

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -86,4 +87,58 @@ func rebuildExpiry(tx *bolt.Tx) error {
 		return err
 	}
 	return putUnknown(tx.Bucket(metaBucket), unknown)
+}
+
+// giveBackLifetimes gives a lifetime back to each record that a version
+// before schema 12 kept until storekit.UntilTold for its mark: it moved
+// the record's Expires to the mark's end, which is in 2262 until the
+// model is told, and telling never moved it back. The record's own
+// lifetime was lost with it: it is given the longest lifetime of its
+// tool's settled records (Expires less Updated, of those with no notice),
+// and goes once that and its mark have ended (storekit.Record.SweepAt); a
+// record of a tool with no such record stays as it was. Such records are
+// few, and live in the records bucket; the file is read whole for the
+// lifetimes only if there is one.
+func giveBackLifetimes(tx *bolt.Tx) error {
+	told := nanos(storekit.UntilTold)
+	b := tx.Bucket(recordsBucket)
+	var kept []storekit.Record
+	lives := map[string]time.Duration{}
+	err := b.ForEach(func(k, v []byte) error {
+		if rec, err := decode(k, v); err == nil && nanos(rec.Expires) == told {
+			kept = append(kept, rec)
+			lives[rec.Tool] = 0
+		}
+		return nil
+	})
+	if err != nil || len(kept) == 0 {
+		return err
+	}
+	life := func(k, v []byte) error {
+		rec, err := decode(k, v)
+		if err != nil || !(rec.State == storekit.Succeeded || rec.State == storekit.Failed) ||
+			rec.Expires.IsZero() || nanos(rec.Expires) == told || !rec.NoticeUntil.IsZero() {
+			return nil
+		}
+		if l, ok := lives[rec.Tool]; ok && rec.Expires.Sub(rec.Updated) > l {
+			lives[rec.Tool] = rec.Expires.Sub(rec.Updated)
+		}
+		return nil
+	}
+	if err := b.ForEach(life); err != nil {
+		return err
+	}
+	if err := forEachGen(tx, func(p place) error { return p.records.ForEach(life) }); err != nil {
+		return err
+	}
+	for i := range kept {
+		rec := kept[i]
+		if l := lives[rec.Tool]; l > 0 {
+			rec.Expires = rec.Updated.Add(l)
+			if err := saveAt(b, &rec, &kept[i], time.Time{}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

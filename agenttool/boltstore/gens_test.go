@@ -1100,3 +1100,89 @@ func TestUpgradeFromSchema10IndexesAClosedMarkAGenerationHeld(t *testing.T) {
 		t.Fatalf("after the upgrade, conversation 9's next write for a model: claimed %v, blocked by %+v; want held back by C's mark", d.Claimed, d.Blocked)
 	}
 }
+
+// A file of schema 11 kept a marked record's Expires at its mark's end
+// (storekit.UntilTold until its model is told), and telling shortened only
+// the mark. Opened by this version, such a record, once told, must go when
+// its mark and its lifetime have ended, as a record marked by this version
+// goes — not be kept until 2262, swept by nothing: the upgrade gives it
+// its tool's lifetime (here, X's hour). (Found reviewing d8e66dd.)
+func TestUpgradeFromSchema11SweepsAToldMarkOnceItEnded(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	alice, s9, s10 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
+	const tool = "send_email"
+	req := func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Key: key, Tool: tool, Principal: alice, Session: session, Fingerprint: agenttool.Digest{1},
+			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second}
+	}
+	path := filepath.Join(t.TempDir(), "s.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, req("C", s9, t0))
+	if err != nil || !c.Claimed {
+		t.Fatal(c, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	xr := req("X", s10, t0.Add(time.Second))
+	xr.Replace = &storekit.Replacement{Key: "C", Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	x, err := s.Claim(ctx, xr)
+	if err != nil || !x.Claimed {
+		t.Fatal(x, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "X", Token: x.Record.Token, State: agenttool.Failed, Attempts: 1, Now: t0.Add(2 * time.Second), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: tool + "/A", Now: t0.Add(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// As version 11 left it: C's Expires moved to its mark's end.
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(recordsBucket)
+		_, v := find(b, []byte("C"))
+		rec, err := decode([]byte("C"), v)
+		if err != nil {
+			return err
+		}
+		old := rec
+		rec.Expires = rec.NoticeUntil
+		if err := saveAt(b, &rec, &old, time.Time{}); err != nil {
+			return err
+		}
+		return tx.Bucket(metaBucket).Put(schemaKey, []byte("11"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Its model is told (held back by C, conversation 9's next write).
+	d, err := s.Claim(ctx, req("D", s9, t0.Add(time.Minute)))
+	if err != nil || d.Claimed || d.Blocked == nil || d.Blocked.Key != "C" {
+		t.Fatalf("after the upgrade, conversation 9's next write: claimed %v, blocked by %+v, %v; want held back by C's mark", d.Claimed, d.Blocked, err)
+	}
+	rec, err := s.Get(ctx, "C")
+	if err != nil || !rec.NoticeUntil.Before(t0.Add(2*time.Minute)) {
+		t.Fatalf("C after telling: mark %v, %v; want told", rec.NoticeUntil, err)
+	}
+	// A day later its mark and its lifetime (an hour) have long ended.
+	later := t0.Add(24 * time.Hour)
+	for {
+		n, err := s.Sweep(ctx, storekit.SweepRequest{Now: later, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if rec, err := s.Get(ctx, "C"); err == nil {
+		t.Errorf("C a day after its told mark and its hour-long lifetime ended: kept (expires %v, mark %v, swept from %v); want swept", rec.Expires, rec.NoticeUntil, rec.SweepAt())
+	}
+}

@@ -64,8 +64,9 @@
 // (principal, key) instead: it reads that principal's open records, and
 // no other tenant's. Besides its key the table has five indexes:
 // records_slot, records_beside, records_open, records_open_scope, and
-// records_sweep for the sweep (by when a record may go:
-// storekit.Record.SweepAt).
+// records_expires for the sweep (expires is when a record may go:
+// storekit.Record.SweepAt, the later of its lifetime and its notice or
+// mark; its lifetime alone is the column lifetime).
 //
 // The planner needs to know the table's size for these reads to stop at
 // their page: autovacuum analyses the table as it grows, and Import

@@ -15,7 +15,7 @@ var _ storekit.Exporter = (*Store)(nil)
 // order of its collation (the database's, unless the schema says
 // otherwise).
 func (s *Store) exportQuery() string {
-	return `SELECT ` + columns + ` FROM ` + pgx.Identifier{s.schema, "records"}.Sanitize() + ` WHERE key > $1 ORDER BY key LIMIT $2`
+	return `SELECT ` + selected("") + ` FROM ` + pgx.Identifier{s.schema, "records"}.Sanitize() + ` WHERE key > $1 ORDER BY key LIMIT $2`
 }
 
 // Export implements storekit.Exporter: one statement a page, by the

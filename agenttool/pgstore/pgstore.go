@@ -545,7 +545,7 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		if err := checkSlots(tx); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "records"}, strings.Split(columns, ", "), pgx.CopyFromRows(rows)); err != nil {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "records"}, strings.Split(written, ", "), pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, s.q.raiseTokens)
@@ -612,8 +612,8 @@ func (s *Store) CountUnknown(ctx context.Context) (int, error) {
 // its steps bigger where that pays (storekit.SweepExpired).
 const sweepStep = 50
 
-// Sweep implements storekit.Store: one step, chosen by the records_sweep
-// index, those that could go first first.
+// Sweep implements storekit.Store: one step, chosen by the records_expires
+// index, oldest first.
 func (s *Store) Sweep(ctx context.Context, req storekit.SweepRequest) (int, error) {
 	limit := req.Limit
 	if limit <= 0 {
@@ -743,17 +743,23 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, r *storekit.Record) error {
 	return err
 }
 
-// recordArgs returns r's columns, in the order of columns; nil if its
-// resolution cannot be encoded.
+// recordArgs returns r's columns, in the order of written (expires: when
+// r may go, Record.SweepAt; lifetime: its Expires); nil if its resolution
+// cannot be encoded.
 func recordArgs(r *storekit.Record) []any {
 	res, err := encodeResolution(r.Resolution)
 	if err != nil {
 		return nil
 	}
+	lifetimeAt := nullTime(r.Updated)
+	if r.Expires.IsZero() {
+		lifetimeAt = nil
+	}
 	return []any{r.Key, r.Tool, int16(r.State), r.Principal[:], r.Fingerprint[:], r.Owner, int64(r.Token),
-		nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.Expires),
+		nullTime(leaseEnd(r.LeaseExpiry)), int32(r.Attempts), r.Outcome, r.Created, r.Updated, nullTime(r.SweepAt()),
 		r.RetryApproved, res, r.Session[:], r.TakenOver, r.Label,
-		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil), int64(r.Definition), r.Input, r.StandsFor}
+		nullDigest(r.FenceScope), r.Replaces, r.ReplacedBy, nullTime(r.NoticeUntil), int64(r.Definition), r.Input, r.StandsFor,
+		nullTime(r.Expires), lifetimeAt}
 }
 
 // nullDigest is a digest column's value: NULL for the zero digest.

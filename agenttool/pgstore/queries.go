@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/retrysafe/retrysafe/agenttool/storekit"
 )
 
 // migrations are applied in order, each once, under an advisory lock. Never
@@ -163,21 +165,45 @@ var migrations = []string{
 		WHERE (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL) OR (state = 3 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session;
 	DROP INDEX {s}.records_beside;
 	ALTER INDEX {s}.records_beside_13 RENAME TO records_beside;`,
-	// 14: expires is a record's lifetime alone, and a notice or a mark
-	// keeps the record past it (storekit.Record.SweepAt): until now a
-	// record's expires was moved to its mark's end, which is in 2262
-	// until its model is told, and was never moved back. The sweep finds
-	// records by when they may go (sweepAt), and records_expires gives
-	// way to an index of that. A record marked before keeps the expiry
-	// it was given: its own lifetime was not kept.
-	`CREATE INDEX records_sweep ON {s}.records ((` + sweepAt + `)) WHERE expires IS NOT NULL;
-	DROP INDEX {s}.records_expires;`,
+	// 14: a record's own lifetime (storekit.Record.Expires), apart from
+	// when it may go (expires: storekit.Record.SweepAt, the later of its
+	// lifetime and its notice or mark). Until now a mark moved expires to
+	// its end, which is in 2262 until its model is told, and telling
+	// never moved it back. expires keeps its meaning, so that a replica
+	// of the version before, working on the migrated schema until it is
+	// replaced, sweeps and claims as it did: a record it writes keeps
+	// the lifetime it gives it in expires, and lifetime_at, the updated
+	// it was written with, tells a lifetime that such a write left behind
+	// (reads: expiresRead). A record a mark kept until 2262 had its own
+	// lifetime overwritten: it is given the longest lifetime of its
+	// tool's settled records (none such: it stays as it is).
+	`ALTER TABLE {s}.records ADD COLUMN lifetime timestamptz;
+	ALTER TABLE {s}.records ADD COLUMN lifetime_at timestamptz;
+	UPDATE {s}.records r SET lifetime = r.updated + t.life, lifetime_at = r.updated, expires = GREATEST(r.updated + t.life, r.notice_until)
+		FROM (SELECT tool, max(expires - updated) AS life FROM {s}.records
+			WHERE state IN (2, 3) AND notice_until IS NULL AND expires IS NOT NULL AND expires <> ` + untilTold + ` GROUP BY tool) t
+		WHERE r.tool = t.tool AND r.expires = ` + untilTold + `;`,
 }
 
-// sweepAt is the SQL form of storekit.Record.SweepAt, of a record with a
-// lifetime (GREATEST passes over a NULL notice_until): the expression
-// records_sweep indexes, word for word.
-const sweepAt = `GREATEST(expires, notice_until)`
+// untilTold is storekit.UntilTold, as an SQL literal.
+var untilTold = "'" + storekit.UntilTold.Format("2006-01-02 15:04:05Z07:00") + "'::timestamptz"
+
+// expiresRead is how a record's Expires is read (p prefixes the columns):
+// its lifetime, if the record's last write wrote it (lifetime_at, the
+// updated it was written with); otherwise expires, which a replica of the
+// version before migration 14 wrote last, keeping the record no shorter.
+func expiresRead(p string) string {
+	return `CASE WHEN ` + p + `lifetime_at = ` + p + `updated THEN ` + p + `lifetime ELSE ` + p + `expires END`
+}
+
+// selected is columns as a SELECT reads them, prefixed by p.
+func selected(p string) string {
+	return strings.Replace(prefixed(p, columns), p+"expires,", expiresRead(p)+",", 1)
+}
+
+// written is the columns a write of the whole row writes: columns, then
+// the record's lifetime and the updated it was written with.
+const written = columns + `, lifetime, lifetime_at`
 
 const columns = `key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, outcome, created, updated, expires, retry_approved, resolution, session, taken_over, label, fence_scope, replaces, replaced_by, notice_until, definition, input, stands_for`
 
@@ -331,12 +357,12 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			ON CONFLICT DO NOTHING RETURNING key, token, ` + syncNamed,
 		// besideForUpdate finds the records of tool $1, principal $2 and
 		// session $3 beside its session's slot, other than $4.
-		besideForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND b.session = $3 AND ` + beside + ` AND b.key <> $4
+		besideForUpdate: `SELECT ` + selected("") + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND b.session = $3 AND ` + beside + ` AND b.key <> $4
 			ORDER BY b.key FOR UPDATE`,
 		// besideOfPrincipalForUpdate finds the records of tool $1 and
 		// principal $2 beside their session's slot that hold no slot, or
 		// are closed as replaced and keep a mark, other than $3.
-		besideOfPrincipalForUpdate: `SELECT ` + columns + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND ` + holdsNoSlotOrMarked + ` AND ` + beside + ` AND b.key <> $3
+		besideOfPrincipalForUpdate: `SELECT ` + selected("") + ` FROM ` + t + ` b WHERE b.tool = $1 AND b.principal = $2 AND ` + holdsNoSlotOrMarked + ` AND ` + beside + ` AND b.key <> $3
 			ORDER BY b.session, b.key FOR UPDATE`,
 		// pendingOf finds what a batch of claims whose reply was lost made.
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
@@ -346,7 +372,8 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		// (storekit.DecideFinish).
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
 			attempts = v.attempts, outcome = v.outcome, updated = v.updated, retry_approved = v.retry_approved,
-			expires = v.expires,
+			expires = CASE WHEN v.expires IS NOT NULL THEN GREATEST(v.expires, CASE WHEN v.state = 4 THEN r.notice_until ELSE v.notice_until END) END,
+			lifetime = v.expires, lifetime_at = v.updated,
 			resolution = COALESCE(v.resolution, r.resolution),
 			notice_until = CASE WHEN v.state = 4 THEN r.notice_until ELSE v.notice_until END,
 			stands_for = CASE WHEN v.state = 4 THEN r.stands_for ELSE '' END,
@@ -357,19 +384,21 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			RETURNING r.key`,
 		// tokensOf finds what a batch of outcomes whose reply was lost wrote.
 		tokensOf:          `SELECT key, token, state FROM ` + t + ` WHERE key = ANY($1)`,
-		get:               `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
-		getForUpdate:      `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
-		occupantForUpdate: `SELECT ` + columns + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
+		get:               `SELECT ` + selected("") + ` FROM ` + t + ` WHERE key = $1`,
+		getForUpdate:      `SELECT ` + selected("") + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
+		occupantForUpdate: `SELECT ` + selected("") + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,
 		slotHolder:        `SELECT key FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot,
-		insertRecord: `INSERT INTO ` + t + ` (` + columns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
+		insertRecord: `INSERT INTO ` + t + ` (` + written + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)
 			ON CONFLICT DO NOTHING`,
 		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
 			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
 			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25 WHERE key = $1`,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
+			lifetime = $26, lifetime_at = $27 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
-			expires = $7, retry_approved = $8, resolution = COALESCE($9, resolution),
+			expires = CASE WHEN $7::timestamptz IS NOT NULL THEN GREATEST($7, CASE WHEN $3::smallint = 4 THEN notice_until ELSE $11 END) END,
+			lifetime = $7, lifetime_at = $6, retry_approved = $8, resolution = COALESCE($9, resolution),
 			notice_until = CASE WHEN $3::smallint = 4 THEN notice_until ELSE $11 END,
 			stands_for = CASE WHEN $3::smallint = 4 THEN stands_for ELSE '' END,
 			input = CASE WHEN $3::smallint = 4 THEN input END
@@ -377,18 +406,17 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
-		// sweep deletes one step, found by the records_sweep index, those
-		// that could go first first; rows another sweeper is deleting are
-		// skipped. Its commit
+		// sweep deletes one step, found by the records_expires index, oldest
+		// first; rows another sweeper is deleting are skipped. Its commit
 		// does not wait for the disk (synchronous_commit off, in the
 		// statement): a delete lost in a crash only leaves an expired
 		// record for the next sweep, which a claim treats as absent
 		// meanwhile, and a call that commits while a step does would
 		// otherwise wait for the step's flush before its own.
 		sweep: `DELETE FROM ` + t + ` WHERE (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-			AND key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND ` + sweepAt + ` <= $1
-			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY ` + sweepAt + ` LIMIT $2 FOR UPDATE SKIP LOCKED)`,
-		listUnknown: `SELECT ` + columns + ` FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + `
+			AND key IN (SELECT key FROM ` + t + ` WHERE expires IS NOT NULL AND expires <= $1
+			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+		listUnknown: `SELECT ` + selected("") + ` FROM ` + t + ` WHERE ` + awaiting + ` AND ` + open + `
 			AND key > $2 AND ($3::bytea IS NULL OR principal = $3) AND ($5 = '' OR tool = $5)
 			AND ($6::bytea IS NULL OR session = $6) ORDER BY key LIMIT $4`,
 		// listScope is listUnknown for one tool and principal, from their
@@ -399,13 +427,13 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		raiseTokens: `SELECT setval('` + seq + `', GREATEST((SELECT COALESCE(max(token), 1) FROM ` + t + `), (SELECT last_value FROM ` + seq + `)))`,
 		// countUnknown reads the open records only (records_open).
 		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE ` + open + ` AND state = 4 AND NOT retry_approved`,
-		listScope: `SELECT ` + columns + ` FROM ` + t + ` WHERE principal = $3 AND tool = $5
+		listScope: `SELECT ` + selected("") + ` FROM ` + t + ` WHERE principal = $3 AND tool = $5
 			AND ($6::bytea IS NULL OR session = $6) AND ` + awaiting + ` AND ` + open + `
 			AND key > $2 ORDER BY key LIMIT $4`,
 		// listPrincipal is listUnknown for one principal, of every tool,
 		// from their open records (records_open_scope): as many as that
 		// principal has open are read, and no other's.
-		listPrincipal: `SELECT ` + columns + ` FROM ` + t + ` WHERE principal = $3
+		listPrincipal: `SELECT ` + selected("") + ` FROM ` + t + ` WHERE principal = $3
 			AND ($5::bytea IS NULL OR session = $5) AND ` + awaiting + ` AND ` + open + `
 			AND key > $2 ORDER BY key LIMIT $4`,
 		claimUnknown: `UPDATE ` + t + ` r SET state = 1, token = nextval('` + seq + `'), owner = $6, lease_expiry = $7, updated = $1, taken_over = true,
@@ -414,7 +442,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 				AND ($3::bytea IS NULL OR principal = $3) AND tool = ANY($4)
 				ORDER BY key LIMIT $5 FOR UPDATE SKIP LOCKED) pick
 			WHERE r.key = pick.key AND ` + syncOn + `
-			RETURNING ` + prefixed("r.", columns) + `, pick.held_until, pick.since`,
+			RETURNING ` + selected("r.") + `, pick.held_until, pick.since`,
 		// environment reads what the store decides durability and the
 		// failover window by (failover.go).
 		environment: `SELECT current_setting('server_version'), pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + serverTimeline + ` END,

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -345,5 +346,133 @@ func TestMigrateKeepsAPrincipalWideFence(t *testing.T) {
 	}
 	if sent != 1 {
 		t.Errorf("the principal's emails ran %d times while the first one is unknown; want 1", sent)
+	}
+}
+
+// The replicas of the version before keep working on the migrated schema
+// until they are replaced (docs/stores.md, Roles and grants), and keep the
+// promises meanwhile. A record this version marks until its model is told
+// keeps its own lifetime apart (migration 14); a replica of version 13
+// sweeps by expires alone, and must not delete it while the mark lasts —
+// or the write it holds back runs again. (Found reviewing d8e66dd, which
+// had expires hold the lifetime alone: version 13's sweep deleted the
+// record, and its model's resend ran again.)
+func TestAReplicaOfTheVersionBeforeKeepsAMarkOnTheMigratedSchema(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	schema := pgtest.Schema(t, url)
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	alice, s9 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}
+	c, err := s.Claim(ctx, storekit.ClaimRequest{Key: "C", Tool: "send_email", Principal: alice, Session: s9, Fingerprint: agenttool.Digest{1},
+		Owner: "o", Now: t0, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second})
+	if err != nil || !c.Claimed {
+		t.Fatal(c, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: "send_email/A", Now: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// A replica of version 13 sweeps, two hours later: its statement, word
+	// for word, on the migrated schema.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tbl := pgx.Identifier{schema, "records"}.Sanitize()
+	oldSweep := `DELETE FROM ` + tbl + ` WHERE (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+			AND key IN (SELECT key FROM ` + tbl + ` WHERE expires IS NOT NULL AND expires <= $1
+			AND (state IN (2, 3) OR (state = 4 AND retry_approved)) ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	if _, err := conn.Exec(ctx, oldSweep, t0.Add(2*time.Hour), 50); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, "C"); err != nil {
+		t.Errorf("C, approved and marked (its model not told of the action it stands in for), after a sweep of a replica of the version before: %v; want kept while its mark lasts", err)
+	} else if !rec.AwaitsNotice(t0.Add(2 * time.Hour)) {
+		t.Errorf("C: mark %v; want unheard", rec.NoticeUntil)
+	}
+	// Its model sends C again: held back by the mark, and told — not run.
+	again, err := s.Claim(ctx, storekit.ClaimRequest{Key: "C", Tool: "send_email", Principal: alice, Session: s9, Fingerprint: agenttool.Digest{1},
+		Owner: "o2", Now: t0.Add(2 * time.Hour), Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second})
+	if err != nil || again.Claimed || again.Blocked == nil {
+		t.Errorf("C sent again by its model, its mark unheard: claimed %v (expired %v), blocked by %+v, %v; want held back by its mark (claimed, C's action runs a second time)", again.Claimed, again.Expired, again.Blocked, err)
+	}
+}
+
+// Migration 14 keeps a record's own lifetime apart from when it may go.
+// A record the version before marked until its model is told had its
+// lifetime overwritten with 2262, and kept it once told: migrated, it is
+// given the longest lifetime of its tool's settled records, and goes once
+// that and its mark have ended; one still untold stays. A row that a
+// replica of the version before writes afterwards (its lifetime left
+// behind) is read by its expires, which that replica keeps no shorter.
+func TestMigrationGivesAMarkKeptUntil2262ItsToolsLifetime(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	schema := pgtest.Schema(t, url)
+	if _, _, err := pgstore.MigrateTo(ctx, &pgstore.Options{URL: url, Schema: schema}, 13); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC().Truncate(time.Second).Add(-48 * time.Hour)
+	tbl := pgx.Identifier{schema, "records"}.Sanitize()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert := func(key string, state int, expires, notice time.Time, approved bool) {
+		t.Helper()
+		var n *time.Time
+		if !notice.IsZero() {
+			n = &notice
+		}
+		d := sha256.Sum256([]byte(key))
+		exec(`INSERT INTO `+tbl+` (key, tool, state, principal, fingerprint, owner, token, attempts, created, updated, expires, retry_approved, notice_until, stands_for, session)
+			VALUES ($1, 'send_email', $2, $3, $3, '', 1, 1, $4, $4, $5, $6, $7, $8, $3)`, key, state, d[:], t0, expires, approved, n, map[bool]string{true: "send_email/A"}[n != nil])
+	}
+	insert("settled", 2, t0.Add(time.Hour), time.Time{}, false)
+	insert("told", 4, storekit.UntilTold, t0.Add(2*time.Hour), true)
+	insert("untold", 4, storekit.UntilTold, storekit.UntilTold, true)
+	if _, _, err := pgstore.Migrate(ctx, &pgstore.Options{URL: url, Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for key, want := range map[string]time.Time{"told": t0.Add(2 * time.Hour), "untold": storekit.UntilTold} {
+		if rec, err := s.Get(ctx, key); err != nil || !rec.Expires.Equal(t0.Add(time.Hour)) || !rec.SweepAt().Equal(want) {
+			t.Errorf("%s, migrated: expires %v, swept from %v, %v; want its tool's lifetime (%v), swept from %v", key, rec.Expires, rec.SweepAt(), err, t0.Add(time.Hour), want)
+		}
+	}
+	if _, err := storekit.SweepAll(ctx, s, t0.Add(2*time.Hour), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "told"); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("told, once its lifetime and its mark ended: %v; want swept", err)
+	}
+	if rec, err := s.Get(ctx, "untold"); err != nil || !rec.AwaitsNotice(t0.Add(2*time.Hour)) {
+		t.Errorf("untold, its mark unheard: %v; want kept", err)
+	}
+	// A replica of the version before settles it afresh: its expires, its
+	// updated; the lifetime this version wrote is left behind.
+	later := t0.Add(3 * time.Hour)
+	exec(`UPDATE `+tbl+` SET state = 2, updated = $1, expires = $2, notice_until = NULL, stands_for = '' WHERE key = 'untold'`, later, later.Add(5*time.Hour))
+	if rec, err := s.Get(ctx, "untold"); err != nil || !rec.Expires.Equal(later.Add(5*time.Hour)) {
+		t.Errorf("settled by a replica of the version before: expires %v, %v; want the expires it wrote, %v", rec.Expires, err, later.Add(5*time.Hour))
 	}
 }

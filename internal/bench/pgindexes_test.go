@@ -30,7 +30,7 @@ func TestIndexCostsCoverEveryIndexOfTheStore(t *testing.T) {
 	if rep.Costs[0].VsBare != 1 || all.Schema != "records, all indexes" {
 		t.Fatalf("costs start %+v, %+v; want the bare pair, then all indexes", rep.Costs[0], all)
 	}
-	for _, want := range []string{"records_beside", "records_slot", "records_sweep"} {
+	for _, want := range []string{"records_beside", "records_expires", "records_slot"} {
 		if !slices.Contains(all.Indexes, want) {
 			t.Errorf("all indexes %v: %s missing", all.Indexes, want)
 		}

@@ -2509,3 +2509,59 @@ func sentThenNotSent(n int) (bool, error) {
 	}
 	return true, nil
 }
+
+// Under the default fence (by session), a model told of an action by one
+// mark of its conversation is told of it once: the other marks naming it
+// are told with it, and so are swept once they and their lifetimes end —
+// not kept until 2262. (Found reviewing d8e66dd: B, closed as replaced by
+// C, was beside no slot under this fence, and no claim met it.)
+func TestOperator_AMarkToldUnderTheSessionFenceTellsTheOthersNamingTheAction(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		s := lunchFoundNotApplied(t, agenttool.Options{Store: store})
+		ctx := context.Background()
+		s.m.script = notDeliveredUntil4
+		b := s.tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.UnknownOutcome)
+		s.clk.Advance(32 * time.Second)
+		if err := s.op.ResolveNotApplied(ctx, b.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		c := s.tool.Invoke(scoped(), lunchRephrased2)
+		mustStatus(t, c, envelope.UnknownOutcome)
+		s.clk.Advance(32 * time.Second)
+		if v, err := s.op.SettleByAnswer(ctx, s.a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v, %v", v, err)
+		}
+		for _, ref := range []string{b.RequestRef, c.RequestRef} {
+			if rec, _ := s.op.Show(ctx, ref); rec.StandsFor != s.a.RequestRef || !rec.NoticeUntil.Equal(storekit.UntilTold) {
+				t.Fatalf("%s: stands for %q until %v; want A, unheard", ref, rec.StandsFor, rec.NoticeUntil)
+			}
+		}
+		c2 := s.tool.Invoke(scoped(), lunchRephrased2)
+		if c2.Error == nil || c2.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("C again: %s; want earlier_action_applied", c2)
+		}
+		if rec, _ := s.op.Show(ctx, b.RequestRef); rec.NoticeUntil.Equal(storekit.UntilTold) {
+			t.Errorf("the model was told of A by C's mark; B's mark, naming A, is still unheard (B kept until 2262, and its model told of A again if it sends B)")
+		}
+		// Two days later B's lifetime (KeyTTL, a day) has ended, and the
+		// mark the model heard of with C's has too.
+		s.clk.Advance(48 * time.Hour)
+		for {
+			n, err := store.Sweep(ctx, storekit.SweepRequest{Now: s.clk.Now(), Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+		if rec, err := s.op.Show(ctx, b.RequestRef); err == nil {
+			t.Errorf("B two days after its lifetime, its model told of A: kept (state %v, mark %v, expires %v, swept from %v); want swept", rec.State, rec.NoticeUntil, rec.Expires, rec.SweepAt())
+		}
+		if b2 := s.tool.Invoke(scoped(), lunchRephrased); b2.Error != nil && b2.Error.Code == envelope.CodeEarlierApplied {
+			t.Errorf("B sent again two days on: %s; its model, told of A with C's mark, is told of A a second time", b2)
+		}
+	})
+}

@@ -38,7 +38,9 @@ import (
 // versions before it would take for its lifetime, sweeping it while the
 // mark lasts: in a file of an earlier version a record marked until its
 // model is told had its lifetime overwritten, and is given one back
-// (giveBackLifetimes); nothing else is built for version 11.
+// (giveBackLifetimes); and it indexes beside their slot the records closed
+// as replaced that keep a mark whatever their fence: they move out of the
+// generations, and the beside index is built again.
 const schemaVersion = "12"
 
 var (
@@ -217,9 +219,8 @@ func initSchema(tx *bolt.Tx) error {
 	if v != schemaVersion {
 		// Version 6 lacks only the generations and the pending buckets,
 		// made above; its pending records and their slots move there when
-		// next written. Versions 7 to 10 lack only the beside index of
-		// version 11, built below (and version 11 nothing).
-		fillBeside = fillBeside || v != "11"
+		// next written. Versions 7 to 11 lack only the beside index of
+		// this version, built below.
 		if v != "6" && v != "7" && v != "8" && v != "9" && v != "10" {
 			if err := rebuildScopes(tx); err != nil {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
@@ -231,10 +232,9 @@ func initSchema(tx *bolt.Tx) error {
 				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 			}
 		}
-		if v != "11" {
-			if err := unplain(tx); err != nil {
-				return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
-			}
+		fillBeside = true
+		if err := unplain(tx); err != nil {
+			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)
 		}
 		if err := giveBackLifetimes(tx); err != nil {
 			return fmt.Errorf("upgrading schema %s to %s: %w", v, schemaVersion, err)

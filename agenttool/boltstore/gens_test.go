@@ -1025,18 +1025,35 @@ func countPending(t *testing.T, s *Store) (n int) {
 }
 
 // A file of schema 10 kept a record closed as replaced that keeps a mark
-// in a generation, out of the beside index: opened by this version, it
-// moves out and is indexed, and holds back its conversation's next write
-// for a model as on a new file. (Found by a review: the upgrade left it
-// where it was, and the write went on.)
+// in a generation, out of the beside index, and one of schema 11 such a
+// record of a tool fenced by session: opened by this version, it moves
+// out and is indexed, and holds back its conversation's next write for a
+// model as on a new file. (Found by reviews: the upgrade left it where it
+// was, and the write went on.)
 func TestUpgradeFromSchema10IndexesAClosedMarkAGenerationHeld(t *testing.T) {
+	for _, tc := range []struct {
+		schema    string
+		bySession bool
+	}{{"10", false}, {"11", true}} {
+		t.Run(tc.schema, func(t *testing.T) { upgradeIndexesAClosedMark(t, tc.schema, tc.bySession) })
+	}
+}
+
+func upgradeIndexesAClosedMark(t *testing.T, schema string, bySession bool) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	alice, s9, s10 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
 	const tool = "send_email"
+	if bySession {
+		s10 = s9 // the write in C's place is its own conversation's
+	}
 	req := func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		scope := alice
+		if bySession {
+			scope = session
+		}
 		return storekit.ClaimRequest{Key: key, Tool: tool, Principal: alice, Session: session, Fingerprint: agenttool.Digest{1},
-			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second}
+			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: scope, NoticeHold: 10 * time.Second}
 	}
 	path := filepath.Join(t.TempDir(), "s.db")
 	s, err := Open(path, nil)
@@ -1062,7 +1079,7 @@ func TestUpgradeFromSchema10IndexesAClosedMarkAGenerationHeld(t *testing.T) {
 	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: tool + "/A", Now: t0.Add(3 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	// As version 10 left it: C in a generation, in no beside index.
+	// As that version left it: C in a generation, in no beside index.
 	if err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
 		from, v := find(b, []byte("C"))
@@ -1083,7 +1100,7 @@ func TestUpgradeFromSchema10IndexesAClosedMarkAGenerationHeld(t *testing.T) {
 		if err := tx.Bucket(besideBucket).Delete(besideKey(&rec)); err != nil {
 			return err
 		}
-		return tx.Bucket(metaBucket).Put(schemaKey, []byte("10"))
+		return tx.Bucket(metaBucket).Put(schemaKey, []byte(schema))
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -287,9 +287,8 @@ func (e *entry) open() bool {
 
 // beside is Record.Beside.
 func (e *entry) beside() bool {
-	return e.fenceScope != e.session &&
-		(e.state == storekit.Pending || e.state == storekit.Unknown || (e.state == storekit.Succeeded && e.noticeUntil != zeroTime) ||
-			(e.state == storekit.Failed && e.replacedBy != "" && e.noticeUntil != zeroTime))
+	return (e.state == storekit.Failed && e.replacedBy != "" && e.noticeUntil != zeroTime) || e.fenceScope != e.session &&
+		(e.state == storekit.Pending || e.state == storekit.Unknown || (e.state == storekit.Succeeded && e.noticeUntil != zeroTime))
 }
 
 // lifetime is the part of e's record that says when it may be swept.

@@ -179,10 +179,23 @@ var migrations = []string{
 	// tool's settled records (none such: it stays as it is).
 	`ALTER TABLE {s}.records ADD COLUMN lifetime timestamptz;
 	ALTER TABLE {s}.records ADD COLUMN lifetime_at timestamptz;
-	UPDATE {s}.records r SET lifetime = r.updated + t.life, lifetime_at = r.updated, expires = GREATEST(r.updated + t.life, r.notice_until)
-		FROM (SELECT tool, max(expires - updated) AS life FROM {s}.records
-			WHERE state IN (2, 3) AND notice_until IS NULL AND expires IS NOT NULL AND expires <> ` + untilTold + ` GROUP BY tool) t
-		WHERE r.tool = t.tool AND r.expires = ` + untilTold + `;`,
+	DO $$ BEGIN
+	IF EXISTS (SELECT FROM {s}.records WHERE expires = ` + untilTold + `) THEN
+		UPDATE {s}.records r SET lifetime = r.updated + t.life, lifetime_at = r.updated, expires = GREATEST(r.updated + t.life, r.notice_until)
+			FROM (SELECT tool, max(expires - updated) AS life FROM {s}.records
+				WHERE state IN (2, 3) AND notice_until IS NULL AND expires IS NOT NULL AND expires <> ` + untilTold + ` GROUP BY tool) t
+			WHERE r.tool = t.tool AND r.expires = ` + untilTold + `;
+	END IF;
+	END $$;`,
+	// 15: records_beside holds every record closed as replaced that keeps
+	// a mark, whatever its fence (storekit.Record.Beside): under the
+	// default fence, by session, the claim held back and told by one mark
+	// of a conversation tells the others about that action with it, and
+	// ends them. The index is built again, as migration 13 built it.
+	`CREATE INDEX records_beside_15 ON {s}.records (tool, principal, session, key)
+		WHERE ((state = 3 AND notice_until IS NOT NULL) OR (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session);
+	DROP INDEX {s}.records_beside;
+	ALTER INDEX {s}.records_beside_15 RENAME TO records_beside;`,
 }
 
 // untilTold is storekit.UntilTold, as an SQL literal.
@@ -213,7 +226,7 @@ const holdsSlot = `fence_scope IS NOT NULL AND (state = 1 OR state = 4 OR (state
 
 // beside is the SQL form of storekit.Record.Beside, the predicate of the
 // records_beside index, for the records aliased b.
-const beside = `(b.state = 1 OR b.state = 4 OR (b.state = 2 AND b.notice_until IS NOT NULL) OR (b.state = 3 AND b.notice_until IS NOT NULL)) AND b.fence_scope IS DISTINCT FROM b.session`
+const beside = `((b.state = 3 AND b.notice_until IS NOT NULL) OR (b.state = 1 OR b.state = 4 OR (b.state = 2 AND b.notice_until IS NOT NULL)) AND b.fence_scope IS DISTINCT FROM b.session)`
 
 // holdsNoSlotOrMarked is the part of storekit.ClaimRequest.Beside for a
 // claim fenced by principal, for the records aliased b found beside: one

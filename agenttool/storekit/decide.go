@@ -593,14 +593,17 @@ func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
 // fenced by session, or by principal, finds them ([ClaimRequest.Beside]);
 // records of the default, per-session fence are never among them.
 //
-// So is a record closed as replaced that keeps its mark ([Record.AwaitsNotice]):
-// under a principal's fence the write in its place may be another
-// conversation's, and its own conversation's next write would go on in
-// that one's place, not its own; found beside the slot, the mark holds
-// it back until its model is told.
+// So is a record closed as replaced that keeps its mark
+// ([Record.AwaitsNotice]), whatever its fence: under a principal's fence
+// the write in its place may be another conversation's, and its own
+// conversation's next write would go on in that one's place, not its
+// own; found beside the slot, the mark holds it back until its model is
+// told. Under any fence, the claim held back and told by another mark of
+// its conversation about that action finds it, and tells it with it: a
+// model is told of an action once, and the mark ends.
 func (r *Record) Beside() bool {
-	return r.FenceScope != r.Session &&
-		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()) || r.closedMarked())
+	return r.closedMarked() || r.FenceScope != r.Session &&
+		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()))
 }
 
 // closedMarked reports whether r is closed as replaced and keeps a mark.

@@ -1140,3 +1140,42 @@ func testMarkKeepsTheRecordForItsLifetime(t *testing.T, h Harness) {
 		t.Errorf("a sweep once NoticeHold passed, its lifetime over: %v (mark %v, expires %v, swept from %v), %v; want swept", rec.State, rec.NoticeUntil, rec.Expires, rec.SweepAt(), err)
 	}
 }
+
+// testMarkClosedUnderTheSessionFenceToldWithItsConversation: under the
+// default fence, by session, a write closed as replaced by its own
+// conversation's next and then marked is beside its session's slot: the
+// claim held back and told by the mark of the write in its place tells it
+// too: a model is told of an action once.
+func testMarkClosedUnderTheSessionFenceToldWithItsConversation(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, session := newSlot()
+	applied := tool + "/applied"
+	b := slotted(tool, session, t0)
+	bres := granted(t, "B", mustClaim(t, s, b))
+	f := finish(b.Key, bres.Record.Token, agenttool.Unknown, t0)
+	f.RetryApproved = true // found not applied
+	if err := s.Finish(bg, f); err != nil {
+		t.Fatal(err)
+	}
+	c := slotted(tool, session, t0.Add(time.Second))
+	c.Replace = &storekit.Replacement{Key: b.Key, Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
+	cres := granted(t, "C, in B's place", mustClaim(t, other, c))
+	if err := other.Finish(bg, finish(c.Key, cres.Record.Token, agenttool.Unknown, t0.Add(2*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{b.Key, c.Key} {
+		if _, err := s.Mark(bg, storekit.MarkRequest{Key: key, Session: session, Until: storekit.UntilTold, For: applied, Now: t0.Add(3 * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(time.Minute)
+	again := c
+	again.Replace, again.Owner, again.Now, again.NoticeHold = nil, "resend", at, 10*time.Second
+	blockedBy(t, "C sent again for its model", mustClaim(t, s, again), c.Key, agenttool.Unknown)
+	for _, key := range []string{b.Key, c.Key} {
+		if rec, err := other.Get(bg, key); err != nil || !rec.NoticeUntil.Equal(at.Add(10*time.Second)) || rec.StandsFor != applied {
+			t.Errorf("%s after its model was told of %s: mark %v for %q, %v; want ending NoticeHold later (told once, with C)", key, applied, rec.NoticeUntil, rec.StandsFor, err)
+		}
+	}
+}

@@ -1039,13 +1039,20 @@ func TestUpgradeFromSchema10IndexesAClosedMarkAGenerationHeld(t *testing.T) {
 	}
 }
 
-func upgradeIndexesAClosedMark(t *testing.T, schema string, bySession bool) {
+// closedMark makes, in a new file, C (conversation 9) approved for one
+// more attempt, X in its place — under a principal's fence another
+// conversation's, under a session's C's own — and C marked as standing in
+// for an action proved applied: a record closed as replaced that keeps a
+// mark, unheard. It returns the open store, the file's path, and claims of
+// the tool at that fence.
+func closedMark(t *testing.T, bySession bool) (*Store, string, func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest) {
+	t.Helper()
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	alice, s9, s10 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
 	const tool = "send_email"
 	if bySession {
-		s10 = s9 // the write in C's place is its own conversation's
+		s10 = s9
 	}
 	req := func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
 		scope := alice
@@ -1079,6 +1086,15 @@ func upgradeIndexesAClosedMark(t *testing.T, schema string, bySession bool) {
 	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: tool + "/A", Now: t0.Add(3 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
+	return s, path, req
+}
+
+func upgradeIndexesAClosedMark(t *testing.T, schema string, bySession bool) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s9 := agenttool.Digest{0x59, 9}
+	s, path, req := closedMark(t, bySession)
+	var err error
 	// As that version left it: C in a generation, in no beside index.
 	if err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
@@ -1127,36 +1143,9 @@ func upgradeIndexesAClosedMark(t *testing.T, schema string, bySession bool) {
 func TestUpgradeFromSchema11SweepsAToldMarkOnceItEnded(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	alice, s9, s10 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
-	const tool = "send_email"
-	req := func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
-		return storekit.ClaimRequest{Key: key, Tool: tool, Principal: alice, Session: session, Fingerprint: agenttool.Digest{1},
-			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second}
-	}
-	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.Claim(ctx, req("C", s9, t0))
-	if err != nil || !c.Claimed {
-		t.Fatal(c, err)
-	}
-	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	xr := req("X", s10, t0.Add(time.Second))
-	xr.Replace = &storekit.Replacement{Key: "C", Attempts: 1, Outcome: []byte(`{"replaced":true}`), TTL: time.Hour}
-	x, err := s.Claim(ctx, xr)
-	if err != nil || !x.Claimed {
-		t.Fatal(x, err)
-	}
-	if err := s.Finish(ctx, storekit.FinishRequest{Key: "X", Token: x.Record.Token, State: agenttool.Failed, Attempts: 1, Now: t0.Add(2 * time.Second), TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: tool + "/A", Now: t0.Add(3 * time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	s9 := agenttool.Digest{0x59, 9}
+	s, path, req := closedMark(t, false)
+	var err error
 	// As version 11 left it: C's Expires moved to its mark's end.
 	if err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)

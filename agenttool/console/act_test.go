@@ -292,27 +292,37 @@ func TestDetailSaysWhatAnActionWentOnInPlaceOf(t *testing.T) {
 	}
 }
 
-// The warning names the action found applied when it is not the one this
-// action went on in place of but one before it: the page does not say
-// that the write between them, which did nothing, was applied.
-func TestDetailNamesTheActionAppliedBeforeTheOneItReplaced(t *testing.T) {
-	w := newWorld(t, nil)
-	first := w.lostEmail(ana, "Ana Lima")
+// threeWordings sends an email that goes unknown, then twice a reworded
+// copy of it that goes on in its place (each found not applied by a
+// person), and then a late answer finds the first applied after all. It
+// returns the three.
+func threeWordings(t *testing.T, w *world) (first, second, third envelope.Envelope) {
+	t.Helper()
+	first = w.lostEmail(ana, "Ana Lima")
 	w.decide("maria", first.RequestRef, "not-applied", 1, "the mail server's log has no such message")
 	w.loseReply.Store(true)
-	second := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
+	second = w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
 	if second.Status != envelope.UnknownOutcome {
 		t.Fatalf("the reworded email: %s; want unknown_outcome", second)
 	}
 	w.decide("maria", second.RequestRef, "not-applied", 1, "not in the log either")
 	w.loseReply.Store(true)
-	third := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Are you free for lunch on Friday?"}`)
+	third = w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Are you free for lunch on Friday?"}`)
 	if third.Status != envelope.UnknownOutcome {
 		t.Fatalf("the email reworded again: %s; want unknown_outcome", third)
 	}
 	if _, err := w.op.SettleByAnswer(context.Background(), first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrContradicted) {
 		t.Fatalf("the late answer: %v; want applied aside, for a person to look", err)
 	}
+	return first, second, third
+}
+
+// The warning names the action found applied when it is not the one this
+// action went on in place of but one before it: the page does not say
+// that the write between them, which did nothing, was applied.
+func TestDetailNamesTheActionAppliedBeforeTheOneItReplaced(t *testing.T) {
+	w := newWorld(t, nil)
+	first, second, third := threeWordings(t, w)
 	body := text(w.get("maria", detailPath(third.RequestRef)).body)
 	if !strings.Contains(body, "In place of "+second.RequestRef) || !strings.Contains(body, "and then an action before it, "+first.RequestRef+" , was found applied after all") {
 		t.Errorf("the page of the third does not name the first as the action applied:\n%s", body)
@@ -324,19 +334,7 @@ func TestDetailNamesTheActionAppliedBeforeTheOneItReplaced(t *testing.T) {
 // the one replaced was, which no answer said. (Found by a review.)
 func TestDetailDoesNotNameTheReplacedActionAsAppliedForAMarkOfAnEarlierVersion(t *testing.T) {
 	w := newWorld(t, nil)
-	first := w.lostEmail(ana, "Ana Lima")
-	w.decide("maria", first.RequestRef, "not-applied", 1, "the mail server's log has no such message")
-	w.loseReply.Store(true)
-	second := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
-	w.decide("maria", second.RequestRef, "not-applied", 1, "not in the log either")
-	w.loseReply.Store(true)
-	third := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Are you free for lunch on Friday?"}`)
-	if third.Status != envelope.UnknownOutcome {
-		t.Fatalf("the email reworded again: %s; want unknown_outcome", third)
-	}
-	if _, err := w.op.SettleByAnswer(context.Background(), first.RequestRef, 1, reconcile.AppliedWith([]byte(`{"message_id":"m-1"}`)), "late"); !errors.Is(err, agenttool.ErrContradicted) {
-		t.Fatalf("the late answer: %v; want applied aside, for a person to look", err)
-	}
+	_, second, third := threeWordings(t, w)
 	recs, _, err := w.store.Store.Export(context.Background(), "", 1000)
 	if err != nil {
 		t.Fatal(err)

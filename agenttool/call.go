@@ -276,7 +276,7 @@ func (c *call) request(fp Digest) {
 	cfg := c.t.cfg
 	c.req = storekit.ClaimRequest{
 		Key: c.ref, Tool: c.t.name, Principal: c.principal, Session: c.session, Fingerprint: fp,
-		Owner: c.owner, Lease: cfg.Lease,
+		Owner: c.owner, Lease: cfg.Lease, KeyTTL: cfg.KeyTTL,
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),

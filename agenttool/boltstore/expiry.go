@@ -97,22 +97,40 @@ func rebuildExpiry(tx *bolt.Tx) error {
 // tool's settled records (Expires less Updated, of those with no notice),
 // and goes once that and its mark have ended (storekit.Record.SweepAt); a
 // record of a tool with no such record stays as it was. Such records are
-// few, and live in the records bucket; the file is read whole for the
+// few: in the records bucket while they keep their mark, in the
+// generation of 2262 once it ended; the file is read whole for the
 // lifetimes only if there is one.
 func giveBackLifetimes(tx *bolt.Tx) error {
 	told := nanos(storekit.UntilTold)
 	b := tx.Bucket(recordsBucket)
 	var kept []storekit.Record
 	lives := map[string]time.Duration{}
-	err := b.ForEach(func(k, v []byte) error {
+	collect := func(k, v []byte) error {
 		if rec, err := decode(k, v); err == nil && nanos(rec.Expires) == told {
 			kept = append(kept, rec)
 			lives[rec.Tool] = 0
 		}
 		return nil
-	})
-	if err != nil || len(kept) == 0 {
+	}
+	if err := b.ForEach(collect); err != nil {
 		return err
+	}
+	// And those settled since their mark ended, in the generation of
+	// 2262, where their lifetime put them.
+	if gens := tx.Bucket(gensBucket); gens != nil {
+		c := gens.Cursor()
+		from := binary.BigEndian.AppendUint64(nil, uint64(storekit.UntilTold.Unix())^(1<<63))
+		for name, v := c.Seek(from); name != nil; name, v = c.Next() {
+			if v != nil {
+				continue
+			}
+			if err := gens.Bucket(name).Bucket(genRecords).ForEach(collect); err != nil {
+				return err
+			}
+		}
+	}
+	if len(kept) == 0 {
+		return nil
 	}
 	life := func(k, v []byte) error {
 		rec, err := decode(k, v)

@@ -1192,3 +1192,71 @@ func TestUpgradeFromSchema11SweepsAToldMarkOnceItEnded(t *testing.T) {
 		t.Errorf("C a day after its told mark and its hour-long lifetime ended: kept (expires %v, mark %v, swept from %v); want swept", rec.Expires, rec.NoticeUntil, rec.SweepAt())
 	}
 }
+
+// A file of schema 11 kept a marked record's Expires at its mark's end
+// (storekit.UntilTold) and never moved it back: once its model was told
+// and a later claim ended the mark, the record was settled, in no index,
+// and lived in the generation of 2262. The upgrade to schema 12 must give
+// it a lifetime as it gives one to a record that still keeps its mark
+// (giveBackLifetimes), and as PostgreSQL's migration 14 does to every row
+// kept until 2262 — not leave it, swept by nothing, until 2262. (Found
+// reviewing 2e23fbe.)
+func TestUpgradeFromSchema11SweepsAnEndedMarkKeptUntil2262(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s9 := agenttool.Digest{0x59, 9}
+	s, path, req := closedMark(t, false)
+	var err error
+	// Conversation 9's next write is held back by C's mark and told.
+	d, err := s.Claim(ctx, req("D", s9, t0.Add(time.Minute)))
+	if err != nil || d.Claimed || d.Blocked == nil || d.Blocked.Key != "C" {
+		t.Fatalf("conversation 9's next write: claimed %v, blocked by %+v, %v; want held back by C's mark", d.Claimed, d.Blocked, err)
+	}
+	// Its following write, after NoticeHold, ends C's mark and runs.
+	e, err := s.Claim(ctx, req("E", s9, t0.Add(2*time.Minute)))
+	if err != nil || !e.Claimed {
+		t.Fatalf("conversation 9's write after the notice: claimed %v, blocked by %+v, %v", e.Claimed, e.Blocked, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "E", Token: e.Record.Token, State: agenttool.Succeeded, Attempts: 1, Now: t0.Add(2 * time.Minute), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// As version 11 left C: its mark ended, its Expires still in 2262 (it
+	// lives in that generation, as version 11 placed it).
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(recordsBucket)
+		_, v := find(b, []byte("C"))
+		rec, err := decode([]byte("C"), v)
+		if err != nil {
+			return err
+		}
+		if !rec.NoticeUntil.IsZero() {
+			return fmt.Errorf("C's mark after a claim past its notice: %v; want ended", rec.NoticeUntil)
+		}
+		old := rec
+		rec.Expires = storekit.UntilTold
+		if err := saveAt(b, &rec, &old, time.Time{}); err != nil {
+			return err
+		}
+		return tx.Bucket(metaBucket).Put(schemaKey, []byte("11"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	later := t0.Add(24 * time.Hour)
+	for {
+		n, err := s.Sweep(ctx, storekit.SweepRequest{Now: later, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if rec, err := s.Get(ctx, "C"); err == nil {
+		t.Errorf("C a day after its mark ended and its tool's hour-long lifetime: kept (expires %v, mark %v, swept from %v); want swept, as migration 14 sweeps it in PostgreSQL", rec.Expires, rec.NoticeUntil, rec.SweepAt())
+	}
+}

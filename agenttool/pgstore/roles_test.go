@@ -476,3 +476,85 @@ func TestMigrationGivesAMarkKeptUntil2262ItsToolsLifetime(t *testing.T) {
 		t.Errorf("settled by a replica of the version before: expires %v, %v; want the expires it wrote, %v", rec.Expires, err, later.Add(5*time.Hour))
 	}
 }
+
+// A replica of the version before, still running on the migrated schema
+// during a rolling upgrade, closes a marked record as replaced: as that
+// version did, it moves the record's expires to its mark's end (2262)
+// with a new updated, and leaves lifetime behind. Once the record's model
+// is told and the mark ends (this version), the record must go when its
+// own lifetime has ended — not be kept until 2262: migration 14 repaired
+// only the rows it found when it ran, and the claim that tells the mark
+// gives such a record its tool's lifetime (storekit.ClaimRequest.KeyTTL).
+// (Found reviewing 2e23fbe.)
+func TestAReplicaOfTheVersionBeforeLeavesNoRecordKeptUntil2262(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	schema := pgtest.Schema(t, url)
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	alice, s9, s10 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}, agenttool.Digest{0x59, 10}
+	req := func(key string, session agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		return storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: alice, Session: session, Fingerprint: agenttool.Digest{1},
+			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second, KeyTTL: time.Hour}
+	}
+	c, err := s.Claim(ctx, req("C", s9, t0))
+	if err != nil || !c.Claimed {
+		t.Fatal(c, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: "send_email/A", Now: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// A replica of version 13 claims X (conversation 10) in C's place: it
+	// closes C as its DecideClaim did (expires moved to the mark's end),
+	// writes it with its update (no lifetime), and inserts X.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tbl := pgx.Identifier{schema, "records"}.Sanitize()
+	at := t0.Add(2 * time.Second)
+	fp := agenttool.Digest{1}
+	if _, err := conn.Exec(ctx, `UPDATE `+tbl+` SET state = 3, replaced_by = 'X', owner = '', lease_expiry = NULL, input = NULL, taken_over = false,
+		retry_approved = false, outcome = '{"replaced":true}', updated = $1, expires = notice_until WHERE key = 'C'`, at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO `+tbl+` (key, tool, state, principal, fingerprint, owner, token, lease_expiry, attempts, created, updated, session, fence_scope, replaces, definition)
+		VALUES ('X', 'send_email', 1, $1, $2, 'o-X', nextval('`+schema+`.tokens'), $3, 1, $4, $4, $5, $1, 'C', 0)`,
+		alice[:], fp[:], at.Add(time.Minute), at, s10[:]); err != nil {
+		t.Fatal(err)
+	}
+	x, err := s.Get(ctx, "X")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: "X", Token: x.Token, State: agenttool.Failed, Attempts: 1, Now: t0.Add(3 * time.Second), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// This version: conversation 9's next write is held back by C's mark
+	// and told; its following one, after NoticeHold, ends the mark.
+	d, err := s.Claim(ctx, req("D", s9, t0.Add(time.Minute)))
+	if err != nil || d.Claimed || d.Blocked == nil || d.Blocked.Key != "C" {
+		t.Fatalf("conversation 9's next write: claimed %v, blocked by %+v, %v; want held back by C's mark", d.Claimed, d.Blocked, err)
+	}
+	e, err := s.Claim(ctx, req("E", s9, t0.Add(2*time.Minute)))
+	if err != nil || !e.Claimed {
+		t.Fatalf("conversation 9's write after the notice: claimed %v, blocked by %+v, %v", e.Claimed, e.Blocked, err)
+	}
+	if rec, err := s.Get(ctx, "C"); err != nil || !rec.NoticeUntil.IsZero() {
+		t.Fatalf("C after a claim past its notice: mark %v, %v; want ended", rec.NoticeUntil, err)
+	}
+	if _, err := storekit.SweepAll(ctx, s, t0.Add(24*time.Hour), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, "C"); err == nil {
+		t.Errorf("C a day after its mark ended and its hour-long lifetime: kept (expires %v, swept from %v); want swept, not kept until 2262", rec.Expires, rec.SweepAt())
+	}
+}

@@ -279,6 +279,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				// the slot's side. It keeps its lifetime: a late answer
 				// about it may still come.
 				o.NoticeUntil, o.StandsFor = time.Time{}, ""
+				relife(&o, req)
 				d.Occupants = append(d.Occupants, o)
 				continue
 			case req.Replace != nil && req.Replace.Key == o.Key && req.Replace.matches(&o):
@@ -295,6 +296,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 				continue
 			case o.State == Succeeded && !req.Now.Before(o.NoticeUntil):
 				o.NoticeUntil = time.Time{}
+				relife(&o, req)
 				d.Occupants = append(d.Occupants, o)
 				continue
 			}
@@ -542,7 +544,17 @@ func tell(r Record, req ClaimRequest) (Record, bool) {
 		return r, false
 	}
 	r.NoticeUntil = end
+	relife(&r, req)
 	return r, true
+}
+
+// relife gives r, a record whose mark or notice req tells or ends, the
+// lifetime of req's tool from req.Now, if a version before this one left
+// it the mark's end (UntilTold) for a lifetime ([ClaimRequest.KeyTTL]).
+func relife(r *Record, req ClaimRequest) {
+	if r.Expires.Equal(UntilTold) && req.KeyTTL > 0 {
+		r.Expires = req.Now.Add(req.KeyTTL)
+	}
 }
 
 // sameNotice reports whether telling a model of r's notice tells it of

@@ -75,3 +75,29 @@ func TestDecideMarkNamesTheActionItStandsFor(t *testing.T) {
 		t.Errorf("a later mark for it: %v for %q, write %v, %v; want the later mark and its name", later.NoticeUntil, later.StandsFor, write, err)
 	}
 }
+
+// A version before this one left a marked record's lifetime at its mark's
+// end (UntilTold) and never moved it back. The claim that tells such a
+// record, or ends its mark once told, gives it its tool's lifetime from
+// then (ClaimRequest.KeyTTL); one that does not know it (0) leaves it.
+func TestATellGivesALifetimeBackToARecordKeptUntil2262(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	session := Digest{2}
+	req := ClaimRequest{Key: "send/b", Tool: "send", Principal: Digest{1}, Session: session, Fingerprint: Digest{3},
+		Owner: "o", Now: t0, Lease: time.Minute, FenceScope: session, NoticeHold: 10 * time.Second, KeyTTL: time.Hour}
+	legacy := Record{Key: req.Key, Tool: req.Tool, State: Unknown, RetryApproved: true, Principal: req.Principal, Session: session,
+		Fingerprint: req.Fingerprint, Attempts: 1, Created: t0.Add(-time.Hour), Updated: t0.Add(-time.Minute), Expires: UntilTold,
+		FenceScope: session, NoticeUntil: UntilTold, StandsFor: "send/a"}
+	tokens := func() (uint64, error) { return 41, nil }
+	d, err := DecideClaim(&legacy, nil, req, tokens)
+	if err != nil || d.Result.Blocked == nil || !d.Write {
+		t.Fatalf("its own call for a model: %+v, %v; want held back and told", d.Result, err)
+	}
+	if told := d.Result.Record; !told.Expires.Equal(t0.Add(time.Hour)) || !told.SweepAt().Equal(t0.Add(time.Hour)) {
+		t.Errorf("told: expires %v, swept from %v; want its tool's lifetime from now, %v", told.Expires, told.SweepAt(), t0.Add(time.Hour))
+	}
+	req.KeyTTL = 0
+	if d, err := DecideClaim(&legacy, nil, req, tokens); err != nil || !d.Result.Record.Expires.Equal(UntilTold) {
+		t.Errorf("told by a claim that does not know its tool's lifetime: expires %v, %v; want left as it was", d.Result.Record.Expires, err)
+	}
+}

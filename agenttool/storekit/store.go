@@ -388,6 +388,13 @@ type ClaimRequest struct {
 	// model (a takeover by the fence, a sweeper or an operator): it tells
 	// nothing.
 	NoticeHold time.Duration
+	// KeyTTL is the lifetime the claim's tool gives its settled records
+	// (agenttool's Options.KeyTTL); 0 if unknown. A version before this
+	// one moved a marked record's lifetime (Record.Expires) to its mark's
+	// end, [UntilTold] until its model was told, and never back: such a
+	// record that the claim tells, or whose mark or notice it ends, is
+	// given KeyTTL from then ([DecideClaim]), never a lifetime of 2262.
+	KeyTTL time.Duration
 	// Unkeyed is set on the claims of a tool whose destination does not
 	// dedupe by the key (at-most-once, reconcilable): the claim alone keeps
 	// a second attempt from running. A store that a failover could take

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -273,6 +275,27 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 
 var errNeedsWrite = errors.New("claim needs a write")
 
+// scopeLock is the advisory lock of a tool's fence scope in s's schema,
+// which a locked claim takes before any row.
+func (s *Store) scopeLock(tool string, scope storekit.Digest) int64 {
+	h := sha256.New()
+	h.Write([]byte(s.schema))
+	h.Write([]byte{0})
+	h.Write([]byte(tool))
+	h.Write([]byte{0})
+	h.Write(scope[:])
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+}
+
+// rolledBackByTheServer reports whether err is the server's rollback of a
+// transaction that met another's locks (a deadlock: claims of two scopes
+// whose rows meet, under two fence settings of one tool) or could not be
+// serialized: nothing of it was decided, and the claim starts over.
+func rolledBackByTheServer(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
 // errAgain rolls back a locked claim whose insert met a record that
 // appeared meanwhile: the claim starts over.
 var errAgain = errors.New("claim again")
@@ -309,6 +332,18 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	pc := conn.Conn().PgConn()
 	before := warnings(pc)
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
+		// The claims of a scope lock its rows one after another: the
+		// claim's own, the slot's holder, the records beside the slot.
+		// A claim's own record may be another's occupant (an action
+		// settled applied aside, a write closed as replaced that keeps a
+		// mark), so two claims of one scope would lock the same rows in
+		// opposite orders; they take the scope first, and lock its rows
+		// one claim at a time.
+		if req.FenceScope != (storekit.Digest{}) {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.scopeLock(req.Tool, req.FenceScope)); err != nil {
+				return s.wrap("lock the scope of", req.Key, err)
+			}
+		}
 		existing, err := s.get(ctx, tx, req.Key, true)
 		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
 			return err
@@ -380,7 +415,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		}
 		return nil
 	})
-	if errors.Is(err, errAgain) {
+	if errors.Is(err, errAgain) || rolledBackByTheServer(err) {
 		return storekit.ClaimResult{}, true, nil
 	}
 	if err != nil {

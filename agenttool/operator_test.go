@@ -15,8 +15,10 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/agenttool/opcmd"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -2564,4 +2566,149 @@ func TestOperator_AMarkToldUnderTheSessionFenceTellsTheOthersNamingTheAction(t *
 			t.Errorf("B sent again two days on: %s; its model, told of A with C's mark, is told of A a second time", b2)
 		}
 	})
+}
+
+// A write that stands in for an action proved applied, and that its own
+// attempt then ends in a definite failure, still holds back its
+// conversation until its model is told of the action — however long that
+// takes, as a mark closed as replaced does. A (lunch) went out, its reply
+// lost; a person found it not applied (wrongly); B, the model's rewording,
+// went on in its place; while B's attempt runs the late answer proves A
+// applied and marks B; the server then refuses B (definite_failure:
+// nothing sent by B). The model, told only that B failed, believes no
+// lunch email went out. Seven hours later (past NoticeBackstop, which
+// bounds A's own notice) it sends the lunch again: a second lunch email,
+// and its model never heard of A. With a write between A and B (a chain
+// of three) the closed write's mark holds it back for as long as needed;
+// with none, nothing did: a settlement ended the mark. (Found by a review.)
+func TestOperator_ARefusedWriteThatStoodInForAnAppliedActionHoldsBackItsConversationUntilTold(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		gate, started := make(chan struct{}), make(chan struct{})
+		clk := newClock()
+		m := &mailServer{script: func(n int) (bool, error) {
+			switch n {
+			case 1:
+				return true, errLostReply // A: delivered, reply lost
+			case 2: // B: held until the late answer about A has come, then refused
+				close(started)
+				<-gate
+				return false, envelope.MarkDefinite(errors.New("550 rejected"), "rejected")
+			}
+			return true, nil
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		bDone := make(chan envelope.Envelope)
+		go func() { bDone <- tool.Invoke(scoped(), lunchRephrased) }()
+		<-started
+		if v, _ := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+			t.Fatalf("late answer about A: %v", v)
+		}
+		close(gate)
+		b := <-bDone
+		mustStatus(t, b, envelope.DefiniteFailure)
+		if b.Error != nil && b.Error.Code == envelope.CodeEarlierApplied {
+			return // told by B's own answer: the model knows
+		}
+		clk.Advance(7 * time.Hour)
+		again := tool.Invoke(scoped(), lunchRephrased2)
+		m.mu.Lock()
+		got := append([]string(nil), m.effects...)
+		m.mu.Unlock()
+		if len(got) != 1 || again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || !strings.Contains(again.Error.Message, a.RequestRef) {
+			t.Errorf("the model, told only that B was refused (%s), sends the lunch again 7h later: %s; delivered %d lunch emails (%v); want it held back with earlier_action_applied naming A (%s)",
+				errMsg(b), again, len(got), got, a.RequestRef)
+		}
+	})
+}
+
+// Calls of one conversation made at once on two replicas of one
+// PostgreSQL store, after a late answer proved an action applied, are
+// answered by the store: each is held back (earlier_action_applied,
+// earlier_action_unknown, in_progress) or replayed, never refused with
+// store_unavailable because two claims locked each other's rows. A claim
+// locks its own key's row, then the slot's holder, then the records
+// beside the slot in key order; a claim of a record that is itself beside
+// the slot (a write closed as replaced that keeps a mark, under the
+// default fence too; an action settled applied aside) holds its
+// row while it waits for the others', and a claim of a new wording holds
+// those while it waits for it: PostgreSQL's deadlock detector aborts one,
+// and the model is told to try again later, though nothing was wrong.
+func TestOperator_ParallelCallsOfAConversationAfterALateAnswerAreNeverRefusedByTheStore(t *testing.T) {
+	url := pgtest.URL(t)
+	for it := range 20 {
+		parallelCallsAfterALateAnswer(t, url, it)
+	}
+}
+
+func parallelCallsAfterALateAnswer(t *testing.T, url string, it int) {
+	schema := pgtest.Schema(t, url)
+	var tools [2]*agenttool.Tool
+	var ops [2]*agenttool.Operator
+	clk, m := newClock(), &mailServer{script: notDeliveredUntil4}
+	for i := range tools {
+		s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		tools[i] = newEmailTool(t, m, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		if ops[i], err = agenttool.NewOperator(s, tools[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	var refs []string
+	for i, in := range []string{lunch, lunchRephrased, lunchRephrased2} {
+		e := tools[i%2].Invoke(scoped(), in)
+		mustStatus(t, e, envelope.UnknownOutcome)
+		refs = append(refs, e.RequestRef)
+		if i < 2 {
+			clk.Advance(32 * time.Second)
+			if err := ops[(i+1)%2].ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	clk.Advance(32 * time.Second)
+	if v, err := ops[1].SettleByAnswer(ctx, refs[0], 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late"); v != reconcile.Applied {
+		t.Fatalf("late answer about A: %v, %v", v, err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var envs []envelope.Envelope
+	for i := range 2 {
+		for j, in := range []string{lunchRephrased, lunchRephrased2, lunchReworded, lunch} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e := tools[(i+j)%2].Invoke(scoped(), in)
+				mu.Lock()
+				envs = append(envs, e)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	if n := m.runs.Load(); n != 3 {
+		t.Fatalf("iteration %d: %d runs; want the 3 of A, B and C", it, n)
+	}
+	for _, e := range envs {
+		if e.Error != nil && e.Error.Code == "store_unavailable" {
+			t.Fatalf("iteration %d: a call of the conversation refused by the store: %s", it, e)
+		}
+	}
 }

@@ -287,7 +287,7 @@ func (e *entry) open() bool {
 
 // beside is Record.Beside.
 func (e *entry) beside() bool {
-	return (e.state == storekit.Failed && e.replacedBy != "" && e.noticeUntil != zeroTime) || e.fenceScope != e.session &&
+	return (e.state == storekit.Failed && e.noticeUntil != zeroTime) || e.fenceScope != e.session &&
 		(e.state == storekit.Pending || e.state == storekit.Unknown || (e.state == storekit.Succeeded && e.noticeUntil != zeroTime))
 }
 

@@ -381,15 +381,15 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		pendingOf: `SELECT key, owner, token FROM ` + t + ` WHERE key = ANY($1) AND state = 1`,
 		// finishMany is finish for many records at once (group commit): it
 		// returns the keys it wrote. Its keys are distinct. An unknown
-		// outcome keeps the record's input and its mark
-		// (storekit.DecideFinish).
+		// outcome keeps the record's input, and an outcome other than
+		// success its mark (storekit.DecideFinish).
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
 			attempts = v.attempts, outcome = v.outcome, updated = v.updated, retry_approved = v.retry_approved,
-			expires = CASE WHEN v.expires IS NOT NULL THEN GREATEST(v.expires, CASE WHEN v.state = 4 THEN r.notice_until ELSE v.notice_until END) END,
+			expires = CASE WHEN v.expires IS NOT NULL THEN GREATEST(v.expires, CASE WHEN v.state = 2 THEN v.notice_until ELSE r.notice_until END) END,
 			lifetime = v.expires, lifetime_at = v.updated,
 			resolution = COALESCE(v.resolution, r.resolution),
-			notice_until = CASE WHEN v.state = 4 THEN r.notice_until ELSE v.notice_until END,
-			stands_for = CASE WHEN v.state = 4 THEN r.stands_for ELSE '' END,
+			notice_until = CASE WHEN v.state = 2 THEN v.notice_until ELSE r.notice_until END,
+			stands_for = CASE WHEN v.state = 2 THEN '' ELSE r.stands_for END,
 			input = CASE WHEN v.state = 4 THEN r.input END
 			FROM unnest($1::text[], $2::int8[], $3::int2[], $4::int4[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::bool[], $9::jsonb[], $10::timestamptz[], $11::timestamptz[])
 				AS v(key, token, state, attempts, outcome, updated, expires, retry_approved, resolution, lease_expiry, notice_until)
@@ -410,10 +410,10 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			lifetime = $26, lifetime_at = $27 WHERE key = $1`,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
-			expires = CASE WHEN $7::timestamptz IS NOT NULL THEN GREATEST($7, CASE WHEN $3::smallint = 4 THEN notice_until ELSE $11 END) END,
+			expires = CASE WHEN $7::timestamptz IS NOT NULL THEN GREATEST($7, CASE WHEN $3::smallint = 2 THEN $11 ELSE notice_until END) END,
 			lifetime = $7, lifetime_at = $6, retry_approved = $8, resolution = COALESCE($9, resolution),
-			notice_until = CASE WHEN $3::smallint = 4 THEN notice_until ELSE $11 END,
-			stands_for = CASE WHEN $3::smallint = 4 THEN stands_for ELSE '' END,
+			notice_until = CASE WHEN $3::smallint = 2 THEN $11 ELSE notice_until END,
+			stands_for = CASE WHEN $3::smallint = 2 THEN '' ELSE stands_for END,
 			input = CASE WHEN $3::smallint = 4 THEN input END
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,

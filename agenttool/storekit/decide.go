@@ -508,10 +508,10 @@ func (r *Record) StandsInForApplied() bool {
 }
 
 // marked reports whether r carries the mark of StandsInForApplied: open,
-// or closed as replaced since it was marked (asked for again, it would
-// go on in its replacement's place).
+// or failed since it was marked — closed as replaced (asked for again, it
+// would go on in its replacement's place), or its attempt refused.
 func (r *Record) marked() bool {
-	return !r.NoticeUntil.IsZero() && (r.State == Pending || r.State == Unknown || (r.State == Failed && r.ReplacedBy != ""))
+	return !r.NoticeUntil.IsZero() && (r.State == Pending || r.State == Unknown || r.State == Failed)
 }
 
 // AwaitsNotice reports whether r is marked as standing in for an action
@@ -618,9 +618,10 @@ func (r *Record) Beside() bool {
 		(r.State == Pending || r.State == Unknown || (r.State == Succeeded && !r.NoticeUntil.IsZero()))
 }
 
-// closedMarked reports whether r is closed as replaced and keeps a mark.
+// closedMarked reports whether r is failed — closed as replaced, or its
+// attempt refused — and keeps a mark.
 func (r *Record) closedMarked() bool {
-	return r.State == Failed && r.ReplacedBy != "" && !r.NoticeUntil.IsZero()
+	return r.State == Failed && !r.NoticeUntil.IsZero()
 }
 
 // FencedBySession reports whether req is fenced by its session (its fence
@@ -707,8 +708,11 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 	switch req.State {
 	case Succeeded:
 		rec.NoticeUntil = req.NoticeUntil
-	case Unknown:
-		// Open still: it keeps its mark (StandsInForApplied).
+	case Unknown, Failed:
+		// Open still, it keeps its mark (StandsInForApplied); failed,
+		// too: the model that hears this write did nothing has not heard
+		// of the action it stands in for, which was done. A mark ends by
+		// being told, never by a settlement.
 		rec.NoticeUntil, rec.StandsFor = existing.NoticeUntil, existing.StandsFor
 	}
 	if req.State != Unknown {

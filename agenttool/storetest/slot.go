@@ -1179,3 +1179,35 @@ func testMarkClosedUnderTheSessionFenceToldWithItsConversation(t *testing.T, h H
 		}
 	}
 }
+
+// testMarkKeptByAFailedAttempt: a write marked while its attempt runs
+// (it stands in for an action proved applied meanwhile) keeps its mark
+// when the attempt fails — its model, told that this write did nothing,
+// has not heard of the action that was done — and holds back its
+// conversation's next write for a model, in the slot it left free, until
+// that model is told. A mark ends by being told, never by a settlement.
+func testMarkKeptByAFailedAttempt(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	tool, session := newSlot()
+	applied := tool + "/applied"
+	b := slotted(tool, session, t0)
+	held := granted(t, "B", mustClaim(t, s, b))
+	if _, err := other.Mark(bg, storekit.MarkRequest{Key: b.Key, Session: session, Until: storekit.UntilTold, For: applied, Now: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(bg, finish(b.Key, held.Record.Token, agenttool.Failed, t0.Add(2*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := other.Get(bg, b.Key); err != nil || rec.State != agenttool.Failed || !rec.NoticeUntil.Equal(storekit.UntilTold) || rec.StandsFor != applied {
+		t.Fatalf("B, failed after it was marked: %v, mark %v for %q, %v; want failed, its mark kept", rec.State, rec.NoticeUntil, rec.StandsFor, err)
+	}
+	at := t0.Add(7 * time.Hour)
+	c := slotted(tool, session, at)
+	c.NoticeHold = 10 * time.Second
+	blockedBy(t, "the conversation's next write for a model, hours later", mustClaim(t, other, c), b.Key, agenttool.Failed)
+	if rec, err := s.Get(bg, b.Key); err != nil || !rec.NoticeUntil.Equal(at.Add(10*time.Second)) {
+		t.Errorf("B once its model was told: mark %v, %v; want ending NoticeHold later", rec.NoticeUntil, err)
+	}
+	granted(t, "a write for no model", mustClaim(t, s, slotted(tool, session, at)))
+}

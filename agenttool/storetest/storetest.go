@@ -141,6 +141,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("MarkWhoeverHoldsTheRecord", func(t *testing.T) { testMark(t, h) })
 	t.Run("MarkClosedByAnotherConversationHoldsBackItsOwn", func(t *testing.T) { testMarkClosedByAnotherConversation(t, h) })
 	t.Run("MarkKeepsTheRecordForItsLifetime", func(t *testing.T) { testMarkKeepsTheRecordForItsLifetime(t, h) })
+	t.Run("MarkKeptByAFailedAttempt", func(t *testing.T) { testMarkKeptByAFailedAttempt(t, h) })
 	t.Run("MarkClosedUnderTheSessionFenceToldWithItsConversation", func(t *testing.T) { testMarkClosedUnderTheSessionFenceToldWithItsConversation(t, h) })
 	t.Run("SlotBesideTellsItsOwnSessionFirst", func(t *testing.T) { testSlotBesideTellsItsOwnSessionFirst(t, h) })
 	t.Run("SlotBesideEveryOpenAction", func(t *testing.T) { testSlotBesideEveryOpenAction(t, h) })

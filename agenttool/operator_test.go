@@ -902,8 +902,11 @@ func answerSettlesAReplacedAction(t *testing.T, refusal error) {
 			t.Errorf("the action asked again: %s; want the answer's success, replayed", again)
 		}
 		// The copy's own attempt did nothing: closed as replaced by the
-		// action, or refused as it was.
-		if rew.Status == envelope.DefiniteFailure && (rew.Error == nil || (rew.Error.Code != envelope.CodeReplaced && rew.Error.Code != "rejected")) {
+		// action, or refused as it was — or, refused and marked as
+		// standing in for the action proved applied, its model is told of
+		// that action first.
+		told := rew.Error != nil && rew.Error.Code == envelope.CodeEarlierApplied && strings.Contains(rew.Error.Message, first.RequestRef)
+		if rew.Status == envelope.DefiniteFailure && (rew.Error == nil || (rew.Error.Code != envelope.CodeReplaced && rew.Error.Code != "rejected" && !told)) {
 			t.Errorf("the copy told definite failure other than its own after the answer proved the action done: %s", rew)
 		}
 	})
@@ -2711,4 +2714,56 @@ func parallelCallsAfterALateAnswer(t *testing.T, url string, it int) {
 			t.Fatalf("iteration %d: a call of the conversation refused by the store: %s", it, e)
 		}
 	}
+}
+
+// The order the review's test (a refused write that stood in for an
+// applied action) did not take: B, the model's rewording of A, goes on in
+// A's place and is refused (definite_failure: the model hears only that B
+// did nothing) before the late answer proves A applied. The answer
+// settles A in B's place, but marks nothing: DecideMark leaves a failed
+// record that was not replaced as it is, so nothing holds back B's
+// conversation once A's own notice ends (NoticeBackstop, 6h). Seven hours
+// later the model sends the lunch again: a second lunch email, its model
+// never told of A. The same model, the same knowledge, as when the
+// refusal comes after the answer (held back until told): which of the
+// two a server's answers reach first decides.
+func TestOperator_AWriteRefusedBeforeTheLateAnswerThatProvesItsActionAppliedHoldsBackItsConversationUntilTold(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		clk := newClock()
+		m := &mailServer{script: func(n int) (bool, error) {
+			switch n {
+			case 1:
+				return true, errLostReply
+			case 2:
+				return false, envelope.MarkDefinite(errors.New("550 rejected"), "rejected")
+			}
+			return true, nil
+		}}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
+			AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		a := tool.Invoke(scoped(), lunch)
+		mustStatus(t, a, envelope.UnknownOutcome)
+		clk.Advance(32 * time.Second)
+		if err := op.ResolveNotApplied(ctx, a.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+			t.Fatal(err)
+		}
+		b := tool.Invoke(scoped(), lunchRephrased)
+		mustStatus(t, b, envelope.DefiniteFailure)
+		v, err := op.SettleByAnswer(ctx, a.RequestRef, 1, reconcile.AppliedWith([]byte(`{"id":"m-1"}`)), "late")
+		t.Logf("late answer: %v %v", v, err)
+		clk.Advance(7 * time.Hour)
+		again := tool.Invoke(scoped(), lunchRephrased2)
+		m.mu.Lock()
+		got := append([]string(nil), m.effects...)
+		m.mu.Unlock()
+		if len(got) != 1 || again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied || !strings.Contains(again.Error.Message, a.RequestRef) {
+			t.Errorf("B refused before the late answer; 7h later: %s; delivered %d (%v)", again, len(got), got)
+		}
+	})
 }

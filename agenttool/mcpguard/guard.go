@@ -894,19 +894,27 @@ func refusing(tool, code string, next envelope.Next, msg, note string) mcp.ToolH
 
 // list reads the server's tools and puts them on the front as the
 // configuration says. At start (first), an error stops the guard: a tool
-// the configuration names that the server does not list, a tool that
-// cannot be guarded. Later (a list_changed notification, a new process)
-// the tools that do not check out answer a definite failure.
+// the configuration names that the server does not list, or lists twice,
+// a tool that cannot be guarded. Later (a list_changed notification, a
+// new process) the tools that do not check out answer a definite
+// failure: a guarded tool listed twice is one (the guard cannot tell
+// which the server runs).
 func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) error {
 	var tools []*mcp.Tool
-	seen := map[string]bool{}
+	seen, twice := map[string]bool{}, map[string]bool{}
 	byName := map[string]*mcp.Tool{}
 	for t, err := range s.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcpServers.%s: listing its tools: %w", u.name, err)
 		}
 		if seen[t.Name] {
-			return &ConfigError{Path: "mcpServers." + u.name, Problem: fmt.Sprintf("the server lists the tool %q twice; its listing is not usable", t.Name)}
+			if first {
+				return &ConfigError{Path: "mcpServers." + u.name, Problem: fmt.Sprintf("the server lists the tool %q twice; its listing is not usable", t.Name)}
+			}
+			// Later, which of the two the server runs is unknown: the
+			// tool does not check out (below).
+			twice[t.Name] = true
+			continue
 		}
 		seen[t.Name] = true
 		byName[t.Name] = t
@@ -948,6 +956,13 @@ func (u *upstream) list(ctx context.Context, s *mcp.ClientSession, first bool) e
 			u.g.log.Error("mcpguard: the server lists a tool whose input schema is not an object schema; its calls are refused", "server", u.name, "tool", t.Name)
 			u.g.refuse(fn, t.Description, "schema_changed",
 				fmt.Sprintf("the server %s lists %s with an input schema that is not a JSON object schema; nothing was sent", u.name, t.Name),
+				"This tool cannot be used until its server is fixed and the guard restarted; tell the user.")
+			continue
+		}
+		if twice[t.Name] && settings.Class != ClassReadOnly {
+			u.g.log.Error("mcpguard: the server lists a guarded tool twice; its calls are refused until the guard restarts", "server", u.name, "tool", t.Name)
+			u.g.refuse(fn, t.Description, "schema_changed",
+				fmt.Sprintf("the server %s lists %s twice, perhaps with another input schema, after the guard read it; nothing was sent", u.name, t.Name),
 				"This tool cannot be used until its server is fixed and the guard restarted; tell the user.")
 			continue
 		}

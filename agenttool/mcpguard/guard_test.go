@@ -1799,3 +1799,63 @@ func TestGuard_ACheckWhoseToolChangedNeverLetsASecondAttemptGo(t *testing.T) {
 		t.Errorf("%d bookings for one action, want 1", n)
 	}
 }
+
+// A server that changes a guarded tool's input schema while the guard
+// runs gets schema_changed until the guard restarts — what makes its keys
+// may have changed — also when its new listing names the tool twice, the
+// old schema beside the new. The airline's book changes: the new version
+// takes no idempotency key (its schema drops idempotency_key, and it
+// books whatever key it is sent), and the server, after
+// notifications/tools/list_changed, lists book twice, the old entry and
+// the new. At start such a listing stops the guard ("lists the tool
+// twice; its listing is not usable"); later the guard logs that it did
+// not take the new list, and goes on guarding book with the old schema:
+// the next booking's reply is lost, the guard resends it under its key,
+// which the new book ignores, and two seats are booked for one action,
+// where a listing of the new schema alone answers schema_changed and
+// sends nothing. A listing that is not usable says no more that the
+// tool is unchanged than one that changes it.
+func TestGuard_AChangedSchemaListedBesideTheOldOneIsSchemaChanged(t *testing.T) {
+	a := &airline{}
+	r := newRig(t, a, rigOptions{})
+	var changed atomic.Bool
+	r.up.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && changed.Load() && p.Name == "book" {
+				var args map[string]any
+				if json.Unmarshal(p.Arguments, &args) == nil {
+					delete(args, "idempotency_key") // the new book takes no key
+					p.Arguments, _ = json.Marshal(args)
+				}
+			}
+			res, err := next(ctx, method, req)
+			if lr, ok := res.(*mcp.ListToolsResult); ok && changed.Load() {
+				for _, tool := range lr.Tools {
+					if tool.Name == "book" {
+						nt := *tool
+						nt.InputSchema = json.RawMessage(`{"type":"object","properties":{"flight":{"type":"string"},"passenger":{"type":"string"}},"required":["flight","passenger"],"additionalProperties":false}`)
+						lr.Tools = append(lr.Tools, &nt)
+						break
+					}
+				}
+			}
+			return res, err
+		}
+	})
+	changed.Store(true)
+	// Any change of the server's tools makes it say list_changed.
+	r.up.AddTool(&mcp.Tool{Name: "ping", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	time.Sleep(500 * time.Millisecond) // the guard reads the new listing
+	a.lose(1)
+	_, env := r.call("book", lunchFlight)
+	t.Logf("book after the server listed it twice, its schema changed in one: %s; %d bookings", env, a.count())
+	if n := a.count(); n > 1 {
+		t.Errorf("%d bookings for one action, want at most 1", n)
+	}
+	if env.Status == envelope.Success && a.count() != 1 || env.Error == nil || env.Error.Code != "schema_changed" {
+		t.Errorf("book after its server listed a changed schema beside the old: %s; want definite_failure schema_changed, nothing sent", env)
+	}
+}

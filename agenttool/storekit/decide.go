@@ -732,14 +732,17 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 // req.Key: it returns the record marked, and whether it changed. A record
 // that may still run or be asked for again is marked — pending (whoever
 // holds it, live or not), unknown (approved for one more attempt or
-// not), or closed as replaced — if it is of req.Session; its mark becomes
+// not), or failed: closed as replaced, or refused (its model heard that
+// it did nothing, and must hear of the action done in its place before
+// its conversation goes on: whichever came first, the refusal or the
+// answer, the mark is the same) — if it is of req.Session; its mark becomes
 // the later of its own and req.Until, and it names the action it stands
 // in for (Record.StandsFor): req.For, the latest mark's — its model,
 // told of one before, is told of this one too. The record keeps its
 // lifetime (Expires), and is kept while the mark lasts ([Record.SweepAt]).
-// A settled record (succeeded, or failed and not replaced) will not run
-// again and is left as it is, and so are another conversation's and one
-// past its lifetime at req.Now (asked for again, it is a new action).
+// A succeeded record is left as it is (its own answer told its model
+// that it was done), and so are another conversation's and one past its
+// lifetime at req.Now (asked for again, it is a new action).
 func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 	if req.Until.IsZero() {
 		return Record{}, false, fmt.Errorf("agenttool: mark of %s with no end: %w", req.Key, ErrInvalidRequest)
@@ -751,7 +754,7 @@ func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 		return Record{}, false, fmt.Errorf("agenttool: mark of %s: %w", req.Key, ErrNotFound)
 	}
 	rec := *existing
-	open := rec.State == Pending || rec.State == Unknown || (rec.State == Failed && rec.ReplacedBy != "")
+	open := rec.State == Pending || rec.State == Unknown || rec.State == Failed
 	later := req.Until.After(rec.NoticeUntil)
 	if !open || rec.Session != req.Session || rec.expired(req.Now) || !later && rec.StandsFor == req.For {
 		return rec, false, nil

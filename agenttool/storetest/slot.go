@@ -870,9 +870,9 @@ func testSlotBesideOwnKey(t *testing.T, h Harness) {
 // replica, marked from another — and everything written after keeps it,
 // and the name of the action it stands for: the holder's unknown outcome,
 // an approval (its own lifetime, kept while the mark lasts), a takeover,
-// a replacement. A settled write, another conversation's, one past its
-// lifetime or a missing key are left as they are; a succeeded outcome
-// clears the mark. A mark with no end or no name, and an outcome other
+// a replacement; and a refused write. A succeeded write, another
+// conversation's, one past its lifetime or a missing key are left as they
+// are; a succeeded outcome clears the mark. A mark with no end or no name, and an outcome other
 // than succeeded with a notice, are refused.
 func testMark(t *testing.T, h Harness) {
 	s := h.Open(t)
@@ -1004,7 +1004,6 @@ func testMark(t *testing.T, h Harness) {
 		at      time.Time
 	}{
 		{"succeeded", agenttool.Succeeded, agenttool.Digest{0xe0, 1}, t0},
-		{"failed", agenttool.Failed, agenttool.Digest{0xe0, 2}, t0},
 		{"another conversation's", agenttool.Unknown, agenttool.Digest{0xe0, 3}, t0},
 		{"past its lifetime", agenttool.Failed, agenttool.Digest{0xe0, 4}, t0.Add(2 * time.Hour)},
 	} {
@@ -1025,6 +1024,17 @@ func testMark(t *testing.T, h Harness) {
 			t.Errorf("%s, marked, read back: mark %v expires %v; want left as it was", tc.what, rec.NoticeUntil, rec.Expires)
 		}
 	}
+	// A refused write is marked as one closed as replaced is: its model
+	// heard only that it did nothing.
+	refused := slotted(tool, agenttool.Digest{0xe0, 2}, t0)
+	rres := mustClaim(t, s, refused)
+	if err := s.Finish(bg, finish(refused.Key, rres.Record.Token, agenttool.Failed, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if rec := mark(other, refused.Key, refused.Session, t0); rec.State != agenttool.Failed || !rec.NoticeUntil.Equal(storekit.UntilTold) || !rec.Beside() {
+		t.Errorf("refused, then marked: %v, mark %v, beside its slot %v; want marked until told, beside its slot", rec.State, rec.NoticeUntil, rec.Beside())
+	}
+	names("refused, then marked", get(refused.Key))
 	if _, err := s.Mark(bg, storekit.MarkRequest{Key: newKey(), Until: storekit.UntilTold, For: applied, Now: t0}); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("Mark of a missing key: %v; want ErrNotFound", err)
 	}

@@ -2716,17 +2716,15 @@ func parallelCallsAfterALateAnswer(t *testing.T, url string, it int) {
 	}
 }
 
-// The order the review's test (a refused write that stood in for an
-// applied action) did not take: B, the model's rewording of A, goes on in
-// A's place and is refused (definite_failure: the model hears only that B
-// did nothing) before the late answer proves A applied. The answer
-// settles A in B's place, but marks nothing: DecideMark leaves a failed
-// record that was not replaced as it is, so nothing holds back B's
-// conversation once A's own notice ends (NoticeBackstop, 6h). Seven hours
-// later the model sends the lunch again: a second lunch email, its model
-// never told of A. The same model, the same knowledge, as when the
-// refusal comes after the answer (held back until told): which of the
-// two a server's answers reach first decides.
+// A write refused before the late answer that proves the action it went
+// on in place of applied holds back its conversation until its model is
+// told, as one refused after the answer does: B, the model's rewording of
+// A, goes on in A's place and is refused (the model hears only that B did
+// nothing); then the answer proves A applied. Seven hours later, past A's
+// own notice (NoticeBackstop), the model's next wording is held back and
+// told of A, not sent: which of the two answers comes first does not
+// decide. (Found by a review: B was left unmarked, and a second lunch
+// email went out.)
 func TestOperator_AWriteRefusedBeforeTheLateAnswerThatProvesItsActionAppliedHoldsBackItsConversationUntilTold(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := open()

@@ -410,6 +410,12 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 		}
 		req.TakeOver, req.FenceScope, req.Replace = false, rec.FenceScope, rep
 		except := last.Key
+		if last.State == Failed {
+			// Refused before the answer came, it did nothing, and its
+			// model heard only that: it is marked as it would be had
+			// the refusal come after the answer.
+			except = ""
+		}
 		if !free {
 			req.FenceScope, aside, except = storekit.Digest{}, &last, ""
 		}
@@ -516,14 +522,8 @@ func (t *Tool) markChain(ctx context.Context, rec Record, except string) (map[st
 	marked := map[string]bool{}
 	key := rec.ReplacedBy
 	for range maxChain {
-		if key == except && except != "" {
-			got, err := cfg.Store.Get(ctx, key)
-			if err != nil || got.State != Failed || got.ReplacedBy != "" {
-				return marked, nil
-			}
-			// Refused before the answer came, it did nothing, and its
-			// model heard only that: it is marked as it would be had
-			// the refusal come after the answer.
+		if key == except {
+			return marked, nil
 		}
 		got, err := cfg.Store.Mark(ctx, storekit.MarkRequest{Key: key, Session: rec.Session, Until: storekit.UntilTold, For: rec.Key, Now: cfg.Now()})
 		switch {

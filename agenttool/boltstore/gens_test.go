@@ -1147,26 +1147,10 @@ func TestUpgradeFromSchema11SweepsAToldMarkOnceItEnded(t *testing.T) {
 	s, path, req := closedMark(t, false)
 	var err error
 	// As version 11 left it: C's Expires moved to its mark's end.
-	if err := s.DB().Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(recordsBucket)
-		_, v := find(b, []byte("C"))
-		rec, err := decode([]byte("C"), v)
-		if err != nil {
-			return err
-		}
-		old := rec
+	s = reopenAsSchema11Left(t, s, path, func(rec *storekit.Record) error {
 		rec.Expires = rec.NoticeUntil
-		if err := saveAt(b, &rec, &old, time.Time{}); err != nil {
-			return err
-		}
-		return tx.Bucket(metaBucket).Put(schemaKey, []byte("11"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	if s, err = Open(path, nil); err != nil {
-		t.Fatal(err)
-	}
+		return nil
+	})
 	defer s.Close()
 	// Its model is told (held back by C, conversation 9's next write).
 	d, err := s.Claim(ctx, req("D", s9, t0.Add(time.Minute)))
@@ -1179,14 +1163,8 @@ func TestUpgradeFromSchema11SweepsAToldMarkOnceItEnded(t *testing.T) {
 	}
 	// A day later its mark and its lifetime (an hour) have long ended.
 	later := t0.Add(24 * time.Hour)
-	for {
-		n, err := s.Sweep(ctx, storekit.SweepRequest{Now: later, Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
+	if _, err := storekit.SweepAll(ctx, s, later, 0, nil); err != nil {
+		t.Fatal(err)
 	}
 	if rec, err := s.Get(ctx, "C"); err == nil {
 		t.Errorf("C a day after its told mark and its hour-long lifetime ended: kept (expires %v, mark %v, swept from %v); want swept", rec.Expires, rec.NoticeUntil, rec.SweepAt())
@@ -1222,6 +1200,28 @@ func TestUpgradeFromSchema11SweepsAnEndedMarkKeptUntil2262(t *testing.T) {
 	}
 	// As version 11 left C: its mark ended, its Expires still in 2262 (it
 	// lives in that generation, as version 11 placed it).
+	s = reopenAsSchema11Left(t, s, path, func(rec *storekit.Record) error {
+		if !rec.NoticeUntil.IsZero() {
+			return fmt.Errorf("C's mark after a claim past its notice: %v; want ended", rec.NoticeUntil)
+		}
+		rec.Expires = storekit.UntilTold
+		return nil
+	})
+	defer s.Close()
+	later := t0.Add(24 * time.Hour)
+	if _, err := storekit.SweepAll(ctx, s, later, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, "C"); err == nil {
+		t.Errorf("C a day after its mark ended and its tool's hour-long lifetime: kept (expires %v, mark %v, swept from %v); want swept, as migration 14 sweeps it in PostgreSQL", rec.Expires, rec.NoticeUntil, rec.SweepAt())
+	}
+}
+
+// reopenAsSchema11Left changes C in s's file as fn says, as version 11
+// would have left it, marks the file schema 11, and opens it again: the
+// upgrade to this schema runs.
+func reopenAsSchema11Left(t *testing.T, s *Store, path string, fn func(rec *storekit.Record) error) *Store {
+	t.Helper()
 	if err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
 		_, v := find(b, []byte("C"))
@@ -1229,11 +1229,10 @@ func TestUpgradeFromSchema11SweepsAnEndedMarkKeptUntil2262(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !rec.NoticeUntil.IsZero() {
-			return fmt.Errorf("C's mark after a claim past its notice: %v; want ended", rec.NoticeUntil)
-		}
 		old := rec
-		rec.Expires = storekit.UntilTold
+		if err := fn(&rec); err != nil {
+			return err
+		}
 		if err := saveAt(b, &rec, &old, time.Time{}); err != nil {
 			return err
 		}
@@ -1242,21 +1241,9 @@ func TestUpgradeFromSchema11SweepsAnEndedMarkKeptUntil2262(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if s, err = Open(path, nil); err != nil {
+	s, err := Open(path, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	later := t0.Add(24 * time.Hour)
-	for {
-		n, err := s.Sweep(ctx, storekit.SweepRequest{Now: later, Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	if rec, err := s.Get(ctx, "C"); err == nil {
-		t.Errorf("C a day after its mark ended and its tool's hour-long lifetime: kept (expires %v, mark %v, swept from %v); want swept, as migration 14 sweeps it in PostgreSQL", rec.Expires, rec.NoticeUntil, rec.SweepAt())
-	}
+	return s
 }

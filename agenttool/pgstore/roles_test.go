@@ -368,17 +368,8 @@ func TestAReplicaOfTheVersionBeforeKeepsAMarkOnTheMigratedSchema(t *testing.T) {
 	defer s.Close()
 	t0 := time.Now().UTC().Truncate(time.Second)
 	alice, s9 := agenttool.Digest{0xa1}, agenttool.Digest{0x59, 9}
-	c, err := s.Claim(ctx, storekit.ClaimRequest{Key: "C", Tool: "send_email", Principal: alice, Session: s9, Fingerprint: agenttool.Digest{1},
+	approvedAndMarked(t, s, storekit.ClaimRequest{Key: "C", Tool: "send_email", Principal: alice, Session: s9, Fingerprint: agenttool.Digest{1},
 		Owner: "o", Now: t0, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second})
-	if err != nil || !c.Claimed {
-		t.Fatal(c, err)
-	}
-	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: "send_email/A", Now: t0.Add(time.Second)}); err != nil {
-		t.Fatal(err)
-	}
 	// A replica of version 13 sweeps, two hours later: its statement, word
 	// for word, on the migrated schema.
 	conn, err := pgx.Connect(ctx, url)
@@ -501,16 +492,7 @@ func TestAReplicaOfTheVersionBeforeLeavesNoRecordKeptUntil2262(t *testing.T) {
 		return storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: alice, Session: session, Fingerprint: agenttool.Digest{1},
 			Owner: "o-" + key, Now: now, Lease: time.Minute, FenceScope: alice, NoticeHold: 10 * time.Second, KeyTTL: time.Hour}
 	}
-	c, err := s.Claim(ctx, req("C", s9, t0))
-	if err != nil || !c.Claimed {
-		t.Fatal(c, err)
-	}
-	if err := s.Finish(ctx, storekit.FinishRequest{Key: "C", Token: c.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: t0, RetryApproved: true, TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: "C", Session: s9, Until: storekit.UntilTold, For: "send_email/A", Now: t0.Add(time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	approvedAndMarked(t, s, req("C", s9, t0))
 	// A replica of version 13 claims X (conversation 10) in C's place: it
 	// closes C as its DecideClaim did (expires moved to the mark's end),
 	// writes it with its update (no lifetime), and inserts X.
@@ -556,5 +538,23 @@ func TestAReplicaOfTheVersionBeforeLeavesNoRecordKeptUntil2262(t *testing.T) {
 	}
 	if rec, err := s.Get(ctx, "C"); err == nil {
 		t.Errorf("C a day after its mark ended and its hour-long lifetime: kept (expires %v, swept from %v); want swept, not kept until 2262", rec.Expires, rec.SweepAt())
+	}
+}
+
+// approvedAndMarked claims c, finds its action not applied and approves it
+// for one more attempt (for an hour), and marks it, a second later, as
+// standing in for send_email/A, until its model is told.
+func approvedAndMarked(t *testing.T, s *pgstore.Store, c storekit.ClaimRequest) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := s.Claim(ctx, c)
+	if err != nil || !res.Claimed {
+		t.Fatal(res, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: c.Key, Token: res.Record.Token, State: agenttool.Unknown, Attempts: 1, Now: c.Now, RetryApproved: true, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(ctx, storekit.MarkRequest{Key: c.Key, Session: c.Session, Until: storekit.UntilTold, For: "send_email/A", Now: c.Now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
 	}
 }

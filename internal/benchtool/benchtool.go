@@ -66,15 +66,21 @@ type Steady struct {
 // Live is how many records a Steady store holds.
 const Live = 4096
 
-// keyTTL is the shortest key lifetime the default retry window and lease
-// allow.
-const keyTTL = 75 * time.Second
+// destinationKeyTTL is the shortest time a destination may keep an
+// idempotency key that the default retry window and lease allow; keyTTL,
+// the shortest key lifetime a Keyed tool then takes: that, plus the
+// default ClockSkew.
+const (
+	destinationKeyTTL = 75 * time.Second
+	keyTTL            = destinationKeyTTL + time.Second
+)
 
 // NewSteady returns a Steady tool of class Keyed.
 func NewSteady() *Steady {
 	s := &Steady{store: memstore.New()}
 	tool, err := agenttool.Wrap(Tool{}, agenttool.Options{
-		Store: s.store, Class: agenttool.Keyed, KeyTTL: keyTTL, Now: s.now, IdentifyingFields: Fields,
+		Store: s.store, Class: agenttool.Keyed, KeyTTL: keyTTL, DestinationKeyTTL: destinationKeyTTL, Now: s.now,
+		IdentifyingFields: Fields,
 	})
 	if err != nil {
 		panic(err)

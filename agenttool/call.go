@@ -286,7 +286,7 @@ func (c *call) request(fp Digest) {
 		Unkeyed: cfg.Class == AtMostOnce || cfg.Class == Reconcilable,
 	}
 	if cfg.NoticeHold > 0 {
-		c.req.NoticeHold = cfg.NoticeHold
+		c.req.NoticeHold = cfg.noticeHold()
 	}
 	c.req.Definition = cfg.definition
 	switch cfg.Fence {
@@ -820,7 +820,7 @@ func (c *call) check() outcome {
 	req := reconcile.Request{Ref: c.ref, Attempts: c.attempt, LastSent: c.lastSent, Input: c.input}
 	// The takeover rule holds for the call's own attempts too: a request
 	// sent until lastSent may still land (AttemptTimeout, ClockSkew).
-	ans := c.t.trust(c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req), later(c.heldUntil, c.lastSent))
+	ans := c.t.check(withCallInfo(c.work, info), cfg.Reconciler, req, later(c.heldUntil, c.lastSent))
 	c.t.reported(c.ctx, ans, c.ref, "reconciler")
 	switch ans.Verdict {
 	case reconcile.Applied:
@@ -1088,7 +1088,7 @@ func (c *call) outcomeCtx() (context.Context, context.CancelFunc) {
 
 // noticeUntil is when a notice put now ends: the scope's other new writes
 // are told of an action just found done until then (zero: no notice). A
-// notice whose settlement told the model (told) ends NoticeHold later; one
+// notice whose settlement told the model (told) ends noticeHold later; one
 // that told nobody lasts until a call is told of it, at most
 // NoticeBackstop.
 func (c *config) noticeUntil(told bool) time.Time {
@@ -1096,9 +1096,17 @@ func (c *config) noticeUntil(told bool) time.Time {
 	case c.NoticeHold < 0 || c.Fence == FenceOff:
 		return time.Time{}
 	case told:
-		return c.Now().Add(c.NoticeHold)
+		return c.Now().Add(c.noticeHold())
 	}
-	return c.Now().Add(max(c.NoticeBackstop, c.NoticeHold))
+	return c.Now().Add(max(c.NoticeBackstop, c.noticeHold()))
+}
+
+// noticeHold is how long a notice is kept once its model was told, as
+// this process's clock writes it: NoticeHold, plus ClockSkew, for the
+// replica that reads it with a clock that far ahead still holds the
+// reworded copies of NoticeHold.
+func (c *config) noticeHold() time.Duration {
+	return c.NoticeHold + c.ClockSkew
 }
 
 // inFlightUntil is, for a claim that took a record over, the latest time an

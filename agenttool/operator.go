@@ -287,7 +287,7 @@ func (o *Operator) SettleByAnswer(ctx context.Context, ref string, attempts int,
 	if err := h.about(ctx, "settling", attempts); err != nil {
 		return reconcile.CantSay, err
 	}
-	ans = h.t.trust(ans, h.heldUntil)
+	ans = h.t.trust(ans, h.heldUntil, h.t.cfg.Now()) // the finding is told now: it was made no later
 	if ans.Verdict == reconcile.NotApplied {
 		return ans.Verdict, h.notApplied(ctx, &Resolution{Verdict: "not applied", By: by})
 	}

@@ -231,8 +231,9 @@ type Options struct {
 	// call of the action's own conversation tells its model: another
 	// conversation's call held back by it (FencePrincipal) does not. The
 	// notice is kept with the record in the store (it holds the scope's
-	// slot), seen by every replica. Default: 10s; negative: no notice at
-	// all.
+	// slot), seen by every replica, and kept ClockSkew longer than
+	// NoticeHold, so that a replica whose clock is ahead holds it for
+	// NoticeHold too. Default: 10s; negative: no notice at all.
 	//
 	// The store sees calls, not turns: set NoticeHold longer than the tool
 	// calls of one turn take, one after another, in your agent loop — a

@@ -25,7 +25,14 @@ var errCheckTimeout = errors.New("the check's time (CheckTimeout) ran out")
 // not answered by then, or whose context ends first, counts as can't say;
 // if it ignores its context it is left to finish on its own, and its answer
 // is dropped. A check that panics counts as can't say.
-func (t *Tool) check(ctx context.Context, r reconcile.Reconciler, req reconcile.Request) reconcile.Answer {
+func (t *Tool) check(ctx context.Context, r reconcile.Reconciler, req reconcile.Request, heldUntil time.Time) reconcile.Answer {
+	asked := t.cfg.Now()
+	return t.trust(t.ask(ctx, r, req), heldUntil, asked)
+}
+
+// ask asks r about req within CheckTimeout; a panic or no answer is
+// CantSay.
+func (t *Tool) ask(ctx context.Context, r reconcile.Reconciler, req reconcile.Request) reconcile.Answer {
 	ctx, cancel := context.WithTimeoutCause(ctx, t.cfg.CheckTimeout, errCheckTimeout)
 	defer cancel()
 	done := make(chan reconcile.Answer, 1)
@@ -72,14 +79,17 @@ func (t *Tool) reported(ctx context.Context, ans reconcile.Answer, ref, by strin
 // attempt of the action may have been sent until heldUntil (the end of a
 // lapsed lease taken over, or the end of an attempt of the call's own), a
 // not-applied answer proves nothing until that attempt can no longer be in
-// flight — heldUntil plus Settings.InFlight. Before then it
-// counts as pending, unless the destination refuses stale requests
-// (reconcile.Answer.Fenced).
-func (t *Tool) trust(ans reconcile.Answer, heldUntil time.Time) reconcile.Answer {
+// flight — heldUntil plus Settings.InFlight — and it was asked (asked)
+// no earlier than that: the destination read what it answers at some
+// moment after it was asked, maybe at once, so a question asked before
+// then is answered about a moment the attempt may still have been on its
+// way, however late the answer comes. Otherwise it counts as pending,
+// unless the destination refuses stale requests (reconcile.Answer.Fenced).
+func (t *Tool) trust(ans reconcile.Answer, heldUntil, asked time.Time) reconcile.Answer {
 	if ans.Verdict != reconcile.NotApplied || ans.Fenced {
 		return ans
 	}
-	if safe := t.landsUntil(heldUntil); t.cfg.Now().Before(safe) {
+	if safe := t.landsUntil(heldUntil); asked.Before(safe) {
 		return reconcile.Answer{Verdict: reconcile.Pending,
 			Err: fmt.Errorf("not found, but an earlier holder's attempt may be in flight until %s", safe.Format(time.RFC3339Nano))}
 	}

@@ -241,7 +241,7 @@ func (h *holding) ask(ctx context.Context, by string) reconcile.Answer {
 			req.Input = in
 		}
 	}
-	ans := h.t.trust(h.t.check(withCallInfo(h.work, info), h.t.cfg.Reconciler, req), h.heldUntil)
+	ans := h.t.check(withCallInfo(h.work, info), h.t.cfg.Reconciler, req, h.heldUntil)
 	h.t.reported(ctx, ans, h.rec.Key, by)
 	return ans
 }

@@ -51,8 +51,8 @@ type Answer struct {
 	// apply after this answer: the destination refuses a stale one (by a
 	// fencing token, or because the effect commits together with its
 	// record). Without it, a not-applied answer about an action whose
-	// holder may still have a request in flight counts as pending until
-	// that request can no longer land.
+	// holder may still have a request in flight counts as pending unless
+	// the check was asked once that request could no longer land.
 	Fenced bool
 }
 

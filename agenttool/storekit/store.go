@@ -384,9 +384,11 @@ type ClaimRequest struct {
 	// a notice still holds once the model has been told of it (see
 	// [DecideClaim]): a claim held back by a notice, or answered with the
 	// settled action the notice is of, tells the model, and the notice then
-	// ends NoticeHold later at the latest. 0 on a claim that answers no
-	// model (a takeover by the fence, a sweeper or an operator): it tells
-	// nothing.
+	// ends NoticeHold later at the latest, on the claim's clock (req.Now):
+	// agenttool gives Options.NoticeHold plus Options.ClockSkew, so that a
+	// replica whose clock is ahead holds it for Options.NoticeHold too. 0
+	// on a claim that answers no model (a takeover by the fence, a sweeper
+	// or an operator): it tells nothing.
 	NoticeHold time.Duration
 	// KeyTTL is the lifetime the claim's tool gives its settled records
 	// (agenttool's Options.KeyTTL); 0 if unknown. A version before this

@@ -1101,10 +1101,9 @@ func (c *config) noticeUntil(told bool) time.Time {
 	return c.Now().Add(max(c.NoticeBackstop, c.noticeHold()))
 }
 
-// noticeHold is how long a notice is kept once its model was told, as
-// this process's clock writes it: NoticeHold, plus ClockSkew, for the
-// replica that reads it with a clock that far ahead still holds the
-// reworded copies of NoticeHold.
+// noticeHold is how long a notice is kept once its model was told, on
+// this process's clock: NoticeHold plus ClockSkew, so that a replica whose
+// clock is that far ahead still holds it for NoticeHold.
 func (c *config) noticeHold() time.Duration {
 	return c.NoticeHold + c.ClockSkew
 }

@@ -658,3 +658,55 @@ func TestReconcile_OwnAttemptInFlightIsNotSentAgain(t *testing.T) {
 		})
 	}
 }
+
+// A destination reads what it answers some time after it is asked: a
+// check asked while an attempt may still land says nothing of what landed
+// after it read, however late its answer comes. The mailbox is searched
+// the moment the check is asked (not found); the check answers only once
+// the attempt's in-flight window has passed on the call's clock, and the
+// attempt landed meanwhile. Its "not applied" counts as pending: no second
+// email, from the call's own retries or from the model's resend.
+func TestReconcile_ANotFoundAskedWhileTheAttemptMayLandProvesNothingHoweverLateItComes(t *testing.T) {
+	m := &mailServer{}
+	clk := newClock()
+	var runs atomic.Int64
+	var ref string
+	opts := agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, AttemptTimeout: time.Second, Now: clk.Now,
+		Retry: fastRetry, Reconciler: reconcile.Func(func(ctx context.Context, r string) reconcile.Answer {
+			m.mu.Lock()
+			found := slices.Contains(m.effects, r)
+			m.mu.Unlock()
+			if runs.Load() == 1 && !found {
+				// The search read nothing; by the time it answers, the
+				// attempt can no longer land — and it landed.
+				clk.Advance(time.Minute)
+				m.mu.Lock()
+				m.effects = append(m.effects, ref)
+				m.mu.Unlock()
+			}
+			if found {
+				return reconcile.AppliedWith([]byte(`{"message_id":"<` + r + `@mail.test>"}`))
+			}
+			return reconcile.NotAppliedYet()
+		})}
+	tool, err := agenttool.New("send_email", "", func(ctx context.Context, in emailInput) (sent, error) {
+		if runs.Add(1) == 1 {
+			ref = agenttool.RequestRef(ctx)
+			return sent{}, errLostReply // accepted; delivered while the check runs
+		}
+		return m.send(ctx, in)
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), emailToAna)
+	t.Logf("call:   %s", env)
+	resend := tool.Invoke(scoped(), emailToAna)
+	t.Logf("resend: %s", resend)
+	if n := m.count(); n != 1 {
+		t.Errorf("one action, %d emails (%d attempts sent); the call answered %s, its resend %s", n, runs.Load(), env.Status, resend.Status)
+	}
+	if env.Status == envelope.DefiniteFailure || (env.Status == envelope.Success && runs.Load() > 1) {
+		t.Errorf("the call answered %s after %d attempts, and its first was delivered", env.Status, runs.Load())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"strconv"
 	"strings"
@@ -109,6 +110,11 @@ func decoded(res *mcp.CallToolResult) (any, []byte, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, nil, fmt.Errorf("its answer is not JSON: %w", err)
 	}
+	// One value and nothing else: what follows it (a second value, a
+	// second text part, a note) may say the opposite.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, errors.New("its answer is not one JSON value: more follows the first")
+	}
 	return v, raw, nil
 }
 
@@ -127,10 +133,10 @@ func (m *Match) matches(v any) bool {
 	if m == nil {
 		return false
 	}
-	got, ok := pointer(v, m.Pointer)
+	got, ok, within := pointer(v, m.Pointer)
 	switch {
 	case m.Absent:
-		return !ok
+		return !ok && within
 	case !ok:
 		return false
 	case m.Equals == nil && !m.HasEquals:
@@ -141,34 +147,41 @@ func (m *Match) matches(v any) bool {
 	return sameValue(got, m.Equals)
 }
 
-// pointer resolves a JSON pointer (RFC 6901) in v.
-func pointer(v any, p string) (any, bool) {
+// pointer resolves a JSON pointer (RFC 6901) in v: the value it leads
+// to, if any. When it leads nowhere, within reports whether that is
+// because the last step alone is missing from an object or an array that
+// is there — proof of absence — rather than because the walk could not
+// get that far (a member missing before it, a string or a null on the
+// way: an answer of another shape, which proves nothing).
+func pointer(v any, p string) (got any, ok, within bool) {
 	if p == "" {
-		return v, true
+		return v, true, false
 	}
-	for _, tok := range strings.Split(p[1:], "/") {
+	toks := strings.Split(p[1:], "/")
+	for i, tok := range toks {
+		last := i == len(toks)-1
 		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
 		switch x := v.(type) {
 		case map[string]any:
-			var ok bool
-			if v, ok = x[tok]; !ok {
-				return nil, false
+			var found bool
+			if v, found = x[tok]; !found {
+				return nil, false, last
 			}
 		case []any:
 			// An index is digits, with no leading zero (RFC 6901).
 			if tok == "" || (len(tok) > 1 && tok[0] == '0') || strings.TrimLeft(tok, "0123456789") != "" {
-				return nil, false
+				return nil, false, false
 			}
-			i, err := strconv.Atoi(tok)
-			if err != nil || i >= len(x) {
-				return nil, false
+			n, err := strconv.Atoi(tok)
+			if err != nil || n >= len(x) {
+				return nil, false, last && err == nil
 			}
-			v = x[i]
+			v = x[n]
 		default:
-			return nil, false
+			return nil, false, false
 		}
 	}
-	return v, true
+	return v, true, false
 }
 
 // sameValue compares two JSON values, numbers by value.
@@ -229,7 +242,7 @@ func fill(v any, ref string, input any) (any, error) {
 		case p == "ref":
 			return ref, nil
 		case strings.HasPrefix(p, "input"):
-			found, ok := pointer(input, strings.TrimPrefix(p, "input"))
+			found, ok, _ := pointer(input, strings.TrimPrefix(p, "input"))
 			if !ok {
 				return nil, fmt.Errorf("it reads %s, which the action's input does not have", x)
 			}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool/mcptool"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
 
 // stdioAirline runs this test binary as a plain MCP server over stdio,
@@ -340,5 +341,67 @@ func TestGuardCommand_SendsSpansWhereOpenTelemetrySays(t *testing.T) {
 	}
 	if bytes.Contains(all, []byte("Ana Lima")) {
 		t.Error("a span carries the call's input")
+	}
+}
+
+// Two `retrysafe guard` processes over stdio share one PostgreSQL store,
+// each with its own airline process (one bookings log). On guard A the
+// server dies after an at-most-once booking (unknown); guard A is then
+// killed (SIGKILL). On guard B the model repeats the call, rewords it,
+// and books keyed with its server dying mid-call. No second booking of
+// the unknown action; no success without a booking.
+func TestGuardCommand_TwoStdioGuardsOnPostgreSQLAKilledGuardsUnknownHolds(t *testing.T) {
+	pg := pgtest.StartServer(t)
+	_, config, logPath, die := guardFiles(t, "")
+	var cfg map[string]any
+	b, _ := os.ReadFile(config)
+	json.Unmarshal(b, &cfg)
+	cfg["store"] = map[string]any{"postgres": pg.URL()}
+	b, _ = json.Marshal(cfg)
+	os.WriteFile(config, b, 0o600)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func() (*mcp.ClientSession, func()) {
+		cmd := guardCommand(t, "-config", config)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil).
+			Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs, func() { cmd.Process.Kill() }
+	}
+	callTool := func(cs *mcp.ClientSession, name string, args map[string]any) envelope.Envelope {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return envelopeOf(t, res)
+	}
+	csA, killA := start()
+	csB, killB := start()
+	defer killB()
+	defer csB.Close()
+
+	os.WriteFile(die, nil, 0o600)
+	env := callTool(csA, "book_once", map[string]any{"flight": "TP9", "passenger": "Bob"})
+	t.Logf("A, server killed after booking: %s", env)
+	killA()
+	csA.Close()
+	again := callTool(csB, "book_once", map[string]any{"flight": "TP9", "passenger": "Bob"})
+	reworded := callTool(csB, "book_once", map[string]any{"flight": "TP9", "passenger": "Bob Stone"})
+	t.Logf("B retry: %s\nB reworded: %s", again, reworded)
+	if again.Status == envelope.Success || reworded.Status == envelope.Success {
+		t.Error("a retry or reworded copy after an unknown outcome answered success")
+	}
+	if n := len(readLines(logPath)); n != 1 {
+		t.Errorf("%d bookings after the at-most-once calls, want 1: %q", n, readLines(logPath))
+	}
+	os.WriteFile(die, nil, 0o600)
+	k := callTool(csB, "book", map[string]any{"flight": "TP1", "passenger": "Ana"})
+	k2 := callTool(csB, "book", map[string]any{"flight": "TP1", "passenger": "Ana"})
+	t.Logf("B keyed: %s\nB keyed again: %s", k, k2)
+	if n := len(readLines(logPath)); n != 2 {
+		t.Errorf("%d bookings in all, want 2: %q", n, readLines(logPath))
 	}
 }

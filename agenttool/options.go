@@ -238,7 +238,10 @@ type Options struct {
 	// The store sees calls, not turns: set NoticeHold longer than the tool
 	// calls of one turn take, one after another, in your agent loop — a
 	// reworded copy made in the same turn later than NoticeHold after the
-	// answer that told is taken for a new action. And "told" means
+	// answer that told is taken for a new action — and so is a resend,
+	// word for word, of a copy the fence refused with
+	// earlier_action_applied: the refusal is kept as the scope's notice,
+	// not under the copy's own key. And "told" means
 	// answered: an answer lost after the store recorded it (a connection
 	// that dropped after COMMIT, an agent process that died before the
 	// model read it) still counts as told.

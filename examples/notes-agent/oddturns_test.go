@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/adversary"
+	"github.com/retrysafe/retrysafe/internal/demo"
+)
+
+type scriptedOpenAI struct {
+	tool  string
+	turns [][]string
+	mu    sync.Mutex
+	n     int
+}
+
+func (f *scriptedOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.ReadAll(r.Body)
+	f.mu.Lock()
+	turn := f.n
+	f.n++
+	f.mu.Unlock()
+	message := map[string]any{"role": "assistant", "content": "Done."}
+	finish := "stop"
+	if turn < len(f.turns) && len(f.turns[turn]) > 0 {
+		var calls []any
+		for i, args := range f.turns[turn] {
+			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
+				"function": map[string]any{"name": f.tool, "arguments": args}})
+		}
+		message = map[string]any{"role": "assistant", "content": "", "tool_calls": calls}
+		finish = "tool_calls"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"id": "chatcmpl-turns", "object": "chat.completion", "created": 1, "model": "test-model",
+		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+	})
+}
+
+// Odd turns for append_note, one action (step request-001): a case
+// change, a look-alike letter, a split note — at most one note.
+func TestAdversary_OneNoteUnderOddTurns(t *testing.T) {
+	const note = `{"incident_id":"INC-104","text":"Check carrier scan"}`
+	const lower = `{"incident_id":"inc-104","text":"Check carrier scan"}`
+	const other = `{"incident_id":"INC-105","text":"Check carrier scan"}`
+	const split1 = `{"incident_id":"INC-104","text":"Check carrier"}`
+	const split2 = `{"incident_id":"INC-104","text":"scan"}`
+	const cyr = `{"incident_id":"INС-104","text":"Check carrier scan"}`
+	turns := map[string][][]string{
+		"lower-first": {{lower}, {note}, {split1, split2}, {}},
+		"other-first": {{other}, {note, split1}, {}},
+		"cyr-first":   {{cyr}, {note}, {}},
+		"split":       {{split1, split2}, {note}, {}},
+		"parallel":    {{note, lower, split1, cyr, note}, {split2}, {}},
+	}
+	for _, fault := range []string{"none", "closed-incident"} {
+		for name, tt := range turns {
+			for _, conc := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/%t", fault, name, conc), func(t *testing.T) {
+					ex := example
+					if conc {
+						ex.Loop = adversary.ConcurrentLoop
+					}
+					srv := httptest.NewServer(&scriptedOpenAI{tool: "append_note", turns: tt})
+					defer srv.Close()
+					env := map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "m"}
+					var out bytes.Buffer
+					sum, err := demo.Run(context.Background(), ex, []string{"-llm", "openai", "-fault", fault, "-db", filepath.Join(t.TempDir(), "r.db")}, &out,
+						func(k string) string { return env[k] })
+					if err != nil {
+						t.Fatalf("%v\n%s", err, out.String())
+					}
+					fresh := 0
+					for _, e := range sum.Envelopes {
+						if e.Status == envelope.Success && !e.Replayed {
+							fresh++
+						}
+					}
+					if sum.Effects > 1 || fresh > sum.Effects || (sum.Effects == 0 && fresh > 0) {
+						t.Errorf("%d notes, %d fresh successes\n%s", sum.Effects, fresh, out.String())
+					}
+				})
+			}
+		}
+	}
+}

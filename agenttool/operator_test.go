@@ -2765,3 +2765,26 @@ func TestOperator_AWriteRefusedBeforeTheLateAnswerThatProvesItsActionAppliedHold
 		}
 	})
 }
+
+// A person who compensates an action another has just approved for one
+// more attempt is refused (ErrNotUnknown), and told why: the approval, not
+// a settlement, is what stands in the way.
+func TestOperator_ACompensationOfAnApprovedRetrySaysItWasApproved(t *testing.T) {
+	m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
+	store := memstore.New()
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+		Compensate: func(context.Context, agenttool.CallInfo) error { return nil }})
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, env, envelope.UnknownOutcome)
+	if err := op.ResolveNotApplied(context.Background(), env.RequestRef, 1, "ana", "not in the log"); err != nil {
+		t.Fatal(err)
+	}
+	err = op.Compensate(context.Background(), env.RequestRef, 1, "rui", "undo")
+	if !errors.Is(err, agenttool.ErrNotUnknown) || !strings.Contains(err.Error(), "approved for one more attempt") {
+		t.Errorf("compensating an approved retry: %v; want ErrNotUnknown saying it was approved for one more attempt", err)
+	}
+}

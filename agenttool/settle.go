@@ -89,8 +89,11 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 	}
 	now := cfg.Now()
 	if !rec.AwaitsReconciliation(now) {
-		if rec.State == Pending {
+		switch {
+		case rec.State == Pending:
 			return nil, fmt.Errorf("agenttool: %s: %w", key, ErrBusy)
+		case rec.State == Unknown && rec.RetryApproved:
+			return nil, fmt.Errorf("agenttool: %s was approved for one more attempt, which has not run yet: %w", key, ErrNotUnknown)
 		}
 		return nil, fmt.Errorf("agenttool: %s is %v: %w", key, rec.State, ErrNotUnknown)
 	}

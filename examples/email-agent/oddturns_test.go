@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +63,7 @@ func TestAdversary_OneEmailPerActionUnderOddTurns(t *testing.T) {
 
 func playTurnsEx(t *testing.T, ex demo.Example, fault string, turns [][]string) (demo.Summary, string) {
 	t.Helper()
-	srv := httptest.NewServer(&parallelOpenAI{tool: "send_email", turns: turns})
+	srv := httptest.NewServer(&demo.ScriptedOpenAI{Tool: "send_email", Turns: turns})
 	defer srv.Close()
 	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
 	var out bytes.Buffer
@@ -109,27 +107,6 @@ func TestAdversary_ConcurrentCopiesSendOne(t *testing.T) {
 	}
 }
 
-// slowTurns delays the model's answer to request number at by d (a model
-// that thinks, or a user who takes a while to reply).
-type slowTurns struct {
-	next http.Handler
-	at   int
-	d    time.Duration
-	mu   sync.Mutex
-	n    int
-}
-
-func (s *slowTurns) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	n := s.n
-	s.n++
-	s.mu.Unlock()
-	if n == s.at {
-		time.Sleep(s.d)
-	}
-	s.next.ServeHTTP(w, r)
-}
-
 // The model is told earlier_action_applied / do_not_retry for its reworded
 // copy, ignores it, and sends the same reworded copy again in its next
 // turn, NoticeHold (10 s) + ClockSkew (1 s) later: one email. A known gap,
@@ -140,7 +117,7 @@ func TestAdversary_AnIdenticalResendOfACopyToldDoNotRetrySendsNothing(t *testing
 	t.Skip("known gap: a copy the fence refused is not recorded under its own key (Options.NoticeHold)")
 	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
 	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
-	srv := httptest.NewServer(&slowTurns{next: &parallelOpenAI{tool: "send_email", turns: [][]string{{first}, {reworded}, {reworded}, {}}}, at: 2, d: 12 * time.Second})
+	srv := httptest.NewServer(&demo.ScriptedOpenAI{Tool: "send_email", Turns: [][]string{{first}, {reworded}, {reworded}, {}}, SlowAt: 2, Slow: 12 * time.Second})
 	defer srv.Close()
 	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
 	var out bytes.Buffer

@@ -3,53 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/demo"
 )
-
-// parallelOpenAI speaks the chat-completions wire format and plays a fixed
-// script of assistant turns; a turn may carry several tool_calls at once,
-// as OpenAI's parallel tool calling does.
-type parallelOpenAI struct {
-	tool  string
-	turns [][]string // each turn: the arguments of its tool calls; an empty turn answers in words
-	mu    sync.Mutex
-	n     int
-}
-
-func (f *parallelOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.ReadAll(r.Body)
-	f.mu.Lock()
-	turn := f.n
-	f.n++
-	f.mu.Unlock()
-	message := map[string]any{"role": "assistant", "content": "Done."}
-	finish := "stop"
-	if turn < len(f.turns) && len(f.turns[turn]) > 0 {
-		var calls []any
-		for i, args := range f.turns[turn] {
-			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
-				"function": map[string]any{"name": f.tool, "arguments": args}})
-		}
-		message = map[string]any{"role": "assistant", "content": "", "tool_calls": calls}
-		finish = "tool_calls"
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{
-		"id": "chatcmpl-turns", "object": "chat.completion", "created": 1, "model": "test-model",
-		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-	})
-}
 
 // A reworded email sent twice in one assistant turn (parallel tool calls)
 // sends no second email.
@@ -75,7 +35,7 @@ func TestTurn_ParallelRewordedResendSendsNoSecondEmail(t *testing.T) {
 // transcript.
 func playTurns(t *testing.T, fault string, turns [][]string) (demo.Summary, string) {
 	t.Helper()
-	srv := httptest.NewServer(&parallelOpenAI{tool: "send_email", turns: turns})
+	srv := httptest.NewServer(&demo.ScriptedOpenAI{Tool: "send_email", Turns: turns})
 	defer srv.Close()
 	env := map[string]string{"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "test-model"}
 	var out bytes.Buffer

@@ -3,51 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/adversary"
 	"github.com/retrysafe/retrysafe/internal/demo"
 )
-
-type scriptedOpenAI struct {
-	tool  string
-	turns [][]string
-	mu    sync.Mutex
-	n     int
-}
-
-func (f *scriptedOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.ReadAll(r.Body)
-	f.mu.Lock()
-	turn := f.n
-	f.n++
-	f.mu.Unlock()
-	message := map[string]any{"role": "assistant", "content": "Done."}
-	finish := "stop"
-	if turn < len(f.turns) && len(f.turns[turn]) > 0 {
-		var calls []any
-		for i, args := range f.turns[turn] {
-			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
-				"function": map[string]any{"name": f.tool, "arguments": args}})
-		}
-		message = map[string]any{"role": "assistant", "content": "", "tool_calls": calls}
-		finish = "tool_calls"
-	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{
-		"id": "chatcmpl-turns", "object": "chat.completion", "created": 1, "model": "test-model",
-		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-	})
-}
 
 // Odd turns for append_note, one action (step request-001): a case
 // change, a look-alike letter, a split note — at most one note.
@@ -73,7 +37,7 @@ func TestAdversary_OneNoteUnderOddTurns(t *testing.T) {
 					if conc {
 						ex.Loop = adversary.ConcurrentLoop
 					}
-					srv := httptest.NewServer(&scriptedOpenAI{tool: "append_note", turns: tt})
+					srv := httptest.NewServer(&demo.ScriptedOpenAI{Tool: "append_note", Turns: tt})
 					defer srv.Close()
 					env := map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_MODEL": "m"}
 					var out bytes.Buffer

@@ -2,10 +2,12 @@ package demo
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 )
 
 // FakeOpenAI speaks the chat-completions wire format with tool calls, for
@@ -58,6 +60,50 @@ func (f *FakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": req["model"],
+		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+	})
+}
+
+// ScriptedOpenAI speaks the chat-completions wire format from a script of
+// assistant turns: the n-th request is answered with the n-th turn's tool
+// calls of Tool (several at once, as parallel tool calling sends them), an
+// empty or missing turn in words. The answer to request SlowAt (from 0)
+// waits Slow first: a model that thinks, a user slow to reply.
+type ScriptedOpenAI struct {
+	Tool   string
+	Turns  [][]string // each turn: the arguments of its tool calls
+	SlowAt int
+	Slow   time.Duration
+
+	mu sync.Mutex
+	n  int
+}
+
+// ServeHTTP implements http.Handler.
+func (f *ScriptedOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.ReadAll(r.Body)
+	f.mu.Lock()
+	turn := f.n
+	f.n++
+	f.mu.Unlock()
+	if turn == f.SlowAt && f.Slow > 0 {
+		time.Sleep(f.Slow)
+	}
+	message := map[string]any{"role": "assistant", "content": "Done."}
+	finish := "stop"
+	if turn < len(f.Turns) && len(f.Turns[turn]) > 0 {
+		var calls []any
+		for i, args := range f.Turns[turn] {
+			calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d_%d", turn, i), "type": "function",
+				"function": map[string]any{"name": f.Tool, "arguments": args}})
+		}
+		message = map[string]any{"role": "assistant", "content": "", "tool_calls": calls}
+		finish = "tool_calls"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"id": "chatcmpl-turns", "object": "chat.completion", "created": 1, "model": "test-model",
 		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finish}},
 		"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
 	})

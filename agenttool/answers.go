@@ -77,6 +77,21 @@ type answer struct {
 	// last attempt can no longer land); zero if none waits.
 	checkAt  time.Time
 	replayed bool // the answer is a recorded outcome, not this call's doing
+	// kept, for reasonEarlierApplied and reasonEarlierDone, is set when
+	// the store keeps the answer under the call's key (Record.HeldBack):
+	// the same input is answered so for the key's lifetime.
+	kept bool
+}
+
+// heldBackNote ends the note of an earlier_action_applied answer that the
+// store keeps under the call's key (answer.kept): it may be the action
+// done, reworded, so the same input never runs it — in the conversation:
+// a key is the session's, whatever the fence covers.
+func heldBackNote(a answer) string {
+	if !a.kept {
+		return ""
+	}
+	return " The same input will not run again in this conversation: if the user wants this done as well, that is a new request."
 }
 
 // NoteNotThisCall is the note of a definite failure of a call that never
@@ -250,12 +265,12 @@ func (t *Tool) answerFor(ref string, a answer) envelope.Envelope {
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
 		fail(envelope.CodeEarlierApplied, fmt.Sprintf("an earlier %s of this %s (%s), whose outcome was unknown, was confirmed done; this call was not run", name, fence, other),
 			envelope.AskHuman, fmt.Sprintf("An earlier %s %s was confirmed done (reference %s); nothing new was done. "+
-				"Tell the user, and ask before doing it again.", name, where, other))
+				"Tell the user, and ask before doing it again.", name, where, other)+heldBackNote(a))
 	case reasonEarlierDone:
 		env.Earlier = &envelope.Earlier{RequestRef: other, State: envelope.ActionSucceeded, Result: validJSON(a.result)}
 		fail(envelope.CodeEarlierApplied, fmt.Sprintf("another %s of this %s (%s) was just done, in place of an earlier one whose outcome was unknown; this call was not run",
 			name, fence, other), envelope.AskHuman, fmt.Sprintf("Another %s %s was just done (reference %s); nothing new was done. "+
-			"Tell the user, and ask before doing it again.", name, where, other))
+			"Tell the user, and ask before doing it again.", name, where, other)+heldBackNote(a))
 	case reasonSucceeded:
 		succeed(a.result, "")
 	case reasonDestinationReplayed:

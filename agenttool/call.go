@@ -251,7 +251,7 @@ func (c *call) moveTo(o outcome) {
 func (c *call) facts() facts {
 	cfg := c.t.cfg
 	return facts{
-		class: cfg.Class, reconciler: cfg.Reconciler != nil, approver: cfg.Approver != nil,
+		class: cfg.Class, reconciler: cfg.Reconciler != nil, approver: cfg.Approver != nil, notices: cfg.notices(),
 		effect: c.effect, retriesLeft: c.tries < cfg.Retry.MaxAttempts,
 		forgotten: cfg.Class == Keyed && !c.claimed.Created.IsZero() && cfg.keyForgotten(c.claimed.Created),
 	}
@@ -327,7 +327,7 @@ func (c *call) claim() outcome {
 		return c.storeFailed(err)
 	}
 	if o := res.Blocked; o != nil {
-		return c.blockedBy(*o, req.Now)
+		return c.blockedBy(*o, req.Now, res.Record.Key == c.ref && res.Record.HeldBack())
 	}
 	switch {
 	case res.Conflict == storekit.OtherPrincipal:
@@ -360,8 +360,15 @@ func (c *call) claim() outcome {
 	c.other = res.Record
 	switch rec := res.Record; rec.State {
 	case Succeeded, Failed:
-		if rec.State == Failed && rec.ReplacedBy != "" {
+		switch {
+		case rec.State == Failed && rec.ReplacedBy != "":
 			return c.replaced(rec, req.Replace == nil)
+		case rec.HeldBack():
+			// A notice held this action back: it is answered as then.
+			c.replayed(rec.State)
+			a := c.t.toldApplied(c.t.standsInFor(c.ctx, rec))
+			a.replayed, a.kept = true, true
+			return c.answer(claimSettled, a)
 		}
 		return c.answer(claimSettled, c.replay(rec))
 	case Unknown:
@@ -391,7 +398,7 @@ func (c *call) lostRecord(now time.Time) {
 
 // blockedBy answers a claim that another action's hold on the scope's
 // slot kept from being granted.
-func (c *call) blockedBy(o Record, now time.Time) outcome {
+func (c *call) blockedBy(o Record, now time.Time, kept bool) outcome {
 	c.other = o
 	if cfg := c.t.cfg; cfg.otherDefinition(&o) {
 		cfg.logger.Warn("retrysafe: an action of this tool made under another definition of it holds the scope: "+
@@ -399,16 +406,21 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 			"tool", c.t.name, "ref", c.ref, "held_by", o.Key, "its_definition", definitionName(o.Definition),
 			"this_definition", definitionName(cfg.definition), "this_definition_is", cfg.definitionText)
 	}
-	switch {
-	case o.AwaitsNotice(now) && o.Session == c.session:
+	switch applied, notice := o.NoticeOf(c.session, now); {
+	case notice && applied == o.Key:
+		// Found done after an unknown outcome, within its notice: the
+		// store told the model by this answer, and kept it under the
+		// call's key (kept: Record.HeldBack).
+		a := c.t.toldApplied(o)
+		a.kept = kept
+		return c.answer(slotNotice, a)
+	case notice:
 		// It went on in place of an action proved applied after it went
 		// on (it may be that action reworded): the store told the model
 		// by this answer, before that write, or anything in its place,
 		// runs.
-		a := answer{reason: reasonEarlierApplied}
-		if applied := c.t.standsInFor(c.ctx, o); applied.Key != "" {
-			a.other, a.result = &applied, c.t.storedResult(applied)
-		}
+		a := c.t.toldApplied(c.t.standsInFor(c.ctx, o))
+		a.kept = kept
 		return c.answer(slotNotice, a)
 	case o.State == Pending && now.Before(o.LeaseExpiry) && o.TakenOver:
 		return c.answer(slotRunning, answer{reason: reasonEarlierUnknown, other: &o, why: "it is being verified right now"})
@@ -425,14 +437,24 @@ func (c *call) blockedBy(o Record, now time.Time) outcome {
 		}
 		c.replace = rep
 		return slotApproved
-	case o.State == Succeeded:
-		a := answer{reason: reasonEarlierApplied, other: &o, result: c.t.storedResult(o)}
-		if o.Replaces != "" {
-			a.reason = reasonEarlierDone
-		}
-		return c.answer(slotNotice, a)
 	}
 	return c.storeFailed(fmt.Errorf("the record %s holds the scope's slot in state %v: %w", o.Key, o.State, ErrCorrupt))
+}
+
+// toldApplied is the answer of a call that the notice of applied, an
+// action found done after its outcome was unknown, held back: this call
+// was not run. applied is the action's record, or its key alone if it is
+// no longer kept, or zero if nothing names it (a mark made by an earlier
+// version).
+func (t *Tool) toldApplied(applied Record) answer {
+	a := answer{reason: reasonEarlierApplied}
+	if applied.Key != "" {
+		a.other, a.result = &applied, t.storedResult(applied)
+	}
+	if applied.Replaces != "" {
+		a.reason = reasonEarlierDone
+	}
+	return a
 }
 
 // standsInFor returns the action proved applied that o stands in for
@@ -978,7 +1000,9 @@ func (c *call) done() {
 	}
 	h := cfg.Hooks.Fenced
 	switch {
-	case h == nil:
+	case h == nil, c.ans.replayed:
+		// A replayed answer (a call the notice held back, asked for
+		// again) is the Replayed hook's.
 	case c.ans.reason == reasonEarlierApplied && c.ans.other == nil:
 		// Held back by a mark that names no action kept.
 		h(c.ctx, FencedEvent{Tool: c.t.name, RequestRef: c.ref, EarlierState: envelope.ActionSucceeded})
@@ -1099,6 +1123,13 @@ func (c *config) noticeUntil(told bool) time.Time {
 		return c.Now().Add(c.noticeHold())
 	}
 	return c.Now().Add(max(c.NoticeBackstop, c.noticeHold()))
+}
+
+// notices reports whether the tool's actions found done after an unknown
+// outcome keep a notice (noticeUntil) that holds back the calls it tells
+// (ClaimRequest.NoticeHold).
+func (c *config) notices() bool {
+	return c.NoticeHold > 0 && c.Fence != FenceOff
 }
 
 // noticeHold is how long a notice is kept once its model was told, on

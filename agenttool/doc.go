@@ -228,7 +228,8 @@
 //     after that. A reworded request after that is a new action: the
 //     model has been told. A reworded copy sent within NoticeHold of the
 //     answer that told the model is taken for one of the same turn, and
-//     held.
+//     held — for good: the store keeps the answer under its key, and the
+//     same input asked for again later gets it again.
 //   - A scope is one conversation: its writes may be copies of each other
 //     in other words. A new write that goes on in place of an action found
 //     not applied (or approved for a retry) closes that action for good,

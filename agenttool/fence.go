@@ -29,10 +29,13 @@ import (
 //	  definition sends it
 //	  (definition.go)            → this call does not run: earlier_action_unknown
 //	  taken over, and asked:
-//	    applied                  → settled as success, with a notice: this call
-//	                               does not run (earlier_action_applied), nor do
-//	                               the scope's other new writes of its turn
-//	                               (NoticeHold)
+//	    applied                  → settled as success, with a notice; claim
+//	                               again: the notice holds this call back
+//	                               (earlier_action_applied), and the scope's
+//	                               other new writes of its turn (NoticeHold),
+//	                               and the store records its key as held back,
+//	                               answered the same if asked for again (with
+//	                               no notice at all, this call just answers)
 //	    not applied              → this call claims its key in that action's
 //	                               place: the store closes that action as
 //	                               replaced, in the claim's transaction, and its
@@ -79,11 +82,16 @@ func (c *call) fence() outcome {
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {
 	case reconcile.Applied:
-		// This call answers earlier_action_applied: it tells the model of
-		// the action's conversation, if it is that conversation's.
-		h.tells = o.Session == c.session
 		if _, err := h.applied(c.ctx, ans.Result, &Resolution{Verdict: "applied", By: "fence"}); err != nil {
 			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
+		}
+		if cfg.notices() {
+			// Settled with its notice, which no call has told yet: the
+			// call claims again, and the store holds it back by the
+			// notice, tells the model by its answer, and records its key
+			// as held back (Record.HeldBack) — asked for again, word for
+			// word, it is answered the same.
+			return earlierApplied
 		}
 		return c.answer(earlierApplied, answer{reason: reasonEarlierApplied, other: &o, result: ans.Result})
 	case reconcile.NotApplied:

@@ -46,7 +46,21 @@ func (a *answers) Check(_ context.Context, req reconcile.Request) reconcile.Answ
 const (
 	lunch         = `{"to":"ana@example.com","subject":"Lunch","body":"See you at noon."}`
 	lunchReworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Shall we meet at noon?"}`
+	// lunchNextWeek is a new action, asked for after the model was told
+	// that the lunch email went.
+	lunchNextWeek = `{"to":"ana@example.com","subject":"Lunch next week too","body":"And next Friday?"}`
 )
+
+// mustBeHeldBack checks that env answers a copy the notice of applied
+// (an action found done) held back: earlier_action_applied naming it,
+// replayed if asked for again.
+func mustBeHeldBack(t *testing.T, what string, env envelope.Envelope, applied string, replayed bool) {
+	t.Helper()
+	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied ||
+		env.Earlier == nil || env.Earlier.RequestRef != applied || env.Replayed != replayed || !strings.Contains(env.Note, "same input will not") {
+		t.Errorf("%s: %s; want earlier_action_applied naming %s (replayed %v), saying the same input will not do it", what, env, applied, replayed)
+	}
+}
 
 // I9: after unknown_outcome, a reworded resend is a new key, and must not
 // run while the first action is unknown. The fence asks the destination
@@ -103,10 +117,13 @@ func TestI9_RewordedResendWaitsForTheUnknownAction(t *testing.T) {
 			t.Fatalf("a second email went out: %d", m.count())
 		}
 
-		// Once NoticeHold has passed since that answer, the fence has lifted:
-		// a new action (the user asked for it) runs.
+		// Once NoticeHold has passed since that answer, the fence has
+		// lifted, but the copy it held back stays answered as then: it may
+		// be the first reworded, and its model was told it did not run.
 		clk.Advance(11 * time.Second)
-		mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+		mustBeHeldBack(t, "the held-back copy, word for word, after the notice", tool.Invoke(scoped(), lunchReworded), first.RequestRef, true)
+		// A new action (the user asked for it) runs.
+		mustStatus(t, tool.Invoke(scoped(), lunchNextWeek), envelope.Success)
 		if m.count() != 2 {
 			t.Errorf("the second action, asked for after the first was settled, ran %d times", m.count()-1)
 		}

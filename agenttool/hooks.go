@@ -45,7 +45,9 @@ type Hooks struct {
 	// unknown fence, the sweeper or an operator.
 	Reconcile func(ctx context.Context, e ReconcileEvent)
 	// Fenced is called when the unknown fence holds a call back: an earlier
-	// action of the tool in the scope is unknown, or was found applied.
+	// action of the tool in the scope is unknown, or was found applied. A
+	// call held back by a notice and asked for again, word for word, is
+	// answered from its record: Replayed, not Fenced.
 	Fenced func(ctx context.Context, e FencedEvent)
 	// Unknown is called when a call records an unknown outcome.
 	Unknown func(ctx context.Context, e UnknownEvent)

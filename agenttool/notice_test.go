@@ -79,16 +79,16 @@ func TestNoticeHoldCoversTheFencesScope(t *testing.T) {
 	})
 }
 
-// The hold ends NoticeHold after the fence's answer; a negative NoticeHold
-// gives the answer once.
+// The hold ends NoticeHold after the fence's answer — a new action runs
+// then, and the copy it held back stays answered as it was; a negative
+// NoticeHold gives the answer once, and keeps it nowhere.
 func TestNoticeHoldEnds(t *testing.T) {
-	tool, m, clk, _ := noticeSetup(t, agenttool.Options{NoticeHold: time.Minute})
+	tool, m, clk, first := noticeSetup(t, agenttool.Options{NoticeHold: time.Minute})
 	clk.Advance(59 * time.Second)
-	if env := tool.Invoke(scoped(), lunchReworded); env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
-		t.Errorf("within NoticeHold: %s; want earlier_action_applied", env)
-	}
+	mustBeHeldBack(t, "another copy within NoticeHold", tool.Invoke(scoped(), lunchRephrased), first.RequestRef, false)
 	clk.Advance(time.Second)
-	mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+	mustBeHeldBack(t, "the held-back copy after NoticeHold", tool.Invoke(scoped(), lunchReworded), first.RequestRef, true)
+	mustStatus(t, tool.Invoke(scoped(), lunchNextWeek), envelope.Success)
 	if n := m.count(); n != 2 {
 		t.Errorf("%d emails, want 2", n)
 	}
@@ -159,7 +159,8 @@ func TestNoticeAfterAnOperatorFindsTheActionApplied(t *testing.T) {
 // A reworded call that the fence let go on because the earlier action was
 // found not applied replaces that action for good: the earlier action's own
 // resend is told what was done instead, during the notice and after it;
-// the scope's other new writes are held for NoticeHold, then run.
+// the scope's other new writes are held for NoticeHold — each held back
+// for good, as it may be the action done, reworded — then new ones run.
 func TestNotice_AfterAReplacementTheResendIsToldForGood(t *testing.T) {
 	m := &mailServer{script: func(n int) (bool, error) {
 		if n == 1 {
@@ -195,7 +196,8 @@ func TestNotice_AfterAReplacementTheResendIsToldForGood(t *testing.T) {
 	}
 	clk.Advance(11 * time.Second)
 	replaced("after the notice")
-	mustStatus(t, tool.Invoke(scoped(), bobReport), envelope.Success)
+	mustBeHeldBack(t, "the write held back, asked for again after the notice", tool.Invoke(scoped(), bobReport), reworded.RequestRef, true)
+	mustStatus(t, tool.Invoke(scoped(), bobReport2), envelope.Success)
 	if n := m.count(); n != 2 {
 		t.Errorf("%d emails after the notice, want 2 (Ana's, once, and Bob's)", n)
 	}
@@ -384,7 +386,8 @@ func TestNotice_ReplacementThatSendsNothingKeepsTheTurnToOneEmail(t *testing.T) 
 // takes: the model's next reworded copy is held with
 // earlier_action_applied whether it comes at once or a minute later, on
 // every store. Being told ends the notice NoticeHold later: the turn's
-// other copies are held too, and a copy after that is a new action.
+// other copies are held too, and a new copy after that is a new action
+// (one held back, asked for again, is answered as it was).
 func TestNotice_AnUntoldSettlementHoldsTheNextRewordWhenever(t *testing.T) {
 	for _, settle := range []string{"operator", "sweeper"} {
 		for _, turn := range []time.Duration{0, time.Second, 11 * time.Second, time.Minute, 5 * time.Hour} {
@@ -424,9 +427,11 @@ func TestNotice_AnUntoldSettlementHoldsTheNextRewordWhenever(t *testing.T) {
 					if n := m.count(); n != 1 {
 						t.Fatalf("%d emails; want 1", n)
 					}
-					// The model was told: past NoticeHold, a copy is a new action.
+					// The model was told: past NoticeHold, a new copy is a new
+					// action; the copies held back stay answered as they were.
 					clk.Advance(11 * time.Second)
-					mustStatus(t, tool.Invoke(scoped(), lunchReworded), envelope.Success)
+					mustBeHeldBack(t, "the held-back copy asked for again", tool.Invoke(scoped(), lunchReworded), first.RequestRef, true)
+					mustStatus(t, tool.Invoke(scoped(), lunchNextWeek), envelope.Success)
 					if n := m.count(); n != 2 {
 						t.Errorf("%d emails after the model was told and asked again; want 2", n)
 					}

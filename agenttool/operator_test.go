@@ -2059,9 +2059,11 @@ func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackItsOwnConvers
 		if n := m.count(); n != 1 {
 			t.Fatalf("%d emails; want A's alone", n)
 		}
-		// Told: after NoticeHold, the conversation writes again, in X's place.
+		// Told: after NoticeHold, the conversation writes again, in X's
+		// place; the copy held back stays answered as it was.
 		clk.Advance(time.Minute)
-		again := tool.Invoke(scoped(), lunchRephrased2)
+		mustBeHeldBack(t, "conversation-9's held-back wording, asked for again", tool.Invoke(scoped(), lunchRephrased2), a.RequestRef, true)
+		again := tool.Invoke(scoped(), lunchNextWeek)
 		mustStatus(t, again, envelope.Success)
 		// Another conversation is never held back by C's mark.
 		y := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-11"), `{"to":"eve@example.com","subject":"Hi","body":"Hello."}`)
@@ -2098,15 +2100,19 @@ func TestOperator_AConversationIsToldOfAnActionAppliedOnce(t *testing.T) {
 		if err := op.ResolveNotApplied(ctx, c.RequestRef, 1, "maria", "not in the mail log"); err != nil {
 			t.Fatal(err)
 		}
-		const other = `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`
-		e := tool.Invoke(scoped(), other)
+		// Each write held back is held for good (it may be A reworded):
+		// the conversation's model writes anew each time.
+		other := func(n int) string {
+			return fmt.Sprintf(`{"to":"bob@example.com","subject":"Invoice %d","body":"Attached."}`, n)
+		}
+		e := tool.Invoke(scoped(), other(1))
 		if e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
 			t.Fatalf("E first: %s; want earlier_action_applied", e)
 		}
 		blocks := 1
 		for ; blocks < 5; blocks++ {
 			clk.Advance(time.Minute)
-			if e = tool.Invoke(scoped(), other); e.Status == envelope.Success {
+			if e = tool.Invoke(scoped(), other(blocks+1)); e.Status == envelope.Success {
 				break
 			}
 			if e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
@@ -2160,12 +2166,12 @@ func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackAnApprovedRet
 		}
 		x := tool.Invoke(agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10"), `{"to":"bob@example.com","subject":"Invoice","body":"Attached."}`)
 		mustStatus(t, x, envelope.Success)
-		e := tool.Invoke(scoped(), lunchRephrased2) // told of X, done in C's place
-		if e.Error == nil || e.Error.Code != envelope.CodeEarlierApplied {
-			t.Fatalf("E first: %s", e)
+		held := tool.Invoke(scoped(), lunchRephrased2) // told of X, done in C's place
+		if held.Error == nil || held.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("the copy first: %s", held)
 		}
 		clk.Advance(time.Minute)
-		e = tool.Invoke(scoped(), lunchRephrased2)
+		e := tool.Invoke(scoped(), lunchNextWeek)
 		mustStatus(t, e, envelope.UnknownOutcome)
 		clk.Advance(32 * time.Second)
 		if err := op.ResolveNotApplied(ctx, e.RequestRef, 1, "maria", "not in the mail log"); err != nil {
@@ -2179,7 +2185,7 @@ func TestOperator_AMarkedWriteClosedByAnotherConversationsHoldsBackAnApprovedRet
 			t.Fatalf("C stands for %q; want A", rec.StandsFor)
 		}
 		clk.Advance(7 * time.Hour) // past A's own notice; C's mark lasts until its model is told
-		again := tool.Invoke(scoped(), lunchRephrased2)
+		again := tool.Invoke(scoped(), lunchNextWeek)
 		if again.Error == nil || again.Error.Code != envelope.CodeEarlierApplied {
 			t.Errorf("conversation-9's model sends E again: %s; want earlier_action_applied (C's mark unheard)", again)
 		}

@@ -235,13 +235,17 @@ type Options struct {
 	// NoticeHold, so that a replica whose clock is ahead holds it for
 	// NoticeHold too. Default: 10s; negative: no notice at all.
 	//
+	// A call the notice held back is kept so under its own key, closed as
+	// failed, for KeyTTL: asked for again word for word — however much
+	// later — it gets the same earlier_action_applied, and never runs (it
+	// may be the action done, reworded, and its model was told it did
+	// not run); what the user asks for anew is a new request. With a
+	// negative NoticeHold the fence's answer is kept nowhere.
+	//
 	// The store sees calls, not turns: set NoticeHold longer than the tool
 	// calls of one turn take, one after another, in your agent loop — a
 	// reworded copy made in the same turn later than NoticeHold after the
-	// answer that told is taken for a new action — and so is a resend,
-	// word for word, of a copy the fence refused with
-	// earlier_action_applied: the refusal is kept as the scope's notice,
-	// not under the copy's own key. And "told" means
+	// answer that told is taken for a new action. And "told" means
 	// answered: an answer lost after the store recorded it (a connection
 	// that dropped after COMMIT, an agent process that died before the
 	// model read it) still counts as told.

@@ -54,6 +54,7 @@ var lifeOfACall = []move{
 
 	{phaseFence, earlierNotApplied, always, phaseClaim},
 	{phaseFence, earlierMoved, always, phaseClaim},
+	{phaseFence, earlierApplied, func(f facts) bool { return f.notices }, phaseClaim},
 	{phaseFence, earlierApplied, always, phaseDone},
 	{phaseFence, earlierUnknown, always, phaseDone},
 	{phaseFence, storeFailed, always, phaseDone},
@@ -114,9 +115,9 @@ func allFacts() []facts {
 	var out []facts
 	for _, class := range []Class{ReadOnly, Keyed, Reconcilable, AtMostOnce} {
 		for _, eff := range []effect{effectNone, effectMaybe, effectNotFound, effectCommitted} {
-			for bits := range 16 {
+			for bits := range 32 {
 				out = append(out, facts{class: class, effect: eff,
-					reconciler: bits&1 != 0, approver: bits&2 != 0, retriesLeft: bits&4 != 0, forgotten: bits&8 != 0})
+					reconciler: bits&1 != 0, approver: bits&2 != 0, retriesLeft: bits&4 != 0, forgotten: bits&8 != 0, notices: bits&16 != 0})
 			}
 		}
 	}

@@ -442,6 +442,9 @@ func (m *turnMail) toAna() []string {
 
 const bobReport = `{"to":"bob@example.com","subject":"Report","body":"Here is the report."}`
 
+// bobReport2 is a new action, asked for after bobReport was held back.
+const bobReport2 = `{"to":"bob@example.com","subject":"Report, as asked","body":"Here is the report you asked for."}`
+
 // A replacement that fails leaves the turn's other copies of the replaced
 // action one email.
 //

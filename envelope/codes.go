@@ -58,7 +58,9 @@ const (
 	// outcome was unknown, was just found applied; this call was not run
 	// (status definite_failure), so that the user hears of the earlier
 	// action before anything else is sent. Earlier names that action,
-	// unless no record kept names it any more.
+	// unless no record kept names it any more. The call's own input, sent
+	// again, is answered the same (Replayed) for its key's lifetime: it
+	// may be that action reworded.
 	CodeEarlierApplied = "earlier_action_applied"
 	// CodeReplaced: this action's outcome was unknown, it was found not
 	// applied, and another action of this tool in this scope went on in its

@@ -352,3 +352,20 @@ func TestDetailDoesNotNameTheReplacedActionAsAppliedForAMarkOfAnEarlierVersion(t
 		t.Errorf("the page of the third, marked by an earlier version, does not say that the second (%s) or one before it was found applied:\n%s", second.RequestRef, body)
 	}
 }
+
+// A reworded copy that the notice of an action found done held back was
+// never run: its page says so, and names that action, where it would
+// otherwise call its outcome unreadable.
+func TestDetailSaysWhatHeldAnActionBack(t *testing.T) {
+	w := newWorld(t, nil)
+	first := w.lostEmail(ana, "Ana Lima")
+	w.decide("maria", first.RequestRef, "applied", 1, "in the mail server's log", "result", `{"message_id":"m-1"}`)
+	held := w.email.Invoke(ctx(ana, ""), `{"to":"ana@example.com","body":"Lunch on Friday?"}`)
+	if held.Error == nil || held.Error.Code != envelope.CodeEarlierApplied {
+		t.Fatalf("the reworded email: %s; want earlier_action_applied", held)
+	}
+	body := text(w.get("maria", detailPath(held.RequestRef)).body)
+	if !strings.Contains(body, "held back: not run") || !strings.Contains(body, first.RequestRef+", whose outcome was unknown, was found done") || strings.Contains(body, "unreadable") {
+		t.Errorf("the page of the copy held back does not say what held it back:\n%s", body)
+	}
+}

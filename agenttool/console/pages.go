@@ -67,6 +67,8 @@ func (h *Handler) row(rec agenttool.Record, v view, now time.Time) row {
 
 func stateOf(rec agenttool.Record, now time.Time) string {
 	switch {
+	case rec.HeldBack():
+		return "held back: not run"
 	case rec.State == agenttool.Unknown && rec.RetryApproved:
 		return "approved for one more attempt"
 	case rec.State == agenttool.Pending && !now.Before(rec.LeaseExpiry):
@@ -80,6 +82,9 @@ func stateOf(rec agenttool.Record, now time.Time) string {
 // lastAnswer says what the record's outcome says: for an unknown action,
 // what went wrong and what the destination last answered.
 func (h *Handler) lastAnswer(rec agenttool.Record) string {
+	if rec.HeldBack() {
+		return "earlier_action_applied: " + rec.StandsFor + ", whose outcome was unknown, was found done; this was not run, and its input never runs"
+	}
 	env, err := h.opts.Operator.Outcome(rec)
 	switch {
 	case err != nil && rec.State == agenttool.Pending:

@@ -55,8 +55,13 @@ type recordJSON struct {
 	// stays while this action is open, whether or not the other's record
 	// is still kept. StandsFor names that action (empty for a mark made
 	// by an earlier version).
-	StandsInForApplied bool   `json:"stands_in_for_applied,omitempty"`
-	StandsFor          string `json:"stands_for,omitempty"`
+	StandsInForApplied bool `json:"stands_in_for_applied,omitempty"`
+	// HeldBack: this action was never run — the notice of StandsFor, an
+	// action found done after its outcome was unknown, held it back
+	// (agenttool.Record.HeldBack) — and its calls are answered
+	// earlier_action_applied: it may be that action reworded.
+	HeldBack  bool   `json:"held_back,omitempty"`
+	StandsFor string `json:"stands_for,omitempty"`
 }
 
 type resolutionJSON struct {
@@ -90,6 +95,10 @@ func (r *runner) view(op *agenttool.Operator, rec agenttool.Record) (v recordJSO
 	}
 	if res := rec.Resolution; res != nil {
 		v.Resolution = &resolutionJSON{Verdict: res.Verdict, By: res.By, Why: res.Why, At: res.At}
+	}
+	if rec.HeldBack() {
+		v.HeldBack, v.StandsFor = true, rec.StandsFor
+		v.Error = "held back: " + rec.StandsFor + " was found done; not run"
 	}
 	if len(rec.Outcome) > 0 {
 		env, err := op.Outcome(rec)
@@ -221,6 +230,8 @@ func (r *runner) printRecord(op *agenttool.Operator, rec agenttool.Record, repla
 		row("resolution", "none")
 	}
 	switch {
+	case v.HeldBack:
+		row("held back", "%s, whose outcome was unknown, was found done: this was not run, and its calls are answered earlier_action_applied (it may be that action reworded)", v.StandsFor)
 	case outcomeErr != nil:
 		row("outcome", "unreadable here: %v", outcomeErr)
 	case v.Outcome == nil:

@@ -272,3 +272,25 @@ func TestShowSaysWhatAnActionWentOnInPlaceOf(t *testing.T) {
 		t.Errorf("show -json: %v; want replaces %s, replaces_state succeeded, stands_in_for_applied, stands_for the same", js, first.RequestRef)
 	}
 }
+
+// A reworded copy that the notice of an action found done held back was
+// never run: show says so, and names that action, where it would
+// otherwise say that no outcome was recorded yet.
+func TestShowSaysWhatHeldAnActionBack(t *testing.T) {
+	f := boltFixture(t)
+	first := f.lostRefund("tenant-1/ana", "Ana Lima", "o-1", "after")
+	f.run("resolve", "applied", first.RequestRef, "-attempts", "1", "-result", `"refunded"`, "-by", "maria", "-why", "in the bank's log").ok(t)
+	held := f.refund.Invoke(ctxFor("tenant-1/ana", "conversation-o-1", ""), `{"order":"o-1","amount":"12.5"}`)
+	if held.Error == nil || held.Error.Code != envelope.CodeEarlierApplied {
+		t.Fatalf("the reworded refund: %s; want earlier_action_applied", held)
+	}
+	out := f.run("show", held.RequestRef).ok(t)
+	if !strings.Contains(out.stdout, "held back") || !strings.Contains(out.stdout, first.RequestRef+", whose outcome was unknown, was found done: this was not run") ||
+		strings.Contains(out.stdout, "none recorded yet") {
+		t.Errorf("show of the copy held back does not say what held it back:\n%s", out.stdout)
+	}
+	js := f.run("-json", "show", held.RequestRef).ok(t).lines(t)
+	if len(js) != 1 || js[0]["held_back"] != true || js[0]["stands_for"] != first.RequestRef || js[0]["state"] != "failed" {
+		t.Errorf("show -json: %v; want held_back, stands_for %s, failed", js, first.RequestRef)
+	}
+}

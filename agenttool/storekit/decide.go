@@ -88,6 +88,18 @@ type ClaimDecision struct {
 // model tells the model too: its notice is shortened the same way, and
 // written (Write, the record as found).
 //
+// A claim of a new key that answers a model, held back by the notice of
+// an action proved applied — the slot's holder settled applied within its
+// notice, or a record of its session that awaits its model's notice of
+// the action it stands in for ([Record.NoticeOf]) — is itself recorded:
+// its key is written closed as failed, standing for that action
+// (Record.StandsFor), with the claim's KeyTTL for a lifetime, holding no
+// slot ([Record.HeldBack]; Write, ClaimResult.Record). Its model was told
+// that the action was done and this one not run; asked for again, word
+// for word, after the notice has ended, it is answered the same, never
+// run: it may be that action reworded. (A claim with no KeyTTL writes
+// nothing.)
+//
 // A record that stands in for an action proved applied
 // ([Record.AwaitsNotice]: it went on in that action's place, which may be
 // it reworded) holds back, while its mark lasts, the claims of its
@@ -376,6 +388,9 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	if existing == nil || existing.expired(req.Now) {
 		d, err := claim(false, false, 0, time.Time{})
 		d.Result.Expired = d.Result.Claimed && existing != nil
+		if err == nil && d.Result.Blocked != nil {
+			heldBack(&d, req)
+		}
 		return d, err
 	}
 	if !existing.State.Valid() {
@@ -470,6 +485,50 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		}
 	}
 	return found(ClaimResult{Record: *existing})
+}
+
+// heldBack records, in d, the claim req of a new key held back by
+// d.Result.Blocked, if that is the notice of an action proved applied and
+// the claim answers a model: its key closed as failed, standing for that
+// action ([DecideClaim]).
+func heldBack(d *ClaimDecision, req ClaimRequest) {
+	applied, ok := d.Result.Blocked.NoticeOf(req.Session, req.Now)
+	if !ok || applied == "" || req.NoticeHold <= 0 || req.KeyTTL <= 0 {
+		return
+	}
+	d.Result.Record = Record{
+		Key: req.Key, Tool: req.Tool, State: Failed, Principal: req.Principal, Session: req.Session,
+		Fingerprint: req.Fingerprint, Created: req.Now, Updated: req.Now, Expires: req.Now.Add(req.KeyTTL),
+		Label: req.Label, FenceScope: req.FenceScope, Definition: req.Definition, StandsFor: applied,
+	}
+	d.Write = true
+}
+
+// NoticeOf reports whether r, holding back at now a claim of session,
+// does so as the notice of an action proved applied, and names that
+// action: r itself, settled applied within its notice; or the action r's
+// mark names (Record.StandsFor: "" for a mark made by an earlier
+// version), r a record of session that awaits its model's notice of it
+// ([Record.AwaitsNotice]). ok is false if r holds the claim back for
+// another reason: it runs, or its outcome is unknown, or it is approved
+// for one more attempt. The caller answers earlier_action_applied when
+// ok.
+func (r *Record) NoticeOf(session Digest, now time.Time) (applied string, ok bool) {
+	switch {
+	case r.AwaitsNotice(now) && r.Session == session:
+		return r.StandsFor, true
+	case r.State == Succeeded:
+		return r.Key, true
+	}
+	return "", false
+}
+
+// HeldBack reports whether r records a claim that the notice of an action
+// proved applied held back ([DecideClaim]): failed, standing for that
+// action (Record.StandsFor), with no mark. Its key's calls are answered
+// that the action was done and theirs not run.
+func (r *Record) HeldBack() bool {
+	return r.State == Failed && r.StandsFor != "" && r.NoticeUntil.IsZero()
 }
 
 // keepsDefinition reports whether a claim of definition def, granted on a
@@ -741,7 +800,8 @@ func DecideFinish(existing *Record, req FinishRequest) (Record, error) {
 // told of one before, is told of this one too. The record keeps its
 // lifetime (Expires), and is kept while the mark lasts ([Record.SweepAt]).
 // A succeeded record is left as it is (its own answer told its model
-// that it was done), and so are another conversation's and one past its
+// that it was done), and so are a held-back one ([Record.HeldBack]: its
+// answer named an action done), another conversation's, and one past its
 // lifetime at req.Now (asked for again, it is a new action).
 func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 	if req.Until.IsZero() {
@@ -754,7 +814,7 @@ func DecideMark(existing *Record, req MarkRequest) (Record, bool, error) {
 		return Record{}, false, fmt.Errorf("agenttool: mark of %s: %w", req.Key, ErrNotFound)
 	}
 	rec := *existing
-	open := rec.State == Pending || rec.State == Unknown || rec.State == Failed
+	open := rec.State == Pending || rec.State == Unknown || rec.State == Failed && !rec.HeldBack()
 	later := req.Until.After(rec.NoticeUntil)
 	if !open || rec.Session != req.Session || rec.expired(req.Now) || !later && rec.StandsFor == req.For {
 		return rec, false, nil

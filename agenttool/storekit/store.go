@@ -335,6 +335,12 @@ type Record struct {
 	// one its latest mark names): the action its model is told of. It is set with
 	// the mark, kept while the mark is, and cleared with it. Empty on every other record, and on records
 	// marked by earlier versions.
+	//
+	// On a failed record with no NoticeUntil, it names the action proved
+	// applied whose notice held back the claim that made the record: the
+	// claim's own call was answered that the action was done and this one
+	// not run, and so is every call of the key for its lifetime
+	// ([Record.HeldBack], [DecideClaim]).
 	StandsFor string
 	// Input is the action's input, as the tool's codec encoded it, kept
 	// while the action may be unknown, for a reconciler that must find the
@@ -465,7 +471,8 @@ type ClaimResult struct {
 	Conflict Conflict
 	// Blocked, when the claim was not granted because another action of
 	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
-	// record (Record is then zero) — or, when the key's own record stands
+	// record (Record is then zero, or the key's record made held back:
+	// [Record.HeldBack]) — or, when the key's own record stands
 	// in for an action proved applied that its model has not heard of
 	// ([Record.AwaitsNotice]), that record (Record is then the same).
 	Blocked *Record

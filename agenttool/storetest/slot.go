@@ -681,6 +681,116 @@ func testSlotNoticeTold(t *testing.T, h Harness) {
 	}
 }
 
+// testSlotNoticeKeepsWhatItHeldBack: a new write that answers a model,
+// held back by the notice of an action proved applied (the slot's holder
+// within its notice, or a mark of its session), is kept under its own
+// key — closed as failed, standing for that action, with the claim's
+// KeyTTL — in the claim's transaction: asked for again, word for word,
+// after the notice has ended, on another replica or after a restart, it
+// is found so and never granted. A claim that answers no model, or gives
+// no KeyTTL, or that an unknown action holds back, writes nothing.
+func testSlotNoticeKeepsWhatItHeldBack(t *testing.T, h Harness) {
+	s := h.Open(t)
+	other := twinOf(t, h, s)
+	const hold, ttl = 10 * time.Second, time.Hour
+	told := func(tool string, scope agenttool.Digest, now time.Time) storekit.ClaimRequest {
+		req := slotted(tool, scope, now)
+		req.NoticeHold, req.KeyTTL = hold, ttl
+		return req
+	}
+	tool, scope := newSlot()
+	x := granted(t, "an action", mustClaim(t, s, slotted(tool, scope, t0)))
+	done := finish(x.Record.Key, x.Record.Token, agenttool.Succeeded, t0)
+	done.NoticeUntil = t0.Add(6 * time.Hour) // settled untold
+	if err := s.Finish(bg, done); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(time.Minute)
+	k := told(tool, scope, at)
+	res := mustClaim(t, other, k)
+	blockedBy(t, "a copy that answers a model", res, x.Record.Key, agenttool.Succeeded)
+	heldBack := func(what string, rec agenttool.Record) {
+		t.Helper()
+		if !rec.HeldBack() || rec.Key != k.Key || rec.StandsFor != x.Record.Key || rec.State != agenttool.Failed ||
+			rec.HoldsSlot() || rec.Beside() || rec.Token != 0 || !rec.Expires.Equal(at.Add(ttl)) || rec.Fingerprint != k.Fingerprint || rec.Session != k.Session {
+			t.Errorf("%s: %+v; want %s closed as failed, standing for %s, holding no slot, for %v", what, rec, k.Key, x.Record.Key, ttl)
+		}
+	}
+	heldBack("the claim's answer", res.Record)
+	rec, err := s.Get(bg, k.Key)
+	if err != nil {
+		t.Fatalf("the copy held back has no record: %v", err)
+	}
+	heldBack("its record", rec)
+	if n, _ := s.Get(bg, x.Record.Key); !n.NoticeUntil.Equal(at.Add(hold)) {
+		t.Errorf("the notice ends at %v; want NoticeHold after the copy was told (%v)", n.NoticeUntil, at.Add(hold))
+	}
+	// A person's claim, and one with no lifetime to give: held back, kept nowhere.
+	for what, req := range map[string]storekit.ClaimRequest{"a claim that answers no model": slotted(tool, scope, at.Add(time.Second)),
+		"a claim with no KeyTTL": func() storekit.ClaimRequest { r := told(tool, scope, at.Add(time.Second)); r.KeyTTL = 0; return r }()} {
+		blockedBy(t, what, mustClaim(t, other, req), x.Record.Key, agenttool.Succeeded)
+		if _, err := s.Get(bg, req.Key); !errors.Is(err, agenttool.ErrNotFound) {
+			t.Errorf("%s, held back: its key has a record (%v); want none", what, err)
+		}
+	}
+	// A mark leaves it as it is: its answer named the action done.
+	if m, err := s.Mark(bg, storekit.MarkRequest{Key: k.Key, Session: k.Session, Until: storekit.UntilTold, For: "another", Now: at}); err != nil || !m.HeldBack() || m.StandsFor != x.Record.Key {
+		t.Errorf("a mark of the copy held back: %+v, %v; want it unchanged", m, err)
+	}
+	if h.Reopen != nil {
+		s = h.Reopen(t, s)
+		other = twinOf(t, h, s)
+	}
+	// The notice has ended: a new write goes; the copy asked for again is
+	// found as it was, on either replica, and not granted.
+	after := at.Add(hold + time.Minute)
+	for i, st := range []agenttool.Store{s, other} {
+		again := k
+		again.Now, again.Owner = after.Add(time.Duration(i)*time.Second), fmt.Sprintf("again-%d", i)
+		res := mustClaim(t, st, again)
+		if res.Claimed || res.Blocked != nil {
+			t.Fatalf("the copy held back, asked for again after the notice: %+v; want its record, not granted", res)
+		}
+		heldBack("asked for again", res.Record)
+	}
+	// Another input under its key is refused as any other key's would be.
+	otherInput := k
+	otherInput.Now, otherInput.Fingerprint = after, inputB
+	if res := mustClaim(t, other, otherInput); res.Conflict != storekit.OtherInput {
+		t.Errorf("the held-back key with another input: %+v; want OtherInput", res)
+	}
+	granted(t, "a new write after the notice", mustClaim(t, other, told(tool, scope, after)))
+	// Past its lifetime it is swept, and its key is new again.
+	if rec, _ := s.Get(bg, k.Key); !rec.Sweepable(at.Add(ttl)) || rec.Sweepable(at.Add(ttl-time.Second)) {
+		t.Errorf("the copy held back is sweepable at %v; want at the end of its lifetime, %v", rec.SweepAt(), at.Add(ttl))
+	}
+
+	// Held back by the mark of its session: it stands for the action the mark names.
+	tool2, scope2 := newSlot()
+	m := granted(t, "an action", mustClaim(t, s, slotted(tool2, scope2, t0)))
+	if _, err := s.Mark(bg, storekit.MarkRequest{Key: m.Record.Key, Session: scope2, Until: storekit.UntilTold, For: tool2 + "/applied", Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	k2 := told(tool2, scope2, at)
+	res = mustClaim(t, other, k2)
+	blockedBy(t, "a new write of the marked action's session", res, m.Record.Key, agenttool.Pending)
+	if rec, err := s.Get(bg, k2.Key); err != nil || !rec.HeldBack() || rec.StandsFor != tool2+"/applied" {
+		t.Errorf("the write a mark held back: %+v, %v; want it kept, standing for the action the mark names", rec, err)
+	}
+
+	// Held back by an action whose outcome is unknown: nothing is kept.
+	tool3, scope3 := newSlot()
+	u := granted(t, "an action", mustClaim(t, s, slotted(tool3, scope3, t0)))
+	if err := s.Finish(bg, finish(u.Record.Key, u.Record.Token, agenttool.Unknown, t0)); err != nil {
+		t.Fatal(err)
+	}
+	k3 := told(tool3, scope3, at)
+	blockedBy(t, "a new write while the slot's action is unknown", mustClaim(t, other, k3), u.Record.Key, agenttool.Unknown)
+	if _, err := s.Get(bg, k3.Key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("a write an unknown action held back has a record (%v); want none: it runs once that action is settled", err)
+	}
+}
+
 // testSlotConcurrentWrites: many new writes of one scope at once, split
 // between two instances of the store where it has them: exactly one is
 // granted.

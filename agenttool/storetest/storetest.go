@@ -152,6 +152,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("SlotApprovedRetry", func(t *testing.T) { testSlotApprovedRetry(t, h) })
 	t.Run("SlotNotice", func(t *testing.T) { testSlotNotice(t, h) })
 	t.Run("SlotNoticeTold", func(t *testing.T) { testSlotNoticeTold(t, h) })
+	t.Run("SlotNoticeKeepsWhatItHeldBack", func(t *testing.T) { testSlotNoticeKeepsWhatItHeldBack(t, h) })
 	t.Run("SlotDefinition", func(t *testing.T) { testSlotDefinition(t, h) })
 	t.Run("SlotConcurrentWrites", func(t *testing.T) { testSlotConcurrentWrites(t, h) })
 	RunGroupCommit(t, h)

@@ -107,14 +107,13 @@ func TestAdversary_ConcurrentCopiesSendOne(t *testing.T) {
 	}
 }
 
-// The model is told earlier_action_applied / do_not_retry for its reworded
-// copy, ignores it, and sends the same reworded copy again in its next
-// turn, NoticeHold (10 s) + ClockSkew (1 s) later: one email. A known gap,
-// documented with Options.NoticeHold: the fence's refusal of a copy is
-// kept as the scope's notice only, not under the copy's own key, so once
-// the notice ends an identical resend of the copy is a new action.
-func TestAdversary_AnIdenticalResendOfACopyToldDoNotRetrySendsNothing(t *testing.T) {
-	t.Skip("known gap: a copy the fence refused is not recorded under its own key (Options.NoticeHold)")
+// The model is told earlier_action_applied for its reworded copy, ignores
+// it, and sends the same reworded copy again in its next turn, later than
+// NoticeHold (10 s) + ClockSkew (1 s): one email, and the resend is
+// answered as the copy was. (Found by a review: the notice's refusal was
+// kept as the scope's notice alone, and once the notice ended the
+// identical resend was a new action.)
+func TestAdversary_AnIdenticalResendOfACopyHeldBackSendsNothing(t *testing.T) {
 	const first = `{"to":"ana@example.com","subject":"Lunch on Friday?","body":"Hi Ana, does lunch at noon on Friday work for you? Sam"}`
 	const reworded = `{"to":"ana@example.com","subject":"Lunch on Friday","body":"Hello Ana, would lunch at noon this Friday suit you? Best, Sam"}`
 	srv := httptest.NewServer(&demo.ScriptedOpenAI{Tool: "send_email", Turns: [][]string{{first}, {reworded}, {reworded}, {}}, SlowAt: 2, Slow: 12 * time.Second})
@@ -130,10 +129,14 @@ func TestAdversary_AnIdenticalResendOfACopyToldDoNotRetrySendsNothing(t *testing
 	if len(sum.Envelopes) != 3 {
 		t.Fatalf("%d envelopes\n%s", len(sum.Envelopes), out.String())
 	}
-	if e := sum.Envelopes[1]; e.Next != envelope.DoNotRetry {
-		t.Logf("second envelope: %s", e)
+	held, resend := sum.Envelopes[1], sum.Envelopes[2]
+	if held.Error == nil || held.Error.Code != envelope.CodeEarlierApplied {
+		t.Fatalf("the reworded copy: %s; want earlier_action_applied\n%s", held, out.String())
+	}
+	if resend.Error == nil || resend.Error.Code != envelope.CodeEarlierApplied || !resend.Replayed || resend.RequestRef != held.RequestRef {
+		t.Errorf("the copy sent again after the notice: %s; want its answer replayed", resend)
 	}
 	if sum.Effects != 1 {
-		t.Errorf("one logical action, %d emails; the model ignored next=do_not_retry after NoticeHold:\n%s", sum.Effects, out.String())
+		t.Errorf("one logical action, %d emails; the model ignored earlier_action_applied after NoticeHold:\n%s", sum.Effects, out.String())
 	}
 }

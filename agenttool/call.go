@@ -400,6 +400,14 @@ func (c *call) lostRecord(now time.Time) {
 // slot kept from being granted.
 func (c *call) blockedBy(o Record, now time.Time, kept bool) outcome {
 	c.other = o
+	if o.Key == c.ref && o.HeldBack() {
+		// Held back by the action its own fence found done, whatever
+		// holds the slot by now (ClaimRequest.FoundApplied): kept so
+		// under its key.
+		a := c.t.toldApplied(c.t.standsInFor(c.ctx, o))
+		a.kept = kept
+		return c.answer(slotNotice, a)
+	}
 	if cfg := c.t.cfg; cfg.otherDefinition(&o) {
 		cfg.logger.Warn("retrysafe: an action of this tool made under another definition of it holds the scope: "+
 			"replicas or versions that build the tool differently give one request two references; roll such a change out as docs/stores.md says",
@@ -458,16 +466,19 @@ func (t *Tool) toldApplied(applied Record) answer {
 }
 
 // standsInFor returns the action proved applied that o stands in for
-// (o.StandsInForApplied): the one its mark names (Record.StandsFor), with
-// its result while its record is kept — it expires with its key and
-// notice — or, no longer found, its key alone. A record marked by an
+// (o.StandsInForApplied), or that held o back (o.HeldBack): the one
+// Record.StandsFor names, with its result while its record is kept — it
+// expires with its key and notice — or, no longer found (or found made
+// after o: a new action of its input), its key alone. A record marked by an
 // earlier version names none: the first succeeded record of o's
 // conversation along the actions o replaced, one after another, is taken
 // for it; if the walk meets a record no longer kept, which may have been
 // that action or another conversation's, none is named (a zero Record).
 func (t *Tool) standsInFor(ctx context.Context, o Record) Record {
 	if o.StandsFor != "" {
-		if r, err := t.cfg.Store.Get(ctx, o.StandsFor); err == nil && r.State == Succeeded {
+		// A record of that key made after o is a new action of the same
+		// input, the one named having expired: not the one done.
+		if r, err := t.cfg.Store.Get(ctx, o.StandsFor); err == nil && r.State == Succeeded && !r.Created.After(o.Created) {
 			return r
 		}
 		return Record{Key: o.StandsFor, State: Succeeded}

@@ -3,15 +3,18 @@ package agenttool_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -114,4 +117,56 @@ func TestLostRecordsAfterAFailoverAreNotNewActions(t *testing.T) {
 			t.Errorf("runs %d, effects %d; want 1 and 1", m.runs.Load(), m.count())
 		}
 	})
+}
+
+// In pgstore's failover window a missing record proves nothing (the
+// store may have lost it: storekit.DecideLost), so a copy held back there
+// by an action found done is answered earlier_action_applied but not kept
+// under its key — its key may have run before the failover, and a kept
+// "not run" could lie. Asked for again word for word after the notice, it
+// is taken over, and its own reference is asked about before it runs: it
+// runs once (docs/stores.md, the failover window).
+func TestFailover_ACopyHeldBackInTheWindowIsCheckedByItsOwnReferenceAndNotKept(t *testing.T) {
+	store := pgtest.Open(t)
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	check := &foundByRef{pending: true, applied: map[string]bool{}}
+	clk := &clock{now: time.Now()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+
+	// The store fails over (a new timeline): the window of distrust opens.
+	tl := pgx.Identifier{store.Schema(), "timeline"}.Sanitize()
+	if _, err := store.Pool().Exec(context.Background(), `UPDATE `+tl+` SET timeline = -1`); err != nil {
+		t.Fatal(err)
+	}
+	check.mu.Lock()
+	check.pending, check.applied[first.RequestRef] = false, true
+	check.mu.Unlock()
+
+	x := tool.Invoke(scoped(), lunchReworded)
+	t.Logf("reworded copy in the window: %s", x)
+	if x.Error == nil || x.Error.Code != envelope.CodeEarlierApplied {
+		t.Fatalf("reworded copy: %s; want earlier_action_applied", x)
+	}
+	if strings.Contains(x.Note, "same input will not") {
+		t.Errorf("the copy held back in the window says it is kept: %s", x.Note)
+	}
+	if _, err := store.Get(context.Background(), x.RequestRef); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("the copy held back in the window has a record (%v); want none", err)
+	}
+	clk.Advance(11 * time.Second)
+	again := tool.Invoke(scoped(), lunchReworded)
+	mustStatus(t, again, envelope.Success)
+	check.mu.Lock()
+	asked := slices.Contains(check.checks, x.RequestRef)
+	check.mu.Unlock()
+	if !asked || m.count() != 2 || m.sent(x.RequestRef) != 1 {
+		t.Errorf("the copy asked for again: asked about its own reference %v, %d emails, %d of it; want asked, then sent once", asked, m.count(), m.sent(x.RequestRef))
+	}
 }

@@ -87,10 +87,12 @@ func (c *call) fence() outcome {
 		}
 		if cfg.notices() {
 			// Settled with its notice, which no call has told yet: the
-			// call claims again, and the store holds it back by the
-			// notice, tells the model by its answer, and records its key
-			// as held back (Record.HeldBack) — asked for again, word for
-			// word, it is answered the same.
+			// call claims again, and the store holds it back — by the
+			// notice, which its answer tells, or by this finding,
+			// whatever holds the slot by then — and keeps its key as held
+			// back (Record.HeldBack): asked for again, word for word, it
+			// is answered the same.
+			c.req.FoundApplied = o.Key
 			return earlierApplied
 		}
 		return c.answer(earlierApplied, answer{reason: reasonEarlierApplied, other: &o, result: ans.Result})

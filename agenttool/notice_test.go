@@ -624,3 +624,262 @@ func TestNotice_AnotherConversationsAnswerTellsNotTheOneThatActed(t *testing.T) 
 		})
 	}
 }
+
+// foundByRef answers Applied for the refs in applied, NotApplied for any other
+// (StillPending for all while pending).
+type foundByRef struct {
+	mu      sync.Mutex
+	applied map[string]bool
+	pending bool
+	checks  []string
+}
+
+func (b *foundByRef) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.checks = append(b.checks, req.Ref)
+	switch {
+	case b.pending:
+		return reconcile.StillPending()
+	case b.applied[req.Ref]:
+		return reconcile.AppliedWith([]byte(`{"message_id":"<first@mail.test>"}`))
+	}
+	return reconcile.NotAppliedYet()
+}
+
+// pausingStore runs onSettle once, right after the settlement (a
+// succeeded Finish) of key is written: the process that settled it
+// pauses there, before the fence's re-claim.
+type pausingStore struct {
+	agenttool.Store
+	mu       sync.Mutex
+	key      string
+	onSettle func()
+}
+
+func (p *pausingStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
+	err := p.Store.Finish(ctx, r)
+	p.mu.Lock()
+	f := p.onSettle
+	if err == nil && r.State == storekit.Succeeded && r.Key == p.key && f != nil {
+		p.onSettle = nil
+	} else {
+		f = nil
+	}
+	p.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return err
+}
+
+// A reworded copy whose own call made the fence find the earlier action
+// done never runs, however late its claim after that settlement comes:
+// the process pauses past the notice (and the first's own resend told
+// the model meanwhile, or the notice's backstop is short), and the copy
+// is still held back, and kept so. (Found by a review: the fence's claim
+// after the settlement read the notice ended and ran the copy.)
+func TestNotice_ACopyWhoseOwnFenceFoundTheActionDoneNeverRunsHoweverLateItsClaim(t *testing.T) {
+	for _, variant := range []string{"parallel resend tells, then pause", "short backstop, pause"} {
+		t.Run(variant, func(t *testing.T) {
+			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+				ps := &pausingStore{Store: open()}
+				m := &mailServer{script: func(n int) (bool, error) {
+					if n == 1 {
+						return true, errLostReply // delivered, reply lost
+					}
+					return true, nil
+				}}
+				check := &foundByRef{pending: true, applied: map[string]bool{}}
+				clk := &clock{now: time.Now()}
+				opts := agenttool.Options{Store: ps, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now}
+				if variant == "short backstop, pause" {
+					opts.NoticeBackstop = time.Second
+				}
+				tool := newEmailTool(t, m, opts)
+				first := tool.Invoke(scoped(), lunch)
+				mustStatus(t, first, envelope.UnknownOutcome)
+				check.mu.Lock()
+				check.pending, check.applied[first.RequestRef] = false, true
+				check.mu.Unlock()
+
+				var resend envelope.Envelope
+				ps.mu.Lock()
+				ps.key = first.RequestRef
+				ps.onSettle = func() {
+					if variant == "parallel resend tells, then pause" {
+						// The model's word-for-word resend of the first,
+						// another tool call of the same turn, lands now.
+						resend = tool.Invoke(scoped(), lunch)
+					}
+					clk.Advance(11 * time.Second) // the settling process pauses
+				}
+				ps.mu.Unlock()
+
+				x := tool.Invoke(scoped(), lunchReworded)
+				t.Logf("resend: %s", resend)
+				t.Logf("reworded copy: %s", x)
+				if m.count() != 1 {
+					t.Errorf("%d emails went out; want 1 — the reworded copy whose call found the first done ran: %s", m.count(), x)
+				}
+				mustBeHeldBack(t, "the reworded copy", x, first.RequestRef, false)
+				clk.Advance(time.Minute)
+				mustBeHeldBack(t, "the reworded copy asked for again", tool.Invoke(scoped(), lunchReworded), first.RequestRef, true)
+				if m.count() != 1 {
+					t.Errorf("%d emails after the copy was asked for again; want 1", m.count())
+				}
+			})
+		})
+	}
+}
+
+// Under a principal's fence, conversation B's write, held back by the
+// untold notice of conversation A's action found done, is kept held back
+// under its own key for KeyTTL — past the notice, past the backstop: it
+// may be A's action, asked for in another conversation of the user
+// (Options.NoticeHold, docs/life-of-a-call.md "The slot"). The user who
+// wants it done asks anew.
+func TestNotice_UnderAPrincipalsFenceAnotherConversationsWriteHeldBackIsKeptSo(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		check := &foundByRef{pending: true, applied: map[string]bool{}}
+		clk := &clock{now: time.Now()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+			Fence: agenttool.FencePrincipal})
+		a := scoped()
+		b := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
+		first := tool.Invoke(a, lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		check.mu.Lock()
+		check.pending, check.applied[first.RequestRef] = false, true
+		check.mu.Unlock()
+
+		const bobReport = `{"to":"bob@example.com","subject":"Quarterly report","body":"Attached."}`
+		held := tool.Invoke(b, bobReport)
+		t.Logf("B's write: %s", held)
+		clk.Advance(7 * time.Hour) // past NoticeHold and NoticeBackstop
+		again := tool.Invoke(b, bobReport)
+		t.Logf("B's write asked again 7h later: %s", again)
+		mustBeHeldBack(t, "B's write", held, first.RequestRef, false)
+		mustBeHeldBack(t, "B's write asked again", again, first.RequestRef, true)
+		mustStatus(t, tool.Invoke(b, `{"to":"bob@example.com","subject":"Quarterly report, as asked","body":"Attached, as you asked."}`), envelope.Success)
+		if m.count() != 2 {
+			t.Errorf("%d emails; want A's and B's new one", m.count())
+		}
+	})
+}
+
+// Many copies in parallel, some word for word alike, right as the fence
+// finds the first done: one email in all, and every copy is told the
+// first was done (or, the first's own resend, its success replayed);
+// each copy asked again after the notice is answered the same.
+func TestNotice_ParallelCopiesAsTheFenceSettlesSendOneEmail(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		check := &foundByRef{pending: true, applied: map[string]bool{}}
+		clk := &clock{now: time.Now()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+			WaitTimeout: 5 * time.Second})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		check.mu.Lock()
+		check.pending, check.applied[first.RequestRef] = false, true
+		check.mu.Unlock()
+		inputs := []string{lunchReworded, lunchRephrased, lunchReworded, lunch, lunchRephrased,
+			`{"to":"ana@example.com","subject":"Lunch?","body":"Noon on Friday?"}`, lunchReworded, lunch}
+		envs := make([]envelope.Envelope, len(inputs))
+		var wg sync.WaitGroup
+		for i, in := range inputs {
+			wg.Add(1)
+			go func() { defer wg.Done(); envs[i] = tool.Invoke(scoped(), in) }()
+		}
+		wg.Wait()
+		for i, env := range envs {
+			ok := (inputs[i] == lunch && env.Status == envelope.Success) ||
+				(env.Error != nil && env.Error.Code == envelope.CodeEarlierApplied && env.Earlier != nil && env.Earlier.RequestRef == first.RequestRef)
+			if !ok && env.Status == envelope.UnknownOutcome && env.Error != nil && env.Error.Code == envelope.CodeEarlierUnknown {
+				t.Logf("copy %d answered earlier unknown (being verified): %s", i, env)
+				continue
+			}
+			if !ok {
+				t.Errorf("copy %d (%s): %s", i, inputs[i], env)
+			}
+		}
+		if m.count() != 1 {
+			t.Fatalf("%d emails; want 1", m.count())
+		}
+		clk.Advance(time.Minute)
+		for i, in := range inputs {
+			if in == lunch || envs[i].Error == nil || envs[i].Error.Code != envelope.CodeEarlierApplied {
+				continue
+			}
+			env := tool.Invoke(scoped(), in)
+			if env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
+				t.Errorf("copy %d told earlier_action_applied, asked again after the notice: %s", i, env)
+			}
+		}
+		if m.count() != 1 {
+			t.Fatalf("%d emails after the copies were asked again; want 1", m.count())
+		}
+	})
+}
+
+// A held-back copy outlives the action it names when the notice that held
+// it back came late (an operator's untold settlement, the copy hours
+// later). Once that action's key has expired and its input ran anew as a
+// new action, the held-back copy's answer still names the action done —
+// with its result, or none — never the new action's result. (Found by a
+// review: it showed the new email's id as the earlier action's.)
+func TestNotice_AHeldBackCopyNeverNamesANewActionAsTheOneDone(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		store := open()
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		check := &foundByRef{pending: true, applied: map[string]bool{}}
+		clk := &clock{now: time.Now()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+			KeyTTL: 2 * time.Hour})
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		op, err := agenttool.NewOperator(store, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op = op.ForPrincipal("tenant-42/user-7")
+		rec, err := op.Show(context.Background(), first.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.ResolveApplied(context.Background(), first.RequestRef, rec.Attempts, []byte(`{"message_id":"<first@mail.test>"}`), "ops", "seen in the outbox"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(110 * time.Minute)
+		held := tool.Invoke(scoped(), lunchReworded)
+		if held.Error == nil || held.Error.Code != envelope.CodeEarlierApplied {
+			t.Fatalf("reworded copy: %s", held)
+		}
+		clk.Advance(15 * time.Minute) // the first action's key has expired
+		again := tool.Invoke(scoped(), lunch)
+		t.Logf("the first input, past its key's lifetime: %s", again)
+		replay := tool.Invoke(scoped(), lunchReworded)
+		t.Logf("held-back copy again: %s", replay)
+		if replay.Earlier == nil || replay.Earlier.RequestRef != first.RequestRef ||
+			(len(replay.Earlier.Result) > 0 && string(replay.Earlier.Result) != `{"message_id":"<first@mail.test>"}`) {
+			t.Errorf("held-back copy names as the action confirmed done after an unknown outcome: %+v; want %s, with its own result or none", replay.Earlier, first.RequestRef)
+		}
+	})
+}

@@ -240,7 +240,9 @@ type Options struct {
 	// later — it gets the same earlier_action_applied, and never runs (it
 	// may be the action done, reworded, and its model was told it did
 	// not run); what the user asks for anew is a new request. With a
-	// negative NoticeHold the fence's answer is kept nowhere.
+	// negative NoticeHold the fence's answer is kept nowhere, and within
+	// pgstore's failover window neither is a call's held back there (its
+	// key may have run before the failover: docs/stores.md).
 	//
 	// The store sees calls, not turns: set NoticeHold longer than the tool
 	// calls of one turn take, one after another, in your agent loop — a

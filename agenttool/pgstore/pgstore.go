@@ -234,7 +234,7 @@ func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.
 		return storekit.ClaimResult{}, err // an invalid request
 	}
 	for range 64 { // each round, another claim of the slot made progress
-		if req.Replace == nil {
+		if req.Replace == nil && req.FoundApplied == "" { // else the rules decide, whatever holds the slot
 			token, err := s.claims.do(ctx, req)
 			if err != nil {
 				return storekit.ClaimResult{}, s.wrap("claim", req.Key, err)
@@ -373,7 +373,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			}
 			occs = append(occs, beside...)
 		}
-		if existing == nil && len(occs) == 0 && req.Replace == nil && !lost {
+		if existing == nil && len(occs) == 0 && req.Replace == nil && req.FoundApplied == "" && !lost {
 			// Released or swept meanwhile, or the slot was freed, or the
 			// store has just recorded a new timeline: insert again.
 			again = true

@@ -98,7 +98,10 @@ type ClaimDecision struct {
 // that the action was done and this one not run; asked for again, word
 // for word, after the notice has ended, it is answered the same, never
 // run: it may be that action reworded. (A claim with no KeyTTL writes
-// nothing.)
+// nothing.) So is a claim of a new key whose call found done the action
+// that held it back (req.FoundApplied), whatever holds the slot by then:
+// not granted, it stands for that action, unless the notice of another
+// holds it back now (it stands for the one its call is told of).
 //
 // A record that stands in for an action proved applied
 // ([Record.AwaitsNotice]: it went on in that action's place, which may be
@@ -387,10 +390,17 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	found := func(res ClaimResult) (ClaimDecision, error) { return ClaimDecision{Result: res}, nil }
 	if existing == nil || existing.expired(req.Now) {
 		d, err := claim(false, false, 0, time.Time{})
-		d.Result.Expired = d.Result.Claimed && existing != nil
-		if err == nil && d.Result.Blocked != nil {
+		switch {
+		case err != nil:
+		case d.Result.Blocked != nil:
+			heldBack(&d, req)
+		case req.FoundApplied != "" && req.NoticeHold > 0 && req.KeyTTL > 0:
+			// Its call found the action that held it back done: the
+			// slot freed since lets nothing of that call run.
+			d = ClaimDecision{}
 			heldBack(&d, req)
 		}
+		d.Result.Expired = d.Result.Claimed && existing != nil
 		return d, err
 	}
 	if !existing.State.Valid() {
@@ -487,15 +497,28 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	return found(ClaimResult{Record: *existing})
 }
 
-// heldBack records, in d, the claim req of a new key held back by
-// d.Result.Blocked, if that is the notice of an action proved applied and
-// the claim answers a model: its key closed as failed, standing for that
-// action ([DecideClaim]).
+// heldBack records, in d, the claim req of a new key held back — by
+// d.Result.Blocked, if that is the notice of an action proved applied, or
+// by req.FoundApplied — if the claim answers a model: its key closed as
+// failed, standing for that action ([DecideClaim]): the one its call is
+// told of.
 func heldBack(d *ClaimDecision, req ClaimRequest) {
-	applied, ok := d.Result.Blocked.NoticeOf(req.Session, req.Now)
-	if !ok || applied == "" || req.NoticeHold <= 0 || req.KeyTTL <= 0 {
+	applied, notice := req.FoundApplied, false
+	if b := d.Result.Blocked; b != nil {
+		if key, ok := b.NoticeOf(req.Session, req.Now); ok {
+			applied, notice = key, true
+		}
+	}
+	if applied == "" || req.NoticeHold <= 0 || req.KeyTTL <= 0 {
 		return
 	}
+	defer func() {
+		if !notice {
+			// Held back by its call's own finding: Blocked is the record kept.
+			held := d.Result.Record
+			d.Result.Blocked = &held
+		}
+	}()
 	d.Result.Record = Record{
 		Key: req.Key, Tool: req.Tool, State: Failed, Principal: req.Principal, Session: req.Session,
 		Fingerprint: req.Fingerprint, Created: req.Now, Updated: req.Now, Expires: req.Now.Add(req.KeyTTL),

@@ -396,6 +396,14 @@ type ClaimRequest struct {
 	// on a claim that answers no model (a takeover by the fence, a sweeper
 	// or an operator): it tells nothing.
 	NoticeHold time.Duration
+	// FoundApplied, on the claim of a call that answers a model, is the
+	// key of an action that held the claim back and that the call itself
+	// then found done (agenttool's fence settled it applied): the claim of
+	// a new key is not granted, whatever holds the slot by now — the
+	// notice may have ended while the call was settling it — and its key
+	// is kept held back, standing for that action ([DecideClaim],
+	// [Record.HeldBack]). "" on every other claim.
+	FoundApplied string
 	// KeyTTL is the lifetime the claim's tool gives its settled records
 	// (agenttool's Options.KeyTTL); 0 if unknown. A version before this
 	// one moved a marked record's lifetime (Record.Expires) to its mark's
@@ -472,7 +480,9 @@ type ClaimResult struct {
 	// Blocked, when the claim was not granted because another action of
 	// the tool holds the slot of ClaimRequest.FenceScope, is that action's
 	// record (Record is then zero, or the key's record made held back:
-	// [Record.HeldBack]) — or, when the key's own record stands
+	// [Record.HeldBack]) — or the key's record made held back by
+	// ClaimRequest.FoundApplied, when no notice holds it back (Record is
+	// then the same) — or, when the key's own record stands
 	// in for an action proved applied that its model has not heard of
 	// ([Record.AwaitsNotice]), that record (Record is then the same).
 	Blocked *Record

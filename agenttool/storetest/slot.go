@@ -687,8 +687,10 @@ func testSlotNoticeTold(t *testing.T, h Harness) {
 // key — closed as failed, standing for that action, with the claim's
 // KeyTTL — in the claim's transaction: asked for again, word for word,
 // after the notice has ended, on another replica or after a restart, it
-// is found so and never granted. A claim that answers no model, or gives
-// no KeyTTL, or that an unknown action holds back, writes nothing.
+// is found so and never granted. So is a claim whose call found done the
+// action that held it back (ClaimRequest.FoundApplied), whatever holds
+// the slot by then. A claim that answers no model, or gives no KeyTTL, or
+// that an unknown action holds back, writes nothing.
 func testSlotNoticeKeepsWhatItHeldBack(t *testing.T, h Harness) {
 	s := h.Open(t)
 	other := twinOf(t, h, s)
@@ -776,6 +778,37 @@ func testSlotNoticeKeepsWhatItHeldBack(t *testing.T, h Harness) {
 	blockedBy(t, "a new write of the marked action's session", res, m.Record.Key, agenttool.Pending)
 	if rec, err := s.Get(bg, k2.Key); err != nil || !rec.HeldBack() || rec.StandsFor != tool2+"/applied" {
 		t.Errorf("the write a mark held back: %+v, %v; want it kept, standing for the action the mark names", rec, err)
+	}
+
+	// A claim whose call found done the action that held it back
+	// (FoundApplied) is kept held back whatever holds the slot by then:
+	// nothing (the notice ended), or another write running.
+	for _, by := range []string{"the ended notice", "another write", "nothing"} {
+		tool4, scope4 := newSlot()
+		y := granted(t, "an action", mustClaim(t, s, slotted(tool4, scope4, t0)))
+		fin := finish(y.Record.Key, y.Record.Token, agenttool.Succeeded, t0)
+		fin.NoticeUntil = t0.Add(time.Second)
+		if err := s.Finish(bg, fin); err != nil {
+			t.Fatal(err)
+		}
+		late := t0.Add(time.Minute)
+		if by != "the ended notice" {
+			g := granted(t, "another write after the notice", mustClaim(t, s, told(tool4, scope4, late)))
+			if by == "nothing" { // it is done: the slot is free
+				if err := s.Finish(bg, finish(g.Record.Key, g.Record.Token, agenttool.Succeeded, late)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		k4 := told(tool4, scope4, late.Add(time.Second))
+		k4.FoundApplied = y.Record.Key
+		res := mustClaim(t, other, k4)
+		if res.Claimed || res.Blocked == nil || res.Blocked.Key != k4.Key || !res.Blocked.HeldBack() || res.Record.Key != k4.Key {
+			t.Fatalf("held back by what its call found done, the slot holding %s: %+v; want not granted, its own record kept held back", by, res)
+		}
+		if rec, err := s.Get(bg, k4.Key); err != nil || !rec.HeldBack() || rec.StandsFor != y.Record.Key {
+			t.Errorf("the slot holding %s: its record %+v, %v; want held back, standing for %s", by, rec, err, y.Record.Key)
+		}
 	}
 
 	// Held back by an action whose outcome is unknown: nothing is kept.

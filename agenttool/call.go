@@ -251,7 +251,7 @@ func (c *call) moveTo(o outcome) {
 func (c *call) facts() facts {
 	cfg := c.t.cfg
 	return facts{
-		class: cfg.Class, reconciler: cfg.Reconciler != nil, approver: cfg.Approver != nil, notices: cfg.notices(),
+		class: cfg.Class, reconciler: cfg.Reconciler != nil, approver: cfg.Approver != nil,
 		effect: c.effect, retriesLeft: c.tries < cfg.Retry.MaxAttempts,
 		forgotten: cfg.Class == Keyed && !c.claimed.Created.IsZero() && cfg.keyForgotten(c.claimed.Created),
 	}
@@ -336,6 +336,11 @@ func (c *call) claim() outcome {
 		return c.answer(claimRefused, answer{reason: reasonOtherTool})
 	case res.Conflict == storekit.OtherInput:
 		rec := res.Record
+		if rec.HeldBack() {
+			// The action was held back for the one it stands for, which
+			// was done: that is the earlier request the model hears of.
+			rec = c.t.standsInFor(c.ctx, rec)
+		}
 		return c.answer(claimRefused, answer{reason: reasonOtherInput, other: &rec, now: req.Now})
 	case res.Claimed:
 		c.begin(res)
@@ -400,14 +405,6 @@ func (c *call) lostRecord(now time.Time) {
 // slot kept from being granted.
 func (c *call) blockedBy(o Record, now time.Time, kept bool) outcome {
 	c.other = o
-	if o.Key == c.ref && o.HeldBack() {
-		// Held back by the action its own fence found done, whatever
-		// holds the slot by now (ClaimRequest.FoundApplied): kept so
-		// under its key.
-		a := c.t.toldApplied(c.t.standsInFor(c.ctx, o))
-		a.kept = kept
-		return c.answer(slotNotice, a)
-	}
 	if cfg := c.t.cfg; cfg.otherDefinition(&o) {
 		cfg.logger.Warn("retrysafe: an action of this tool made under another definition of it holds the scope: "+
 			"replicas or versions that build the tool differently give one request two references; roll such a change out as docs/stores.md says",
@@ -1137,8 +1134,8 @@ func (c *config) noticeUntil(told bool) time.Time {
 }
 
 // notices reports whether the tool's actions found done after an unknown
-// outcome keep a notice (noticeUntil) that holds back the calls it tells
-// (ClaimRequest.NoticeHold).
+// outcome keep a notice (noticeUntil), and the calls it holds back are
+// kept held back (ClaimRequest.NoticeHold).
 func (c *config) notices() bool {
 	return c.NoticeHold > 0 && c.Fence != FenceOff
 }

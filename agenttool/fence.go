@@ -1,6 +1,7 @@
 package agenttool
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,13 +30,13 @@ import (
 //	  definition sends it
 //	  (definition.go)            → this call does not run: earlier_action_unknown
 //	  taken over, and asked:
-//	    applied                  → settled as success, with a notice; claim
-//	                               again: the notice holds this call back
-//	                               (earlier_action_applied), and the scope's
-//	                               other new writes of its turn (NoticeHold),
-//	                               and the store records its key as held back,
-//	                               answered the same if asked for again (with
-//	                               no notice at all, this call just answers)
+//	    applied                  → this call is kept held back under its key
+//	                               (a claim carrying FoundApplied), then the
+//	                               action is settled as success, with a
+//	                               notice: this call does not run
+//	                               (earlier_action_applied, the same if asked
+//	                               for again), nor do the scope's other new
+//	                               writes of its turn (NoticeHold)
 //	    not applied              → this call claims its key in that action's
 //	                               place: the store closes that action as
 //	                               replaced, in the claim's transaction, and its
@@ -82,20 +83,25 @@ func (c *call) fence() outcome {
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {
 	case reconcile.Applied:
+		// This call will not run: the store keeps it so under its key
+		// first (asked for again, word for word, it is answered the
+		// same), and only then is the earlier action settled. A store
+		// that cannot keep it settles nothing: the earlier action stays
+		// unknown, and the next look finds it so.
+		kept, err := c.keepHeldBack(o)
+		if err != nil {
+			if serr := h.stillUnknown(c.ctx); serr != nil {
+				err = errors.Join(err, serr)
+			}
+			return c.storeFailed(fmt.Errorf("keeping this call held back by the earlier action %s, found done: %w", o.Key, err))
+		}
+		// This call answers earlier_action_applied: it tells the model of
+		// the action's conversation, if it is that conversation's.
+		h.tells = o.Session == c.session
 		if _, err := h.applied(c.ctx, ans.Result, &Resolution{Verdict: "applied", By: "fence"}); err != nil {
 			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
 		}
-		if cfg.notices() {
-			// Settled with its notice, which no call has told yet: the
-			// call claims again, and the store holds it back — by the
-			// notice, which its answer tells, or by this finding,
-			// whatever holds the slot by then — and keeps its key as held
-			// back (Record.HeldBack): asked for again, word for word, it
-			// is answered the same.
-			c.req.FoundApplied = o.Key
-			return earlierApplied
-		}
-		return c.answer(earlierApplied, answer{reason: reasonEarlierApplied, other: &o, result: ans.Result})
+		return c.answer(earlierApplied, answer{reason: reasonEarlierApplied, other: &o, result: ans.Result, kept: kept})
 	case reconcile.NotApplied:
 		// An action an older version left open in the scope holds no slot
 		// (a store upgraded to slots gives each scope's newest one the
@@ -123,6 +129,37 @@ func (c *call) fence() outcome {
 		return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
 	}
 	return c.answer(earlierUnknown, answer{reason: reasonEarlierUnknown, other: &o, why: "the destination's answer: " + describe(ans)})
+}
+
+// keepHeldBack has the store keep the call held back by o, an action its
+// fence found done and holds, before o is settled: a claim of the call's
+// key carrying ClaimRequest.FoundApplied, which the store never grants,
+// and writes held back (Record.HeldBack) whatever holds the slot. kept
+// reports whether the store keeps it: not with no notices (NoticeHold
+// negative), nor where a missing record proves nothing (a failover
+// window), nor when the key has a record already (another call of it).
+func (c *call) keepHeldBack(o Record) (kept bool, err error) {
+	cfg := c.t.cfg
+	if !cfg.notices() {
+		return false, nil
+	}
+	req := c.req
+	// TakeOver stays the call's: a store that may have lost the key's
+	// claim (a failover window) decides it as one it may have lost, and
+	// keeps nothing (storekit.DecideLost).
+	req.Now, req.FoundApplied = cfg.Now(), o.Key
+	ctx, cancel := context.WithTimeout(c.ctx, cfg.StoreTimeout)
+	defer cancel()
+	res, err := cfg.Store.Claim(ctx, req)
+	switch {
+	case err != nil:
+		return false, err
+	case res.Claimed:
+		// A store that ignores FoundApplied: give the key back, unused.
+		err := cfg.Store.Release(ctx, c.ref, res.Record.Token)
+		return false, errors.Join(fmt.Errorf("the store granted a claim it must hold back (ClaimRequest.FoundApplied): %w", ErrCorrupt), err)
+	}
+	return res.Record.Key == c.ref && res.Record.HeldBack(), nil
 }
 
 // storedResult returns the result of a succeeded record, or nil if its

@@ -3,6 +3,7 @@ package agenttool_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -880,6 +883,242 @@ func TestNotice_AHeldBackCopyNeverNamesANewActionAsTheOneDone(t *testing.T) {
 		if replay.Earlier == nil || replay.Earlier.RequestRef != first.RequestRef ||
 			(len(replay.Earlier.Result) > 0 && string(replay.Earlier.Result) != `{"message_id":"<first@mail.test>"}`) {
 			t.Errorf("held-back copy names as the action confirmed done after an unknown outcome: %+v; want %s, with its own result or none", replay.Earlier, first.RequestRef)
+		}
+	})
+}
+
+// lunchRewordedCased is lunchReworded with only the case of its subject
+// changed: the same key (identifying values are case-folded), another
+// fingerprint.
+const lunchRewordedCased = `{"to":"ana@example.com","subject":"lunch on friday","body":"Shall we meet at noon?"}`
+
+// heldBackCopy leaves lunch unknown, then has a reworded copy's
+// fence find it applied: the copy is held back and kept so.
+func heldBackCopy(t *testing.T, store agenttool.Store, opts agenttool.Options) (*agenttool.Tool, *mailServer, *clock, envelope.Envelope, envelope.Envelope) {
+	t.Helper()
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	check := &foundByRef{pending: true, applied: map[string]bool{}}
+	clk := &clock{now: time.Now()}
+	opts.Store, opts.Class, opts.Reconciler, opts.Now = store, agenttool.Reconcilable, check, clk.Now
+	tool := newEmailTool(t, m, opts)
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	check.mu.Lock()
+	check.pending, check.applied[first.RequestRef] = false, true
+	check.mu.Unlock()
+	held := tool.Invoke(scoped(), lunchReworded)
+	mustBeHeldBack(t, "the reworded copy", held, first.RequestRef, false)
+	return tool, m, clk, first, held
+}
+
+// A copy of the held-back call that the tool cannot tell apart from it but
+// by its fingerprint (the case of a value) meets the held-back key: it is
+// refused as any variant is (key_reused_with_different_input), and told
+// of the action done — never that the earlier request for the same action
+// "was not done", which would invite a rewording. (Found by a review.)
+func TestNotice_AVariantOfAHeldBackCopyIsToldOfTheActionDone(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		tool, m, clk, first, held := heldBackCopy(t, open(), agenttool.Options{})
+		// Within the notice, same turn: a case-only variant of the held-back copy.
+		v := tool.Invoke(scoped(), lunchRewordedCased)
+		t.Logf("case-only variant within the notice: %s", v)
+		if v.RequestRef != held.RequestRef {
+			t.Fatalf("variant has ref %s, held-back copy %s: not the same key", v.RequestRef, held.RequestRef)
+		}
+		// Any other wording within the notice gets earlier_action_applied:
+		other := tool.Invoke(scoped(), lunchRephrased)
+		mustBeHeldBack(t, "another wording within the notice", other, first.RequestRef, false)
+		toldDone := func(what string, v envelope.Envelope) {
+			t.Helper()
+			if v.Error == nil || v.Error.Code != envelope.CodeKeyReused || v.Earlier == nil || v.Earlier.RequestRef != first.RequestRef ||
+				v.Earlier.State != envelope.ActionSucceeded || !strings.Contains(v.Note, "was done") || strings.Contains(v.Note, "was not done") {
+				t.Errorf("%s: %s; want key_reused_with_different_input, naming %s as done", what, v, first.RequestRef)
+			}
+		}
+		toldDone("a case-only variant of the held-back copy within the notice", v)
+		clk.Advance(time.Minute)
+		toldDone("a case-only variant of the held-back copy after the notice", tool.Invoke(scoped(), lunchRewordedCased))
+		if m.count() != 1 {
+			t.Errorf("%d emails; want 1", m.count())
+		}
+	})
+}
+
+// stepCtx scopes a call as dbostool/temporaltool ByStep do: the action is
+// its own session, and its explicit action id.
+func stepCtx(action string) context.Context {
+	return agenttool.WithActionID(agenttool.WithScope(context.Background(), "tenant-42/user-7", action), action)
+}
+
+// Explicit action ids (a durable engine's steps, ByStep) with a tool
+// fenced by principal: a step of another workflow whose fence finds the
+// first workflow's step done is held back, and keeps that answer — the
+// same step called again, however late, answers the same, as any step
+// answers with its action's outcome — and the workflow that still wants
+// the write runs it as a new step (temporaltool, dbostool docs).
+func TestNotice_UnderExplicitActionIDsAStepHeldBackAnswersTheSameAndANewStepRuns(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		check := &foundByRef{pending: true, applied: map[string]bool{}}
+		clk := &clock{now: time.Now()}
+		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+			Fence: agenttool.FencePrincipal})
+		w1 := tool.Invoke(stepCtx("wf-invoice-ana/step-1"), lunch)
+		mustStatus(t, w1, envelope.UnknownOutcome)
+		check.mu.Lock()
+		check.pending, check.applied[w1.RequestRef] = false, true
+		check.mu.Unlock()
+		const bobReport = `{"to":"bob@example.com","subject":"Quarterly report","body":"Attached."}`
+		w2 := tool.Invoke(stepCtx("wf-report-bob/step-1"), bobReport)
+		t.Logf("another workflow's step: %s", w2)
+		clk.Advance(7 * time.Hour) // past NoticeHold and NoticeBackstop: the engine retries the step later
+		again := tool.Invoke(stepCtx("wf-report-bob/step-1"), bobReport)
+		t.Logf("its retry 7h later: %s", again)
+		mustBeHeldBack(t, "another workflow's step", w2, w1.RequestRef, false)
+		mustBeHeldBack(t, "the same step called again", again, w1.RequestRef, true)
+		if step2 := tool.Invoke(stepCtx("wf-report-bob/step-2"), bobReport); step2.Status != envelope.Success || m.sent(step2.RequestRef) != 1 {
+			t.Errorf("the workflow's new step: %s; want it run once", step2)
+		}
+	})
+}
+
+// Two pgstore replicas on one schema: the fence of a reworded copy on A
+// settles the unknown first action (its check is slow) while, on B, the
+// same turn's copies land — the held-back copy word for word, the first's
+// own resend, another wording. One email in all; every copy told the first
+// was done, on either replica, then and after the notice.
+func TestNotice_TwoReplicasOnOnePostgreSQLHoldBackEveryCopyOfTheTurn(t *testing.T) {
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url)
+	open := func() agenttool.Store {
+		s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	g := &gate{answer: reconcile.StillPending()}
+	clk := &jumpClock{}
+	mk := func() *agenttool.Tool {
+		return newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: g, Now: clk.Now,
+			WaitTimeout: 3 * time.Second})
+	}
+	a, b := mk(), mk()
+	first := a.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	g.set(reconcile.AppliedWith([]byte(`{"message_id":"<first@mail.test>"}`)), true)
+	var wg sync.WaitGroup
+	var fenced envelope.Envelope
+	wg.Add(1)
+	go func() { defer wg.Done(); fenced = a.Invoke(scoped(), lunchReworded) }()
+	<-g.entered
+	inputs := []string{lunchReworded, lunch, lunchRephrased, lunchReworded}
+	envs := make([]envelope.Envelope, len(inputs))
+	for i, in := range inputs {
+		wg.Add(1)
+		go func() { defer wg.Done(); envs[i] = b.Invoke(scoped(), in) }()
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(g.open)
+	wg.Wait()
+	t.Logf("A's fenced copy: %s", fenced)
+	mustBeHeldBack(t, "A's fenced copy", fenced, first.RequestRef, fenced.Replayed)
+	for i, env := range envs {
+		t.Logf("B copy %d (%s): %s", i, inputs[i], env)
+		if inputs[i] == lunch {
+			if env.Status != envelope.Success {
+				t.Errorf("the first's resend on B: %s", env)
+			}
+			continue
+		}
+		if env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
+			t.Errorf("B copy %d: %s; want earlier_action_applied", i, env)
+		}
+	}
+	clk.Advance(time.Minute)
+	for i, in := range []string{lunchReworded, lunchRephrased} {
+		for j, tool := range []*agenttool.Tool{a, b} {
+			env := tool.Invoke(scoped(), in)
+			if env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied {
+				t.Errorf("copy %d asked again on replica %d after the notice: %s", i, j, env)
+			}
+		}
+	}
+	if m.count() != 1 {
+		t.Errorf("%d emails; want 1", m.count())
+	}
+}
+
+// failFoundApplied fails, once, the claim that carries the fence's
+// finding (the store briefly unreachable), before anything is written.
+type failFoundApplied struct {
+	agenttool.Store
+	failed atomic.Bool
+}
+
+func (f *failFoundApplied) Claim(ctx context.Context, r storekit.ClaimRequest) (storekit.ClaimResult, error) {
+	if r.FoundApplied != "" && f.failed.CompareAndSwap(false, true) {
+		return storekit.ClaimResult{}, errors.New("connection refused")
+	}
+	return f.Store.Claim(ctx, r)
+}
+
+// The fence of a reworded copy finds the first action done, and the
+// store cannot keep the copy held back (it blinks): nothing is settled —
+// the first stays unknown, the copy answers store_unavailable — and the
+// copy retried word for word later, past a short backstop, is held back
+// by the first (asked again) and never runs. (Found by a review: the
+// fence settled first, then lost the claim that kept the copy held back,
+// and the retried copy ran.) A model told by another answer meanwhile
+// that the first was done (its own resend's success) and that sends the
+// copy after NoticeHold makes a new request, as any rewording then would
+// (Options.NoticeHold).
+func TestNotice_AStoreThatCannotKeepACopyHeldBackSettlesNothing(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		fs := &failFoundApplied{Store: open()}
+		m := &mailServer{script: func(n int) (bool, error) {
+			if n == 1 {
+				return true, errLostReply
+			}
+			return true, nil
+		}}
+		check := &foundByRef{pending: true, applied: map[string]bool{}}
+		clk := &clock{now: time.Now()}
+		opts := agenttool.Options{Store: fs, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now, NoticeBackstop: time.Second}
+		tool := newEmailTool(t, m, opts)
+		first := tool.Invoke(scoped(), lunch)
+		mustStatus(t, first, envelope.UnknownOutcome)
+		check.mu.Lock()
+		check.pending, check.applied[first.RequestRef] = false, true
+		check.mu.Unlock()
+		x := tool.Invoke(scoped(), lunchReworded)
+		if x.Error == nil || x.Error.Code != envelope.CodeStoreUnavailable {
+			t.Errorf("the copy, the store failing to keep it held back: %s; want store_unavailable", x)
+		}
+		if rec, err := fs.Store.Get(context.Background(), first.RequestRef); err != nil || rec.State != agenttool.Unknown {
+			t.Errorf("the first action after the store failed to keep the copy: %v, %v; want it left unknown", rec.State, err)
+		}
+		clk.Advance(11 * time.Second) // past max(NoticeBackstop, NoticeHold)
+		mustBeHeldBack(t, "the copy retried word for word", tool.Invoke(scoped(), lunchReworded), first.RequestRef, false)
+		if m.count() != 1 {
+			t.Errorf("%d emails; want 1 — the copy whose own fence found the first done ran on its retry", m.count())
 		}
 	})
 }

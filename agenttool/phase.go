@@ -60,7 +60,7 @@ const (
 	approvedRetry    // the approver allowed one more attempt
 	approverAnswered // undecided, stale, refused or compensated
 	// fence
-	earlierApplied    // found done: settled, with its notice if the tool keeps one
+	earlierApplied    // found done: the call kept held back, the action settled with its notice
 	earlierNotApplied // found not applied: the call goes on in its place
 	earlierUnknown    // still unknown, or nobody can ask
 	earlierMoved      // it changed since the claim saw it
@@ -121,7 +121,6 @@ type facts struct {
 	reconciler  bool   // the tool has a Reconciler
 	approver    bool   // the tool has an Approver
 	effect      effect // what may have happened
-	notices     bool   // actions found done after an unknown outcome keep a notice (NoticeHold)
 	retriesLeft bool   // the retry policy allows another attempt
 	forgotten   bool   // keyed: the destination may have forgotten the key
 }
@@ -183,14 +182,7 @@ func next(ph phase, o outcome, f facts) (phase, error) {
 		switch o {
 		case earlierNotApplied, earlierMoved:
 			return phaseClaim, nil
-		case earlierApplied:
-			// Its notice holds the call back in the claim, which records
-			// the call's key as held back: claim again.
-			if f.notices {
-				return phaseClaim, nil
-			}
-			return phaseDone, nil
-		case earlierUnknown, storeFailed:
+		case earlierApplied, earlierUnknown, storeFailed:
 			return phaseDone, nil
 		}
 	case phaseCheckOwn:

@@ -54,7 +54,6 @@ var lifeOfACall = []move{
 
 	{phaseFence, earlierNotApplied, always, phaseClaim},
 	{phaseFence, earlierMoved, always, phaseClaim},
-	{phaseFence, earlierApplied, func(f facts) bool { return f.notices }, phaseClaim},
 	{phaseFence, earlierApplied, always, phaseDone},
 	{phaseFence, earlierUnknown, always, phaseDone},
 	{phaseFence, storeFailed, always, phaseDone},
@@ -115,9 +114,9 @@ func allFacts() []facts {
 	var out []facts
 	for _, class := range []Class{ReadOnly, Keyed, Reconcilable, AtMostOnce} {
 		for _, eff := range []effect{effectNone, effectMaybe, effectNotFound, effectCommitted} {
-			for bits := range 32 {
+			for bits := range 16 {
 				out = append(out, facts{class: class, effect: eff,
-					reconciler: bits&1 != 0, approver: bits&2 != 0, retriesLeft: bits&4 != 0, forgotten: bits&8 != 0, notices: bits&16 != 0})
+					reconciler: bits&1 != 0, approver: bits&2 != 0, retriesLeft: bits&4 != 0, forgotten: bits&8 != 0})
 			}
 		}
 	}

@@ -97,7 +97,11 @@
 // none while an earlier one is unknown) holds only the action itself:
 // parallel steps run at once, and one that ends unknown holds up no
 // other. A tool built with FencePrincipal asks for more, and gets it:
-// its writes run one at a time per principal, across workflows. Under
+// its writes run one at a time per principal, across workflows, and a
+// step that another workflow's action, found done after its outcome was
+// unknown, holds back (earlier_action_applied) keeps that answer — run
+// again as the same step, it answers the same; a workflow that still
+// wants that write runs it as a new step. Under
 // ByInput the fence is the conversation's, as in any agent loop: writes
 // of one tool in one conversation run one after another (a second waits
 // for the first; see "Crashes and leases"), and an unknown one holds the

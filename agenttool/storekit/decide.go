@@ -512,19 +512,15 @@ func heldBack(d *ClaimDecision, req ClaimRequest) {
 	if applied == "" || req.NoticeHold <= 0 || req.KeyTTL <= 0 {
 		return
 	}
-	defer func() {
-		if !notice {
-			// Held back by its call's own finding: Blocked is the record kept.
-			held := d.Result.Record
-			d.Result.Blocked = &held
-		}
-	}()
-	d.Result.Record = Record{
+	held := Record{
 		Key: req.Key, Tool: req.Tool, State: Failed, Principal: req.Principal, Session: req.Session,
 		Fingerprint: req.Fingerprint, Created: req.Now, Updated: req.Now, Expires: req.Now.Add(req.KeyTTL),
 		Label: req.Label, FenceScope: req.FenceScope, Definition: req.Definition, StandsFor: applied,
 	}
-	d.Write = true
+	d.Result.Record, d.Write = held, true
+	if !notice {
+		d.Result.Blocked = &held // held back by its call's own finding
+	}
 }
 
 // NoticeOf reports whether r, holding back at now a claim of session,

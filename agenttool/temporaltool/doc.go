@@ -100,7 +100,10 @@
 // side, and a step whose outcome is unknown holds back no other — the
 // steps are the workflow's, not a model's copies of each other. A tool
 // whose Fence is FencePrincipal is still serialised across them: that
-// was asked for. Under ByInput the fence stays, as in every agent loop:
+// was asked for — and a step that another workflow's action, found done
+// after its outcome was unknown, holds back (earlier_action_applied)
+// keeps that answer: run again as the same step, it answers the same; a
+// workflow that still wants that write runs it as a new step. Under ByInput the fence stays, as in every agent loop:
 // two calls of one turn may be one action in other words. Calls of one
 // tool started together in one conversation run one after the other (a
 // later one waits up to WaitTimeout, then answers in_progress, which

@@ -30,10 +30,10 @@ import (
 //	  definition sends it
 //	  (definition.go)            → this call does not run: earlier_action_unknown
 //	  taken over, and asked:
-//	    applied                  → this call is kept held back under its key
-//	                               (a claim carrying FoundApplied), then the
-//	                               action is settled as success, with a
-//	                               notice: this call does not run
+//	    applied                  → settled as success, with a notice; then this
+//	                               call is kept held back under its key (a
+//	                               claim carrying FoundApplied, which tells
+//	                               the notice): it does not run
 //	                               (earlier_action_applied, the same if asked
 //	                               for again), nor do the scope's other new
 //	                               writes of its turn (NoticeHold)
@@ -83,23 +83,20 @@ func (c *call) fence() outcome {
 	ans := h.ask(c.ctx, "fence")
 	switch ans.Verdict {
 	case reconcile.Applied:
-		// This call will not run: the store keeps it so under its key
-		// first (asked for again, word for word, it is answered the
-		// same), and only then is the earlier action settled. A store
-		// that cannot keep it settles nothing: the earlier action stays
-		// unknown, and the next look finds it so.
-		kept, err := c.keepHeldBack(o)
-		if err != nil {
-			if serr := h.stillUnknown(c.ctx); serr != nil {
-				err = errors.Join(err, serr)
-			}
-			return c.storeFailed(fmt.Errorf("keeping this call held back by the earlier action %s, found done: %w", o.Key, err))
-		}
-		// This call answers earlier_action_applied: it tells the model of
-		// the action's conversation, if it is that conversation's.
-		h.tells = o.Session == c.session
+		// Settled first, with its notice untold; then the store keeps
+		// this call held back under its key — asked for again, word for
+		// word, it is answered the same — and, in the same transaction,
+		// tells the notice. A call is kept held back only by an action
+		// the store has settled applied (settled, it stays so). A store
+		// that cannot keep it: the call answers store_unavailable, and
+		// the notice, untold, holds its retry back until a call is told
+		// of it (at most NoticeBackstop).
 		if _, err := h.applied(c.ctx, ans.Result, &Resolution{Verdict: "applied", By: "fence"}); err != nil {
 			return c.storeFailed(fmt.Errorf("settling the earlier action %s: %w", o.Key, err))
+		}
+		kept, err := c.keepHeldBack(o)
+		if err != nil {
+			return c.storeFailed(fmt.Errorf("keeping this call held back by the earlier action %s, found done: %w", o.Key, err))
 		}
 		return c.answer(earlierApplied, answer{reason: reasonEarlierApplied, other: &o, result: ans.Result, kept: kept})
 	case reconcile.NotApplied:
@@ -132,9 +129,10 @@ func (c *call) fence() outcome {
 }
 
 // keepHeldBack has the store keep the call held back by o, an action its
-// fence found done and holds, before o is settled: a claim of the call's
-// key carrying ClaimRequest.FoundApplied, which the store never grants,
-// and writes held back (Record.HeldBack) whatever holds the slot. kept
+// fence found done and settled applied: a claim of the call's key
+// carrying ClaimRequest.FoundApplied, which the store never grants, and
+// writes held back (Record.HeldBack) whatever holds the slot, telling o's
+// notice where it holds the call back. kept
 // reports whether the store keeps it: not with no notices (NoticeHold
 // negative), nor where a missing record proves nothing (a failover
 // window), nor when the key has a record already (another call of it).

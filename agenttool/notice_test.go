@@ -1080,17 +1080,14 @@ func (f *failFoundApplied) Claim(ctx context.Context, r storekit.ClaimRequest) (
 	return f.Store.Claim(ctx, r)
 }
 
-// The fence of a reworded copy finds the first action done, and the
-// store cannot keep the copy held back (it blinks): nothing is settled —
-// the first stays unknown, the copy answers store_unavailable — and the
-// copy retried word for word later, past a short backstop, is held back
-// by the first (asked again) and never runs. (Found by a review: the
-// fence settled first, then lost the claim that kept the copy held back,
-// and the retried copy ran.) A model told by another answer meanwhile
-// that the first was done (its own resend's success) and that sends the
-// copy after NoticeHold makes a new request, as any rewording then would
-// (Options.NoticeHold).
-func TestNotice_AStoreThatCannotKeepACopyHeldBackSettlesNothing(t *testing.T) {
+// The fence of a reworded copy finds the first action done and settles
+// it, and the store cannot keep the copy held back (it blinks): the copy
+// answers store_unavailable, and the first's notice stays untold — so the
+// copy retried word for word, however much later within NoticeBackstop,
+// is held back (and kept so), and never runs. (Found by a review: the
+// notice was told as the settlement was written, and the retried copy ran
+// once NoticeHold had passed.)
+func TestNotice_AStoreThatCannotKeepACopyHeldBackLeavesTheNoticeUntold(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		fs := &failFoundApplied{Store: open()}
 		m := &mailServer{script: func(n int) (bool, error) {
@@ -1101,7 +1098,7 @@ func TestNotice_AStoreThatCannotKeepACopyHeldBackSettlesNothing(t *testing.T) {
 		}}
 		check := &foundByRef{pending: true, applied: map[string]bool{}}
 		clk := &clock{now: time.Now()}
-		opts := agenttool.Options{Store: fs, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now, NoticeBackstop: time.Second}
+		opts := agenttool.Options{Store: fs, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now}
 		tool := newEmailTool(t, m, opts)
 		first := tool.Invoke(scoped(), lunch)
 		mustStatus(t, first, envelope.UnknownOutcome)
@@ -1112,13 +1109,147 @@ func TestNotice_AStoreThatCannotKeepACopyHeldBackSettlesNothing(t *testing.T) {
 		if x.Error == nil || x.Error.Code != envelope.CodeStoreUnavailable {
 			t.Errorf("the copy, the store failing to keep it held back: %s; want store_unavailable", x)
 		}
-		if rec, err := fs.Store.Get(context.Background(), first.RequestRef); err != nil || rec.State != agenttool.Unknown {
-			t.Errorf("the first action after the store failed to keep the copy: %v, %v; want it left unknown", rec.State, err)
+		if rec, err := fs.Store.Get(context.Background(), first.RequestRef); err != nil || rec.State != agenttool.Succeeded || rec.NoticeUntil.Before(clk.Now().Add(time.Hour)) {
+			t.Errorf("the first action after the store failed to keep the copy: %v until %v, %v; want settled applied, its notice untold", rec.State, rec.NoticeUntil, err)
 		}
-		clk.Advance(11 * time.Second) // past max(NoticeBackstop, NoticeHold)
+		clk.Advance(5 * time.Minute) // well past NoticeHold
 		mustBeHeldBack(t, "the copy retried word for word", tool.Invoke(scoped(), lunchReworded), first.RequestRef, false)
+		clk.Advance(time.Minute)
+		mustBeHeldBack(t, "the copy asked for again after that", tool.Invoke(scoped(), lunchReworded), first.RequestRef, true)
 		if m.count() != 1 {
 			t.Errorf("%d emails; want 1 — the copy whose own fence found the first done ran on its retry", m.count())
+		}
+	})
+}
+
+// failSettleOnce fails, once, the Finish that settles key as succeeded
+// (the store blinks as the fence settles the action it found done).
+type failSettleOnce struct {
+	agenttool.Store
+	mu     sync.Mutex
+	key    string
+	failed atomic.Bool
+}
+
+func (f *failSettleOnce) Finish(ctx context.Context, r storekit.FinishRequest) error {
+	f.mu.Lock()
+	k := f.key
+	f.mu.Unlock()
+	if r.Key == k && r.State == storekit.Succeeded && f.failed.CompareAndSwap(false, true) {
+		return errors.New("connection refused")
+	}
+	return f.Store.Finish(ctx, r)
+}
+
+// settleFailsOnce: lunch goes out, its reply is lost (unknown); the checker
+// then finds it applied; the reworded copy's fence settles it, and the
+// settlement fails once: nothing is kept, the copy answers
+// store_unavailable.
+func settleFailsOnce(t *testing.T, store agenttool.Store, compensated *[]string) (*agenttool.Tool, *failSettleOnce, *mailServer, *clock, envelope.Envelope, envelope.Envelope) {
+	t.Helper()
+	fs := &failSettleOnce{Store: store}
+	m := &mailServer{script: func(n int) (bool, error) {
+		if n == 1 {
+			return true, errLostReply
+		}
+		return true, nil
+	}}
+	check := &foundByRef{pending: true, applied: map[string]bool{}}
+	clk := &clock{now: time.Now()}
+	var mu sync.Mutex
+	tool := newEmailTool(t, m, agenttool.Options{Store: fs, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
+			mu.Lock()
+			defer mu.Unlock()
+			*compensated = append(*compensated, info.RequestRef)
+			return nil
+		}})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	fs.mu.Lock()
+	fs.key = first.RequestRef
+	fs.mu.Unlock()
+	check.mu.Lock()
+	check.pending, check.applied[first.RequestRef] = false, true
+	check.mu.Unlock()
+	held := tool.Invoke(scoped(), lunchReworded)
+	if held.Error == nil || held.Error.Code != envelope.CodeStoreUnavailable {
+		t.Errorf("the reworded copy, the settlement failing: %s; want store_unavailable", held)
+	}
+	if !fs.failed.Load() {
+		t.Fatalf("the settlement never failed")
+	}
+	return tool, fs, m, clk, first, held
+}
+
+// A call is kept held back only by an action the store has settled
+// applied, which stays so: the fence's settlement of X fails, X is
+// unknown again, and a person compensates it (undoes the email); K asked
+// again never says X was done. (Found by a review, when the fence kept K
+// before it settled X: K then said X was done for good.)
+func TestNotice_ACopyIsKeptHeldBackOnlyByAnActionTheStoreSettledApplied(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		var compensated []string
+		store := open()
+		tool, fs, m, clk, first, _ := settleFailsOnce(t, store, &compensated)
+		clk.Advance(2 * time.Minute) // the fence's hold on X lapses
+		op, err := agenttool.NewOperator(fs, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := op.Show(context.Background(), first.RequestRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("X after the failed settlement: state %v attempts %d", rec.State, rec.Attempts)
+		if err := op.Compensate(context.Background(), first.RequestRef, rec.Attempts, "ops", "recalled the email"); err != nil {
+			t.Fatalf("compensate: %v", err)
+		}
+		rec, _ = op.Show(context.Background(), first.RequestRef)
+		t.Logf("X after compensation: state %v; compensated %v", rec.State, compensated)
+		again := tool.Invoke(scoped(), lunchReworded)
+		t.Logf("K asked again: %s", again)
+		xAgain := tool.Invoke(scoped(), lunch)
+		t.Logf("X asked again: %s", xAgain)
+		if k, err := fs.Store.Get(context.Background(), again.RequestRef); err == nil && k.HeldBack() {
+			t.Errorf("K is kept held back by %s, which the store never settled applied: %+v", first.RequestRef, k)
+		}
+		if again.Error != nil && again.Error.Code == envelope.CodeEarlierApplied && rec.State == agenttool.Failed {
+			t.Errorf("K answers earlier_action_applied (%s applied, do not resend) while %s is recorded compensated (undone): the envelope lies, and the action is refused for KeyTTL; %d emails, %d recalled",
+				first.RequestRef, first.RequestRef, m.count(), len(compensated))
+		}
+	})
+}
+
+// After the fence's failed settlement a sweeper settles X applied (its
+// notice untold); K, asked again, is held back, kept so, and tells the
+// model; a new request after NoticeHold runs. (Found by a review, when a
+// K kept before the settlement told nothing and the new request was held
+// back for good.)
+func TestNotice_AfterASweeperSettledTheActionTheCopyTellsAndANewRequestRuns(t *testing.T) {
+	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
+		var compensated []string
+		store := open()
+		tool, fs, m, clk, first, _ := settleFailsOnce(t, store, &compensated)
+		clk.Advance(2 * time.Minute)
+		op, err := agenttool.NewOperator(fs, tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+		t.Logf("sweep: %+v %v", rep, err)
+		mustBeHeldBack(t, "K asked again", tool.Invoke(scoped(), lunchReworded), first.RequestRef, false)
+		clk.Advance(30 * time.Second) // past NoticeHold
+		n := tool.Invoke(scoped(), lunchNextWeek)
+		t.Logf("a new email after being told: %s", n)
+		if n.Status != envelope.Success {
+			t.Errorf("new write after the model was told (by K's replay) that %s was done, past NoticeHold: %s; want it run", first.RequestRef, n.Status)
+			clk.Advance(7 * time.Hour)
+			n2 := tool.Invoke(scoped(), lunchNextWeek)
+			t.Logf("the same new email 7h later: %s", n2)
+		}
+		if m.count() != 2 {
+			t.Errorf("%d emails; want the first and the new one", m.count())
 		}
 	})
 }

@@ -60,7 +60,7 @@ const (
 	approvedRetry    // the approver allowed one more attempt
 	approverAnswered // undecided, stale, refused or compensated
 	// fence
-	earlierApplied    // found done: the call kept held back, the action settled with its notice
+	earlierApplied    // found done: settled with its notice, the call kept held back
 	earlierNotApplied // found not applied: the call goes on in its place
 	earlierUnknown    // still unknown, or nobody can ask
 	earlierMoved      // it changed since the claim saw it

@@ -61,9 +61,6 @@ type holding struct {
 	work      context.Context
 	stopWork  context.CancelCauseFunc
 	keep      keeper
-	// tells is set when the holder's caller answers with the settlement
-	// it writes (the fence: earlier_action_applied): the model is told.
-	tells bool
 }
 
 // hold starts keeping a taken-over record's lease. The attempt count is the
@@ -122,9 +119,9 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 
 // applied records the effect as done, with the destination's result. The
 // record keeps the scope's slot with a notice: its outcome was unknown, and
-// the scope's other new writes are told of it first — for NoticeHold if
-// the holder tells a call of it now (h.tells: the fence), else until a
-// call is told.
+// the scope's other new writes are told of it first, until a call is told
+// (the fence's call, kept held back by it: storekit.DecideClaim) and
+// NoticeHold after.
 func (h *holding) applied(ctx context.Context, result json.RawMessage, res *Resolution) (envelope.Envelope, error) {
 	env := h.t.answerFor(h.rec.Key, answer{reason: reasonSettledApplied, attempts: h.rec.Attempts, result: result})
 	return env, h.finish(ctx, Succeeded, &env, res, false)
@@ -191,7 +188,7 @@ func (h *holding) finish(ctx context.Context, state State, env *envelope.Envelop
 	case state == Unknown && !approve:
 		req.HeldUntil = h.heldUntil
 	case state == Succeeded:
-		req.NoticeUntil = h.t.cfg.noticeUntil(h.tells)
+		req.NoticeUntil = h.t.cfg.noticeUntil(false)
 	}
 	return h.t.writeOutcome(ctx, req, env)
 }

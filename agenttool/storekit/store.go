@@ -398,12 +398,11 @@ type ClaimRequest struct {
 	NoticeHold time.Duration
 	// FoundApplied, on the claim of a call that answers a model, is the
 	// key of an action that held the claim back and that the call itself
-	// then found done (agenttool's fence, which makes this claim before it
-	// settles that action, so that a store that cannot keep the call held
-	// back settles nothing): the claim of a new key is never granted,
-	// whatever holds the slot, and its key is kept held back, standing for
-	// that action ([DecideClaim], [Record.HeldBack]). "" on every other
-	// claim.
+	// then found done and settled applied (agenttool's fence): the claim
+	// of a new key is never granted, whatever holds the slot by then — a
+	// pause may have outlasted the notice — and its key is kept held back,
+	// standing for that action ([DecideClaim], [Record.HeldBack]). "" on
+	// every other claim.
 	FoundApplied string
 	// KeyTTL is the lifetime the claim's tool gives its settled records
 	// (agenttool's Options.KeyTTL); 0 if unknown. A version before this

@@ -128,12 +128,7 @@ func TestLostRecordsAfterAFailoverAreNotNewActions(t *testing.T) {
 // runs once (docs/stores.md, the failover window).
 func TestFailover_ACopyHeldBackInTheWindowIsCheckedByItsOwnReferenceAndNotKept(t *testing.T) {
 	store := pgtest.Open(t)
-	m := &mailServer{script: func(n int) (bool, error) {
-		if n == 1 {
-			return true, errLostReply
-		}
-		return true, nil
-	}}
+	m := &mailServer{script: lostFirstReply}
 	check := &foundByRef{pending: true, applied: map[string]bool{}}
 	clk := &clock{now: time.Now()}
 	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now})
@@ -145,9 +140,7 @@ func TestFailover_ACopyHeldBackInTheWindowIsCheckedByItsOwnReferenceAndNotKept(t
 	if _, err := store.Pool().Exec(context.Background(), `UPDATE `+tl+` SET timeline = -1`); err != nil {
 		t.Fatal(err)
 	}
-	check.mu.Lock()
-	check.pending, check.applied[first.RequestRef] = false, true
-	check.mu.Unlock()
+	check.found(first.RequestRef)
 
 	x := tool.Invoke(scoped(), lunchReworded)
 	t.Logf("reworded copy in the window: %s", x)

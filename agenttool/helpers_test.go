@@ -13,6 +13,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
@@ -358,6 +359,22 @@ func untilLeaseLapses(t *testing.T, store agenttool.Store, key string, grace tim
 			t.Fatalf("the lease of %s never lapsed (it ends %s)", key, rec.LeaseExpiry)
 		}
 		time.Sleep(time.Until(end) + time.Millisecond) // until the end the store records, then read it again
+	}
+}
+
+// pgReplicas returns a function that opens one more replica of one
+// PostgreSQL store — a store of its own, on one new schema — closed when
+// the test ends.
+func pgReplicas(t *testing.T) func() agenttool.Store {
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url)
+	return func() agenttool.Store {
+		s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
 	}
 }
 

@@ -14,10 +14,8 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
-	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -650,6 +648,38 @@ func (b *foundByRef) Check(_ context.Context, req reconcile.Request) reconcile.A
 	return reconcile.NotAppliedYet()
 }
 
+// found makes the destination show ref done.
+func (b *foundByRef) found(ref string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending, b.applied[ref] = false, true
+}
+
+// lostFirstReply is a mail server script: the first email is delivered
+// and its reply lost; every other is delivered.
+func lostFirstReply(n int) (bool, error) {
+	if n == 1 {
+		return true, errLostReply
+	}
+	return true, nil
+}
+
+// firstFoundApplied builds a reconcilable send_email tool with opts (its
+// Store set) and sends lunch in ctx: delivered, its reply lost — unknown
+// — and the destination then shows it done.
+func firstFoundApplied(t *testing.T, ctx context.Context, opts agenttool.Options) (*agenttool.Tool, *mailServer, *clock, envelope.Envelope) {
+	t.Helper()
+	m := &mailServer{script: lostFirstReply}
+	check := &foundByRef{pending: true, applied: map[string]bool{}}
+	clk := &clock{now: time.Now()}
+	opts.Class, opts.Reconciler, opts.Now = agenttool.Reconcilable, check, clk.Now
+	tool := newEmailTool(t, m, opts)
+	first := tool.Invoke(ctx, lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	check.found(first.RequestRef)
+	return tool, m, clk, first
+}
+
 // pausingStore runs onSettle once, right after the settlement (a
 // succeeded Finish) of key is written: the process that settled it
 // pauses there, before the fence's re-claim.
@@ -687,24 +717,11 @@ func TestNotice_ACopyWhoseOwnFenceFoundTheActionDoneNeverRunsHoweverLateItsClaim
 		t.Run(variant, func(t *testing.T) {
 			storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 				ps := &pausingStore{Store: open()}
-				m := &mailServer{script: func(n int) (bool, error) {
-					if n == 1 {
-						return true, errLostReply // delivered, reply lost
-					}
-					return true, nil
-				}}
-				check := &foundByRef{pending: true, applied: map[string]bool{}}
-				clk := &clock{now: time.Now()}
-				opts := agenttool.Options{Store: ps, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now}
+				opts := agenttool.Options{Store: ps}
 				if variant == "short backstop, pause" {
 					opts.NoticeBackstop = time.Second
 				}
-				tool := newEmailTool(t, m, opts)
-				first := tool.Invoke(scoped(), lunch)
-				mustStatus(t, first, envelope.UnknownOutcome)
-				check.mu.Lock()
-				check.pending, check.applied[first.RequestRef] = false, true
-				check.mu.Unlock()
+				tool, m, clk, first := firstFoundApplied(t, scoped(), opts)
 
 				var resend envelope.Envelope
 				ps.mu.Lock()
@@ -744,23 +761,8 @@ func TestNotice_ACopyWhoseOwnFenceFoundTheActionDoneNeverRunsHoweverLateItsClaim
 // wants it done asks anew.
 func TestNotice_UnderAPrincipalsFenceAnotherConversationsWriteHeldBackIsKeptSo(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return true, nil
-		}}
-		check := &foundByRef{pending: true, applied: map[string]bool{}}
-		clk := &clock{now: time.Now()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
-			Fence: agenttool.FencePrincipal})
-		a := scoped()
+		tool, m, clk, first := firstFoundApplied(t, scoped(), agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
 		b := agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-10")
-		first := tool.Invoke(a, lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		check.mu.Lock()
-		check.pending, check.applied[first.RequestRef] = false, true
-		check.mu.Unlock()
 
 		const bobReport = `{"to":"bob@example.com","subject":"Quarterly report","body":"Attached."}`
 		held := tool.Invoke(b, bobReport)
@@ -783,21 +785,7 @@ func TestNotice_UnderAPrincipalsFenceAnotherConversationsWriteHeldBackIsKeptSo(t
 // each copy asked again after the notice is answered the same.
 func TestNotice_ParallelCopiesAsTheFenceSettlesSendOneEmail(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return true, nil
-		}}
-		check := &foundByRef{pending: true, applied: map[string]bool{}}
-		clk := &clock{now: time.Now()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
-			WaitTimeout: 5 * time.Second})
-		first := tool.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		check.mu.Lock()
-		check.pending, check.applied[first.RequestRef] = false, true
-		check.mu.Unlock()
+		tool, m, clk, first := firstFoundApplied(t, scoped(), agenttool.Options{Store: open(), WaitTimeout: 5 * time.Second})
 		inputs := []string{lunchReworded, lunchRephrased, lunchReworded, lunch, lunchRephrased,
 			`{"to":"ana@example.com","subject":"Lunch?","body":"Noon on Friday?"}`, lunchReworded, lunch}
 		envs := make([]envelope.Envelope, len(inputs))
@@ -846,18 +834,7 @@ func TestNotice_ParallelCopiesAsTheFenceSettlesSendOneEmail(t *testing.T) {
 func TestNotice_AHeldBackCopyNeverNamesANewActionAsTheOneDone(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		store := open()
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return true, nil
-		}}
-		check := &foundByRef{pending: true, applied: map[string]bool{}}
-		clk := &clock{now: time.Now()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
-			KeyTTL: 2 * time.Hour})
-		first := tool.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
+		tool, _, clk, first := firstFoundApplied(t, scoped(), agenttool.Options{Store: store, KeyTTL: 2 * time.Hour})
 		op, err := agenttool.NewOperator(store, tool)
 		if err != nil {
 			t.Fatal(err)
@@ -896,21 +873,8 @@ const lunchRewordedCased = `{"to":"ana@example.com","subject":"lunch on friday",
 // fence find it applied: the copy is held back and kept so.
 func heldBackCopy(t *testing.T, store agenttool.Store, opts agenttool.Options) (*agenttool.Tool, *mailServer, *clock, envelope.Envelope, envelope.Envelope) {
 	t.Helper()
-	m := &mailServer{script: func(n int) (bool, error) {
-		if n == 1 {
-			return true, errLostReply
-		}
-		return true, nil
-	}}
-	check := &foundByRef{pending: true, applied: map[string]bool{}}
-	clk := &clock{now: time.Now()}
-	opts.Store, opts.Class, opts.Reconciler, opts.Now = store, agenttool.Reconcilable, check, clk.Now
-	tool := newEmailTool(t, m, opts)
-	first := tool.Invoke(scoped(), lunch)
-	mustStatus(t, first, envelope.UnknownOutcome)
-	check.mu.Lock()
-	check.pending, check.applied[first.RequestRef] = false, true
-	check.mu.Unlock()
+	opts.Store = store
+	tool, m, clk, first := firstFoundApplied(t, scoped(), opts)
 	held := tool.Invoke(scoped(), lunchReworded)
 	mustBeHeldBack(t, "the reworded copy", held, first.RequestRef, false)
 	return tool, m, clk, first, held
@@ -963,21 +927,7 @@ func stepCtx(action string) context.Context {
 // the write runs it as a new step (temporaltool, dbostool docs).
 func TestNotice_UnderExplicitActionIDsAStepHeldBackAnswersTheSameAndANewStepRuns(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return true, nil
-		}}
-		check := &foundByRef{pending: true, applied: map[string]bool{}}
-		clk := &clock{now: time.Now()}
-		tool := newEmailTool(t, m, agenttool.Options{Store: open(), Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
-			Fence: agenttool.FencePrincipal})
-		w1 := tool.Invoke(stepCtx("wf-invoice-ana/step-1"), lunch)
-		mustStatus(t, w1, envelope.UnknownOutcome)
-		check.mu.Lock()
-		check.pending, check.applied[w1.RequestRef] = false, true
-		check.mu.Unlock()
+		tool, m, clk, w1 := firstFoundApplied(t, stepCtx("wf-invoice-ana/step-1"), agenttool.Options{Store: open(), Fence: agenttool.FencePrincipal})
 		const bobReport = `{"to":"bob@example.com","subject":"Quarterly report","body":"Attached."}`
 		w2 := tool.Invoke(stepCtx("wf-report-bob/step-1"), bobReport)
 		t.Logf("another workflow's step: %s", w2)
@@ -998,16 +948,7 @@ func TestNotice_UnderExplicitActionIDsAStepHeldBackAnswersTheSameAndANewStepRuns
 // own resend, another wording. One email in all; every copy told the first
 // was done, on either replica, then and after the notice.
 func TestNotice_TwoReplicasOnOnePostgreSQLHoldBackEveryCopyOfTheTurn(t *testing.T) {
-	url := pgtest.URL(t)
-	schema := pgtest.Schema(t, url)
-	open := func() agenttool.Store {
-		s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	open := pgReplicas(t)
 	m := &mailServer{script: func(n int) (bool, error) {
 		if n == 1 {
 			return true, errLostReply
@@ -1090,21 +1031,7 @@ func (f *failFoundApplied) Claim(ctx context.Context, r storekit.ClaimRequest) (
 func TestNotice_AStoreThatCannotKeepACopyHeldBackLeavesTheNoticeUntold(t *testing.T) {
 	storeKinds(t, func(t *testing.T, open func() agenttool.Store) {
 		fs := &failFoundApplied{Store: open()}
-		m := &mailServer{script: func(n int) (bool, error) {
-			if n == 1 {
-				return true, errLostReply
-			}
-			return true, nil
-		}}
-		check := &foundByRef{pending: true, applied: map[string]bool{}}
-		clk := &clock{now: time.Now()}
-		opts := agenttool.Options{Store: fs, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now}
-		tool := newEmailTool(t, m, opts)
-		first := tool.Invoke(scoped(), lunch)
-		mustStatus(t, first, envelope.UnknownOutcome)
-		check.mu.Lock()
-		check.pending, check.applied[first.RequestRef] = false, true
-		check.mu.Unlock()
+		tool, m, clk, first := firstFoundApplied(t, scoped(), agenttool.Options{Store: fs})
 		x := tool.Invoke(scoped(), lunchReworded)
 		if x.Error == nil || x.Error.Code != envelope.CodeStoreUnavailable {
 			t.Errorf("the copy, the store failing to keep it held back: %s; want store_unavailable", x)
@@ -1148,30 +1075,17 @@ func (f *failSettleOnce) Finish(ctx context.Context, r storekit.FinishRequest) e
 func settleFailsOnce(t *testing.T, store agenttool.Store, compensated *[]string) (*agenttool.Tool, *failSettleOnce, *mailServer, *clock, envelope.Envelope, envelope.Envelope) {
 	t.Helper()
 	fs := &failSettleOnce{Store: store}
-	m := &mailServer{script: func(n int) (bool, error) {
-		if n == 1 {
-			return true, errLostReply
-		}
-		return true, nil
-	}}
-	check := &foundByRef{pending: true, applied: map[string]bool{}}
-	clk := &clock{now: time.Now()}
 	var mu sync.Mutex
-	tool := newEmailTool(t, m, agenttool.Options{Store: fs, Class: agenttool.Reconcilable, Reconciler: check, Now: clk.Now,
+	tool, m, clk, first := firstFoundApplied(t, scoped(), agenttool.Options{Store: fs,
 		Compensate: func(ctx context.Context, info agenttool.CallInfo) error {
 			mu.Lock()
 			defer mu.Unlock()
 			*compensated = append(*compensated, info.RequestRef)
 			return nil
 		}})
-	first := tool.Invoke(scoped(), lunch)
-	mustStatus(t, first, envelope.UnknownOutcome)
 	fs.mu.Lock()
 	fs.key = first.RequestRef
 	fs.mu.Unlock()
-	check.mu.Lock()
-	check.pending, check.applied[first.RequestRef] = false, true
-	check.mu.Unlock()
 	held := tool.Invoke(scoped(), lunchReworded)
 	if held.Error == nil || held.Error.Code != envelope.CodeStoreUnavailable {
 		t.Errorf("the reworded copy, the settlement failing: %s; want store_unavailable", held)

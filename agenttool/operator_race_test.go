@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/retrysafe/agenttool"
-	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/envelope"
-	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -67,16 +65,7 @@ func (m *lateMail) check(_ context.Context, ref string) reconcile.Answer {
 // still on its way). Every envelope must agree with the destination, and
 // no reference is delivered twice.
 func TestOperator_TruthfulOperatorsRaceLiveCallsOnTwoPGReplicas(t *testing.T) {
-	url := pgtest.URL(t)
-	schema := pgtest.Schema(t, url)
-	open := func() agenttool.Store {
-		s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	open := pgReplicas(t)
 	m := &lateMail{maxDelay: 300 * time.Millisecond}
 	mk := func(store agenttool.Store) (*agenttool.Tool, *agenttool.Operator) {
 		tool, err := agenttool.New("send_email", "Send an email.", m.send, agenttool.Options{
@@ -202,17 +191,12 @@ func errCode(e envelope.Envelope) string {
 // PostgreSQL schema) while the model's calls run on both: the tool runs
 // once more, not twice.
 func TestOperator_OneRetryApprovedTwiceOnTwoReplicasRunsOnce(t *testing.T) {
-	url := pgtest.URL(t)
-	schema := pgtest.Schema(t, url)
+	open := pgReplicas(t)
 	m := &mailServer{script: func(int) (bool, error) { return false, errLostReply }}
 	var tools []*agenttool.Tool
 	var ops []*agenttool.Operator
 	for range 2 {
-		s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		s := open()
 		tool := newEmailTool(t, m, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1}})
 		op, err := agenttool.NewOperator(s, tool)
 		if err != nil {
@@ -251,8 +235,7 @@ func TestOperator_OneRetryApprovedTwiceOnTwoReplicasRunsOnce(t *testing.T) {
 // while another approves one retry and the model calls on both replicas.
 // If the compensation is recorded, no resend ran after it.
 func TestOperator_CompensationRacesAnApprovedResend(t *testing.T) {
-	url := pgtest.URL(t)
-	schema := pgtest.Schema(t, url)
+	open := pgReplicas(t)
 	for round := range 5 {
 		m := &mailServer{script: func(int) (bool, error) { return true, errLostReply }}
 		var mu sync.Mutex
@@ -260,11 +243,7 @@ func TestOperator_CompensationRacesAnApprovedResend(t *testing.T) {
 		var tools []*agenttool.Tool
 		var ops []*agenttool.Operator
 		for range 2 {
-			s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: url, Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
+			s := open()
 			tool := newEmailTool(t, m, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
 				Compensate: func(context.Context, agenttool.CallInfo) error {
 					mu.Lock()

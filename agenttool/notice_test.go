@@ -16,6 +16,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -1166,4 +1167,267 @@ func TestNotice_AfterASweeperSettledTheActionTheCopyTellsAndANewRequestRuns(t *t
 			t.Errorf("%d emails; want the first and the new one", m.count())
 		}
 	})
+}
+
+// scopedDestination delivers every send and loses the reply of each "Lunch" subject
+// (the X actions); its status search answers pending until ready, then by
+// what it delivered.
+type scopedDestination struct {
+	mu        sync.Mutex
+	delivered map[string]int
+	ready     atomic.Bool
+}
+
+func (d *scopedDestination) send(ctx context.Context, in emailInput) (sent, error) {
+	ref := agenttool.RequestRef(ctx)
+	d.mu.Lock()
+	if d.delivered == nil {
+		d.delivered = map[string]int{}
+	}
+	d.delivered[ref]++
+	d.mu.Unlock()
+	if in.Subject == "Lunch" {
+		return sent{}, errLostReply
+	}
+	return sent{MessageID: "<" + ref + ">"}, nil
+}
+
+func (d *scopedDestination) Check(_ context.Context, req reconcile.Request) reconcile.Answer {
+	if !d.ready.Load() {
+		return reconcile.StillPending()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.delivered[req.Ref] > 0 {
+		return reconcile.AppliedWith([]byte(`{"message_id":"<` + req.Ref + `>"}`))
+	}
+	return reconcile.NotAppliedYet()
+}
+
+func (d *scopedDestination) total() (n int, dup []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ref, c := range d.delivered {
+		n += c
+		if c > 1 {
+			dup = append(dup, ref)
+		}
+	}
+	return n, dup
+}
+
+// Many principals, sessions and tools on one store, all at once: each
+// reworded copy is held back by its own scope's and tool's action, never
+// another's, and no action is sent twice.
+func TestNotice_ManyScopesAtOnceEachCopyHeldBackByItsOwnScopesAction(t *testing.T) {
+	for _, fence := range []agenttool.FenceScope{agenttool.FenceSession, agenttool.FencePrincipal} {
+		for _, kind := range []string{"memstore", "pgstore"} {
+			t.Run(fence.String()+"/"+kind, func(t *testing.T) {
+				var store agenttool.Store
+				if kind == "memstore" {
+					store = memstore.New()
+				} else {
+					store = pgtest.Open(t)
+				}
+				d := &scopedDestination{}
+				var tools []*agenttool.Tool
+				for _, name := range []string{"send_email", "send_note"} {
+					tool, err := agenttool.New(name, "Send.", d.send, agenttool.Options{Store: store, Class: agenttool.Reconcilable,
+						Reconciler: d, Fence: fence, Retry: fastRetry, ClockSkew: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					tools = append(tools, tool)
+				}
+				type scope struct{ p, s string }
+				var scopes []scope
+				for p := 0; p < 3; p++ {
+					for s := 0; s < 2; s++ {
+						scopes = append(scopes, scope{fmt.Sprintf("tenant/p%d", p), fmt.Sprintf("conv-%d", s)})
+					}
+				}
+				ctxOf := func(sc scope) context.Context {
+					return agenttool.WithScope(context.Background(), sc.p, sc.s)
+				}
+				// X: one per tool and fence scope.
+				xref := map[string]string{} // tool|fence-scope → X's ref
+				slotOf := func(tool string, sc scope) string {
+					if fence == agenttool.FencePrincipal {
+						return tool + "|" + sc.p
+					}
+					return tool + "|" + sc.p + "|" + sc.s
+				}
+				for _, tool := range tools {
+					for _, sc := range scopes {
+						if _, ok := xref[slotOf(tool.Name(), sc)]; ok {
+							continue
+						}
+						env := tool.Invoke(ctxOf(sc), lunch)
+						if env.Status != envelope.UnknownOutcome {
+							t.Fatalf("X %s %v: %s", tool.Name(), sc, env)
+						}
+						xref[slotOf(tool.Name(), sc)] = env.RequestRef
+					}
+				}
+				d.ready.Store(true)
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				type got struct {
+					tool string
+					sc   scope
+					in   string
+					env  envelope.Envelope
+				}
+				var all []got
+				for rep := 0; rep < 2; rep++ {
+					for _, tool := range tools {
+						for _, sc := range scopes {
+							for _, in := range []string{lunchReworded, lunchRephrased} {
+								wg.Add(1)
+								go func() {
+									defer wg.Done()
+									env := tool.Invoke(ctxOf(sc), in)
+									mu.Lock()
+									all = append(all, got{tool.Name(), sc, in, env})
+									mu.Unlock()
+								}()
+							}
+						}
+					}
+				}
+				wg.Wait()
+				for _, g := range all {
+					want := xref[slotOf(g.tool, g.sc)]
+					env := g.env
+					switch {
+					case env.Status == envelope.Success:
+						t.Errorf("%s %v %s ran: %s", g.tool, g.sc, g.in, env)
+					case env.Error != nil && env.Error.Code == envelope.CodeEarlierApplied:
+						if env.Earlier == nil || env.Earlier.RequestRef != want {
+							t.Errorf("%s %v: held back naming %v, want %s: %s", g.tool, g.sc, env.Earlier, want, env)
+						}
+						if !strings.HasPrefix(env.RequestRef, g.tool+"/") {
+							t.Errorf("answer of another tool: %s", env)
+						}
+					case env.Error != nil && (env.Error.Code == envelope.CodeInProgress || env.Error.Code == envelope.CodeEarlierUnknown):
+						// a copy that met the check under way
+					default:
+						t.Errorf("%s %v %s: %s", g.tool, g.sc, g.in, env)
+					}
+				}
+				// Asked again, each copy names its own action; X answers success.
+				for _, tool := range tools {
+					for _, sc := range scopes {
+						want := xref[slotOf(tool.Name(), sc)]
+						for _, in := range []string{lunchReworded, lunchRephrased} {
+							env := tool.Invoke(ctxOf(sc), in)
+							if env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied || env.Earlier == nil || env.Earlier.RequestRef != want {
+								t.Errorf("again %s %v %s: %s; want earlier_action_applied naming %s", tool.Name(), sc, in, env, want)
+							}
+						}
+						if fence == agenttool.FenceSession || sc.s == "conv-0" {
+							if env := tool.Invoke(ctxOf(sc), lunch); env.Status != envelope.Success || env.RequestRef != want {
+								t.Errorf("X again %s %v: %s", tool.Name(), sc, env)
+							}
+						}
+					}
+				}
+				n, dup := d.total()
+				if n != len(xref) || len(dup) > 0 {
+					t.Errorf("%d deliveries (dups %v), want %d", n, dup, len(xref))
+				}
+			})
+		}
+	}
+}
+
+// The sweeper settles X while copies' fences hold it, on two replicas of
+// one store (or one memstore): one delivery; a copy answered
+// earlier_action_applied stays so; a later new action runs.
+func TestNotice_ASweeperRacingTheFenceLetsNoCopyRun(t *testing.T) {
+	kinds := map[string]func(t *testing.T) (agenttool.Store, agenttool.Store){
+		"memstore": func(t *testing.T) (agenttool.Store, agenttool.Store) { s := memstore.New(); return s, s },
+		"pgstore": func(t *testing.T) (agenttool.Store, agenttool.Store) {
+			open := pgReplicas(t)
+			return open(), open()
+		},
+	}
+	for kind, open := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			for round := 0; round < 6; round++ {
+				a, b := open(t)
+				d := &scopedDestination{}
+				clk := newClock()
+				mk := func(s agenttool.Store) *agenttool.Tool {
+					tool, err := agenttool.New("send_email", "Send.", d.send, agenttool.Options{Store: s, Class: agenttool.Reconcilable,
+						Reconciler: d, Retry: fastRetry, ClockSkew: -1, Now: clk.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tool
+				}
+				ta, tb := mk(a), mk(b)
+				op, err := agenttool.NewOperator(b, tb)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := ta.Invoke(scoped(), lunch)
+				if x.Status != envelope.UnknownOutcome {
+					t.Fatalf("X: %s", x)
+				}
+				d.ready.Store(true)
+				ins := []struct {
+					tool *agenttool.Tool
+					in   string
+				}{{ta, lunchReworded}, {tb, lunchRephrased}, {tb, lunchReworded}, {ta, lunch}}
+				envs := make([]envelope.Envelope, len(ins))
+				var wg sync.WaitGroup
+				wg.Add(len(ins) + 1)
+				go func() {
+					defer wg.Done()
+					if _, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{}); err != nil {
+						t.Errorf("sweep: %v", err)
+					}
+				}()
+				for i, c := range ins {
+					go func() { defer wg.Done(); envs[i] = c.tool.Invoke(scoped(), c.in) }()
+				}
+				wg.Wait()
+				for i, env := range envs[:3] {
+					if env.Status == envelope.Success {
+						t.Errorf("round %d copy %d ran: %s", round, i, env)
+					}
+				}
+				t.Logf("round %d: %s %s %s / X %s", round, codeOf(envs[0]), codeOf(envs[1]), codeOf(envs[2]), codeOf(envs[3]))
+				clk.Advance(2 * 60 * 60 * 1e9)
+				for i, c := range ins[:3] {
+					env := c.tool.Invoke(scoped(), c.in)
+					if codeOf(envs[i]) == envelope.CodeEarlierApplied && codeOf(env) != envelope.CodeEarlierApplied {
+						t.Errorf("round %d copy %d, held back, two hours later: %s", round, i, env)
+					}
+					if env.Status == envelope.Success {
+						t.Logf("round %d copy %d (first %s) ran two hours later", round, i, codeOf(envs[i]))
+					}
+				}
+				if env := ta.Invoke(scoped(), lunch); env.Status != envelope.Success || env.RequestRef != x.RequestRef {
+					t.Errorf("X later: %s", env)
+				}
+				if env := tb.Invoke(scoped(), lunchNextWeek); env.Status != envelope.Success {
+					t.Errorf("round %d: a new action two hours later: %s", round, env)
+				}
+				d.mu.Lock()
+				if n := d.delivered[x.RequestRef]; n != 1 {
+					t.Errorf("round %d: X delivered %d times", round, n)
+				}
+				d.mu.Unlock()
+			}
+		})
+	}
+}
+
+func codeOf(env envelope.Envelope) string {
+	if env.Error == nil {
+		return string(env.Status)
+	}
+	return env.Error.Code
 }

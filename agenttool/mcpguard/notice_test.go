@@ -15,26 +15,30 @@ import (
 	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
 
-type r4clock struct {
+// fakeClock is a clock the test moves.
+type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *r4clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *r4clock) Advance(d time.Duration) {
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
 }
 
-func r4code(env envelope.Envelope) string {
+// codeOf is an envelope's error code, or its status if none.
+func codeOf(env envelope.Envelope) string {
 	if env.Error == nil {
 		return string(env.Status)
 	}
 	return env.Error.Code
 }
 
-func r4held(t *testing.T, what string, env envelope.Envelope, ref string) {
+// mustBeHeldBack checks that env answers a call held back by the notice
+// of ref, an action found done.
+func mustBeHeldBack(t *testing.T, what string, env envelope.Envelope, ref string) {
 	t.Helper()
 	if env.Status != envelope.DefiniteFailure || env.Error == nil || env.Error.Code != envelope.CodeEarlierApplied ||
 		env.Earlier == nil || env.Earlier.RequestRef != ref {
@@ -42,13 +46,13 @@ func r4held(t *testing.T, what string, env envelope.Envelope, ref string) {
 	}
 }
 
-var r4reworded = map[string]any{"flight": "TP1234", "passenger": "Ana M. Lima"}
+var rewordedFlight = map[string]any{"flight": "TP1234", "passenger": "Ana M. Lima"}
 
 // A reconcilable booking left unknown; a reworded tools/call finds it
 // booked; the client retries the reworded call, later, and the original.
-func TestReview4_GuardRewordThenRetries(t *testing.T) {
+func TestGuard_ARewordedCallHeldBackStaysHeldBackWhenRetried(t *testing.T) {
 	a := &airline{}
-	clk := &r4clock{now: time.Now()}
+	clk := &fakeClock{now: time.Now()}
 	r := newRig(t, a, rigOptions{tune: func(_ string, o *agenttool.Options) { o.Now = clk.Now }})
 	a.setFindRefDown(true)
 	a.lose(1)
@@ -57,17 +61,17 @@ func TestReview4_GuardRewordThenRetries(t *testing.T) {
 		t.Fatalf("first: %s", x)
 	}
 	a.setFindRefDown(false)
-	_, k := r.call("book_noted", r4reworded)
-	r4held(t, "the reworded copy", k, x.RequestRef)
-	_, k2 := r.call("book_noted", r4reworded)
-	r4held(t, "the reworded copy again", k2, x.RequestRef)
+	_, k := r.call("book_noted", rewordedFlight)
+	mustBeHeldBack(t, "the reworded copy", k, x.RequestRef)
+	_, k2 := r.call("book_noted", rewordedFlight)
+	mustBeHeldBack(t, "the reworded copy again", k2, x.RequestRef)
 	_, x2 := r.call("book_noted", lunchFlight)
 	if x2.Status != envelope.Success {
 		t.Errorf("the original again: %s; want success", x2)
 	}
 	clk.Advance(time.Hour)
-	_, k3 := r.call("book_noted", r4reworded)
-	r4held(t, "the reworded copy an hour later", k3, x.RequestRef)
+	_, k3 := r.call("book_noted", rewordedFlight)
+	mustBeHeldBack(t, "the reworded copy an hour later", k3, x.RequestRef)
 	if n := a.count(); n != 1 {
 		t.Errorf("%d bookings, want 1", n)
 	}
@@ -80,10 +84,10 @@ func TestReview4_GuardRewordThenRetries(t *testing.T) {
 // Keyed: the reworded copy told that the original's resend settles it;
 // the resend and the copy interleave, then the copy is asked again
 // after the notice.
-func TestReview4_GuardKeyedResendAndCopy(t *testing.T) {
+func TestGuard_AKeyedCopyNeverRunsBesideItsActionsResend(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		a := &airline{}
-		clk := &r4clock{now: time.Now()}
+		clk := &fakeClock{now: time.Now()}
 		r := newRig(t, a, rigOptions{tune: func(_ string, o *agenttool.Options) { o.Now = clk.Now }})
 		c2 := connect(t, r.guard)
 		a.lose(2)
@@ -91,35 +95,35 @@ func TestReview4_GuardKeyedResendAndCopy(t *testing.T) {
 		if x.Status != envelope.UnknownOutcome {
 			t.Fatalf("first: %s", x)
 		}
-		_, k := r.call("book", r4reworded)
-		if r4code(k) != envelope.CodeEarlierUnknown {
+		_, k := r.call("book", rewordedFlight)
+		if codeOf(k) != envelope.CodeEarlierUnknown {
 			t.Errorf("copy while unknown: %s", k)
 		}
 		var wg sync.WaitGroup
 		var xr, kr envelope.Envelope
 		wg.Add(2)
 		go func() { defer wg.Done(); _, xr = call(t, r.client, "book", lunchFlight, nil) }()
-		go func() { defer wg.Done(); _, kr = call(t, c2, "book", r4reworded, nil) }()
+		go func() { defer wg.Done(); _, kr = call(t, c2, "book", rewordedFlight, nil) }()
 		wg.Wait()
-		t.Logf("round %d resend: %s / copy: %s", round, r4code(xr), r4code(kr))
+		t.Logf("round %d resend: %s / copy: %s", round, codeOf(xr), codeOf(kr))
 		if kr.Status == envelope.Success {
 			t.Errorf("the copy ran: %s", kr)
 		}
 		if xr.Status != envelope.Success {
 			t.Errorf("resend: %s", xr)
 		}
-		_, k2 := r.call("book", r4reworded)
-		t.Logf("copy after: %s", r4code(k2))
+		_, k2 := r.call("book", rewordedFlight)
+		t.Logf("copy after: %s", codeOf(k2))
 		clk.Advance(time.Minute)
-		_, k3 := r.call("book", r4reworded)
-		t.Logf("copy after notice: %s", r4code(k3))
+		_, k3 := r.call("book", rewordedFlight)
+		t.Logf("copy after notice: %s", codeOf(k3))
 		if n := a.count(); n != 1 {
 			t.Errorf("round %d: %d bookings, want 1", round, n)
 		}
 	}
 }
 
-func r4guards(t *testing.T, up *mcp.Server, cfgs []string, store agenttool.Store, clk *r4clock) []*mcp.ClientSession {
+func guardsOnAClock(t *testing.T, up *mcp.Server, cfgs []string, store agenttool.Store, clk *fakeClock) []*mcp.ClientSession {
 	var out []*mcp.ClientSession
 	for _, cfg := range cfgs {
 		parsed, err := mcpguard.ParseConfig([]byte(cfg))
@@ -144,11 +148,11 @@ func r4guards(t *testing.T, up *mcp.Server, cfgs []string, store agenttool.Store
 
 // Two guards on one PostgreSQL: the unknown action through one, the
 // reworded copy through the other, retries crossed.
-func TestReview4_TwoGuardsHeldBackAcross(t *testing.T) {
+func TestGuard_TwoGuardsOnOnePostgreSQLKeepACopyHeldBack(t *testing.T) {
 	store := pgtest.Open(t)
 	a := &airline{}
-	clk := &r4clock{now: time.Now()}
-	cs := r4guards(t, a.server(), []string{guardConfig, guardConfig}, store, clk)
+	clk := &fakeClock{now: time.Now()}
+	cs := guardsOnAClock(t, a.server(), []string{guardConfig, guardConfig}, store, clk)
 	a.setFindRefDown(true)
 	a.lose(1)
 	_, x := call(t, cs[0], "book_noted", lunchFlight, nil)
@@ -160,7 +164,7 @@ func TestReview4_TwoGuardsHeldBackAcross(t *testing.T) {
 	var wg sync.WaitGroup
 	var k, x2 envelope.Envelope
 	wg.Add(2)
-	go func() { defer wg.Done(); _, k = call(t, cs[1], "book_noted", r4reworded, nil) }()
+	go func() { defer wg.Done(); _, k = call(t, cs[1], "book_noted", rewordedFlight, nil) }()
 	go func() { defer wg.Done(); _, x2 = call(t, cs[0], "book_noted", lunchFlight, nil) }()
 	wg.Wait()
 	t.Logf("copy: %s\noriginal: %s", k, x2)
@@ -169,8 +173,8 @@ func TestReview4_TwoGuardsHeldBackAcross(t *testing.T) {
 	}
 	clk.Advance(time.Hour)
 	for i, c := range cs {
-		_, k2 := call(t, c, "book_noted", r4reworded, nil)
-		t.Logf("copy via %d an hour later: %s", i, r4code(k2))
+		_, k2 := call(t, c, "book_noted", rewordedFlight, nil)
+		t.Logf("copy via %d an hour later: %s", i, codeOf(k2))
 		if k2.Status == envelope.Success {
 			t.Errorf("the copy via guard %d ran an hour later: %s", i, k2)
 		}
@@ -182,12 +186,12 @@ func TestReview4_TwoGuardsHeldBackAcross(t *testing.T) {
 
 // Two principals, two guards, one PostgreSQL store, same arguments: a
 // held-back answer never names the other principal's action.
-func TestReview4_TwoPrincipalsNeverShare(t *testing.T) {
+func TestGuard_AHeldBackCopyNeverNamesAnotherPrincipalsAction(t *testing.T) {
 	store := pgtest.Open(t)
 	a := &airline{}
-	clk := &r4clock{now: time.Now()}
+	clk := &fakeClock{now: time.Now()}
 	bob := strings.Replace(guardConfig, `"principal": "ana@example.com"`, `"principal": "bob@example.com"`, 1)
-	cs := r4guards(t, a.server(), []string{guardConfig, bob}, store, clk)
+	cs := guardsOnAClock(t, a.server(), []string{guardConfig, bob}, store, clk)
 	a.setFindRefDown(true)
 	a.lose(1)
 	_, x := call(t, cs[0], "book_noted", lunchFlight, nil)
@@ -195,12 +199,45 @@ func TestReview4_TwoPrincipalsNeverShare(t *testing.T) {
 		t.Fatalf("first: %s", x)
 	}
 	a.setFindRefDown(false)
-	_, k := call(t, cs[0], "book_noted", r4reworded, nil)
-	r4held(t, "ana's copy", k, x.RequestRef)
-	for _, in := range []map[string]any{lunchFlight, r4reworded} {
+	_, k := call(t, cs[0], "book_noted", rewordedFlight, nil)
+	mustBeHeldBack(t, "ana's copy", k, x.RequestRef)
+	for _, in := range []map[string]any{lunchFlight, rewordedFlight} {
 		_, b := call(t, cs[1], "book_noted", in, nil)
 		if b.Status != envelope.Success || (b.Earlier != nil && b.Earlier.RequestRef == x.RequestRef) || b.RequestRef == x.RequestRef || b.RequestRef == k.RequestRef {
 			t.Errorf("bob's %v: %s", in, b)
+		}
+	}
+}
+
+// Keyed, two guards on one PostgreSQL: the original's resend through
+// one and the reworded copy through the other, at once, round after round.
+func TestGuard_TwoGuardsOnOnePostgreSQLNeverRunAKeyedCopy(t *testing.T) {
+	for round := 0; round < 4; round++ {
+		store := pgtest.Open(t)
+		a := &airline{}
+		clk := &fakeClock{now: time.Now()}
+		cs := guardsOnAClock(t, a.server(), []string{guardConfig, guardConfig}, store, clk)
+		a.lose(2)
+		_, x := call(t, cs[0], "book", lunchFlight, nil)
+		if x.Status != envelope.UnknownOutcome {
+			t.Fatalf("first: %s", x)
+		}
+		var wg sync.WaitGroup
+		envs := make([]envelope.Envelope, 4)
+		wg.Add(4)
+		go func() { defer wg.Done(); _, envs[0] = call(t, cs[1], "book", lunchFlight, nil) }()
+		go func() { defer wg.Done(); _, envs[1] = call(t, cs[0], "book", rewordedFlight, nil) }()
+		go func() { defer wg.Done(); _, envs[2] = call(t, cs[1], "book", rewordedFlight, nil) }()
+		go func() { defer wg.Done(); _, envs[3] = call(t, cs[0], "book", lunchFlight, nil) }()
+		wg.Wait()
+		t.Logf("round %d: %s %s %s %s", round, codeOf(envs[0]), codeOf(envs[1]), codeOf(envs[2]), codeOf(envs[3]))
+		for i, env := range envs {
+			if copy := i == 1 || i == 2; copy && env.Status == envelope.Success || !copy && env.Status != envelope.Success {
+				t.Errorf("round %d call %d: %s", round, i, env)
+			}
+		}
+		if n := a.count(); n != 1 {
+			t.Errorf("round %d: %d bookings, want 1", round, n)
 		}
 	}
 }

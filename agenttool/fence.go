@@ -132,10 +132,10 @@ func (c *call) fence() outcome {
 // fence found done and settled applied: a claim of the call's key
 // carrying ClaimRequest.FoundApplied, which the store never grants, and
 // writes held back (Record.HeldBack) whatever holds the slot, telling o's
-// notice where it holds the call back. kept
-// reports whether the store keeps it: not with no notices (NoticeHold
-// negative), nor where a missing record proves nothing (a failover
-// window), nor when the key has a record already (another call of it).
+// notice where it holds the call back. kept reports whether the store
+// keeps it: not with no notices (NoticeHold negative), nor where a
+// missing record proves nothing (a failover window), nor when the key has
+// a record already (another call of it).
 func (c *call) keepHeldBack(o Record) (kept bool, err error) {
 	cfg := c.t.cfg
 	if !cfg.notices() {

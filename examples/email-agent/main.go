@@ -252,7 +252,7 @@ func rewordScript() demo.Script {
 		case last.Status == envelope.UnknownOutcome && len(results) == 1:
 			return call(reworded)
 		case last.Earlier != nil && last.Earlier.State == envelope.ActionSucceeded:
-			return langchaintest.Final(fmt.Sprintf("My first email to Ana did go out (%s), so I did not send the reworded one. Shall I send it anyway?", last.Earlier.RequestRef))
+			return langchaintest.Final(fmt.Sprintf("My first email to Ana did go out (%s), so I did not send the reworded one. Do you want a second email sent anyway?", last.Earlier.RequestRef))
 		case last.Status == envelope.Success:
 			return langchaintest.Final(fmt.Sprintf("I emailed Ana (message %s).", messageOf(last)))
 		}

@@ -323,8 +323,10 @@ func (c *call) claim() outcome {
 	cancel()
 	c.letGo(res, err)
 	if err != nil {
-		c.unclaim()
-		return c.storeFailed(err)
+		read, ok := c.unclaim()
+		if res, ok = c.readInstead(req, read, ok); !ok {
+			return c.storeFailed(err)
+		}
 	}
 	if o := res.Blocked; o != nil {
 		return c.blockedBy(*o, req.Now, res.Record.Key == c.ref && res.Record.HeldBack())
@@ -573,13 +575,17 @@ func (c *call) replaced(rec Record, takeBack bool) outcome {
 // after it committed): nothing ran, so the key must not stay held until its
 // lease lapses and then count as an unknown attempt. The record is the
 // call's own if its owner is this claim's. If it cannot be read, the lease
-// lapses: unknown, never free.
-func (c *call) unclaim() {
+// lapses: unknown, never free. It returns the key's record as it read it,
+// if that is another call's (found).
+func (c *call) unclaim() (rec Record, found bool) {
 	ctx, cancel := c.outcomeCtx()
 	defer cancel()
 	rec, err := c.t.cfg.Store.Get(ctx, c.ref)
-	if err != nil || rec.State != Pending || rec.Owner != c.owner {
-		return
+	if err != nil {
+		return Record{}, false
+	}
+	if rec.State != Pending || rec.Owner != c.owner {
+		return rec, true
 	}
 	c.token, c.claimed = rec.Token, rec
 	if rec.Replaces != "" || rec.Attempts > 0 {
@@ -591,7 +597,31 @@ func (c *call) unclaim() {
 	if err != nil {
 		c.t.cfg.logger.Warn("retrysafe: a claim whose answer was lost could not be given back; its lease will lapse", "ref", c.ref, "err", err)
 	}
+	return Record{}, false
 }
+
+// readInstead answers a claim the store could not make from rec, the
+// key's record as read after it (found), where the rules decide without
+// a write (storekit.DecideClaim: a settled action replayed, a live
+// holder, another principal's, tool's or input's record — as a store's
+// plain read does): an earlier call may have done the action, and the
+// call says what became of it, not that nothing was done. Anything that
+// would write — a claim, a takeover, a notice told — is the store's to
+// decide: not ok, and the call answers store_unavailable (I4).
+func (c *call) readInstead(req storekit.ClaimRequest, rec Record, found bool) (storekit.ClaimResult, bool) {
+	if !found {
+		return storekit.ClaimResult{}, false
+	}
+	req.Now = c.t.cfg.Now()
+	d, err := storekit.DecideClaim(&rec, nil, req, func() (uint64, error) { return 0, errWouldWrite })
+	if err != nil || d.Write || len(d.Occupants) > 0 || d.Result.Claimed || d.Result.Blocked != nil {
+		return storekit.ClaimResult{}, false
+	}
+	return d.Result, true
+}
+
+// errWouldWrite stops a decision made from a read that would write.
+var errWouldWrite = errors.New("the decision would write")
 
 // begin starts holding the key the call's claim was granted.
 func (c *call) begin(res storekit.ClaimResult) {

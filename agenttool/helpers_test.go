@@ -172,7 +172,21 @@ func mustStatus(t *testing.T, env envelope.Envelope, want envelope.Status) {
 // faultyStore fails chosen operations, as a store that goes away would.
 type faultyStore struct {
 	agenttool.Store
-	failClaim, failFinish, failRelease, failRenew, failList atomic.Bool
+	failClaim, failFinish, failRelease, failRenew, failList, failGet atomic.Bool
+}
+
+// down makes every read and write fail: the store cannot be reached.
+func (f *faultyStore) down() {
+	for _, b := range []*atomic.Bool{&f.failClaim, &f.failFinish, &f.failRelease, &f.failRenew, &f.failList, &f.failGet} {
+		b.Store(true)
+	}
+}
+
+func (f *faultyStore) Get(ctx context.Context, key string) (storekit.Record, error) {
+	if f.failGet.Load() {
+		return storekit.Record{}, errStoreDown
+	}
+	return f.Store.Get(ctx, key)
 }
 
 // die makes every write of a holder fail (recording an outcome, giving the
@@ -185,7 +199,7 @@ func (f *faultyStore) die() {
 
 // heal makes every operation work again.
 func (f *faultyStore) heal() {
-	for _, b := range []*atomic.Bool{&f.failClaim, &f.failFinish, &f.failRelease, &f.failRenew, &f.failList} {
+	for _, b := range []*atomic.Bool{&f.failClaim, &f.failFinish, &f.failRelease, &f.failRenew, &f.failList, &f.failGet} {
 		b.Store(false)
 	}
 }

@@ -1943,10 +1943,12 @@ func TestTheSameKeyWithAnotherInputIsRefusedWhenTheHolderDied(t *testing.T) {
 	})
 }
 
-// A repeat of an action already done that cannot reach the store — its
-// context cancelled before it ran, or the store down — answers
-// definite_failure for itself (I4: nothing ran), but its note must not let
-// the model tell the user the action failed: the earlier call did it.
+// A repeat of an action already done whose claim fails while the store
+// can still read the key is answered with the action's success. One that
+// cannot reach the store — its context cancelled before it ran, or the
+// store down — answers definite_failure for itself (I4: nothing ran), but
+// its note must not let the model tell the user the action failed: the
+// earlier call did it.
 func TestARepeatThatCannotReachTheStoreDoesNotSayTheActionFailed(t *testing.T) {
 	eachStore(t, func(t *testing.T, d *durable) {
 		l := newLedger()
@@ -1956,7 +1958,13 @@ func TestARepeatThatCannotReachTheStoreDoesNotSayTheActionFailed(t *testing.T) {
 
 		cancelled, cancel := context.WithCancel(anaCtx())
 		cancel()
+		// Its claim failing, the key's record still read: the repeat is
+		// answered with what became of the action.
 		store.failClaim.Store(true)
+		if env := tool.Invoke(anaCtx(), lunchCharge); env.Status != envelope.Success || !env.Replayed {
+			t.Errorf("a repeat whose claim fails, the record read: %s; want its success replayed", env)
+		}
+		store.down()
 		for _, c := range []struct {
 			name string
 			ctx  context.Context

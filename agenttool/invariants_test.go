@@ -681,6 +681,35 @@ func (s *claimAckLost) Claim(ctx context.Context, r storekit.ClaimRequest) (stor
 	return res, err
 }
 
+// A claim the store cannot make (a claim that timed out in a process
+// paused mid-call, a connection that broke) fails closed (I4), but does
+// not say that nothing was done when the key's record, read after it,
+// says otherwise (I2): an action done by an earlier call is replayed, one
+// another call holds is in progress, and only a key with nothing to read
+// — or whose record the rules would have to change — answers
+// store_unavailable. (Found by the replica test: a paused replica's
+// queued copy answered store_unavailable for an email its other call had
+// just sent.)
+func TestI2_AClaimTheStoreCannotMakeSaysWhatTheKeyHolds(t *testing.T) {
+	store := &faultyStore{Store: memstore.New()}
+	m := &mailServer{}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, WaitTimeout: -1})
+	first := tool.Invoke(scoped(), emailToAna)
+	mustStatus(t, first, envelope.Success)
+	store.failClaim.Store(true)
+	again := tool.Invoke(scoped(), emailToAna)
+	if again.Status != envelope.Success || !again.Replayed || again.RequestRef != first.RequestRef {
+		t.Errorf("the same action, its claim failing after it was done: %s; want its success replayed", again)
+	}
+	other := tool.Invoke(scoped(), `{"to":"bob@example.com","subject":"Report","body":"Attached."}`)
+	if other.Status != envelope.DefiniteFailure || other.Error.Code != envelope.CodeStoreUnavailable {
+		t.Errorf("a new action, its claim failing: %s; want store_unavailable", other)
+	}
+	if n := m.runs.Load(); n != 1 {
+		t.Errorf("%d runs; want the first alone", n)
+	}
+}
+
 // I4 without stranding: a call whose claim was applied but whose
 // acknowledgement was lost ran nothing, said so ("Nothing was done. Try
 // again later."), and the action can be done by trying again later, as

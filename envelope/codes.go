@@ -17,7 +17,9 @@ const (
 	CodeKeyReused = "key_reused_with_different_input"
 	// CodeStoreUnavailable: the key could not be claimed or read, so the tool
 	// was not run (fail closed). An earlier call of the same action may
-	// have done it; the envelope's note says so.
+	// have done it; the envelope's note says so. (A claim that fails while
+	// the key's record can still be read is answered with what the record
+	// says, where that needs no write: a replayed outcome, in_progress.)
 	CodeStoreUnavailable = "store_unavailable"
 	// CodeCancelled: the caller's context ended before the tool ran. As
 	// with CodeStoreUnavailable, an earlier call may have done the action.

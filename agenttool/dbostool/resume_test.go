@@ -44,8 +44,8 @@ func cancelMidStep(t *testing.T, ctx dbos.Context, wf dbos.Workflow[job, envelop
 	}
 }
 
-// outage is a store that refuses every claim while down is set: the call
-// answers store_unavailable.
+// outage is a store that cannot be reached while down is set — every
+// claim and every read is refused: the call answers store_unavailable.
 type outage struct {
 	agenttool.Store
 	down    atomic.Bool
@@ -55,10 +55,19 @@ type outage struct {
 func (o *outage) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
 	if o.down.Load() {
 		o.refused.Add(1)
-		return storekit.ClaimResult{}, errors.New("outage: the store cannot be reached")
+		return storekit.ClaimResult{}, errOutage
 	}
 	return o.Store.Claim(ctx, req)
 }
+
+func (o *outage) Get(ctx context.Context, key string) (storekit.Record, error) {
+	if o.down.Load() {
+		return storekit.Record{}, errOutage
+	}
+	return o.Store.Get(ctx, key)
+}
+
+var errOutage = errors.New("outage: the store cannot be reached")
 
 // sendReporting is a workflow that sends one email through s and reports
 // on returned what its first execution's Run answered.

@@ -1,16 +1,10 @@
 package main
 
 import (
-	"context"
 	"flag"
-	"log/slog"
 	"testing"
 
-	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
-
 	"github.com/retrysafe/retrysafe/internal/adversary"
-	"github.com/retrysafe/retrysafe/internal/demo"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
 
@@ -23,22 +17,7 @@ var adversaryPlan = adversary.Plan{
 // The wire adversary drives the durable agent's Temporal path (the SDK's
 // test environment, bbolt): one booking per logical action.
 func TestAdversary_TemporalBooksOnce(t *testing.T) {
-	old := runTemporal
-	runTemporal = func(ctx context.Context, run *demo.LoopRun, c conversation) (string, error) {
-		var suite testsuite.WorkflowTestSuite
-		suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-		env := suite.NewTestWorkflowEnvironment()
-		if _, err := newTemporalAgent(run, env); err != nil {
-			return "", err
-		}
-		env.ExecuteWorkflow("agent", c)
-		var answer string
-		if err := env.GetWorkflowResult(&answer); err != nil {
-			return "", err
-		}
-		return answer, nil
-	}
-	t.Cleanup(func() { runTemporal = old })
+	inTemporalTestEnvironment(t)
 	t.Setenv("DATABASE_URL", "")
 	ex := adversary.WithLostRequests(example, 6)
 	orig := ex.Flags

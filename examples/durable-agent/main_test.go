@@ -65,22 +65,7 @@ func TestWithoutADatabaseItSaysHowToStartOne(t *testing.T) {
 // environment runs the workflow and its activities in place of a server;
 // TestTemporalServer runs them on one.
 func TestTemporalFaults(t *testing.T) {
-	old := runTemporal
-	runTemporal = func(ctx context.Context, run *demo.LoopRun, c conversation) (string, error) {
-		var suite testsuite.WorkflowTestSuite
-		suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-		env := suite.NewTestWorkflowEnvironment()
-		if _, err := newTemporalAgent(run, env); err != nil {
-			return "", err
-		}
-		env.ExecuteWorkflow("agent", c)
-		var answer string
-		if err := env.GetWorkflowResult(&answer); err != nil {
-			return "", err
-		}
-		return answer, nil
-	}
-	t.Cleanup(func() { runTemporal = old })
+	inTemporalTestEnvironment(t)
 	t.Setenv("DATABASE_URL", "") // a bbolt file: Temporal needs no PostgreSQL
 	for _, f := range example.Faults {
 		t.Run(f.Name, func(t *testing.T) {
@@ -115,4 +100,25 @@ func TestTemporalServer(t *testing.T) {
 	if sum.Effects != 1 {
 		t.Fatalf("%d bookings; want 1\n%s", sum.Effects, out.String())
 	}
+}
+
+// inTemporalTestEnvironment runs the agent's Temporal path, for the rest
+// of the test, in the SDK's test environment in place of a server.
+func inTemporalTestEnvironment(t *testing.T) {
+	old := runTemporal
+	runTemporal = func(ctx context.Context, run *demo.LoopRun, c conversation) (string, error) {
+		var suite testsuite.WorkflowTestSuite
+		suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+		env := suite.NewTestWorkflowEnvironment()
+		if _, err := newTemporalAgent(run, env); err != nil {
+			return "", err
+		}
+		env.ExecuteWorkflow("agent", c)
+		var answer string
+		if err := env.GetWorkflowResult(&answer); err != nil {
+			return "", err
+		}
+		return answer, nil
+	}
+	t.Cleanup(func() { runTemporal = old })
 }

@@ -378,19 +378,34 @@ func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault f
 	}
 	written := make(map[string]bool, n)
 	_, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
-		rows, err := conn.Query(ctx, s.q.finishMany, s.replan, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
-		if err != nil {
+		b := &pgx.Batch{}
+		b.Queue(byKey)
+		b.Queue(s.q.finishMany, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
+		br := conn.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
 			return err
 		}
-		defer rows.Close()
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return err
+		}
 		for rows.Next() {
 			var k string
 			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				br.Close()
 				return err
 			}
 			written[k] = true
 		}
-		return rows.Err()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			br.Close()
+			return err
+		}
+		return br.Close()
 	})
 	return written, err
 }

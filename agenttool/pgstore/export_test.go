@@ -51,10 +51,12 @@ func Pipeline(s *Store) { s.pipelined = true }
 // group commit. Call it before s is used.
 func Alone(s *Store) { s.claims.off, s.outcomes.off = true, true }
 
-// Query is one of the store's statements, with arguments.
+// Query is one of the store's statements, with arguments, and the
+// statement the store runs before it in the same transaction, if any.
 type Query struct {
-	SQL  string
-	Args []any
+	SQL    string
+	Args   []any
+	Before string
 }
 
 // OpenRecordQueries are s's statements that read the open records — the
@@ -64,11 +66,11 @@ type Query struct {
 func OpenRecordQueries(s *Store, now time.Time, tool string, principal []byte) map[string]Query {
 	var none []byte
 	return map[string]Query{
-		"listUnknown":   {s.q.listUnknown, []any{now, "", none, 100, "", none}},
-		"listScope":     {s.q.listScope, []any{now, "", principal, 100, tool, none}},
-		"listPrincipal": {s.q.listPrincipal, []any{now, "", principal, 100, none}},
-		"countUnknown":  {s.q.countUnknown, nil},
-		"claimUnknown":  {s.q.claimUnknown, []any{now, now, none, []string{tool}, 100, "sweeper", now.Add(time.Minute)}},
+		"listUnknown":   {SQL: s.q.listUnknown, Args: []any{now, "", none, 100, "", none}},
+		"listScope":     {SQL: s.q.listScope, Args: []any{now, "", principal, 100, tool, none}},
+		"listPrincipal": {SQL: s.q.listPrincipal, Args: []any{now, "", principal, 100, none}},
+		"countUnknown":  {SQL: s.q.countUnknown, Args: nil},
+		"claimUnknown":  {SQL: s.q.claimUnknown, Args: []any{now, now, none, []string{tool}, 100, "sweeper", now.Add(time.Minute)}},
 	}
 }
 
@@ -110,9 +112,9 @@ func BatchQueries(s *Store, now time.Time, tool string, principal, session []byt
 	var none []byte
 	var noTimes []time.Time
 	return map[string]Query{
-		"insertMany": {s.q.insertMany, []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels,
+		"insertMany": {SQL: s.q.insertMany, Args: []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels,
 			later, approved, tokens, make([][]byte, n)}},
-		"finishMany": {s.q.finishMany, []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}},
+		"finishMany": {SQL: s.q.finishMany, Args: []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}, Before: byKey},
 	}
 }
 
@@ -133,14 +135,14 @@ func BesideQueries(s *Store, now time.Time, tool string, principal, session []by
 	key, owner, label := []string{req.Key}, []string{"owner"}, []string{""}
 	times, later := []time.Time{now}, []time.Time{now.Add(time.Minute)}
 	q := map[string]Query{
-		"insert_" + fence: {insert, args},
-		"insertMany_" + fence: {s.q.insertMany, []any{key, []string{tool}, [][]byte{principal}, [][]byte{principal}, owner, later, times,
+		"insert_" + fence: {SQL: insert, Args: args},
+		"insertMany_" + fence: {SQL: s.q.insertMany, Args: []any{key, []string{tool}, [][]byte{principal}, [][]byte{principal}, owner, later, times,
 			[][]byte{session}, [][]byte{scope}, label, later, []bool{false}, []int64{0}, [][]byte{nil}}},
 	}
 	if fence == "principal" {
-		q["besideOfPrincipalForUpdate"] = Query{s.q.besideOfPrincipalForUpdate, []any{tool, principal, req.Key}}
+		q["besideOfPrincipalForUpdate"] = Query{SQL: s.q.besideOfPrincipalForUpdate, Args: []any{tool, principal, req.Key}}
 	} else {
-		q["besideForUpdate"] = Query{s.q.besideForUpdate, []any{tool, principal, session, req.Key}}
+		q["besideForUpdate"] = Query{SQL: s.q.besideForUpdate, Args: []any{tool, principal, session, req.Key}}
 	}
 	return q
 }

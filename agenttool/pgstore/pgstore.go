@@ -230,8 +230,8 @@ func (s *Store) Schema() string { return s.schema }
 // replica alike), shared with concurrent claims (group commit); otherwise a
 // read, and a locked read-decide-write only when a record must change.
 func (s *Store) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	if _, err := storekit.DecideClaim(nil, nil, req, func() (uint64, error) { return 0, errNeedsWrite }); !errors.Is(err, errNeedsWrite) {
-		return storekit.ClaimResult{}, err // an invalid request
+	if err := req.Check(); err != nil {
+		return storekit.ClaimResult{}, err
 	}
 	for range 64 { // each round, another claim of the slot made progress
 		if req.Replace == nil && req.FoundApplied == "" { // else the rules decide, whatever holds the slot

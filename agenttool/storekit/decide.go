@@ -234,11 +234,8 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 	if req.TakeOver && existing != nil && !SentAlike(existing.Definition, req.Definition) {
 		req.TakeOver = false // the action is to be resent or checked as it was sent
 	}
-	if req.Lease <= 0 {
-		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
-	}
-	if req.Replace != nil && req.Replace.TTL <= 0 {
-		return ClaimDecision{}, fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
+	if err := req.Check(); err != nil {
+		return ClaimDecision{}, err
 	}
 	inSlot := !lost && existing != nil && !existing.expired(req.Now) && existing.HoldsSlot() && existing.Slot() == req.Slot()
 	// An approved retry of the slot's holder is a new write of the scope.
@@ -673,6 +670,20 @@ func (r *Record) Slot() Slot { return Slot{r.Tool, r.FenceScope} }
 
 // Slot returns the slot the claim's record would hold.
 func (req *ClaimRequest) Slot() Slot { return Slot{req.Tool, req.FenceScope} }
+
+// Check returns an error wrapping [ErrInvalidRequest] if req is not a
+// claim [DecideClaim] can decide — a lease that is not positive, a
+// replacement with no lifetime — whatever the store holds: a store that
+// decides some claims without DecideClaim checks them first.
+func (req *ClaimRequest) Check() error {
+	if req.Lease <= 0 {
+		return fmt.Errorf("agenttool: claim of %s with lease %v: %w", req.Key, req.Lease, ErrInvalidRequest)
+	}
+	if req.Replace != nil && req.Replace.TTL <= 0 {
+		return fmt.Errorf("agenttool: claim of %s in place of %s with lifetime %v: %w", req.Key, req.Replace.Key, req.Replace.TTL, ErrInvalidRequest)
+	}
+	return nil
+}
 
 // Beside reports whether r is beside its session's slot: claimed under a
 // fence other than its session's — its principal's, or none (FenceOff, a

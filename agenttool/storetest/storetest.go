@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		fn   func(t *testing.T, s agenttool.Store)
 	}{
 		{"ClaimCreatesPending", testClaimCreatesPending},
+		{"AnInvalidClaimWritesNothing", testInvalidClaim},
 		{"ConcurrentClaimsOneWinner", testConcurrentClaims},
 		{"TokensAreUnique", testTokensUnique},
 		{"FinishStates", testFinishStates},
@@ -184,6 +185,32 @@ func testClaimCreatesPending(t *testing.T, s agenttool.Store) {
 	}
 	if _, err := s.Get(bg, newKey()); !errors.Is(err, agenttool.ErrNotFound) {
 		t.Errorf("Get of a missing key: %v, want ErrNotFound", err)
+	}
+}
+
+// A claim no store can decide — a lease that is not positive, a
+// replacement with no lifetime — is refused with ErrInvalidRequest,
+// whatever the key holds, and writes nothing: the key is then claimed as
+// if it had never been asked for.
+func testInvalidClaim(t *testing.T, s agenttool.Store) {
+	key := newKey()
+	noLease := claimReq(key, t0)
+	noLease.Lease = 0
+	noLife := claimReq(key, t0)
+	noLife.Replace = &storekit.Replacement{Key: newKey()}
+	for name, req := range map[string]storekit.ClaimRequest{"no lease": noLease, "a replacement with no lifetime": noLife} {
+		if res, err := s.Claim(bg, req); !errors.Is(err, agenttool.ErrInvalidRequest) || res.Claimed {
+			t.Errorf("a claim with %s: %+v, %v; want ErrInvalidRequest", name, res, err)
+		}
+	}
+	if _, err := s.Get(bg, key); !errors.Is(err, agenttool.ErrNotFound) {
+		t.Errorf("after invalid claims, Get: %v; want ErrNotFound", err)
+	}
+	if res := mustClaim(t, s, claimReq(key, t0)); !res.Claimed || res.Record.Attempts != 0 {
+		t.Errorf("the claim after them: %+v", res)
+	}
+	if res, err := s.Claim(bg, noLease); !errors.Is(err, agenttool.ErrInvalidRequest) || res.Claimed {
+		t.Errorf("a claim with no lease of a key that is held: %+v, %v; want ErrInvalidRequest", res, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -341,18 +342,23 @@ func (s *Store) finishMany(ctx context.Context, batch []*outcomeBatch) {
 	}
 	written, err := write(ctx, batch, fault)
 	type row struct {
-		token int64
-		state int16
+		token    int64
+		state    int16
+		attempts int32
+		outcome  []byte
 	}
 	deliver(s, batch, func(o *outcome) string { return o.key }, written, err, s.q.tokensOf,
 		func(rows pgx.Rows, r *row) (string, error) {
 			var k string
-			return k, rows.Scan(&k, &r.token, &r.state)
+			return k, rows.Scan(&k, &r.token, &r.state, &r.attempts, &r.outcome)
 		},
 		func(w *outcomeBatch, r row) bool {
 			// Only its token's holder ends a pending record under that
-			// token, and it wrote this state: it committed.
-			w.ans = r.token == w.req.token && r.state != int16(storekit.Pending) && r.state == w.req.state
+			// token: the record holds this outcome under it, written by
+			// this batch or by the same outcome before (a Finish asked
+			// again). Another outcome under the token was not this one.
+			w.ans = r.token == w.req.token && r.state != int16(storekit.Pending) && r.state == w.req.state &&
+				r.attempts == w.req.attempts && bytes.Equal(r.outcome, w.req.outcome)
 			return w.ans
 		})
 }

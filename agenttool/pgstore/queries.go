@@ -244,15 +244,19 @@ const open = `(state = 1 OR (state = 4 AND NOT retry_approved))`
 
 // byKey, run right before a statement that joins a batch's keys to the
 // records (finishMany) in the same transaction, makes its plan the one
-// that reads each row by its key (a nested loop over the batch, each row
-// found through the primary key): the only plan left once scans of the
-// whole table and hash and merge joins are ruled out. The plan then no
-// longer depends on what the planner knows of the table — planned while
-// the table was new and small, a join read the table whole, or every open
-// record, at each batch until the server next analysed it — and so it is
-// planned once per connection and kept (a generic plan), rather than for
-// each batch, which cost PostgreSQL more than the update itself.
-const byKey = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+// that finds each row by its key: with scans of the whole table, plain
+// index scans (which may read a whole index, with no condition) and hash
+// and merge joins ruled out, the one way left to the table is a bitmap
+// scan of the primary key with the batch's key as its condition, in a
+// nested loop over the batch. The plan then no longer depends on what the
+// planner knows of the table — planned while the table was new, or
+// analysed while small, a join read the whole table, every open record or
+// the whole primary key at each batch until the server next analysed it —
+// and so it is planned once per connection and kept (a generic plan),
+// rather than for each batch, which cost PostgreSQL more than the update
+// itself.
+const byKey = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_indexscan', 'off', true),
+	set_config('enable_indexonlyscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 	set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // replanned returns the mode in which a pool of connections configured as
@@ -412,7 +416,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			WHERE r.key = v.key AND r.token = v.token AND r.state + 0 = 1 AND (SELECT ` + syncOn + `)
 			RETURNING r.key`,
 		// tokensOf finds what a batch of outcomes whose reply was lost wrote.
-		tokensOf:          `SELECT key, token, state FROM ` + t + ` WHERE key = ANY($1)`,
+		tokensOf:          `SELECT key, token, state, attempts, outcome FROM ` + t + ` WHERE key = ANY($1)`,
 		get:               `SELECT ` + selected("") + ` FROM ` + t + ` WHERE key = $1`,
 		getForUpdate:      `SELECT ` + selected("") + ` FROM ` + t + ` WHERE key = $1 FOR UPDATE`,
 		occupantForUpdate: `SELECT ` + selected("") + ` FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot + ` FOR UPDATE`,

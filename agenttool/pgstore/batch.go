@@ -237,14 +237,9 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 	}
 	tokens := make(map[string]int64, n)
 	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
-		rows, err := conn.Query(ctx, s.q.insertMany, keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
-			cuts, needs, definitions, inputs)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
 		check := false
-		for rows.Next() {
+		err := queryThroughIndexes(ctx, conn, s.q.insertMany, []any{keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
+			cuts, needs, definitions, inputs}, func(rows pgx.Rows) error {
 			var k string
 			var token int64
 			var sync bool
@@ -253,14 +248,44 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 			}
 			tokens[k] = token
 			check = check || sync
-		}
-		if err := rows.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		rows.Close()
 		return s.checkDurable(ctx, conn, check && hasUnkeyed(batch))
 	})
 	return tokens, warned, err
+}
+
+// queryThroughIndexes runs the batch statement sql with args on conn right
+// after throughIndexes, in one transaction, and calls each on every row it
+// returns.
+func queryThroughIndexes(ctx context.Context, conn *pgxpool.Conn, sql string, args []any, each func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	b.Queue(throughIndexes)
+	b.Queue(sql, args...)
+	br := conn.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := each(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // hasUnkeyed reports whether a batch has an Unkeyed claim.
@@ -384,34 +409,15 @@ func (s *Store) finishUnnest(ctx context.Context, batch []*outcomeBatch, fault f
 	}
 	written := make(map[string]bool, n)
 	_, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
-		b := &pgx.Batch{}
-		b.Queue(byKey)
-		b.Queue(s.q.finishMany, keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices)
-		br := conn.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				br.Close()
-				return err
-			}
-			written[k] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			br.Close()
-			return err
-		}
-		return br.Close()
+		return queryThroughIndexes(ctx, conn, s.q.finishMany, []any{keys, tokens, states, attempts, outcomes, updated, expires, approved, resolutions, leases, notices},
+			func(rows pgx.Rows) error {
+				var k string
+				if err := rows.Scan(&k); err != nil {
+					return err
+				}
+				written[k] = true
+				return nil
+			})
 	})
 	return written, err
 }

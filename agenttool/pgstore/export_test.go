@@ -113,8 +113,8 @@ func BatchQueries(s *Store, now time.Time, tool string, principal, session []byt
 	var noTimes []time.Time
 	return map[string]Query{
 		"insertMany": {SQL: s.q.insertMany, Args: []any{keys, tools, digests, digests, owners, later, times, sessions, sessions, labels,
-			later, approved, tokens, make([][]byte, n)}},
-		"finishMany": {SQL: s.q.finishMany, Args: []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}, Before: byKey},
+			later, approved, tokens, make([][]byte, n)}, Before: throughIndexes},
+		"finishMany": {SQL: s.q.finishMany, Args: []any{keys, tokens, states, attempts, outcomes, times, later, approved, none, noTimes, noTimes}, Before: throughIndexes},
 	}
 }
 
@@ -137,7 +137,7 @@ func BesideQueries(s *Store, now time.Time, tool string, principal, session []by
 	q := map[string]Query{
 		"insert_" + fence: {SQL: insert, Args: args},
 		"insertMany_" + fence: {SQL: s.q.insertMany, Args: []any{key, []string{tool}, [][]byte{principal}, [][]byte{principal}, owner, later, times,
-			[][]byte{session}, [][]byte{scope}, label, later, []bool{false}, []int64{0}, [][]byte{nil}}},
+			[][]byte{session}, [][]byte{scope}, label, later, []bool{false}, []int64{0}, [][]byte{nil}}, Before: throughIndexes},
 	}
 	if fence == "principal" {
 		q["besideOfPrincipalForUpdate"] = Query{SQL: s.q.besideOfPrincipalForUpdate, Args: []any{tool, principal, req.Key}}

@@ -1,6 +1,6 @@
 package pgstore_test
 
-// What a batch of outcomes (finishUnnest: byKey, then finishMany, in one
+// What a batch of outcomes (finishUnnest: throughIndexes, then finishMany, in one
 // transaction) keeps, whatever happens to it: a plan that reads only its
 // rows however the table grew after the plan was made, settings that stay
 // in its transaction, and an answer to each caller that says what its
@@ -126,13 +126,13 @@ func pkeyReads(t *testing.T, url, schema string) int64 {
 }
 
 // The plan a connection keeps for a batch of outcomes (a generic plan,
-// planned once and kept: byKey) is made for the table as the planner knows
+// planned once and kept: throughIndexes) is made for the table as the planner knows
 // it when the connection first runs a batch: analysed while it held a few
 // dozen rows, as autovacuum's first ANALYZE of a new table sees it, or as
 // Import (analyzeAfter) or vacuumdb --analyze-in-stages leave it. With only
 // whole-table scans ruled out, the cheapest plan then was a full scan of
 // records_pkey, and the connection kept it as the table grew: each batch
-// read every row until the server next analysed the table. byKey leaves no
+// read every row until the server next analysed the table. throughIndexes leaves no
 // way to the table but through an index condition on the batch's keys.
 //
 // Here the table is analysed small (50 rows, or 10 imported by the store
@@ -217,7 +217,7 @@ func TestABatchPlannedWhileTheTableWasSmallReadsOnlyItsRowsOnceItGrew(t *testing
 }
 
 // keptPlan explains, with actual rows, the prepared finishMany the store's
-// single connection keeps, as the store runs it (after byKey, in one
+// single connection keeps, as the store runs it (after throughIndexes, in one
 // transaction, rolled back); "" if the connection keeps none.
 func keptPlan(t *testing.T, s *pgstore.Store) string {
 	t.Helper()
@@ -255,7 +255,7 @@ func keptPlan(t *testing.T, s *pgstore.Store) string {
 	return strings.Join(plan, "\n")
 }
 
-// showSettings reads, on conn, the settings byKey and syncOn set locally.
+// showSettings reads, on conn, the settings throughIndexes and syncOn set locally.
 func showSettings(t *testing.T, ctx context.Context, s *pgstore.Store) (pid int, settings string) {
 	t.Helper()
 	conn, err := s.Pool().Acquire(ctx)
@@ -265,14 +265,14 @@ func showSettings(t *testing.T, ctx context.Context, s *pgstore.Store) (pid int,
 	defer conn.Release()
 	err = conn.QueryRow(ctx, `SELECT pg_backend_pid(), concat_ws(' ', current_setting('enable_seqscan'), current_setting('enable_indexscan'),
 		current_setting('enable_indexonlyscan'), current_setting('enable_hashjoin'),
-		current_setting('enable_mergejoin'), current_setting('plan_cache_mode'), current_setting('synchronous_commit'), txid_current_if_assigned() IS NULL)`).Scan(&pid, &settings)
+		current_setting('enable_mergejoin'), current_setting('plan_cache_mode'), current_setting('jit'), current_setting('synchronous_commit'), txid_current_if_assigned() IS NULL)`).Scan(&pid, &settings)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pid, settings
 }
 
-// byKey's settings, and syncOn's, are the batch's transaction's alone: on
+// throughIndexes's settings, and syncOn's, are the batch's transaction's alone: on
 // the pool's one connection, after a batch written, one refused whole (a
 // row the database cannot store), one refused by a statement timeout, one
 // cancelled by its callers all leaving, and one lost after its commit (a
@@ -285,7 +285,7 @@ func TestABatchsSettingsStayInItsTransaction(t *testing.T) {
 			f := newBatchFixture(t, "&pool_max_conns=1&synchronous_commit=local"+mode.params)
 			s := f.store
 			pid0, want := showSettings(t, ctx, s)
-			if want != "on on on on on auto local t" {
+			if want != "on on on on on auto on local t" {
 				t.Fatalf("the connection's own settings: %q", want)
 			}
 			check := func(what string, samePID bool) {
@@ -349,7 +349,7 @@ func TestABatchsSettingsStayInItsTransaction(t *testing.T) {
 }
 
 // The same, with a statement timeout set on the connection: the batch's
-// statement times out on a held row (an ERROR after byKey ran in the same
+// statement times out on a held row (an ERROR after throughIndexes ran in the same
 // transaction), the others are written alone, and the settings do not
 // leak.
 func TestABatchTimedOutAfterItsSettingsAnswersEachCallerAndLeaksNothing(t *testing.T) {
@@ -383,7 +383,7 @@ func TestABatchTimedOutAfterItsSettingsAnswersEachCallerAndLeaksNothing(t *testi
 	}
 }
 
-// A batch whose backend is killed after byKey ran and while finishMany
+// A batch whose backend is killed after throughIndexes ran and while finishMany
 // waits on a row lock (its transaction neither committed nor refused, as
 // far as the store can tell), in every query mode: each caller's answer is
 // what its record holds, and every outcome is written (the database is up).

@@ -272,8 +272,8 @@ func showSettings(t *testing.T, ctx context.Context, s *pgstore.Store) (pid int,
 	return pid, settings
 }
 
-// throughIndexes's settings, and syncOn's, are the batch's transaction's alone: on
-// the pool's one connection, after a batch written, one refused whole (a
+// throughIndexes's settings, and syncOn's, are the batch's transaction's
+// alone: on the pool's one connection, after a batch written, one refused whole (a
 // row the database cannot store), one refused by a statement timeout, one
 // cancelled by its callers all leaving, and one lost after its commit (a
 // new connection), in every query mode, a later statement sees the
@@ -349,8 +349,8 @@ func TestABatchsSettingsStayInItsTransaction(t *testing.T) {
 }
 
 // The same, with a statement timeout set on the connection: the batch's
-// statement times out on a held row (an ERROR after throughIndexes ran in the same
-// transaction), the others are written alone, and the settings do not
+// statement times out on a held row (an ERROR after throughIndexes ran in
+// the same transaction), the others are written alone, and the settings do not
 // leak.
 func TestABatchTimedOutAfterItsSettingsAnswersEachCallerAndLeaksNothing(t *testing.T) {
 	for _, mode := range batchQueryModes {
@@ -383,8 +383,8 @@ func TestABatchTimedOutAfterItsSettingsAnswersEachCallerAndLeaksNothing(t *testi
 	}
 }
 
-// A batch whose backend is killed after throughIndexes ran and while finishMany
-// waits on a row lock (its transaction neither committed nor refused, as
+// A batch whose backend is killed after throughIndexes ran and while
+// finishMany waits on a row lock (its transaction neither committed nor refused, as
 // far as the store can tell), in every query mode: each caller's answer is
 // what its record holds, and every outcome is written (the database is up).
 // Also a batch lost after its commit: the same.

@@ -272,9 +272,10 @@ const throughIndexes = `SELECT set_config('enable_seqscan', 'off', true), set_co
 // connection keeps the plan of a statement it prepared (mode
 // QueryExecModeCacheStatement, pgx's default), and a plan made while the
 // table was new and small reads it whole, and would go on reading every
-// row each time until the server next analysed the table. (A batch of
-// outcomes, which runs far more often, is planned once instead: throughIndexes.) The other modes plan each
-// statement when it runs already. The statements that find one row by its
+// row each time until the server next analysed the table. (The group
+// commit's batches, which run far more often, are planned once instead,
+// after throughIndexes.) The other modes plan each statement when it runs
+// already. The statements that find one row by its
 // key keep the pool's mode. A pool whose description cache is off
 // (description_cache_capacity=0) cannot run QueryExecModeCacheDescribe:
 // its statements are described at each run instead.
@@ -407,10 +408,10 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		// finishMany is finish for many records at once (group commit): it
 		// returns the keys it wrote. Its keys are distinct. An unknown
 		// outcome keeps the record's input, and an outcome other than
-		// success its mark (storekit.DecideFinish). It runs after throughIndexes,
-		// in one transaction, and so finds each row by its key whatever
-		// the table holds; "r.state + 0" keeps the planner from reading
-		// the open records' partial indexes for it instead.
+		// success its mark (storekit.DecideFinish). It runs after
+		// throughIndexes, in one transaction, and so finds each row by its
+		// key whatever the table holds; "r.state + 0" keeps the planner
+		// from reading the open records' partial indexes for it instead.
 		finishMany: `UPDATE ` + t + ` AS r SET state = v.state, owner = '', lease_expiry = v.lease_expiry, taken_over = false,
 			attempts = v.attempts, outcome = v.outcome, updated = v.updated, retry_approved = v.retry_approved,
 			expires = CASE WHEN v.expires IS NOT NULL THEN GREATEST(v.expires, CASE WHEN v.state = 2 THEN v.notice_until ELSE r.notice_until END) END,

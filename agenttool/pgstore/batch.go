@@ -100,21 +100,21 @@ func (s *Store) newGroupCommits() {
 func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int64, error) {
 	var token int64
 	sql, args := s.insertArgs(req, req.Label)
-	warned, err := s.onConn(ctx, noFault, func(conn *pgxpool.Conn) error {
+	warning, err := s.onConn(ctx, noFault, func(conn *pgxpool.Conn) error {
 		var sync bool
 		if err := conn.QueryRow(ctx, sql, args...).Scan(&token, &sync); err != nil {
 			return err
 		}
-		return s.checkDurable(ctx, conn, req.Unkeyed && sync)
+		return s.checkDurable(ctx, conn, req.Unkeyed && sync, noFault)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || besideRefused(err):
 		return 0, nil
 	case err != nil:
 		return 0, err
-	case warned && req.Unkeyed:
+	case warning != nil && req.Unkeyed:
 		s.giveBack(req.Key, token)
-		return 0, notDurable(req.Key)
+		return 0, notDurable(req.Key, warning)
 	}
 	return token, nil
 }
@@ -144,7 +144,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 	if s.pipelined {
 		write = s.insertPipelined
 	}
-	tokens, warned, err := write(ctx, batch, fault)
+	tokens, warning, err := write(ctx, batch, fault)
 	type pending struct {
 		owner string
 		token int64
@@ -158,15 +158,15 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 			w.ans = p.token
 			return p.owner == w.req.Owner // it committed: the record is its own
 		})
-	if !warned {
+	if warning == nil {
 		return
 	}
-	// A warning met the batch's commit (failover.go): its Unkeyed claims
-	// may not have reached the synchronous standby.
+	// The batch committed, but its Unkeyed claims may not have reached
+	// the synchronous standby (failover.go).
 	for _, w := range batch {
 		if w.req.Unkeyed && w.err == nil && !w.alone && w.ans != 0 {
 			s.giveBack(w.req.Key, w.ans)
-			w.ans, w.err = 0, notDurable(w.req.Key)
+			w.ans, w.err = 0, notDurable(w.req.Key, warning)
 		}
 	}
 }
@@ -218,7 +218,7 @@ func deliver[Req, Ans, Row any](s *Store, batch []*gathered[Req, Ans], key func(
 	}
 }
 
-func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, bool, error) {
+func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, error, error) {
 	n := len(batch)
 	keys, tools, owners, labels := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	principals, fps, sessions, scopes := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
@@ -236,7 +236,7 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 		labels[n/2] = "\x00" // text cannot hold NUL: the database refuses the row
 	}
 	tokens := make(map[string]int64, n)
-	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+	warning, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		check := false
 		err := queryThroughIndexes(ctx, conn, s.q.insertMany, []any{keys, tools, principals, fps, owners, leases, created, sessions, scopes, labels,
 			cuts, needs, definitions, inputs}, func(rows pgx.Rows) error {
@@ -253,9 +253,9 @@ func (s *Store) insertUnnest(ctx context.Context, batch []*claimBatch, fault fau
 		if err != nil {
 			return err
 		}
-		return s.checkDurable(ctx, conn, check && hasUnkeyed(batch))
+		return s.checkDurable(ctx, conn, check && hasUnkeyed(batch), fault)
 	})
-	return tokens, warned, err
+	return tokens, warning, err
 }
 
 // queryThroughIndexes runs the batch statement sql with args on conn right
@@ -293,30 +293,40 @@ func hasUnkeyed(batch []*claimBatch) bool {
 	return slices.ContainsFunc(batch, func(w *claimBatch) bool { return w.req.Unkeyed })
 }
 
-// errNotDurableAfter is what checkDurable returns, inside onConn's fn,
-// when a claim that committed under synchronous replication is no longer
-// durable where a failover can go: onConn reports it as a warning.
-var errNotDurableAfter = errors.New("pgstore: synchronous replication was turned off while the commit waited for it")
+// undurable is what checkDurable returns, inside onConn's fn, when claims
+// that committed under synchronous replication are not known to be
+// durable where a failover can go: synchronous replication was turned off
+// while their commit waited (stillDurable says so), or the check itself
+// failed. Either way the claims committed, and a failover could lose
+// them: onConn reports why as the connection's warning, as it does
+// PostgreSQL's own (errWaitCancelled), never as the write's error, which
+// would tell its callers that nothing was written.
+type undurable struct{ why error }
+
+func (u undurable) Error() string { return u.why.Error() }
 
 // checkDurable runs stillDurable on conn when check is set: after the
-// commit of Unkeyed claims made under synchronous replication. If they
-// are no longer durable where a failover can go it returns
-// errNotDurableAfter, which onConn turns into a warning.
-func (s *Store) checkDurable(ctx context.Context, conn *pgxpool.Conn, check bool) error {
+// commit of Unkeyed claims made under synchronous replication. Unless it
+// answers that they are still durable, it returns an undurable.
+func (s *Store) checkDurable(ctx context.Context, conn *pgxpool.Conn, check bool, fault fault) error {
+	sql := s.q.stillDurable
+	if fault == faultCheck {
+		check, sql = true, `SELECT 1/0 = 1`
+	}
 	if !check || s.acceptAsync {
 		return nil
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, s.q.stillDurable).Scan(&ok); err != nil {
-		return fmt.Errorf("pgstore: checking that a claim is durable after its commit: %w", err)
+	if err := conn.QueryRow(ctx, sql).Scan(&ok); err != nil {
+		return undurable{fmt.Errorf("checking that it is durable after its commit: %w", err)}
 	}
 	if !ok {
-		return errNotDurableAfter
+		return undurable{errors.New("synchronous replication was turned off while the commit waited for it")}
 	}
 	return nil
 }
 
-func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, bool, error) {
+func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault fault) (map[string]int64, error, error) {
 	b := &pgx.Batch{}
 	for i, w := range batch {
 		r := &w.req
@@ -328,7 +338,7 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		b.Queue(sql, args...)
 	}
 	tokens := make(map[string]int64, len(batch))
-	warned, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
+	warning, err := s.onConn(ctx, fault, func(conn *pgxpool.Conn) error {
 		br := conn.SendBatch(ctx, b)
 		var first error
 		check := false
@@ -351,9 +361,9 @@ func (s *Store) insertPipelined(ctx context.Context, batch []*claimBatch, fault 
 		if first != nil {
 			return first
 		}
-		return s.checkDurable(ctx, conn, check)
+		return s.checkDurable(ctx, conn, check, fault)
 	})
-	return tokens, warned, err
+	return tokens, warning, err
 }
 
 func (s *Store) finishMany(ctx context.Context, batch []*outcomeBatch) {
@@ -463,13 +473,14 @@ func refusedWhole(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// onConn runs fn on a connection of the pool, with the failpoint fault,
-// and reports whether the connection received a warning meanwhile (when
-// the pool counts them: failover.go).
-func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) error) (warned bool, err error) {
+// onConn runs fn on a connection of the pool, with the failpoint fault.
+// Its warning says why claims fn committed may not be durable where a
+// failover can go: the connection received a warning meanwhile (when the
+// pool counts them: failover.go), or fn returned an undurable.
+func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) error) (warning, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer conn.Release()
 	if fault == faultLostBeforeCommit {
@@ -480,12 +491,16 @@ func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) 
 	err = fn(conn)
 	if fault == faultLostAfterCommit && err == nil {
 		conn.Conn().Close(ctx)
-		return false, fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
+		return nil, fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
 	}
-	if errors.Is(err, errNotDurableAfter) {
-		return true, nil
+	if warnings(pc) > before {
+		return errWaitCancelled, err
 	}
-	return warnings(pc) > before, err
+	var u undurable
+	if errors.As(err, &u) {
+		return u.why, nil
+	}
+	return nil, err
 }
 
 // each runs a query and calls fn on each row.
@@ -527,6 +542,10 @@ const (
 	// faultLostAfterCommit: the batch commits, and the connection is
 	// closed before its reply is read.
 	faultLostAfterCommit
+	// faultCheck: the batch of claims commits, and the check after its
+	// commit that its Unkeyed claims are durable (checkDurable), run as
+	// under synchronous replication, fails with an ERROR.
+	faultCheck
 )
 
 func (s *Store) takeFault(f *atomic.Int32) fault { return fault(f.Swap(int32(noFault))) }

@@ -9,7 +9,9 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -409,6 +411,42 @@ func TestABatchOfClaimsItsCallersLeftLeavesNothing(t *testing.T) {
 			for i := range reqs {
 				rec, err := s.Get(ctx, reqs[i].Key)
 				t.Logf("%s: claimed %v err %v; record %v owner %q (%v)", reqs[i].Key, res[i].Claimed, errs[i], rec.State, rec.Owner, err)
+			}
+		})
+	}
+}
+
+// A batch of claims commits, and the check after its commit that its
+// Unkeyed claims are durable where a failover can go fails (an ERROR on
+// the connection: the failpoint). The claims committed, so the batch was
+// not refused: its keyed claims are granted under their tokens, and its
+// Unkeyed ones, not known to be durable, are given back and refused with
+// ErrNotDurable saying why — the tool did not act, and the same action
+// asked again is claimed, not held back by its own record until its
+// lease lapses.
+func TestABatchOfClaimsWhoseDurabilityCheckFailsGivesBackOnlyItsUnkeyedClaims(t *testing.T) {
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
+			ctx := context.Background()
+			s := newBatchFixture(t, "").store
+			if pipelined {
+				pgstore.Pipeline(s)
+			}
+			reqs := batchClaimsOf(fmt.Sprintf("check%v", pipelined), 6)
+			reqs[1].Unkeyed, reqs[4].Unkeyed = true, true
+			res, errs := runClaimBatch(t, s, reqs, pgstore.FaultCheck)
+			claimsTruthful(t, s, reqs, res, errs)
+			for i, req := range reqs {
+				switch {
+				case !req.Unkeyed && (errs[i] != nil || !res[i].Claimed):
+					t.Errorf("keyed claim %s: %+v, %v; want claimed", req.Key, res[i], errs[i])
+				case req.Unkeyed && (!errors.Is(errs[i], storekit.ErrNotDurable) || !strings.Contains(fmt.Sprint(errs[i]), "division by zero")):
+					t.Errorf("Unkeyed claim %s: %+v, %v; want ErrNotDurable naming the check's failure", req.Key, res[i], errs[i])
+				case req.Unkeyed:
+					if again, err := s.Claim(ctx, req); err != nil || !again.Claimed {
+						t.Errorf("Unkeyed claim %s asked again after it was given back: %+v, %v; want claimed", req.Key, again, err)
+					}
+				}
 			}
 		})
 	}

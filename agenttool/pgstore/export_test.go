@@ -27,6 +27,7 @@ const (
 	FaultRow              = int(faultRow)
 	FaultLostBeforeCommit = int(faultLostBeforeCommit)
 	FaultLostAfterCommit  = int(faultLostAfterCommit)
+	FaultCheck            = int(faultCheck)
 )
 
 // GatherClaims makes the next n claims of new keys wait for each other and

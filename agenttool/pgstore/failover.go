@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -35,7 +36,8 @@ import (
 //     warns: a claim that meets a warning is given back and refused; so
 //     is one whose wait was released because synchronous replication was
 //     turned off meanwhile (no warning then: after a commit made under
-//     synchronous replication, the connection checks stillDurable).
+//     synchronous replication, the connection checks stillDurable), or
+//     whose check fails: the claim committed, durable or not.
 //   - The store records the server's timeline (the timeline table). A
 //     promotion starts a new one, which every claim checks in its own
 //     statement; the first claim on a new timeline records it with the
@@ -315,12 +317,16 @@ func hearsWarnings(cfg *pgx.ConnConfig) (heard bool) {
 	return n.Routine == probeHeard
 }
 
-// notDurable is the error of a claim whose commit met a warning: PostgreSQL
-// kept it, but it may not have reached the synchronous standby.
-func notDurable(key string) error {
-	return fmt.Errorf("pgstore: claim %s: the commit's wait for the synchronous standby was cancelled (PostgreSQL warned): "+
-		"a failover could lose the claim, so it was given back and the tool did not act: %w", key, storekit.ErrNotDurable)
+// notDurable is the error of an Unkeyed claim given back because why: it
+// committed, but it may not have reached the synchronous standby.
+func notDurable(key string, why error) error {
+	return fmt.Errorf("pgstore: claim %s: %v: a failover could lose the claim, so it was given back and the tool did not act: %w",
+		key, why, storekit.ErrNotDurable)
 }
+
+// errWaitCancelled is why a claim whose commit met PostgreSQL's warning
+// is given back.
+var errWaitCancelled = errors.New("the commit's wait for the synchronous standby was cancelled (PostgreSQL warned)")
 
 // giveBack releases an Unkeyed claim that met a warning; if it cannot,
 // the claim's lease lapses, as any holder's does.

@@ -422,15 +422,13 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
 	}
 	if res.Claimed && req.Unkeyed {
-		err := s.checkDurable(ctx, conn, true)
-		if warnings(pc) > before || errors.Is(err, errNotDurableAfter) {
-			s.giveBack(req.Key, int64(res.Record.Token))
-			return storekit.ClaimResult{}, false, notDurable(req.Key)
+		why := s.checkDurable(ctx, conn, true, noFault)
+		if warnings(pc) > before {
+			why = errWaitCancelled
 		}
-		if err != nil {
-			// The claim committed; whether it is durable is unknown.
+		if why != nil {
 			s.giveBack(req.Key, int64(res.Record.Token))
-			return storekit.ClaimResult{}, false, s.wrap("claim", req.Key, err)
+			return storekit.ClaimResult{}, false, notDurable(req.Key, why)
 		}
 	}
 	return res, again, nil

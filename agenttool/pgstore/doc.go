@@ -70,8 +70,16 @@
 //
 // The planner needs to know the table's size for these reads to stop at
 // their page: autovacuum analyses the table as it grows, and Import
-// analyses it at once when it grew it by a tenth or more (ANALYZE needs
-// the table's owner; another role is warned, and the import stands).
+// analyses it at once when it grew it as much as autovacuum waits for
+// (ANALYZE needs the table's owner; another role is warned, and the
+// import stands). Autovacuum first analyses a new table once a thousand
+// rows changed (migration 16): analysed while it held a few dozen rows,
+// one page, the table was cheaper to read whole than by its key, and each
+// connection kept such plans of its lone statements — the insert, the
+// outcome, the read of one key — until the table was next analysed. An
+// operator's ANALYZE of a table that small, or a table the sweep emptied
+// and vacuum truncated, opens that window again, until autovacuum next
+// analyses it.
 // After a restore or pg_upgrade, analyse the database before serving
 // (vacuumdb --analyze-in-stages), or the first listings read every open
 // record.

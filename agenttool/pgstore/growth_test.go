@@ -193,3 +193,112 @@ func TestASweepStepReadsItsStepNotTheMarksKeptPastTheirLifetime(t *testing.T) {
 		t.Errorf("after the sweep (%d deleted then): %d of the due records left, %d of 2,000 marked ones; want none, all", n, left, marked)
 	}
 }
+
+// A store that begins on a new table goes on reading one record by its
+// key through the primary key as the table grows. A connection keeps the
+// plan of each statement it prepared — a lone claim's insert, a lone
+// outcome, the read of one key — and the planner takes a table never
+// analysed for ten pages at least, so those plans use the key; analysed
+// while it held a few dozen rows, one page, the table is cheaper to read
+// whole, and a plan made then read every row at each call until the table
+// was next analysed (a naptime or more, while it may grow by thousands of
+// rows a second). So autovacuum is set (migration 16) to analyse or vacuum
+// the table first only once it has more records than that: here it is
+// analysed and vacuumed as autovacuum first would at the earliest, the
+// store's connection makes its plans, and the table grows by 20,000 rows
+// with no analysis since; each lone statement then reads the table only by
+// its key.
+func TestAStoreFromNewReadsOneRecordByItsKeyAsItGrows(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url)
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.Param(t, url, "pool_max_conns=1"), Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	records := pgx.Identifier{schema, "records"}.Sanitize()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// The earliest autovacuum runs on the table: PostgreSQL's defaults
+	// unless the table says otherwise; an action changes its row twice
+	// (claim, outcome) and leaves one dead row.
+	threshold := map[string]int{"autovacuum_vacuum_threshold": 50, "autovacuum_vacuum_insert_threshold": 1000, "autovacuum_analyze_threshold": 50}
+	var opts []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass`, records).Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range opts {
+		name, value, _ := strings.Cut(o, "=")
+		if _, ok := threshold[name]; ok {
+			var v int
+			fmt.Sscan(value, &v)
+			threshold[name] = v
+		}
+	}
+	first := min(threshold["autovacuum_vacuum_threshold"], threshold["autovacuum_vacuum_insert_threshold"], threshold["autovacuum_analyze_threshold"]/2)
+	t.Logf("table options %v: autovacuum may first run at %d records", opts, first)
+	admin(t, url, `ALTER TABLE `+records+` SET (autovacuum_enabled = false)`)
+	now := time.Now()
+	principal := storekit.Digest(sha256.Sum256([]byte("tenant-1/ana")))
+	fill(t, url, schema, first, now, principal)
+	admin(t, url, `VACUUM ANALYZE `+records)
+
+	// seqRead is how many rows whole-table reads of records returned so
+	// far, the store's connection's included (its statistics flushed).
+	seqRead := func() int64 {
+		t.Helper()
+		c, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		c.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT pg_stat_clear_snapshot(), seq_tup_read FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+			records).Scan(nil, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	round := func(prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			key := fmt.Sprintf("%s-%d", prefix, i)
+			d := storekit.Digest(sha256.Sum256([]byte(key)))
+			req := storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: principal, Session: d, FenceScope: d, Fingerprint: d,
+				Owner: "owner", Now: now, Lease: time.Minute}
+			res, err := s.Claim(ctx, req)
+			if err != nil || !res.Claimed {
+				t.Fatalf("claim %s: %+v, %v", key, res, err)
+			}
+			if err := s.Finish(ctx, storekit.FinishRequest{Key: key, Token: res.Record.Token, State: storekit.Succeeded,
+				Attempts: 1, Outcome: []byte(`{}`), Now: now, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			if rec, err := s.Get(ctx, key); err != nil || rec.State != storekit.Succeeded {
+				t.Fatalf("get %s: %+v, %v", key, rec, err)
+			}
+			if res, err := s.Claim(ctx, req); err != nil || res.Claimed {
+				t.Fatalf("claim %s again: %+v, %v", key, res, err)
+			}
+		}
+	}
+	// More calls than the server plans afresh before it keeps a generic
+	// plan (five).
+	round("small", 8)
+	admin(t, url, `INSERT INTO `+records+` (key, tool, state, principal, fingerprint, owner, token, attempts, outcome, created, updated, expires, session, fence_scope)
+		SELECT 'grown-' || i, tool, state, principal, fingerprint, owner, token + 1000000 + i, attempts, outcome, created, updated, expires, sha256(('grown-' || i)::bytea), sha256(('grown-' || i)::bytea)
+		FROM `+records+`, generate_series(1, 20000) AS i WHERE key = 'settled-1'`)
+	before := seqRead()
+	round("late", 4)
+	if read := seqRead() - before; read > 0 {
+		t.Errorf("4 lone claims, outcomes and reads on a table analysed at %d records, then grown by 20,000: whole-table reads returned %d rows; want none", first, read)
+	}
+}

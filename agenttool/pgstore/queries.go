@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -196,7 +197,24 @@ var migrations = []string{
 		WHERE ((state = 3 AND notice_until IS NOT NULL) OR (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session);
 	DROP INDEX {s}.records_beside;
 	ALTER INDEX {s}.records_beside_15 RENAME TO records_beside;`,
+	// 16: autovacuum first vacuums or analyses the table once a thousand
+	// rows changed (firstAnalysis), not fifty: the planner takes a table
+	// never analysed for ten pages at least, and reads a row by its key
+	// through the primary key; analysed at a few dozen rows, one page, it
+	// reads the table instead, and a connection keeps that plan of each
+	// statement it prepared — the insert, the outcome, the read of one
+	// key — until the table is next analysed, a naptime or more, while it
+	// may grow by thousands of rows a second. Analysed at a few hundred
+	// rows, the primary key is the cheaper way, and stays so as it grows.
+	`ALTER TABLE {s}.records SET (autovacuum_vacuum_threshold = ` + strconv.Itoa(firstAnalysis) + `,
+		autovacuum_vacuum_insert_threshold = ` + strconv.Itoa(firstAnalysis) + `, autovacuum_analyze_threshold = ` + strconv.Itoa(firstAnalysis) + `)`,
 }
+
+// firstAnalysis is how many rows of the records table change before
+// autovacuum may first vacuum or analyse it (migration 16): an action
+// changes its row twice (its claim and its outcome), so the table then
+// holds five hundred records or more.
+const firstAnalysis = 1000
 
 // untilTold is storekit.UntilTold, as an SQL literal.
 var untilTold = "'" + storekit.UntilTold.Format("2006-01-02 15:04:05Z07:00") + "'::timestamptz"

@@ -113,7 +113,7 @@ func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int6
 	case err != nil:
 		return 0, err
 	case warning != nil && req.Unkeyed:
-		s.giveBack(req.Key, token)
+		s.giveBack(req.Key, token, nil)
 		return 0, notDurable(req.Key, warning)
 	}
 	return token, nil
@@ -165,7 +165,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 	// the synchronous standby (failover.go).
 	for _, w := range batch {
 		if w.req.Unkeyed && w.err == nil && !w.alone && w.ans != 0 {
-			s.giveBack(w.req.Key, w.ans)
+			s.giveBack(w.req.Key, w.ans, nil)
 			w.ans, w.err = 0, notDurable(w.req.Key, warning)
 		}
 	}
@@ -493,14 +493,14 @@ func (s *Store) onConn(ctx context.Context, fault fault, fn func(*pgxpool.Conn) 
 		conn.Conn().Close(ctx)
 		return nil, fmt.Errorf("pgstore failpoint: the connection was lost before the batch's reply was read: %w", io.ErrUnexpectedEOF)
 	}
-	if warnings(pc) > before {
-		return errWaitCancelled, err
-	}
 	var u undurable
 	if errors.As(err, &u) {
-		return u.why, nil
+		warning, err = u.why, nil // what fn wrote committed
 	}
-	return nil, err
+	if warnings(pc) > before {
+		warning = errWaitCancelled
+	}
+	return warning, err
 }
 
 // each runs a query and calls fn on each row.

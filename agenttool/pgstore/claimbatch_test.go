@@ -451,3 +451,75 @@ func TestABatchOfClaimsWhoseDurabilityCheckFailsGivesBackOnlyItsUnkeyedClaims(t 
 		})
 	}
 }
+
+// The batch of claims with FaultCheck, in every pgx query mode and both
+// write modes, while some of its callers have given up: no caller is
+// answered claimed unless its record is its own; the Unkeyed claims are
+// given back (no record left) and refused with ErrNotDurable; the keyed
+// claims of callers that stayed are claimed; those of callers that left
+// are released as orphans.
+func TestABatchOfClaimsWhoseCheckFailsWhileCallersLeaveLeavesNothingBehind(t *testing.T) {
+	for _, mode := range batchQueryModes {
+		for _, pipelined := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/pipelined=%v", mode.name, pipelined), func(t *testing.T) {
+				ctx := context.Background()
+				f := newBatchFixture(t, mode.params)
+				s := f.store
+				if pipelined {
+					pgstore.Pipeline(s)
+				}
+				reqs := batchClaimsOf(fmt.Sprintf("rv%v", pipelined), 8)
+				for i := range reqs {
+					reqs[i].Unkeyed = i%2 == 1
+				}
+				// Callers 0 and 1 give up right after they queue.
+				leave := map[int]bool{0: true, 1: true}
+				// The batch waits on a row another transaction inserted
+				// for key 7, while callers 0 and 1 give up; then it goes on.
+				release := f.hold(reqs[7].Key, false)
+				pgstore.GatherClaims(s, len(reqs), pgstore.FaultCheck)
+				res, errs := make([]storekit.ClaimResult, len(reqs)), make([]error, len(reqs))
+				wait := together(len(reqs), func(i int) {
+					c := ctx
+					if leave[i] {
+						var cancel context.CancelFunc
+						c, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+						defer cancel()
+					}
+					res[i], errs[i] = s.Claim(c, reqs[i])
+				})
+				f.waitingBatch()
+				time.Sleep(300 * time.Millisecond)
+				release()
+				wait()
+				time.Sleep(300 * time.Millisecond) // the orphans' releases
+				for i := range leave {
+					if !errors.Is(errs[i], context.DeadlineExceeded) {
+						t.Fatalf("caller %d was to leave the batch: %+v, %v", i, res[i], errs[i])
+					}
+				}
+				claimsTruthful(t, s, reqs, res, errs)
+				for i, req := range reqs {
+					rec, gerr := s.Get(ctx, req.Key)
+					switch {
+					case leave[i]:
+						if gerr == nil && rec.State == storekit.Pending {
+							t.Errorf("caller %s left (%v), yet its claim stands: %+v", req.Key, errs[i], rec)
+						}
+					case req.Unkeyed:
+						if !errors.Is(errs[i], storekit.ErrNotDurable) || res[i].Claimed {
+							t.Errorf("Unkeyed %s: %+v, %v; want ErrNotDurable", req.Key, res[i], errs[i])
+						}
+						if gerr == nil {
+							t.Errorf("Unkeyed %s refused, yet its record stays: %+v", req.Key, rec)
+						}
+					default:
+						if errs[i] != nil || !res[i].Claimed {
+							t.Errorf("keyed %s: %+v, %v; want claimed", req.Key, res[i], errs[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}

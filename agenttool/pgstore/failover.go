@@ -328,10 +328,19 @@ func notDurable(key string, why error) error {
 // is given back.
 var errWaitCancelled = errors.New("the commit's wait for the synchronous standby was cancelled (PostgreSQL warned)")
 
-// giveBack releases an Unkeyed claim that met a warning; if it cannot,
-// the claim's lease lapses, as any holder's does.
-func (s *Store) giveBack(key string, token int64) {
+// giveBack undoes an Unkeyed claim, under token, that is not known to be
+// durable: the store holds again what the claim found, prior — no record
+// (nil), or the record it took over, an unknown outcome or an approved
+// retry among them, which a claim asked again must meet as it was. If it
+// cannot, the claim's lease lapses, as any holder's does.
+func (s *Store) giveBack(key string, token int64, prior *storekit.Record) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
-	s.pool.Exec(ctx, s.q.release, key, token)
+	if prior == nil {
+		s.pool.Exec(ctx, s.q.release, key, token)
+		return
+	}
+	if args := recordArgs(prior); args != nil {
+		s.pool.Exec(ctx, s.q.restore, append(args, token)...)
+	}
 }

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/pgstore"
@@ -904,5 +907,169 @@ func afterFailover(t *testing.T, deadline time.Time, what string, call func() en
 			t.Fatalf("%s: still %s after the failover: %s", what, env.Error.Code, env)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cancelSyncWaits cancels, until stop is called, every backend of
+// srv whose commit waits for a synchronous standby (pg_cancel_backend, as
+// TestACancelledSynchronousWaitDoesNotLetAToolAct does): PostgreSQL keeps
+// each such commit and warns. With synchronous_standby_names = '*' and no
+// standby, every commit waits until it is cancelled so.
+func cancelSyncWaits(t *testing.T, srv *pgtest.Server) (stop func()) {
+	t.Helper()
+	admin, err := pgx.Connect(context.Background(), srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			admin.Exec(context.Background(), "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		admin.Close(context.Background())
+	}
+}
+
+// A lone Unkeyed claim whose caller's deadline passes while its commit
+// waits for the synchronous standby, on a pool whose connections send a
+// cancel request when a context ends (ConfigurePool names such a client):
+// the cancel ends the wait, PostgreSQL keeps the commit and warns, and the
+// durability check after the commit, run on the ended context, fails too.
+// The claim committed and is not known to be durable: it is given back
+// and refused with ErrNotDurable, and the same action asked again is
+// claimed. (Before, the check's failure was taken for the write's: the
+// claim stayed pending under its owner, and the action was held back by
+// its own record until the lease lapsed, then unknown, though the tool
+// never ran.)
+func TestALoneClaimWhoseCancelledWaitEndsItsCheckIsGivenBack(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 20 * time.Second}
+	}
+	pgstore.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.Open(ctx, &pgstore.Options{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A first claim records the timeline, before commits wait.
+	if _, err := s.Claim(ctx, claimReq("pay/warm", time.Now(), true)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Synchronous(t, true)
+	synced := true
+	defer func() {
+		if synced {
+			srv.Synchronous(t, false)
+		}
+	}()
+
+	req := claimReq("pay/lone", time.Now(), true)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = s.Claim(cctx, req)
+	cancel()
+	srv.Synchronous(t, false) // release whatever still waits
+	synced = false
+	rec, gerr := s.Get(ctx, req.Key)
+	t.Logf("claim: %v; record afterwards: %+v, %v", err, rec, gerr)
+	if err == nil {
+		t.Skip("the claim was answered claimed: the cancel did not reach the commit's wait")
+	}
+	if !errors.Is(err, storekit.ErrNotDurable) {
+		t.Errorf("a lone Unkeyed claim whose commit's wait was cancelled and whose check then failed: %v; want ErrNotDurable (given back)", err)
+	}
+	if gerr == nil && rec.State == storekit.Pending && rec.Owner == req.Owner {
+		t.Errorf("the claim was refused, yet its record stays pending under its owner (token %d, lease to %v): "+
+			"not given back, the action is held back by its own record until the lease lapses, then unknown", rec.Token, rec.LeaseExpiry)
+	}
+	// Asked again, the same action (a retry well within the lease).
+	again, aerr := s.Claim(ctx, claimReq(req.Key, time.Now(), true))
+	if aerr != nil || !again.Claimed {
+		t.Errorf("the same action asked again after a refusal that said the tool did not act: %+v, %v; want claimed", again, aerr)
+	}
+}
+
+// A reconcilable tool's earlier attempt ended unknown: its record fences
+// the scope and makes the next claim ask the destination first. The next
+// claim takes the record over (claimLocked), and its commit's wait for the
+// synchronous standby is cancelled: it is given back, and the store holds
+// again the record it took over, unknown, under its token — not no
+// record, which a claim asked again would take for a new action and run
+// without asking the destination whether the earlier attempt was applied
+// (a second effect if it was), the unknown fence (I9) lifted meanwhile.
+func TestATakeoverGivenBackLeavesTheUnknownRecordAsItWas(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	first := claimReq("pay/unknown", now, true)
+	first.TakeOver = true
+	res, err := s.Claim(ctx, first)
+	if err != nil || !res.Claimed {
+		t.Fatalf("first claim: %+v, %v", res, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: first.Key, Token: res.Record.Token, State: storekit.Unknown, Attempts: 1,
+		Now: now, TTL: time.Hour, HeldUntil: now}); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Synchronous(t, true)
+	stop := cancelSyncWaits(t, srv)
+	take := claimReq(first.Key, time.Now(), true)
+	take.Owner = "o-second"
+	take.TakeOver = true
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	got, err := s.Claim(cctx, take)
+	cancel()
+	stop()
+	srv.Synchronous(t, false)
+	t.Logf("takeover under a cancelled synchronous wait: %+v, %v", got, err)
+	if err == nil {
+		t.Skip("the takeover was granted: no warning reached it")
+	}
+	if !errors.Is(err, storekit.ErrNotDurable) {
+		t.Fatalf("takeover: %v; want ErrNotDurable", err)
+	}
+	rec, err := s.Get(ctx, first.Key)
+	if err != nil {
+		t.Errorf("after the takeover was given back the record of the earlier attempt, whose outcome is unknown, is gone: %v; "+
+			"want it unknown still (or pending under the lapsing lease)", err)
+	} else if rec.State != storekit.Unknown || rec.Token != res.Record.Token || rec.Owner != "" {
+		t.Errorf("after the takeover was given back: %+v; want the unknown record as it was, token %d", rec, res.Record.Token)
+	}
+	third := claimReq(first.Key, time.Now(), true)
+	third.Owner = "o-third"
+	third.TakeOver = true
+	again, err := s.Claim(ctx, third)
+	if err != nil || !again.Claimed || !again.TookOver {
+		t.Errorf("the action asked again: %+v, %v; want it taken over, the destination asked first "+
+			"whether the earlier attempt, of unknown outcome, was applied", again, err)
 	}
 }

@@ -331,6 +331,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	defer conn.Release()
 	pc := conn.Conn().PgConn()
 	before := warnings(pc)
+	var prior *storekit.Record // what the claim found: a give-back puts it back
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
 		// The claims of a scope lock its rows one after another: the
 		// claim's own, the slot's holder, the records beside the slot.
@@ -348,6 +349,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 		if err != nil && !errors.Is(err, storekit.ErrNotFound) {
 			return err
 		}
+		prior = existing
 		var occs []storekit.Record
 		if req.FenceScope != (storekit.Digest{}) {
 			holder, err := scanRecord(tx.QueryRow(ctx, s.q.occupantForUpdate, s.replan, req.Tool, req.FenceScope[:]))
@@ -427,7 +429,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			why = errWaitCancelled
 		}
 		if why != nil {
-			s.giveBack(req.Key, int64(res.Record.Token))
+			s.giveBack(req.Key, int64(res.Record.Token), prior)
 			return storekit.ClaimResult{}, false, notDurable(req.Key, why)
 		}
 	}

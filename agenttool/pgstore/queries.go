@@ -308,8 +308,8 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 }
 
 type queries struct {
-	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                  string
+	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, restore, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
+	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                           string
 }
 
 // newQueries builds the statements of a store on schema. What a store
@@ -464,6 +464,13 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			input = CASE WHEN $3::smallint = 4 THEN input END
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
+		// restore puts back the record a claim found ($1–$27, as update),
+		// while the claim's pending record, its token $28, holds it.
+		restore: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
+			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
+			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
+			lifetime = $26, lifetime_at = $27 WHERE key = $1 AND token = $28 AND state = 1 AND ` + syncOn,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		// sweep deletes one step, found by the records_expires index, oldest

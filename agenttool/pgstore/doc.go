@@ -70,9 +70,8 @@
 //
 // The planner needs to know the table's size for these reads to stop at
 // their page: autovacuum analyses the table as it grows, and Import
-// analyses it at once when it grew it as much as autovacuum waits for
-// (ANALYZE needs the table's owner; another role is warned, and the
-// import stands). Autovacuum first analyses a new table once a thousand
+// analyses it at once when it grew it by a tenth or more (ANALYZE needs
+// the table's owner; another role is warned, and the import stands). Autovacuum first analyses a new table once a thousand
 // rows changed (migration 16): analysed while it held a few dozen rows,
 // one page, the table was cheaper to read whole than by its key, and each
 // connection kept such plans of its lone statements — the insert, the

@@ -302,3 +302,45 @@ func TestAStoreFromNewReadsOneRecordByItsKeyAsItGrows(t *testing.T) {
 		t.Errorf("4 lone claims, outcomes and reads on a table analysed at %d records, then grown by 20,000: whole-table reads returned %d rows; want none", first, read)
 	}
 }
+
+// Import analyses the table it grew as autovacuum would, and not while
+// it is smaller than autovacuum first analyses it (migration 16): a few
+// records imported into a new table leave it unanalysed, taken for ten
+// pages by the planner, which finds one record by its key; hundreds
+// imported into a table analysed while it held ten leave it analysed at
+// its new size, so that no connection plans for a table of one page.
+func TestAnImportAnalysesTheTableNotWhileItIsTiny(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.Open(t)
+	url := pgtest.URL(t)
+	records := pgx.Identifier{s.Schema(), "records"}.Sanitize()
+	admin(t, url, `ALTER TABLE `+records+` SET (autovacuum_enabled = false)`)
+	now := time.Now()
+	imported := 0
+	importN := func(n int) float64 {
+		t.Helper()
+		recs := make([]storekit.Record, n)
+		for i := range recs {
+			key := fmt.Sprint("imported-", imported)
+			imported++
+			d := storekit.Digest(sha256.Sum256([]byte(key)))
+			recs[i] = storekit.Record{Key: key, Tool: "send_email", State: storekit.Succeeded, Principal: d, Fingerprint: d, Session: d,
+				Token: uint64(imported), Attempts: 1, Outcome: []byte(`{}`), Created: now, Updated: now, Expires: now.Add(time.Hour)}
+		}
+		if err := s.Import(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		var reltuples float64
+		if err := s.Pool().QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, records).Scan(&reltuples); err != nil {
+			t.Fatal(err)
+		}
+		return reltuples
+	}
+	if got := importN(10); got >= 0 {
+		t.Errorf("10 records imported into a new table: analysed (reltuples %v); want it left unanalysed", got)
+	}
+	admin(t, url, `ANALYZE `+records)
+	if got := importN(900); got != 910 {
+		t.Errorf("900 records imported into a table analysed at 10: reltuples %v; want 910 (analysed)", got)
+	}
+}

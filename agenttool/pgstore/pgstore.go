@@ -608,20 +608,21 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 }
 
 // analyzeAfter brings the planner's statistics of the records table up to
-// date after an import of n records, when autovacuum would analyse it
-// for that many (a tenth of the table it knows, and firstAnalysis more),
-// but later: until then the plans that read the open records take the
-// table for the size it had, and a page of a listing can read every open
-// record rather than its page. A table never analysed is not analysed
-// for fewer (migration 16 says why). ANALYZE needs the table's owner; a
-// role that is not is told by a warning, and the import stands.
+// date after an import of n records that grew it by a tenth or more since
+// it was last analysed (or that filled a table never analysed), as
+// autovacuum would, later: until then the plans that read the open
+// records take the table for the size it had, and a page of a listing can
+// read every open record rather than its page. A table left with fewer
+// records than autovacuum first analyses is not analysed (migration 16
+// says why). ANALYZE needs the table's owner; a role that is not is told
+// by a warning, and the import stands.
 func (s *Store) analyzeAfter(ctx context.Context, n int) error {
 	records := pgx.Identifier{s.schema, "records"}.Sanitize()
 	var known float64
 	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, records).Scan(&known); err != nil {
 		return s.wrap("import", "", err)
 	}
-	if float64(n) < 0.1*max(known, 0)+firstAnalysis {
+	if float64(n) < 0.1*max(known, 0)+50 || max(known, 0)+float64(n) < firstAnalysis/2 {
 		return nil
 	}
 	if _, err := s.pool.Exec(ctx, `ANALYZE `+records); err != nil {

@@ -113,7 +113,7 @@ func (s *Store) insertOne(ctx context.Context, req *storekit.ClaimRequest) (int6
 	case err != nil:
 		return 0, err
 	case warning != nil && req.Unkeyed:
-		s.giveBack(req.Key, token, nil)
+		s.giveBack(req.Key, token)
 		return 0, notDurable(req.Key, warning)
 	}
 	return token, nil
@@ -165,7 +165,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*claimBatch) {
 	// the synchronous standby (failover.go).
 	for _, w := range batch {
 		if w.req.Unkeyed && w.err == nil && !w.alone && w.ans != 0 {
-			s.giveBack(w.req.Key, w.ans, nil)
+			s.giveBack(w.req.Key, w.ans)
 			w.ans, w.err = 0, notDurable(w.req.Key, warning)
 		}
 	}

@@ -71,14 +71,15 @@
 // The planner needs to know the table's size for these reads to stop at
 // their page: autovacuum analyses the table as it grows, and Import
 // analyses it at once when it grew it by a tenth or more (ANALYZE needs
-// the table's owner; another role is warned, and the import stands). Autovacuum first analyses a new table once a thousand
-// rows changed (migration 16): analysed while it held a few dozen rows,
-// one page, the table was cheaper to read whole than by its key, and each
+// the table's owner; another role is warned, and the import stands).
+// The table is never planned for as a page or none (migration 16):
+// autovacuum first analyses a new table once a thousand rows changed, and
+// vacuum keeps the pages of a table the sweep emptied. Planned for one
+// page, the table was cheaper to read whole than by its key, and each
 // connection kept such plans of its lone statements — the insert, the
 // outcome, the read of one key — until the table was next analysed. An
-// operator's ANALYZE of a table that small, or a table the sweep emptied
-// and vacuum truncated, opens that window again, until autovacuum next
-// analyses it.
+// operator's ANALYZE of a table that small opens that window again, until
+// autovacuum next analyses it.
 // After a restore or pg_upgrade, analyse the database before serving
 // (vacuumdb --analyze-in-stages), or the first listings read every open
 // record.

@@ -328,19 +328,69 @@ func notDurable(key string, why error) error {
 // is given back.
 var errWaitCancelled = errors.New("the commit's wait for the synchronous standby was cancelled (PostgreSQL warned)")
 
-// giveBack undoes an Unkeyed claim, under token, that is not known to be
-// durable: the store holds again what the claim found, prior — no record
-// (nil), or the record it took over, an unknown outcome or an approved
-// retry among them, which a claim asked again must meet as it was. If it
-// cannot, the claim's lease lapses, as any holder's does.
-func (s *Store) giveBack(key string, token int64, prior *storekit.Record) {
+// giveBack undoes a claim of a new key, under token, that is not known to
+// be durable: its record goes. If it cannot, the claim's lease lapses, as
+// any holder's does.
+func (s *Store) giveBack(key string, token int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
-	if prior == nil {
-		s.pool.Exec(ctx, s.q.release, key, token)
-		return
-	}
-	if args := recordArgs(prior); args != nil {
-		s.pool.Exec(ctx, s.q.restore, append(args, token)...)
-	}
+	s.pool.Exec(ctx, s.q.release, key, token)
 }
+
+// giveBackLocked undoes a claim decided on the locked path (claimLocked),
+// under token, that is not known to be durable: the store holds again,
+// as the claim found them, every record the claim wrote — its own, prior
+// (none: it goes), a record it took over (an unknown outcome, an approved
+// retry), and others: records beside its slot, a record it went on in
+// the place of, closed as replaced by it (put back alone, the two would
+// name each other, a loop of replacements). All or nothing, in one
+// transaction, and only while the claim's record is the claim's and each
+// other record is as the claim's transaction wrote it (its xmin, the
+// claim record's); else nothing is given back, and the claim's lease
+// lapses, as any holder's does. The claim's own record goes back first:
+// it leaves the slot that a record it took the place of held.
+func (s *Store) giveBackLocked(req *storekit.ClaimRequest, token int64, prior *storekit.Record, others []storekit.Record) {
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
+		if req.FenceScope != (storekit.Digest{}) {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.scopeLock(req.Tool, req.FenceScope)); err != nil {
+				return err
+			}
+		}
+		var written int64 // the claim's transaction
+		if err := tx.QueryRow(ctx, s.q.ownedForUpdate, req.Key, token).Scan(&written); err != nil {
+			return err // not the claim's any more
+		}
+		if prior == nil {
+			if _, err := tx.Exec(ctx, s.q.release, req.Key, token); err != nil {
+				return err
+			}
+		} else {
+			args := recordArgs(prior)
+			if args == nil {
+				return errGiveBack
+			}
+			if _, err := tx.Exec(ctx, s.q.restore, append(args, token)...); err != nil {
+				return err
+			}
+		}
+		for i := range others {
+			args := recordArgs(&others[i])
+			if args == nil {
+				return errGiveBack
+			}
+			tag, err := tx.Exec(ctx, s.q.restoreOther, append(args, written)...)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return errGiveBack // changed since the claim
+			}
+		}
+		return nil
+	})
+}
+
+// errGiveBack rolls back a give-back that cannot put back every record.
+var errGiveBack = errors.New("pgstore: the claim cannot be given back whole")

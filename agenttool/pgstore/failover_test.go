@@ -1073,3 +1073,291 @@ func TestATakeoverGivenBackLeavesTheUnknownRecordAsItWas(t *testing.T) {
 			"whether the earlier attempt, of unknown outcome, was applied", again, err)
 	}
 }
+
+// replaceScope is the fence scope (the session's) of the review's claims.
+var replaceScope = storekit.Digest{2}
+
+// fencedReq is an Unkeyed claim of tool pay in the session's slot.
+func fencedReq(key, owner string) storekit.ClaimRequest {
+	r := claimReq(key, time.Now(), true)
+	r.Owner, r.FenceScope, r.KeyTTL = owner, replaceScope, time.Hour
+	return r
+}
+
+// replacementOf is what the engine's c.replacing hands a claim that goes
+// on in place of key, unknown and approved after attempts attempts.
+func replacementOf(key string, attempts int) *storekit.Replacement {
+	return &storekit.Replacement{Key: key, Attempts: attempts, Outcome: []byte(`{"status":"definite_failure"}`), TTL: time.Hour}
+}
+
+// chainFrom follows Record.ReplacedBy from key as agenttool's inPlaceOf
+// does, and reports the keys met and whether the walk came back to a key
+// it had met (a cycle: inPlaceOf walks it maxChain times and fails).
+func chainFrom(t *testing.T, s *pgstore.Store, key string) (keys []string, cycle bool) {
+	t.Helper()
+	seen := map[string]bool{}
+	for range 16 {
+		rec, err := s.Get(context.Background(), key)
+		if errors.Is(err, storekit.ErrNotFound) {
+			return append(keys, key+"(none)"), false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+		if seen[key] {
+			return keys, true
+		}
+		seen[key] = true
+		if rec.State != storekit.Failed || rec.ReplacedBy == "" {
+			return keys, false
+		}
+		key = rec.ReplacedBy
+	}
+	return keys, true
+}
+
+// underCancelledWaits runs claim while every commit's wait for the
+// synchronous standby is cancelled (PostgreSQL keeps the commit and warns).
+func underCancelledWaits(t *testing.T, srv *pgtest.Server, claim func(ctx context.Context) (storekit.ClaimResult, error)) (storekit.ClaimResult, error) {
+	t.Helper()
+	srv.Synchronous(t, true)
+	stop := cancelSyncWaits(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	res, err := claim(ctx)
+	cancel()
+	stop()
+	srv.Synchronous(t, false)
+	return res, err
+}
+
+// A replaced action asked for again goes on in place of its replacement
+// (storekit.DecideClaim: a failed record replaced by C, claimed with
+// req.Replace naming C, which is unknown and approved for a retry). That
+// claim writes two records: its own (B: from failed, replaced by C, to
+// pending, replacing C) and C's (from unknown, approved, to failed,
+// replaced by B). Its commit's wait for the synchronous standby is
+// cancelled: the give-back puts both back as the claim found them. Put
+// back alone, B would be failed, replaced by C, and C failed, replaced by
+// B: a loop the engine walks 1024 times before it answers
+// store_unavailable to every later call of either action, until the
+// records expire, though neither ever ran.
+func TestAReplacedActionGivenBackInItsReplacementsPlaceLeavesBothAsTheyWere(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	// B runs, its outcome is unknown, and it is found not applied
+	// (approved for one more attempt).
+	b := fencedReq("pay/b", "o-b1")
+	rb, err := s.Claim(ctx, b)
+	if err != nil || !rb.Claimed {
+		t.Fatalf("claim B: %+v, %v", rb, err)
+	}
+	now := time.Now()
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: b.Key, Token: rb.Record.Token, State: storekit.Unknown, Attempts: 1,
+		RetryApproved: true, Now: now, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// The model rewords it: C goes on in B's place, which closes B as
+	// replaced by C.
+	c := fencedReq("pay/c", "o-c1")
+	c.Replace = replacementOf(b.Key, 1)
+	rc, err := s.Claim(ctx, c)
+	if err != nil || !rc.Claimed || rc.Record.Replaces != b.Key {
+		t.Fatalf("claim C in B's place: %+v, %v", rc, err)
+	}
+	// C's attempt is refused before it is sent: the engine's giveBack
+	// writes it back unknown, approved for one more attempt.
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: c.Key, Token: rc.Record.Token, State: storekit.Unknown, Attempts: 1,
+		RetryApproved: true, Now: time.Now(), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if keys, cycle := chainFrom(t, s, b.Key); cycle {
+		t.Fatalf("a cycle before the give-back: %v", keys)
+	}
+	beforeB, errB := s.Get(ctx, b.Key)
+	beforeC, errC := s.Get(ctx, c.Key)
+	if errB != nil || errC != nil {
+		t.Fatal(errB, errC)
+	}
+
+	// The model asks for B again, word for word: the engine finds B
+	// replaced by C, which is free (approved), and claims B in C's place.
+	again := fencedReq(b.Key, "o-b2")
+	again.Replace = replacementOf(c.Key, 1)
+	got, err := underCancelledWaits(t, srv, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) })
+	t.Logf("B in C's place under a cancelled synchronous wait: %+v, %v", got, err)
+	if err == nil {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	if !errors.Is(err, storekit.ErrNotDurable) {
+		t.Fatalf("claim: %v; want ErrNotDurable", err)
+	}
+	for _, was := range []storekit.Record{beforeB, beforeC} {
+		now, err := s.Get(ctx, was.Key)
+		if err != nil || now.State != was.State || now.Token != was.Token || now.Owner != was.Owner || now.Replaces != was.Replaces ||
+			now.ReplacedBy != was.ReplacedBy || now.RetryApproved != was.RetryApproved || now.Attempts != was.Attempts {
+			t.Errorf("after the give-back, %s is %+v (%v); want it as the claim found it: %+v", was.Key, now, err, was)
+		}
+	}
+	if keys, cycle := chainFrom(t, s, b.Key); cycle {
+		t.Errorf("after the give-back the records replace one another in a cycle %v: every later call of %s or %s "+
+			"walks it 1024 times and answers store_unavailable (settle them by hand) until the records expire; "+
+			"neither action ever ran. The give-back restored %s's own record, but not %s, which the claim closed as replaced by it",
+			keys, b.Key, c.Key, b.Key, c.Key)
+	}
+}
+
+// The same through the engine, as a user meets it: an at-most-once tool
+// "charge" in one conversation (the default fence, by session). Charge 1
+// ends unknown and a person finds it not applied; the model rewords it as
+// charge 2, which goes on in its place, ends unknown too, and is found
+// not applied. The model asks for charge 1 again while the primary's
+// commits warn that their wait for the synchronous standby was cancelled:
+// store_unavailable, nothing charged. With the store healthy again, the
+// model asks for charge 1, and for charge 2: neither answers
+// store_unavailable, and at most one charge is made.
+func TestAReplacedActionGivenBackInItsReplacementsPlaceCanStillBeDone(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var mu sync.Mutex
+	effects := map[int]int{}
+	lose := true // each attempt's reply is lost before it is sent: unknown, nothing done
+	charge := func(ctx context.Context, in chargeInput) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lose {
+			return "", envelope.MarkUnknown(errors.New("the gateway timed out before it sent the charge"))
+		}
+		effects[in.ID]++
+		return agenttool.RequestRef(ctx), nil
+	}
+	tool, err := agenttool.New("charge", "Charge a card.", charge, agenttool.Options{Store: store, Class: agenttool.AtMostOnce,
+		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+		AttemptTimeout: 200 * time.Millisecond, ClockSkew: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(id int) envelope.Envelope {
+		c, cancel := context.WithTimeout(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), 20*time.Second)
+		defer cancel()
+		return tool.Invoke(c, fmt.Sprintf(`{"id":%d}`, id))
+	}
+	one := call(1)
+	if one.Status != envelope.UnknownOutcome {
+		t.Fatalf("charge 1: %s; want unknown_outcome", one)
+	}
+	time.Sleep(300 * time.Millisecond) // past the attempt's flight
+	if err := op.ResolveNotApplied(ctx, one.RequestRef, one.Attempts, "maria", "not in the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	two := call(2) // charge 1 reworded: it goes on in charge 1's place
+	if two.Status != envelope.UnknownOutcome {
+		t.Fatalf("charge 2: %s; want unknown_outcome", two)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := op.ResolveNotApplied(ctx, two.RequestRef, two.Attempts, "maria", "not in the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	lose = false
+	mu.Unlock()
+
+	// Charge 1 asked for again while every commit's wait is cancelled.
+	srv.Synchronous(t, true)
+	stop := cancelSyncWaits(t, srv)
+	refused := call(1)
+	stop()
+	srv.Synchronous(t, false)
+	t.Logf("charge 1 asked again under a cancelled synchronous wait: %s", refused)
+	mu.Lock()
+	n1 := effects[1]
+	mu.Unlock()
+	if refused.Status == envelope.Success {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	if refused.Status != envelope.DefiniteFailure || refused.Error == nil || refused.Error.Code != envelope.CodeStoreUnavailable || n1 != 0 {
+		t.Fatalf("charge 1 under a cancelled wait: %s, %d charges; want store_unavailable, none", refused, n1)
+	}
+	for _, k := range []string{one.RequestRef, two.RequestRef} {
+		rec, err := store.Get(ctx, k)
+		t.Logf("%s: state %v, replaced by %q, replaces %q (%v)", k, rec.State, rec.ReplacedBy, rec.Replaces, err)
+	}
+
+	// The store is healthy again: the model asks for charge 1, then 2.
+	for _, id := range []int{1, 2} {
+		env := call(id)
+		t.Logf("charge %d asked again: %s", id, env)
+		if env.Status == envelope.DefiniteFailure && env.Error != nil && env.Error.Code == envelope.CodeStoreUnavailable {
+			t.Errorf("charge %d, asked again with the store healthy, answers store_unavailable (%s): the records of charges 1 and 2 "+
+				"replace one another in a cycle the give-back left; neither charge was ever made, and every call answers so until they expire",
+				id, env.Error.Message)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if effects[1]+effects[2] > 1 {
+		t.Errorf("charges made: %v; want at most one (charge 2 is charge 1 reworded)", effects)
+	}
+}
+
+// An approved retry (an unknown record resolved not applied) whose claim
+// is given back keeps its approval: the record is unknown, approved, its
+// attempts and token as they were, and the retry asked again is granted
+// as the approved one (not a fresh action, not unknown awaiting a person
+// again).
+func TestAnApprovedRetryGivenBackKeepsItsApproval(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := fencedReq("pay/approved", "o-1")
+	res, err := s.Claim(ctx, first)
+	if err != nil || !res.Claimed {
+		t.Fatalf("first claim: %+v, %v", res, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: first.Key, Token: res.Record.Token, State: storekit.Unknown, Attempts: 1,
+		RetryApproved: true, Now: time.Now(), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Get(ctx, first.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := fencedReq(first.Key, "o-2")
+	got, err := underCancelledWaits(t, srv, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, retry) })
+	if err == nil {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	if !errors.Is(err, storekit.ErrNotDurable) {
+		t.Fatalf("approved retry under a cancelled wait: %+v, %v; want ErrNotDurable", got, err)
+	}
+	after, err := s.Get(ctx, first.Key)
+	if err != nil {
+		t.Fatalf("the approved record is gone after the give-back: %v", err)
+	}
+	if after.State != storekit.Unknown || !after.RetryApproved || after.Attempts != before.Attempts || after.Token != before.Token || after.Owner != "" {
+		t.Errorf("after the give-back: %+v; want as before: %+v", after, before)
+	}
+	again, err := s.Claim(ctx, fencedReq(first.Key, "o-3"))
+	if err != nil || !again.Claimed || !again.Approved || again.Record.Attempts != 1 {
+		t.Errorf("the approved retry asked again: %+v, %v; want it claimed on the approval, attempts 1", again, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -331,7 +332,10 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 	defer conn.Release()
 	pc := conn.Conn().PgConn()
 	before := warnings(pc)
-	var prior *storekit.Record // what the claim found: a give-back puts it back
+	// What the claim found of the records it wrote: a give-back puts them
+	// back.
+	var prior *storekit.Record
+	var priorOthers []storekit.Record
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: syncBegin}, func(tx pgx.Tx) error {
 		// The claims of a scope lock its rows one after another: the
 		// claim's own, the slot's holder, the records beside the slot.
@@ -401,6 +405,9 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			if err := s.put(ctx, tx, &d.Occupants[i]); err != nil {
 				return err
 			}
+			if j := slices.IndexFunc(occs, func(o storekit.Record) bool { return o.Key == d.Occupants[i].Key }); j >= 0 {
+				priorOthers = append(priorOthers, occs[j])
+			}
 		}
 		if !d.Write {
 			return nil
@@ -429,7 +436,7 @@ func (s *Store) claimLocked(ctx context.Context, req storekit.ClaimRequest) (res
 			why = errWaitCancelled
 		}
 		if why != nil {
-			s.giveBack(req.Key, int64(res.Record.Token), prior)
+			s.giveBackLocked(&req, int64(res.Record.Token), prior, priorOthers)
 			return storekit.ClaimResult{}, false, notDurable(req.Key, why)
 		}
 	}

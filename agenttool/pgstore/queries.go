@@ -197,17 +197,22 @@ var migrations = []string{
 		WHERE ((state = 3 AND notice_until IS NOT NULL) OR (state = 1 OR state = 4 OR (state = 2 AND notice_until IS NOT NULL)) AND fence_scope IS DISTINCT FROM session);
 	DROP INDEX {s}.records_beside;
 	ALTER INDEX {s}.records_beside_15 RENAME TO records_beside;`,
-	// 16: autovacuum first vacuums or analyses the table once a thousand
-	// rows changed (firstAnalysis), not fifty: the planner takes a table
-	// never analysed for ten pages at least, and reads a row by its key
-	// through the primary key; analysed at a few dozen rows, one page, it
-	// reads the table instead, and a connection keeps that plan of each
-	// statement it prepared — the insert, the outcome, the read of one
-	// key — until the table is next analysed, a naptime or more, while it
-	// may grow by thousands of rows a second. Analysed at a few hundred
-	// rows, the primary key is the cheaper way, and stays so as it grows.
+	// 16: the table is never planned for as a page or none. The planner
+	// takes a table never analysed for ten pages at least, and reads a
+	// row by its key through the primary key; analysed at a few dozen
+	// rows, one page, it reads the table instead, and a connection keeps
+	// that plan of each statement it prepared — the insert, the outcome,
+	// the read of one key — until the table is next analysed, a naptime
+	// or more, while it may grow by thousands of rows a second. So
+	// autovacuum first vacuums or analyses it once a thousand rows
+	// changed (firstAnalysis), not fifty: from a few hundred rows on, the
+	// primary key is the cheaper way. And vacuum keeps the pages of a
+	// table the sweep emptied (vacuum_truncate off), which new records
+	// fill again, rather than give them back to the filesystem under a
+	// lock that holds every claim: the planner goes on counting them.
 	`ALTER TABLE {s}.records SET (autovacuum_vacuum_threshold = ` + strconv.Itoa(firstAnalysis) + `,
-		autovacuum_vacuum_insert_threshold = ` + strconv.Itoa(firstAnalysis) + `, autovacuum_analyze_threshold = ` + strconv.Itoa(firstAnalysis) + `)`,
+		autovacuum_vacuum_insert_threshold = ` + strconv.Itoa(firstAnalysis) + `, autovacuum_analyze_threshold = ` + strconv.Itoa(firstAnalysis) + `,
+		vacuum_truncate = false)`,
 }
 
 // firstAnalysis is how many rows of the records table change before
@@ -308,8 +313,8 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 }
 
 type queries struct {
-	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, restore, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                           string
+	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, restore, restoreOther, ownedForUpdate, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
+	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                                                         string
 }
 
 // newQueries builds the statements of a store on schema. What a store
@@ -471,6 +476,17 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
 			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
 			lifetime = $26, lifetime_at = $27 WHERE key = $1 AND token = $28 AND state = 1 AND ` + syncOn,
+		// restoreOther puts back another record a claim wrote ($1–$27, as
+		// update), if it is as the claim's transaction, $28, wrote it.
+		restoreOther: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
+			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
+			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
+			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
+			lifetime = $26, lifetime_at = $27
+			WHERE key = $1 AND xmin::text::bigint = $28 AND ` + syncOn,
+		// ownedForUpdate locks a claim's record while its token holds it,
+		// and returns the transaction that wrote it.
+		ownedForUpdate: `SELECT xmin::text::bigint FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 FOR UPDATE`,
 		renew: `UPDATE ` + t + ` SET lease_expiry = $3, updated = $4
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		// sweep deletes one step, found by the records_expires index, oldest

@@ -1074,7 +1074,7 @@ func TestATakeoverGivenBackLeavesTheUnknownRecordAsItWas(t *testing.T) {
 	}
 }
 
-// replaceScope is the fence scope (the session's) of the review's claims.
+// replaceScope is the fence scope (the session's) of the give-back tests' claims.
 var replaceScope = storekit.Digest{2}
 
 // fencedReq is an Unkeyed claim of tool pay in the session's slot.
@@ -1359,5 +1359,411 @@ func TestAnApprovedRetryGivenBackKeepsItsApproval(t *testing.T) {
 	again, err := s.Claim(ctx, fencedReq(first.Key, "o-3"))
 	if err != nil || !again.Claimed || !again.Approved || again.Record.Attempts != 1 {
 		t.Errorf("the approved retry asked again: %+v, %v; want it claimed on the approval, attempts 1", again, err)
+	}
+}
+
+// replacedPair sets up, in store s, the state of
+// TestAReplacedActionGivenBackInItsReplacementsPlaceLeavesBothAsTheyWere:
+// B failed, replaced by C; C unknown, approved for one more attempt. It
+// returns the records as they are.
+func replacedPair(t *testing.T, s *pgstore.Store, prefix string) (b, c storekit.Record) {
+	t.Helper()
+	ctx := context.Background()
+	rb, err := s.Claim(ctx, fencedReq(prefix+"/b", "o-b1"))
+	if err != nil || !rb.Claimed {
+		t.Fatalf("claim B: %+v, %v", rb, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: prefix + "/b", Token: rb.Record.Token, State: storekit.Unknown, Attempts: 1,
+		RetryApproved: true, Now: time.Now(), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	cr := fencedReq(prefix+"/c", "o-c1")
+	cr.Replace = replacementOf(prefix+"/b", 1)
+	rc, err := s.Claim(ctx, cr)
+	if err != nil || !rc.Claimed || rc.Record.Replaces != prefix+"/b" {
+		t.Fatalf("claim C in B's place: %+v, %v", rc, err)
+	}
+	if err := s.Finish(ctx, storekit.FinishRequest{Key: cr.Key, Token: rc.Record.Token, State: storekit.Unknown, Attempts: 1,
+		RetryApproved: true, Now: time.Now(), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	b, errB := s.Get(ctx, prefix+"/b")
+	c, errC := s.Get(ctx, cr.Key)
+	if errB != nil || errC != nil {
+		t.Fatal(errB, errC)
+	}
+	return b, c
+}
+
+// interposition is what interpose saw.
+type interposition struct {
+	res            storekit.ClaimResult
+	err            error
+	giveBackWaited bool // another backend waited on the row lock the admin held
+}
+
+// interpose runs claim with srv's commits waiting for a standby that does
+// not exist, and steps in between the claim's commit and its give-back:
+// while the claim's commit waits (SyncRep), an admin transaction queues a
+// FOR SHARE lock on the record of lockKey (the claim wrote it, so the lock
+// waits for the commit); then every wait is cancelled (PostgreSQL keeps
+// the commit and warns). The admin's lock is granted the moment the claim
+// commits, before the claim's give-back runs; once another backend waits
+// on that row (the give-back's restoreOther), or 3 s pass, act runs in
+// the admin transaction, which then commits (or rolls back if act says
+// so).
+func interpose(t *testing.T, srv *pgtest.Server, lockKey string, claim func(ctx context.Context) (storekit.ClaimResult, error),
+	act func(ctx context.Context, tx pgx.Tx) (commit bool)) interposition {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	mon, err := pgx.Connect(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close(ctx)
+	if _, err := admin.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+		t.Fatal(err)
+	}
+	adminPID := admin.PgConn().PID()
+
+	srv.Synchronous(t, true)
+	synced := true
+	defer func() {
+		if synced {
+			srv.Synchronous(t, false)
+		}
+	}()
+	done := make(chan interposition, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		res, err := claim(cctx)
+		done <- interposition{res: res, err: err}
+	}()
+	waitFor := func(what, q string, args ...any) bool {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			var n int
+			if err := mon.QueryRow(ctx, q, args...).Scan(&n); err == nil && n > 0 {
+				return true
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Logf("gave up waiting for %s", what)
+		return false
+	}
+	if !waitFor("the claim's commit to wait for the standby",
+		`SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event = 'SyncRep'
+			AND EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'retrysafe.records'::regclass)`) {
+		t.Fatal("no claim commit waited")
+	}
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		_, err := tx.Exec(ctx, `SELECT 1 FROM retrysafe.records WHERE key = $1 FOR SHARE`, lockKey)
+		locked <- err
+	}()
+	waitFor("the admin's lock to queue", `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, adminPID)
+	stop := cancelSyncWaits(t, srv)
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	var got interposition
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		mon.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid <> $1 AND wait_event_type = 'Lock'
+			AND query ILIKE 'UPDATE%'`, adminPID).Scan(&n)
+		if n > 0 {
+			got.giveBackWaited = true
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if act(ctx, tx) {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		tx.Rollback(ctx)
+	}
+	r := <-done
+	stop()
+	srv.Synchronous(t, false)
+	synced = false
+	r.giveBackWaited = got.giveBackWaited
+	return r
+}
+
+func sameRecord(now, was storekit.Record) bool {
+	return now.State == was.State && now.Token == was.Token && now.Owner == was.Owner && now.Replaces == was.Replaces &&
+		now.ReplacedBy == was.ReplacedBy && now.RetryApproved == was.RetryApproved && now.Attempts == was.Attempts
+}
+
+// A row lock (FOR SHARE) taken on the replacement C by another
+// transaction between the claim's commit and its give-back sets C's xmax
+// only: the give-back waits for it, and then puts both records back as
+// the claim found them (C's xmin is still the claim's).
+func TestAGiveBackWaitsOutAnotherTransactionsRowLock(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	beforeB, beforeC := replacedPair(t, s, "pay")
+	again := fencedReq(beforeB.Key, "o-b2")
+	again.Replace = replacementOf(beforeC.Key, 1)
+	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
+		func(ctx context.Context, tx pgx.Tx) bool { time.Sleep(300 * time.Millisecond); return true })
+	t.Logf("claim: %+v, %v; give-back waited on the lock: %v", got.res, got.err, got.giveBackWaited)
+	if got.err == nil {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	if !errors.Is(got.err, storekit.ErrNotDurable) {
+		t.Fatalf("claim: %v; want ErrNotDurable", got.err)
+	}
+	for _, was := range []storekit.Record{beforeB, beforeC} {
+		now, err := s.Get(ctx, was.Key)
+		if err != nil || !sameRecord(now, was) {
+			t.Errorf("after a give-back that waited out a row lock, %s is %+v (%v); want as found: %+v", was.Key, now, err, was)
+		}
+	}
+}
+
+// The same, but the other transaction updates C and rolls back: C's
+// xmin is still the claim's, and the give-back goes through.
+func TestAGiveBackPastAnotherTransactionsRolledBackUpdatePutsBothBack(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	beforeB, beforeC := replacedPair(t, s, "pay")
+	again := fencedReq(beforeB.Key, "o-b2")
+	again.Replace = replacementOf(beforeC.Key, 1)
+	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
+		func(ctx context.Context, tx pgx.Tx) bool {
+			if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = 'x' WHERE key = $1`, beforeC.Key); err != nil {
+				t.Error(err)
+			}
+			return false
+		})
+	t.Logf("claim: %+v, %v; give-back waited: %v", got.res, got.err, got.giveBackWaited)
+	if got.err == nil {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	for _, was := range []storekit.Record{beforeB, beforeC} {
+		now, err := s.Get(ctx, was.Key)
+		if err != nil || !sameRecord(now, was) {
+			t.Errorf("after a give-back past a rolled-back update, %s is %+v (%v); want as found: %+v", was.Key, now, err, was)
+		}
+	}
+}
+
+// Another transaction rewrites C (a no-op UPDATE: a new version,
+// a new xmin) between the commit and the give-back: the give-back must
+// put back nothing (all or nothing), leaving B pending under the claim's
+// token, replacing C, and C closed as replaced by B — no cycle, nothing
+// free to run, the unknown fence held by B's pending record.
+func TestAGiveBackRefusedWhenAnOccupantChangedLeavesNoLoop(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	beforeB, beforeC := replacedPair(t, s, "pay")
+	again := fencedReq(beforeB.Key, "o-b2")
+	again.Replace = replacementOf(beforeC.Key, 1)
+	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
+		func(ctx context.Context, tx pgx.Tx) bool {
+			if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = label WHERE key = $1`, beforeC.Key); err != nil {
+				t.Error(err)
+			}
+			return true
+		})
+	t.Logf("claim: %+v, %v; give-back waited: %v", got.res, got.err, got.giveBackWaited)
+	if got.err == nil {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	if !errors.Is(got.err, storekit.ErrNotDurable) {
+		t.Fatalf("claim: %v; want ErrNotDurable", got.err)
+	}
+	b, errB := s.Get(ctx, beforeB.Key)
+	c, errC := s.Get(ctx, beforeC.Key)
+	t.Logf("B: %+v (%v)\nC: %+v (%v)", b, errB, c, errC)
+	restored := errB == nil && errC == nil && sameRecord(b, beforeB) && sameRecord(c, beforeC)
+	untouched := errB == nil && errC == nil && b.State == storekit.Pending && b.Owner == again.Owner && b.Replaces == beforeC.Key &&
+		c.State == storekit.Failed && c.ReplacedBy == beforeB.Key
+	if !untouched && !restored {
+		t.Errorf("a give-back that met a changed occupant left a mixed state: B %+v, C %+v", b, c)
+	}
+	if keys, cycle := chainFrom(t, s, beforeB.Key); cycle {
+		t.Errorf("cycle after a refused give-back: %v", keys)
+	}
+	// Nothing is free to run meanwhile: a new write of the session is held
+	// back.
+	other, err := s.Claim(ctx, fencedReq("pay/new", "o-new"))
+	if err != nil || other.Claimed {
+		t.Errorf("a new write of the session after the refused give-back: %+v, %v; want held back", other, err)
+	}
+}
+
+// A second replica claims a new write of the same session in the
+// window between the claim's commit and its give-back: it is held back
+// either way (by B pending, or by C unknown and approved, put back), and
+// the give-back still puts both records back.
+func TestASecondReplicasClaimInAGiveBacksWindowIsHeldBack(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s2, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	beforeB, beforeC := replacedPair(t, s, "pay")
+	again := fencedReq(beforeB.Key, "o-b2")
+	again.Replace = replacementOf(beforeC.Key, 1)
+	var wg sync.WaitGroup
+	var other storekit.ClaimResult
+	var otherErr error
+	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
+		func(ctx context.Context, tx pgx.Tx) bool {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				other, otherErr = s2.Claim(cctx, fencedReq("pay/l", "o-l"))
+			}()
+			time.Sleep(200 * time.Millisecond)
+			return true
+		})
+	wg.Wait()
+	t.Logf("claim: %+v, %v; the other replica's: %+v, %v", got.res, got.err, other, otherErr)
+	if got.err == nil {
+		t.Skip("the claim was granted: no warning reached it")
+	}
+	if otherErr == nil && other.Claimed {
+		t.Errorf("the second replica's write was granted while B's claim or C's approved retry held the slot: %+v", other)
+	}
+	for _, was := range []storekit.Record{beforeB, beforeC} {
+		now, err := s.Get(ctx, was.Key)
+		if err != nil || !sameRecord(now, was) {
+			t.Errorf("%s is %+v (%v); want as found: %+v", was.Key, now, err, was)
+		}
+	}
+}
+
+// Through the engine: the give-back is refused (C rewritten in
+// the window), and the engine's unclaim runs after: charge 1 comes back
+// approved in charge 2's place. With the store healthy, asking for charge
+// 1 and 2 makes at most one charge, and neither answers store_unavailable
+// for good.
+func TestARefusedGiveBackThroughTheEngineMakesAtMostOneCharge(t *testing.T) {
+	srv := pgtest.StartServer(t)
+	ctx := context.Background()
+	store, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var mu sync.Mutex
+	effects := map[int]int{}
+	lose := true
+	charge := func(ctx context.Context, in chargeInput) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lose {
+			return "", envelope.MarkUnknown(errors.New("the gateway timed out before it sent the charge"))
+		}
+		effects[in.ID]++
+		return agenttool.RequestRef(ctx), nil
+	}
+	tool, err := agenttool.New("charge", "Charge a card.", charge, agenttool.Options{Store: store, Class: agenttool.AtMostOnce,
+		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+		AttemptTimeout: 200 * time.Millisecond, ClockSkew: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := agenttool.NewOperator(store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(ctx context.Context, id int) envelope.Envelope {
+		c, cancel := context.WithTimeout(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), 30*time.Second)
+		defer cancel()
+		return tool.Invoke(c, fmt.Sprintf(`{"id":%d}`, id))
+	}
+	one := call(ctx, 1)
+	if one.Status != envelope.UnknownOutcome {
+		t.Fatalf("charge 1: %s", one)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := op.ResolveNotApplied(ctx, one.RequestRef, one.Attempts, "maria", "not in the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	two := call(ctx, 2)
+	if two.Status != envelope.UnknownOutcome {
+		t.Fatalf("charge 2: %s", two)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := op.ResolveNotApplied(ctx, two.RequestRef, two.Attempts, "maria", "not in the ledger"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	lose = false
+	mu.Unlock()
+	var refused envelope.Envelope
+	got := interpose(t, srv, two.RequestRef, func(ctx context.Context) (storekit.ClaimResult, error) {
+		refused = call(ctx, 1)
+		return storekit.ClaimResult{}, nil
+	}, func(ctx context.Context, tx pgx.Tx) bool {
+		if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = label WHERE key = $1`, two.RequestRef); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	t.Logf("charge 1 under a cancelled wait, C rewritten in the window: %s (give-back waited %v)", refused, got.giveBackWaited)
+	for _, k := range []string{one.RequestRef, two.RequestRef} {
+		rec, err := store.Get(ctx, k)
+		t.Logf("%s: state %v, approved %v, owner %q, replaced by %q, replaces %q (%v)", k, rec.State, rec.RetryApproved, rec.Owner, rec.ReplacedBy, rec.Replaces, err)
+	}
+	mu.Lock()
+	n := effects[1] + effects[2]
+	mu.Unlock()
+	if refused.Status == envelope.Success {
+		t.Skip("granted: no warning reached it")
+	}
+	if n != 0 {
+		t.Fatalf("a refused call charged: %v", effects)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the lease
+	for _, id := range []int{1, 2, 1} {
+		env := call(ctx, id)
+		t.Logf("charge %d asked again: %s", id, env)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if effects[1]+effects[2] > 1 {
+		t.Errorf("charges made: %v; want at most one", effects)
 	}
 }

@@ -311,6 +311,7 @@ func (c *call) claim() outcome {
 	if c.claims > maxClaims {
 		return c.storeFailed(fmt.Errorf("the scope's other actions kept changing under %d claims", maxClaims))
 	}
+	c.waitForHolderHere()
 	req := c.req
 	req.Now, req.Replace = cfg.Now(), c.replace
 	c.replace = nil
@@ -688,6 +689,33 @@ func (c *call) wait() outcome {
 		return waitOver
 	}
 	return waited
+}
+
+// waitForHolderHere waits, before the call's first claim, for a call of
+// this process that holds the same key for the same input, as a claim
+// that finds its record held waits (WaitTimeout, the same wait): the call
+// then meets what that action became in the store, rather than race its
+// holder there. Raced,
+// a store that failed the second claim (a scope lock held by a paused
+// replica, a timeout) answered store_unavailable, "not run", just as the
+// holder in the same process applied the action.
+func (c *call) waitForHolderHere() {
+	if !c.waitEnd.IsZero() {
+		return // waited already: the call's wait is one
+	}
+	done := c.t.flights.doneIfAlike(c.ref, c.req.Fingerprint)
+	if done == nil {
+		return
+	}
+	now := time.Now()
+	c.waited, c.waitEnd, c.poll = now, now.Add(c.t.cfg.WaitTimeout), 2*time.Millisecond
+	timer := time.NewTimer(c.t.cfg.WaitTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-c.ctx.Done():
+	}
 }
 
 // stalled reports whether the pending record rec is held by a call that

@@ -177,7 +177,9 @@
 //
 // Concurrent calls for one key run the tool once: the others wait up to
 // Options.WaitTimeout and get the same outcome marked replayed, or
-// unknown_outcome with code in_progress and next wait. Distinct writes of
+// unknown_outcome with code in_progress and next wait. A call whose
+// action another call of the same [Tool] holds (same key, same input)
+// waits for it before it claims, rather than race it to the store. Distinct writes of
 // one tool in one scope run one after another: a second waits for the
 // first, up to WaitTimeout, then answers in_progress naming it. A succeeded
 // or failed key replays its stored envelope without running the tool, also

@@ -72,6 +72,21 @@ func (f *flights) done(key string) <-chan struct{} {
 	return fl.done
 }
 
+// doneIfAlike is done for the holder of key in this process, if it holds
+// the key for the same input (fingerprint fp); otherwise nil: a call of
+// other input under the key is refused at once (key reuse), not kept
+// waiting.
+func (f *flights) doneIfAlike(key string, fp Digest) <-chan struct{} {
+	f.mu.Lock()
+	fl := f.m[key]
+	alike := fl != nil && fl.c.req.Fingerprint == fp
+	f.mu.Unlock()
+	if !alike {
+		return nil
+	}
+	return f.done(key)
+}
+
 func (f *flights) len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -891,3 +891,54 @@ func TestI1_ACallWaitingOnAHolderWhileItsClaimsFailSendsNothing(t *testing.T) {
 		t.Errorf("%d effects", m.count())
 	}
 }
+
+// I2 for two calls of one action in one process: the second, made while
+// the first holds the key and has applied the action, waits for its
+// holder here rather than race it to the store, and answers what the
+// action became. Raced, a store that could not serve the second call just
+// then — in the multi-replica test, a scope lock held by a paused replica
+// until the claim timed out; here, claims and reads that fail until the
+// holder records its outcome — answered definite_failure store_unavailable,
+// "not run", for an action already applied.
+func TestI2_ASecondCallOfAnActionHeldHereAnswersWhatItBecame(t *testing.T) {
+	store := &healingStore{faultyStore: faultyStore{Store: memstore.New()}}
+	var effects atomic.Int64
+	applied, release := make(chan struct{}), make(chan struct{})
+	tool, err := agenttool.New("send_email", "Send an email.", func(ctx context.Context, in struct {
+		To string `json:"to"`
+	}) (string, error) {
+		if effects.Add(1) == 1 {
+			close(applied)
+			<-release // applied; its answer is on its way
+		}
+		return "sent", nil
+	}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, WaitTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan envelope.Envelope, 1)
+	go func() { first <- tool.Invoke(scoped(), `{"to":"ana@example.com"}`) }()
+	<-applied
+	store.failClaim.Store(true)
+	store.failGet.Store(true)
+	second := make(chan envelope.Envelope, 1)
+	go func() { second <- tool.Invoke(scoped(), `{"to":"ana@example.com"}`) }()
+	time.Sleep(100 * time.Millisecond) // raced, the second has answered by now
+	close(release)
+	a, b := <-first, <-second
+	mustStatus(t, a, envelope.Success)
+	if b.Status != envelope.Success || !b.Replayed || b.RequestRef != a.RequestRef {
+		t.Errorf("the same action called again while its first call, here, had applied it: %s; want its success replayed", b)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d effects; want one", n)
+	}
+}
+
+// healingStore is a faultyStore that heals when an outcome is recorded.
+type healingStore struct{ faultyStore }
+
+func (h *healingStore) Finish(ctx context.Context, r storekit.FinishRequest) error {
+	h.heal()
+	return h.faultyStore.Finish(ctx, r)
+}

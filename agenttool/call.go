@@ -703,7 +703,7 @@ func (c *call) waitForHolderHere() {
 	if !c.waitEnd.IsZero() {
 		return // waited already: the call's wait is one
 	}
-	done := c.t.flights.doneIfAlike(c.ref, c.req.Fingerprint)
+	done := c.t.flights.doneIfAlike(c.ref, c.req.Fingerprint, c.t.cfg.Now())
 	if done == nil {
 		return
 	}

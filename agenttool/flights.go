@@ -2,6 +2,7 @@ package agenttool
 
 import (
 	"sync"
+	"time"
 )
 
 // flights tracks the calls of one tool that hold a key in this process, from
@@ -73,15 +74,17 @@ func (f *flights) done(key string) <-chan struct{} {
 }
 
 // doneIfAlike is done for the holder of key in this process, if it holds
-// the key for the same input (fingerprint fp); otherwise nil: a call of
-// other input under the key is refused at once (key reuse), not kept
+// the key for the same input (fingerprint fp) and keeps its lease at now;
+// otherwise nil: a call of other input under the key is refused at once
+// (key reuse), and one held by a holder whose renewals are late is told
+// at once when its hold ends (in_progress, retry_after), not kept
 // waiting.
-func (f *flights) doneIfAlike(key string, fp Digest) <-chan struct{} {
+func (f *flights) doneIfAlike(key string, fp Digest, now time.Time) <-chan struct{} {
 	f.mu.Lock()
 	fl := f.m[key]
 	alike := fl != nil && fl.c.req.Fingerprint == fp
 	f.mu.Unlock()
-	if !alike {
+	if !alike || fl.keep.stalled(now) {
 		return nil
 	}
 	return f.done(key)

@@ -942,3 +942,236 @@ func (h *healingStore) Finish(ctx context.Context, r storekit.FinishRequest) err
 	h.heal()
 	return h.faultyStore.Finish(ctx, r)
 }
+
+// gatedEmailTool is a send_email tool whose first run signals started and
+// blocks on gate (a slow SMTP server that ignores its context), then
+// delivers; it returns err after delivering.
+func gatedEmailTool(t *testing.T, opts agenttool.Options, err error) (tool *agenttool.Tool, effects *atomic.Int64, started, gate chan struct{}) {
+	t.Helper()
+	effects = new(atomic.Int64)
+	started, gate = make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	tool, e := agenttool.New("send_email", "Send an email.", func(ctx context.Context, in emailInput) (sent, error) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-gate
+		}
+		effects.Add(1)
+		return sent{MessageID: "<m@mail.test>"}, err
+	}, opts)
+	if e != nil {
+		t.Fatal(e)
+	}
+	return tool, effects, started, gate
+}
+
+// A holder here whose lease renewal lands late (a slow commit, a lock
+// wait: slowRenewal) reads as held by a call that stopped answering. A
+// second call of the same action is not kept waiting for it: as a claim
+// that meets such a record is (docs/envelope.md), it is answered at once,
+// in_progress with retry_after. (Waiting first for every holder here, it
+// hung for WaitTimeout and then answered a plain in_progress, and the
+// model called again at once, for nothing.)
+func TestI2_ACallHeldByAStalledHolderHereIsAnsweredAtOnceWithRetryAfter(t *testing.T) {
+	clk := newClock()
+	store := &slowRenewal{Store: memstore.New(), started: make(chan struct{}), release: make(chan struct{})}
+	const lease = 300 * time.Millisecond // renewed every 100 ms of real time; reads as stalled at 160 ms of the record's clock
+	const wait = 80 * time.Millisecond   // shorter than what is left of the hold (110 ms)
+	tool, effects, started, gate := gatedEmailTool(t, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Lease: lease,
+		ClockSkew: 10 * time.Millisecond, WaitTimeout: wait, Now: clk.Now}, nil)
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- tool.Invoke(scoped(), lunch) }()
+	<-started
+	clk.Advance(lease / 3) // the renewal starts on time
+	select {
+	case <-store.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not renew")
+	}
+	clk.Advance(lease / 3) // and has not landed: the record reads as stalled
+	t0 := time.Now()
+	held := tool.Invoke(scoped(), lunch)
+	took := time.Since(t0)
+	close(store.release)
+	close(gate)
+	first := <-done
+	t.Logf("holder: %s", first)
+	t.Logf("the same action again while the holder's record reads stalled (%v): %s", took, held)
+	if held.Error == nil || held.Error.Code != envelope.CodeInProgress || held.RetryAfter == 0 {
+		t.Errorf("a second call while the holder here has stopped renewing its hold: %s after %v; want in_progress with retry_after, at once (docs/envelope.md)", held, took)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d effects", n)
+	}
+}
+
+// A call of other input under the same explicit action ID is refused at
+// once (key_reused_with_different_input) while the first holds the key;
+// a call of the same input under it waits and replays.
+func TestI5_AnActionIDHeldHereRefusesOtherInputAtOnce(t *testing.T) {
+	tool, effects, started, gate := gatedEmailTool(t, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+		WaitTimeout: 5 * time.Second}, nil)
+	ctx := agenttool.WithActionID(scoped(), "step-1")
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- tool.Invoke(ctx, lunch) }()
+	<-started
+	t0 := time.Now()
+	other := tool.Invoke(ctx, lunchReworded)
+	took := time.Since(t0)
+	same := make(chan envelope.Envelope, 1)
+	go func() { same <- tool.Invoke(ctx, lunch) }()
+	time.Sleep(50 * time.Millisecond)
+	close(gate)
+	a, b := <-done, <-same
+	mustStatus(t, a, envelope.Success)
+	if other.Error == nil || other.Error.Code != envelope.CodeKeyReused || took > time.Second {
+		t.Errorf("other input under the held action id: %s after %v; want key_reused_with_different_input at once", other, took)
+	}
+	if b.Status != envelope.Success || !b.Replayed {
+		t.Errorf("the same input under it: %s; want the success replayed", b)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d effects", n)
+	}
+}
+
+// A tool that calls itself with the same input: the inner call waits for
+// its own outer call, which waits for it. It must give up after one
+// WaitTimeout (in_progress), not two, and the outer call succeeds once.
+func TestI1_AToolThatCallsItselfWaitsOneWaitTimeout(t *testing.T) {
+	const wait = 400 * time.Millisecond
+	var tool *agenttool.Tool
+	var effects atomic.Int64
+	var inner envelope.Envelope
+	var innerTook time.Duration
+	tool, err := agenttool.New("send_email", "Send an email.", func(ctx context.Context, in emailInput) (sent, error) {
+		if inner.Version == 0 {
+			t0 := time.Now()
+			inner = tool.Invoke(ctx, lunch)
+			innerTook = time.Since(t0)
+		}
+		effects.Add(1)
+		return sent{MessageID: "<m@mail.test>"}, nil
+	}, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce, WaitTimeout: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer := tool.Invoke(scoped(), lunch)
+	mustStatus(t, outer, envelope.Success)
+	if inner.Error == nil || inner.Error.Code != envelope.CodeInProgress {
+		t.Errorf("the nested call of the same action: %s; want in_progress", inner)
+	}
+	if innerTook > wait+wait/2 {
+		t.Errorf("the nested call waited %v; WaitTimeout is %v", innerTook, wait)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d effects", n)
+	}
+}
+
+// WaitTimeout negative: a call does not wait, even for a holder here.
+func TestI1_ANegativeWaitTimeoutDoesNotWaitForAHolderHere(t *testing.T) {
+	tool, effects, started, gate := gatedEmailTool(t, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+		WaitTimeout: -1}, nil)
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- tool.Invoke(scoped(), lunch) }()
+	<-started
+	t0 := time.Now()
+	second := tool.Invoke(scoped(), lunch)
+	took := time.Since(t0)
+	close(gate)
+	mustStatus(t, <-done, envelope.Success)
+	if second.Error == nil || second.Error.Code != envelope.CodeInProgress || took > 200*time.Millisecond {
+		t.Errorf("with WaitTimeout < 0: %s after %v; want in_progress at once", second, took)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d effects", n)
+	}
+}
+
+// A holder here whose attempt ends unknown: the call that waited for it
+// must not run the tool again (at-most-once, no reconciler): it answers
+// unknown_outcome. With a reconciler (reconcilable), it asks before it
+// runs: "applied" is answered as done, no second email.
+func TestI1_ACallThatWaitedForAHolderEndingUnknownRunsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts agenttool.Options
+		want envelope.Status
+	}{
+		{"at-most-once", agenttool.Options{Class: agenttool.AtMostOnce}, envelope.UnknownOutcome},
+		{"reconcilable", agenttool.Options{Class: agenttool.Reconcilable}, envelope.Success},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var delivered *atomic.Int64
+			opts := tc.opts
+			opts.Store, opts.WaitTimeout, opts.ClockSkew, opts.Retry = memstore.New(), 5*time.Second, -1, fastRetry
+			if opts.Class == agenttool.Reconcilable {
+				// The destination knows: applied once delivered.
+				opts.Reconciler = reconcile.Func(func(context.Context, string) reconcile.Answer {
+					if delivered.Load() > 0 {
+						return reconcile.AppliedWith([]byte(`{"message_id":"<m@mail.test>"}`))
+					}
+					return reconcile.NotAppliedYet()
+				})
+			}
+			tool, effects, started, gate := gatedEmailTool(t, opts, errLostReply)
+			delivered = effects
+			done := make(chan envelope.Envelope, 1)
+			go func() { done <- tool.Invoke(scoped(), lunch) }()
+			<-started
+			second := make(chan envelope.Envelope, 1)
+			go func() { second <- tool.Invoke(scoped(), lunch) }()
+			time.Sleep(50 * time.Millisecond)
+			close(gate)
+			a := <-done
+			t.Logf("holder: %s", a)
+			b := <-second
+			t.Logf("waiter: %s", b)
+			if n := effects.Load(); n != 1 {
+				t.Errorf("%d effects; the waiter ran the tool again", n)
+			}
+			if b.Status != tc.want {
+				t.Errorf("the waiter: %s; want %s", b, tc.want)
+			}
+			if b.Status == envelope.DefiniteFailure {
+				t.Errorf("the waiter says definite failure for an action applied: %s", b)
+			}
+		})
+	}
+}
+
+// A call whose context ends while it waits for the holder here returns
+// promptly, runs nothing, and does not claim the action failed.
+func TestI2_ACallCancelledWhileItWaitsForAHolderHereSaysSo(t *testing.T) {
+	var gaveUp atomic.Int32
+	tool, effects, started, gate := gatedEmailTool(t, agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+		WaitTimeout: 10 * time.Second, Hooks: agenttool.Hooks{Waited: func(_ context.Context, e agenttool.WaitedEvent) {
+			if e.GaveUp {
+				gaveUp.Add(1)
+			}
+		}}}, nil)
+	done := make(chan envelope.Envelope, 1)
+	go func() { done <- tool.Invoke(scoped(), lunch) }()
+	<-started
+	ctx, cancel := context.WithTimeout(scoped(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	second := tool.Invoke(ctx, lunch)
+	took := time.Since(t0)
+	close(gate)
+	mustStatus(t, <-done, envelope.Success)
+	t.Logf("cancelled waiter after %v: %s", took, second)
+	if took > 2*time.Second {
+		t.Errorf("a call whose context ended waited %v", took)
+	}
+	if second.Status == envelope.DefiniteFailure || second.Status == envelope.Success {
+		t.Errorf("a cancelled waiter of an action being applied: %s", second)
+	}
+	if gaveUp.Load() != 1 {
+		t.Errorf("Waited hook GaveUp reported %d times; want once", gaveUp.Load())
+	}
+	if n := effects.Load(); n != 1 {
+		t.Errorf("%d effects", n)
+	}
+}

@@ -48,6 +48,12 @@ const (
 	// the run that gives the guard a core of its own (its value: the
 	// directory for the guard's files, and the calls each client makes).
 	benchLoadEnv = "RETRYSAFE_BENCH_LOAD"
+	// benchProxyEnv makes the process a minimal proxy over stdio in
+	// front of a server it starts; benchProxyHTTPEnv one on streamable
+	// HTTP in front of the server at its value's URL, on a free port of
+	// 127.0.0.1 it prints as its first line (minimalProxy).
+	benchProxyEnv     = "RETRYSAFE_BENCH_PROXY"
+	benchProxyHTTPEnv = "RETRYSAFE_BENCH_PROXY_HTTP"
 )
 
 // benchServer is the upstream: book takes an idempotency key and does
@@ -96,7 +102,7 @@ func asBenchProcess() bool {
 				if os.Getenv(benchGuardEnv) != "" {
 					err = g.Server().Run(context.Background(), &mcp.StdioTransport{})
 				} else {
-					err = serveHTTPGuard(g)
+					err = serveHTTP(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil))
 				}
 				g.Close()
 			}
@@ -106,8 +112,60 @@ func asBenchProcess() bool {
 			os.Exit(1)
 		}
 		return true
+	case os.Getenv(benchProxyEnv) != "" || os.Getenv(benchProxyHTTPEnv) != "":
+		mcpguard.TuneRuntime() // as the guard runs: the same garbage collection
+		if err := runProxy(os.Getenv(benchProxyHTTPEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench proxy:", err)
+			os.Exit(1)
+		}
+		return true
 	}
 	return false
+}
+
+// minimalProxy is an MCP server that serves every tool of the server
+// behind cs, as cs lists them, by calling it there, and does nothing else:
+// what any proxy built on the Go SDK costs, the floor the guard's own
+// work stands on.
+func minimalProxy(ctx context.Context, cs *mcp.ClientSession) (*mcp.Server, error) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "bench-proxy", Version: "1"}, nil)
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		s.AddTool(t, func(ctx context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return cs.CallTool(ctx, &mcp.CallToolParams{Meta: r.Params.Meta, Name: r.Params.Name, Arguments: r.Params.Arguments})
+		})
+	}
+	return s, nil
+}
+
+// runProxy runs a minimal proxy: over stdio in front of the bench server
+// it starts (url ""), or on streamable HTTP in front of the server at
+// url, until its standard input closes.
+func runProxy(url string) error {
+	ctx := context.Background()
+	var t mcp.Transport = benchHTTPTransport(url, "")
+	if url == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		t = &mcp.CommandTransport{Command: benchCommand(self, benchServerEnv+"=1")}
+	}
+	cs, err := benchConnect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	s, err := minimalProxy(ctx, cs)
+	if err != nil {
+		return err
+	}
+	if url == "" {
+		return s.Run(ctx, &mcp.StdioTransport{})
+	}
+	return serveHTTP(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 }
 
 // benchStoreTime is a tool the bench's guard serves beside the server's:
@@ -155,19 +213,23 @@ type loneResult struct {
 	// straight: the second MCP round trip alone (the median of the
 	// blocks').
 	Hop time.Duration
+	// Proxy is what the same keyed call through a minimal proxy
+	// (minimalProxy) adds to straight: the median of the blocks'.
+	Proxy time.Duration
 }
 
-// lone makes n calls straight, n through the guard and n read-only ones
-// passed through it, one caller, in blocks of loneBlock that take turns
-// (straight first, then last), so that the machine's drift hits all
-// alike. Each turn gives what the guard added beyond its store's commits
-// — the guarded block's mean less the straight one's and the commits'
-// time a call, read from the guard around its block — and what the
-// second round trip alone adds (the passed-through block's mean less the
-// straight one's). The medians of those are the figures; the p50s of the
-// calls are beside them.
-func lone(ctx context.Context, straight, guarded *mcp.ClientSession, tag string, n int) (loneResult, error) {
-	var direct, through, passed, beyond, hop []time.Duration
+// lone makes n calls straight, n through the guard, n read-only ones
+// passed through it and n through a minimal proxy, one caller, in blocks
+// of loneBlock that take turns (straight first, then last), so that the
+// machine's drift hits all alike. Each turn gives what the guard added
+// beyond its store's commits — the guarded block's mean less the straight
+// one's and the commits' time a call, read from the guard around its
+// block — what the second round trip alone adds (the passed-through
+// block's mean less the straight one's), and what the minimal proxy adds.
+// The medians of those are the figures; the p50s of the calls are beside
+// them.
+func lone(ctx context.Context, straight, guarded, proxied *mcp.ClientSession, tag string, n int) (loneResult, error) {
+	var direct, through, passed, viaProxy, beyond, hop, proxy []time.Duration
 	var store time.Duration
 	i := 0
 	block := func(cs *mcp.ClientSession, tool string, into *[]time.Duration) (time.Duration, error) {
@@ -189,7 +251,7 @@ func lone(ctx context.Context, straight, guarded *mcp.ClientSession, tag string,
 		return sum / loneBlock, nil
 	}
 	for b := 0; b < max(1, n/loneBlock); b++ {
-		var ds, dg, dp, before, after time.Duration
+		var ds, dg, dp, dx, before, after time.Duration
 		turn := []func() error{
 			func() (err error) { ds, err = block(straight, "book", &direct); return err },
 			func() (err error) {
@@ -203,6 +265,7 @@ func lone(ctx context.Context, straight, guarded *mcp.ClientSession, tag string,
 				return err
 			},
 			func() (err error) { dp, err = block(guarded, "look", &passed); return err },
+			func() (err error) { dx, err = block(proxied, "book", &viaProxy); return err },
 		}
 		if b%2 == 1 {
 			slices.Reverse(turn)
@@ -215,21 +278,22 @@ func lone(ctx context.Context, straight, guarded *mcp.ClientSession, tag string,
 		store += after - before
 		beyond = append(beyond, dg-ds-(after-before)/loneBlock)
 		hop = append(hop, dp-ds)
+		proxy = append(proxy, dx-ds)
 	}
 	return loneResult{Direct: percentile(direct, 50), Guarded: percentile(through, 50),
-		Store: store / time.Duration(len(through)), Beyond: percentile(beyond, 50), Hop: percentile(hop, 50)}, nil
+		Store: store / time.Duration(len(through)), Beyond: percentile(beyond, 50), Hop: percentile(hop, 50), Proxy: percentile(proxy, 50)}, nil
 }
 
 const loneBlock = 20
 
-// serveHTTPGuard serves g on streamable HTTP on a free port of 127.0.0.1,
-// whose URL it prints first, until its standard input closes.
-func serveHTTPGuard(g *mcpguard.Guard) error {
+// serveHTTP serves h on a free port of 127.0.0.1, whose URL it prints
+// first, until its standard input closes.
+func serveHTTP(h http.Handler) error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil)}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	fmt.Printf("http://%s\n", l.Addr())
 	io.Copy(io.Discard, os.Stdin)
@@ -251,10 +315,15 @@ type GuardResult struct {
 	// beyond the call straight and its store's commits (lone); StdioHop
 	// and HTTPHop what a read-only call passed through it adds: the
 	// second MCP round trip, of which the guard's own work is the rest.
-	StdioBeyond   time.Duration `json:"stdio_beyond_store_ns"`
-	HTTPBeyond    time.Duration `json:"http_beyond_store_ns"`
-	StdioHop      time.Duration `json:"stdio_passthrough_added_ns"`
-	HTTPHop       time.Duration `json:"http_passthrough_added_ns"`
+	StdioBeyond time.Duration `json:"stdio_beyond_store_ns"`
+	HTTPBeyond  time.Duration `json:"http_beyond_store_ns"`
+	StdioHop    time.Duration `json:"stdio_passthrough_added_ns"`
+	HTTPHop     time.Duration `json:"http_passthrough_added_ns"`
+	// StdioProxy and HTTPProxy are what the same keyed call through a
+	// minimal proxy built on the Go SDK adds (minimalProxy): the floor of
+	// any proxy, the guard's own work apart.
+	StdioProxy    time.Duration `json:"stdio_sdk_proxy_added_ns"`
+	HTTPProxy     time.Duration `json:"http_sdk_proxy_added_ns"`
 	HTTP64Direct  float64       `json:"http_64_direct_calls_per_s"`
 	HTTP64Guarded float64       `json:"http_64_guarded_calls_per_s"`
 	// The same with the guard on a core of its own, the clients and the
@@ -307,13 +376,20 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 		return err
 	}
 	defer guarded.Close()
-	l, err := lone(ctx, straight, guarded, "s", n)
+	proxied, err := benchConnect(ctx, &mcp.CommandTransport{Command: benchCommand(self, benchProxyEnv+"=1")})
+	if err != nil {
+		return err
+	}
+	defer proxied.Close()
+	l, err := lone(ctx, straight, guarded, proxied, "s", n)
 	if err != nil {
 		return err
 	}
 	res.StdioDirectP50, res.StdioGuardedP50, res.StoreTimePerCall, res.StdioBeyond, res.StdioHop = l.Direct, l.Guarded, l.Store, l.Beyond, l.Hop
+	res.StdioProxy = l.Proxy
 	straight.Close()
 	guarded.Close()
+	proxied.Close()
 
 	// HTTP: the server in this process, stateless so that 64 sessions
 	// share nothing; the guard in a process of its own, as retrysafe
@@ -339,12 +415,24 @@ func runGuard(w io.Writer, asJSON bool, quick bool) error {
 		return err
 	}
 	defer guarded.Close()
-	if l, err = lone(ctx, straight, guarded, "h", n); err != nil {
+	proxyURL, stopProxy, err := startHTTPGuard(benchCommand(self, benchProxyHTTPEnv+"="+up.URL))
+	if err != nil {
+		return err
+	}
+	defer stopProxy()
+	if proxied, err = benchConnect(ctx, benchHTTPTransport(proxyURL, "")); err != nil {
+		return err
+	}
+	defer proxied.Close()
+	if l, err = lone(ctx, straight, guarded, proxied, "h", n); err != nil {
 		return err
 	}
 	res.HTTPDirectP50, res.HTTPGuardedP50, res.HTTPStoreTimePerCall, res.HTTPBeyond, res.HTTPHop = l.Direct, l.Guarded, l.Store, l.Beyond, l.Hop
+	res.HTTPProxy = l.Proxy
 	straight.Close()
 	guarded.Close()
+	proxied.Close()
+	stopProxy()
 	if res.HTTP64Direct, err = manyClients(ctx, up.URL, "md", calls64); err != nil {
 		return err
 	}
@@ -595,6 +683,8 @@ func printGuard(w io.Writer, asJSON bool, r GuardResult) error {
 		{Name: "guard_http_added_beyond_store_ms", What: "streamable HTTP, one caller: the same, ms", Value: beyondHTTP, Goal: "≤ 0.5", Met: &metHTTP},
 		{Name: "guard_stdio_passthrough_added_ms", What: "stdio, one caller: what a read-only call passed through the guard adds to straight (the second MCP round trip alone), the median of blocks, ms", Value: ms(r.StdioHop)},
 		{Name: "guard_http_passthrough_added_ms", What: "streamable HTTP, one caller: the same, ms", Value: ms(r.HTTPHop)},
+		{Name: "guard_stdio_sdk_proxy_added_ms", What: "stdio, one caller: what the keyed call through a minimal proxy built on the Go SDK (a server whose tools call the server's) adds to straight, the median of blocks, ms", Value: ms(r.StdioProxy)},
+		{Name: "guard_http_sdk_proxy_added_ms", What: "streamable HTTP, one caller: the same, ms", Value: ms(r.HTTPProxy)},
 		{Name: "guard_bolt_commit_p50_ms", What: "one bare bbolt Update on the same disk, ms, for scale (a guarded call commits twice)", Value: ms(r.BoltCommitP50)},
 		{Name: "guard_http_64_vs_direct_shared_cores", What: "streamable HTTP, 64 clients each in its own session, the clients, the server and the guard on the same cores: calls per second through the guard (bbolt) against straight", Value: shared},
 	}
@@ -617,9 +707,9 @@ func printGuard(w io.Writer, asJSON bool, r GuardResult) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "retrysafe guard, %s\n\n", goVersion())
-	fmt.Fprintf(tw, "one caller, ms\tstraight, p50\tthrough the guard, p50\tadded\tthe store's commits\tbeyond them (blocks' median)\tof which the second round trip\n")
-	fmt.Fprintf(tw, "stdio\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\t%.3f\n", ms(r.StdioDirectP50), ms(r.StdioGuardedP50), ms(addedStdio), ms(r.StoreTimePerCall), beyondStdio, ms(r.StdioHop))
-	fmt.Fprintf(tw, "streamable HTTP\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\t%.3f\n", ms(r.HTTPDirectP50), ms(r.HTTPGuardedP50), ms(addedHTTP), ms(r.HTTPStoreTimePerCall), beyondHTTP, ms(r.HTTPHop))
+	fmt.Fprintf(tw, "one caller, ms\tstraight, p50\tthrough the guard, p50\tadded\tthe store's commits\tbeyond them (blocks' median)\tof which the second round trip\ta minimal SDK proxy adds\n")
+	fmt.Fprintf(tw, "stdio\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\t%.3f\t%.3f\n", ms(r.StdioDirectP50), ms(r.StdioGuardedP50), ms(addedStdio), ms(r.StoreTimePerCall), beyondStdio, ms(r.StdioHop), ms(r.StdioProxy))
+	fmt.Fprintf(tw, "streamable HTTP\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (goal ≤ 0.5)\t%.3f\t%.3f\n", ms(r.HTTPDirectP50), ms(r.HTTPGuardedP50), ms(addedHTTP), ms(r.HTTPStoreTimePerCall), beyondHTTP, ms(r.HTTPHop), ms(r.HTTPProxy))
 	fmt.Fprintf(tw, "one bare bbolt Update, for scale\t%.3f\t\t\t\n\n", ms(r.BoltCommitP50))
 	fmt.Fprintf(tw, "64 HTTP clients, calls/s\tstraight\tthrough the guard\tratio\n")
 	fmt.Fprintf(tw, "clients, server and guard on the same cores\t%.0f\t%.0f\t%.2f\n", r.HTTP64Direct, r.HTTP64Guarded, shared)

@@ -41,9 +41,9 @@ func TestGuardMeasuresEveryPath(t *testing.T) {
 	if g.StoreTimePerCall <= 0 || g.HTTPStoreTimePerCall <= 0 {
 		t.Errorf("the guards' store time a call: stdio %v, HTTP %v; want both read from the guards", g.StoreTimePerCall, g.HTTPStoreTimePerCall)
 	}
-	if g.StdioBeyond == 0 || g.HTTPBeyond == 0 || g.StdioHop == 0 || g.HTTPHop == 0 {
-		t.Errorf("beyond the store's commits: stdio %v, HTTP %v; passed through: stdio %v, HTTP %v; want all measured",
-			g.StdioBeyond, g.HTTPBeyond, g.StdioHop, g.HTTPHop)
+	if g.StdioBeyond == 0 || g.HTTPBeyond == 0 || g.StdioHop == 0 || g.HTTPHop == 0 || g.StdioProxy == 0 || g.HTTPProxy == 0 {
+		t.Errorf("beyond the store's commits: stdio %v, HTTP %v; passed through: stdio %v, HTTP %v; a minimal proxy: stdio %v, HTTP %v; want all measured",
+			g.StdioBeyond, g.HTTPBeyond, g.StdioHop, g.HTTPHop, g.StdioProxy, g.HTTPProxy)
 	}
 	switch {
 	case g.OwnCore == nil && g.OwnCoreNot == "":

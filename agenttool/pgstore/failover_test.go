@@ -1508,23 +1508,26 @@ func sameRecord(now, was storekit.Record) bool {
 		now.ReplacedBy == was.ReplacedBy && now.RetryApproved == was.RetryApproved && now.Attempts == was.Attempts
 }
 
-// A row lock (FOR SHARE) taken on the replacement C by another
-// transaction between the claim's commit and its give-back sets C's xmax
-// only: the give-back waits for it, and then puts both records back as
-// the claim found them (C's xmin is still the claim's).
-func TestAGiveBackWaitsOutAnotherTransactionsRowLock(t *testing.T) {
+// giveBackWindow claims B again in C's place (replacedPair), on a store
+// of a private server, while between runs in another transaction in the
+// window between the claim's commit and its give-back (interpose), and
+// returns the store, B and C as they were before, the claim, and what
+// interpose saw; between is given the server's URL. It skips the test if
+// no warning reached the claim, and fails it if the claim was not refused
+// as not durable.
+func giveBackWindow(t *testing.T, between func(ctx context.Context, tx pgx.Tx, url string) bool) (s *pgstore.Store, beforeB, beforeC storekit.Record, again storekit.ClaimRequest, got interposition) {
+	t.Helper()
 	srv := pgtest.StartServer(t)
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	beforeB, beforeC := replacedPair(t, s, "pay")
-	again := fencedReq(beforeB.Key, "o-b2")
+	t.Cleanup(func() { s.Close() })
+	beforeB, beforeC = replacedPair(t, s, "pay")
+	again = fencedReq(beforeB.Key, "o-b2")
 	again.Replace = replacementOf(beforeC.Key, 1)
-	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
-		func(ctx context.Context, tx pgx.Tx) bool { time.Sleep(300 * time.Millisecond); return true })
+	got = interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
+		func(ctx context.Context, tx pgx.Tx) bool { return between(ctx, tx, srv.URL()) })
 	t.Logf("claim: %+v, %v; give-back waited on the lock: %v", got.res, got.err, got.giveBackWaited)
 	if got.err == nil {
 		t.Skip("the claim was granted: no warning reached it")
@@ -1532,44 +1535,39 @@ func TestAGiveBackWaitsOutAnotherTransactionsRowLock(t *testing.T) {
 	if !errors.Is(got.err, storekit.ErrNotDurable) {
 		t.Fatalf("claim: %v; want ErrNotDurable", got.err)
 	}
-	for _, was := range []storekit.Record{beforeB, beforeC} {
-		now, err := s.Get(ctx, was.Key)
-		if err != nil || !sameRecord(now, was) {
-			t.Errorf("after a give-back that waited out a row lock, %s is %+v (%v); want as found: %+v", was.Key, now, err, was)
+	return s, beforeB, beforeC, again, got
+}
+
+// asFound checks that each record in was is in s as it was.
+func asFound(t *testing.T, s *pgstore.Store, after string, was ...storekit.Record) {
+	t.Helper()
+	for _, w := range was {
+		now, err := s.Get(context.Background(), w.Key)
+		if err != nil || !sameRecord(now, w) {
+			t.Errorf("after %s, %s is %+v (%v); want it as found: %+v", after, w.Key, now, err, w)
 		}
 	}
+}
+
+// A row lock (FOR SHARE) taken on the replacement C by another
+// transaction between the claim's commit and its give-back sets C's xmax
+// only: the give-back waits for it, and then puts both records back as
+// the claim found them (C's xmin is still the claim's).
+func TestAGiveBackWaitsOutAnotherTransactionsRowLock(t *testing.T) {
+	s, b, c, _, _ := giveBackWindow(t, func(context.Context, pgx.Tx, string) bool { time.Sleep(300 * time.Millisecond); return true })
+	asFound(t, s, "a give-back that waited out a row lock", b, c)
 }
 
 // The same, but the other transaction updates C and rolls back: C's
 // xmin is still the claim's, and the give-back goes through.
 func TestAGiveBackPastAnotherTransactionsRolledBackUpdatePutsBothBack(t *testing.T) {
-	srv := pgtest.StartServer(t)
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	beforeB, beforeC := replacedPair(t, s, "pay")
-	again := fencedReq(beforeB.Key, "o-b2")
-	again.Replace = replacementOf(beforeC.Key, 1)
-	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
-		func(ctx context.Context, tx pgx.Tx) bool {
-			if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = 'x' WHERE key = $1`, beforeC.Key); err != nil {
-				t.Error(err)
-			}
-			return false
-		})
-	t.Logf("claim: %+v, %v; give-back waited: %v", got.res, got.err, got.giveBackWaited)
-	if got.err == nil {
-		t.Skip("the claim was granted: no warning reached it")
-	}
-	for _, was := range []storekit.Record{beforeB, beforeC} {
-		now, err := s.Get(ctx, was.Key)
-		if err != nil || !sameRecord(now, was) {
-			t.Errorf("after a give-back past a rolled-back update, %s is %+v (%v); want as found: %+v", was.Key, now, err, was)
+	s, b, c, _, _ := giveBackWindow(t, func(ctx context.Context, tx pgx.Tx, _ string) bool {
+		if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = 'x' WHERE key = 'pay/c'`); err != nil {
+			t.Error(err)
 		}
-	}
+		return false
+	})
+	asFound(t, s, "a give-back past a rolled-back update", b, c)
 }
 
 // Another transaction rewrites C (a no-op UPDATE: a new version,
@@ -1578,30 +1576,13 @@ func TestAGiveBackPastAnotherTransactionsRolledBackUpdatePutsBothBack(t *testing
 // token, replacing C, and C closed as replaced by B — no cycle, nothing
 // free to run, the unknown fence held by B's pending record.
 func TestAGiveBackRefusedWhenAnOccupantChangedLeavesNoLoop(t *testing.T) {
-	srv := pgtest.StartServer(t)
 	ctx := context.Background()
-	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	beforeB, beforeC := replacedPair(t, s, "pay")
-	again := fencedReq(beforeB.Key, "o-b2")
-	again.Replace = replacementOf(beforeC.Key, 1)
-	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
-		func(ctx context.Context, tx pgx.Tx) bool {
-			if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = label WHERE key = $1`, beforeC.Key); err != nil {
-				t.Error(err)
-			}
-			return true
-		})
-	t.Logf("claim: %+v, %v; give-back waited: %v", got.res, got.err, got.giveBackWaited)
-	if got.err == nil {
-		t.Skip("the claim was granted: no warning reached it")
-	}
-	if !errors.Is(got.err, storekit.ErrNotDurable) {
-		t.Fatalf("claim: %v; want ErrNotDurable", got.err)
-	}
+	s, beforeB, beforeC, again, _ := giveBackWindow(t, func(ctx context.Context, tx pgx.Tx, _ string) bool {
+		if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = label WHERE key = 'pay/c'`); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
 	b, errB := s.Get(ctx, beforeB.Key)
 	c, errC := s.Get(ctx, beforeC.Key)
 	t.Logf("B: %+v (%v)\nC: %+v (%v)", b, errB, c, errC)
@@ -1627,50 +1608,32 @@ func TestAGiveBackRefusedWhenAnOccupantChangedLeavesNoLoop(t *testing.T) {
 // either way (by B pending, or by C unknown and approved, put back), and
 // the give-back still puts both records back.
 func TestASecondReplicasClaimInAGiveBacksWindowIsHeldBack(t *testing.T) {
-	srv := pgtest.StartServer(t)
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	s2, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	beforeB, beforeC := replacedPair(t, s, "pay")
-	again := fencedReq(beforeB.Key, "o-b2")
-	again.Replace = replacementOf(beforeC.Key, 1)
 	var wg sync.WaitGroup
 	var other storekit.ClaimResult
 	var otherErr error
-	got := interpose(t, srv, beforeC.Key, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) },
-		func(ctx context.Context, tx pgx.Tx) bool {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				defer cancel()
-				other, otherErr = s2.Claim(cctx, fencedReq("pay/l", "o-l"))
-			}()
-			time.Sleep(200 * time.Millisecond)
+	s, b, c, _, _ := giveBackWindow(t, func(ctx context.Context, tx pgx.Tx, url string) bool {
+		s2, err := pgstore.Open(ctx, &pgstore.Options{URL: url})
+		if err != nil {
+			t.Error(err)
 			return true
-		})
+		}
+		t.Cleanup(func() { s2.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			other, otherErr = s2.Claim(cctx, fencedReq("pay/l", "o-l"))
+		}()
+		time.Sleep(200 * time.Millisecond)
+		return true
+	})
 	wg.Wait()
-	t.Logf("claim: %+v, %v; the other replica's: %+v, %v", got.res, got.err, other, otherErr)
-	if got.err == nil {
-		t.Skip("the claim was granted: no warning reached it")
-	}
+	t.Logf("the other replica's claim: %+v, %v", other, otherErr)
 	if otherErr == nil && other.Claimed {
 		t.Errorf("the second replica's write was granted while B's claim or C's approved retry held the slot: %+v", other)
 	}
-	for _, was := range []storekit.Record{beforeB, beforeC} {
-		now, err := s.Get(ctx, was.Key)
-		if err != nil || !sameRecord(now, was) {
-			t.Errorf("%s is %+v (%v); want as found: %+v", was.Key, now, err, was)
-		}
-	}
+	asFound(t, s, "a give-back with a second replica's claim in its window", b, c)
 }
 
 // Through the engine: the give-back is refused (C rewritten in

@@ -1144,52 +1144,21 @@ func underCancelledWaits(t *testing.T, srv *pgtest.Server, claim func(ctx contex
 // records expire, though neither ever ran.
 func TestAReplacedActionGivenBackInItsReplacementsPlaceLeavesBothAsTheyWere(t *testing.T) {
 	srv := pgtest.StartServer(t)
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
+	s, err := pgstore.Open(context.Background(), &pgstore.Options{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-
-	// B runs, its outcome is unknown, and it is found not applied
-	// (approved for one more attempt).
-	b := fencedReq("pay/b", "o-b1")
-	rb, err := s.Claim(ctx, b)
-	if err != nil || !rb.Claimed {
-		t.Fatalf("claim B: %+v, %v", rb, err)
-	}
-	now := time.Now()
-	if err := s.Finish(ctx, storekit.FinishRequest{Key: b.Key, Token: rb.Record.Token, State: storekit.Unknown, Attempts: 1,
-		RetryApproved: true, Now: now, TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	// The model rewords it: C goes on in B's place, which closes B as
-	// replaced by C.
-	c := fencedReq("pay/c", "o-c1")
-	c.Replace = replacementOf(b.Key, 1)
-	rc, err := s.Claim(ctx, c)
-	if err != nil || !rc.Claimed || rc.Record.Replaces != b.Key {
-		t.Fatalf("claim C in B's place: %+v, %v", rc, err)
-	}
-	// C's attempt is refused before it is sent: the engine's giveBack
-	// writes it back unknown, approved for one more attempt.
-	if err := s.Finish(ctx, storekit.FinishRequest{Key: c.Key, Token: rc.Record.Token, State: storekit.Unknown, Attempts: 1,
-		RetryApproved: true, Now: time.Now(), TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if keys, cycle := chainFrom(t, s, b.Key); cycle {
+	// B ran, its outcome unknown and found not applied; the model reworded
+	// it, and C went on in its place, unknown and found not applied too.
+	beforeB, beforeC := replacedPair(t, s, "pay")
+	if keys, cycle := chainFrom(t, s, beforeB.Key); cycle {
 		t.Fatalf("a cycle before the give-back: %v", keys)
 	}
-	beforeB, errB := s.Get(ctx, b.Key)
-	beforeC, errC := s.Get(ctx, c.Key)
-	if errB != nil || errC != nil {
-		t.Fatal(errB, errC)
-	}
-
 	// The model asks for B again, word for word: the engine finds B
 	// replaced by C, which is free (approved), and claims B in C's place.
-	again := fencedReq(b.Key, "o-b2")
-	again.Replace = replacementOf(c.Key, 1)
+	again := fencedReq(beforeB.Key, "o-b2")
+	again.Replace = replacementOf(beforeC.Key, 1)
 	got, err := underCancelledWaits(t, srv, func(ctx context.Context) (storekit.ClaimResult, error) { return s.Claim(ctx, again) })
 	t.Logf("B in C's place under a cancelled synchronous wait: %+v, %v", got, err)
 	if err == nil {
@@ -1198,18 +1167,10 @@ func TestAReplacedActionGivenBackInItsReplacementsPlaceLeavesBothAsTheyWere(t *t
 	if !errors.Is(err, storekit.ErrNotDurable) {
 		t.Fatalf("claim: %v; want ErrNotDurable", err)
 	}
-	for _, was := range []storekit.Record{beforeB, beforeC} {
-		now, err := s.Get(ctx, was.Key)
-		if err != nil || now.State != was.State || now.Token != was.Token || now.Owner != was.Owner || now.Replaces != was.Replaces ||
-			now.ReplacedBy != was.ReplacedBy || now.RetryApproved != was.RetryApproved || now.Attempts != was.Attempts {
-			t.Errorf("after the give-back, %s is %+v (%v); want it as the claim found it: %+v", was.Key, now, err, was)
-		}
-	}
-	if keys, cycle := chainFrom(t, s, b.Key); cycle {
-		t.Errorf("after the give-back the records replace one another in a cycle %v: every later call of %s or %s "+
-			"walks it 1024 times and answers store_unavailable (settle them by hand) until the records expire; "+
-			"neither action ever ran. The give-back restored %s's own record, but not %s, which the claim closed as replaced by it",
-			keys, b.Key, c.Key, b.Key, c.Key)
+	asFound(t, s, "the give-back", beforeB, beforeC)
+	if keys, cycle := chainFrom(t, s, beforeB.Key); cycle {
+		t.Errorf("after the give-back the records replace one another in a loop %v: every later call of either "+
+			"walks it 1024 times and answers store_unavailable until the records expire; neither action ever ran", keys)
 	}
 }
 
@@ -1223,84 +1184,25 @@ func TestAReplacedActionGivenBackInItsReplacementsPlaceLeavesBothAsTheyWere(t *t
 // model asks for charge 1, and for charge 2: neither answers
 // store_unavailable, and at most one charge is made.
 func TestAReplacedActionGivenBackInItsReplacementsPlaceCanStillBeDone(t *testing.T) {
-	srv := pgtest.StartServer(t)
 	ctx := context.Background()
-	store, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	var mu sync.Mutex
-	effects := map[int]int{}
-	lose := true // each attempt's reply is lost before it is sent: unknown, nothing done
-	charge := func(ctx context.Context, in chargeInput) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if lose {
-			return "", envelope.MarkUnknown(errors.New("the gateway timed out before it sent the charge"))
-		}
-		effects[in.ID]++
-		return agenttool.RequestRef(ctx), nil
-	}
-	tool, err := agenttool.New("charge", "Charge a card.", charge, agenttool.Options{Store: store, Class: agenttool.AtMostOnce,
-		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
-		AttemptTimeout: 200 * time.Millisecond, ClockSkew: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	op, err := agenttool.NewOperator(store, tool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := func(id int) envelope.Envelope {
-		c, cancel := context.WithTimeout(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), 20*time.Second)
-		defer cancel()
-		return tool.Invoke(c, fmt.Sprintf(`{"id":%d}`, id))
-	}
-	one := call(1)
-	if one.Status != envelope.UnknownOutcome {
-		t.Fatalf("charge 1: %s; want unknown_outcome", one)
-	}
-	time.Sleep(300 * time.Millisecond) // past the attempt's flight
-	if err := op.ResolveNotApplied(ctx, one.RequestRef, one.Attempts, "maria", "not in the ledger"); err != nil {
-		t.Fatal(err)
-	}
-	two := call(2) // charge 1 reworded: it goes on in charge 1's place
-	if two.Status != envelope.UnknownOutcome {
-		t.Fatalf("charge 2: %s; want unknown_outcome", two)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if err := op.ResolveNotApplied(ctx, two.RequestRef, two.Attempts, "maria", "not in the ledger"); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	lose = false
-	mu.Unlock()
-
+	r, one, two := replacedCharges(t)
 	// Charge 1 asked for again while every commit's wait is cancelled.
-	srv.Synchronous(t, true)
-	stop := cancelSyncWaits(t, srv)
-	refused := call(1)
+	r.srv.Synchronous(t, true)
+	stop := cancelSyncWaits(t, r.srv)
+	refused := r.call(ctx, 1)
 	stop()
-	srv.Synchronous(t, false)
+	r.srv.Synchronous(t, false)
 	t.Logf("charge 1 asked again under a cancelled synchronous wait: %s", refused)
-	mu.Lock()
-	n1 := effects[1]
-	mu.Unlock()
 	if refused.Status == envelope.Success {
 		t.Skip("the claim was granted: no warning reached it")
 	}
-	if refused.Status != envelope.DefiniteFailure || refused.Error == nil || refused.Error.Code != envelope.CodeStoreUnavailable || n1 != 0 {
+	if n1 := r.charged(); refused.Status != envelope.DefiniteFailure || refused.Error == nil || refused.Error.Code != envelope.CodeStoreUnavailable || n1 != 0 {
 		t.Fatalf("charge 1 under a cancelled wait: %s, %d charges; want store_unavailable, none", refused, n1)
 	}
-	for _, k := range []string{one.RequestRef, two.RequestRef} {
-		rec, err := store.Get(ctx, k)
-		t.Logf("%s: state %v, replaced by %q, replaces %q (%v)", k, rec.State, rec.ReplacedBy, rec.Replaces, err)
-	}
-
+	r.log(ctx, one, two)
 	// The store is healthy again: the model asks for charge 1, then 2.
 	for _, id := range []int{1, 2} {
-		env := call(id)
+		env := r.call(ctx, id)
 		t.Logf("charge %d asked again: %s", id, env)
 		if env.Status == envelope.DefiniteFailure && env.Error != nil && env.Error.Code == envelope.CodeStoreUnavailable {
 			t.Errorf("charge %d, asked again with the store healthy, answers store_unavailable (%s): the records of charges 1 and 2 "+
@@ -1308,10 +1210,8 @@ func TestAReplacedActionGivenBackInItsReplacementsPlaceCanStillBeDone(t *testing
 				id, env.Error.Message)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if effects[1]+effects[2] > 1 {
-		t.Errorf("charges made: %v; want at most one (charge 2 is charge 1 reworded)", effects)
+	if n := r.charged(); n > 1 {
+		t.Errorf("%d charges made; want at most one (charge 2 is charge 1 reworded)", n)
 	}
 }
 
@@ -1642,62 +1542,11 @@ func TestASecondReplicasClaimInAGiveBacksWindowIsHeldBack(t *testing.T) {
 // 1 and 2 makes at most one charge, and neither answers store_unavailable
 // for good.
 func TestARefusedGiveBackThroughTheEngineMakesAtMostOneCharge(t *testing.T) {
-	srv := pgtest.StartServer(t)
 	ctx := context.Background()
-	store, err := pgstore.Open(ctx, &pgstore.Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	var mu sync.Mutex
-	effects := map[int]int{}
-	lose := true
-	charge := func(ctx context.Context, in chargeInput) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if lose {
-			return "", envelope.MarkUnknown(errors.New("the gateway timed out before it sent the charge"))
-		}
-		effects[in.ID]++
-		return agenttool.RequestRef(ctx), nil
-	}
-	tool, err := agenttool.New("charge", "Charge a card.", charge, agenttool.Options{Store: store, Class: agenttool.AtMostOnce,
-		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
-		AttemptTimeout: 200 * time.Millisecond, ClockSkew: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	op, err := agenttool.NewOperator(store, tool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := func(ctx context.Context, id int) envelope.Envelope {
-		c, cancel := context.WithTimeout(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), 30*time.Second)
-		defer cancel()
-		return tool.Invoke(c, fmt.Sprintf(`{"id":%d}`, id))
-	}
-	one := call(ctx, 1)
-	if one.Status != envelope.UnknownOutcome {
-		t.Fatalf("charge 1: %s", one)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if err := op.ResolveNotApplied(ctx, one.RequestRef, one.Attempts, "maria", "not in the ledger"); err != nil {
-		t.Fatal(err)
-	}
-	two := call(ctx, 2)
-	if two.Status != envelope.UnknownOutcome {
-		t.Fatalf("charge 2: %s", two)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if err := op.ResolveNotApplied(ctx, two.RequestRef, two.Attempts, "maria", "not in the ledger"); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	lose = false
-	mu.Unlock()
+	r, one, two := replacedCharges(t)
 	var refused envelope.Envelope
-	got := interpose(t, srv, two.RequestRef, func(ctx context.Context) (storekit.ClaimResult, error) {
-		refused = call(ctx, 1)
+	got := interpose(t, r.srv, two.RequestRef, func(ctx context.Context) (storekit.ClaimResult, error) {
+		refused = r.call(ctx, 1)
 		return storekit.ClaimResult{}, nil
 	}, func(ctx context.Context, tx pgx.Tx) bool {
 		if _, err := tx.Exec(ctx, `UPDATE retrysafe.records SET label = label WHERE key = $1`, two.RequestRef); err != nil {
@@ -1706,27 +1555,102 @@ func TestARefusedGiveBackThroughTheEngineMakesAtMostOneCharge(t *testing.T) {
 		return true
 	})
 	t.Logf("charge 1 under a cancelled wait, C rewritten in the window: %s (give-back waited %v)", refused, got.giveBackWaited)
-	for _, k := range []string{one.RequestRef, two.RequestRef} {
-		rec, err := store.Get(ctx, k)
-		t.Logf("%s: state %v, approved %v, owner %q, replaced by %q, replaces %q (%v)", k, rec.State, rec.RetryApproved, rec.Owner, rec.ReplacedBy, rec.Replaces, err)
-	}
-	mu.Lock()
-	n := effects[1] + effects[2]
-	mu.Unlock()
+	r.log(ctx, one, two)
 	if refused.Status == envelope.Success {
 		t.Skip("granted: no warning reached it")
 	}
-	if n != 0 {
-		t.Fatalf("a refused call charged: %v", effects)
+	if n := r.charged(); n != 0 {
+		t.Fatalf("a refused call charged: %d", n)
 	}
 	time.Sleep(2500 * time.Millisecond) // past the lease
 	for _, id := range []int{1, 2, 1} {
-		env := call(ctx, id)
+		env := r.call(ctx, id)
 		t.Logf("charge %d asked again: %s", id, env)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if effects[1]+effects[2] > 1 {
-		t.Errorf("charges made: %v; want at most one", effects)
+	if n := r.charged(); n > 1 {
+		t.Errorf("%d charges made; want at most one", n)
+	}
+}
+
+// chargeRig is an at-most-once tool "charge" (a lease of 2 s) on a store
+// of a private server, with its operator; each attempt's reply is lost
+// before the charge is sent (unknown, nothing done) while lose is set.
+type chargeRig struct {
+	t     *testing.T
+	srv   *pgtest.Server
+	store *pgstore.Store
+	tool  *agenttool.Tool
+	op    *agenttool.Operator
+
+	mu      sync.Mutex
+	effects int
+	lose    bool
+}
+
+// replacedCharges makes a chargeRig and, in one conversation, charge 1,
+// which ends unknown and is found not applied, then charge 2, charge 1
+// reworded, which goes on in its place, ends unknown and is found not
+// applied too. Attempts then charge.
+func replacedCharges(t *testing.T) (r *chargeRig, one, two envelope.Envelope) {
+	t.Helper()
+	ctx := context.Background()
+	r = &chargeRig{t: t, srv: pgtest.StartServer(t), lose: true}
+	var err error
+	if r.store, err = pgstore.Open(ctx, &pgstore.Options{URL: r.srv.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.store.Close() })
+	charge := func(ctx context.Context, in chargeInput) (string, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.lose {
+			return "", envelope.MarkUnknown(errors.New("the gateway timed out before it sent the charge"))
+		}
+		r.effects++
+		return agenttool.RequestRef(ctx), nil
+	}
+	if r.tool, err = agenttool.New("charge", "Charge a card.", charge, agenttool.Options{Store: r.store, Class: agenttool.AtMostOnce,
+		Lease: 2 * time.Second, WaitTimeout: 50 * time.Millisecond, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+		AttemptTimeout: 200 * time.Millisecond, ClockSkew: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if r.op, err = agenttool.NewOperator(r.store, r.tool); err != nil {
+		t.Fatal(err)
+	}
+	for i, env := range []*envelope.Envelope{&one, &two} {
+		*env = r.call(ctx, i+1)
+		if env.Status != envelope.UnknownOutcome {
+			t.Fatalf("charge %d: %s; want unknown_outcome", i+1, env)
+		}
+		time.Sleep(300 * time.Millisecond) // past the attempt's flight
+		if err := r.op.ResolveNotApplied(ctx, env.RequestRef, env.Attempts, "maria", "not in the ledger"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mu.Lock()
+	r.lose = false
+	r.mu.Unlock()
+	return r, one, two
+}
+
+// call asks for charge id in the conversation.
+func (r *chargeRig) call(ctx context.Context, id int) envelope.Envelope {
+	c, cancel := context.WithTimeout(agenttool.WithScope(ctx, "tenant-1", "conversation-1"), 30*time.Second)
+	defer cancel()
+	return r.tool.Invoke(c, fmt.Sprintf(`{"id":%d}`, id))
+}
+
+// charged is how many charges were made.
+func (r *chargeRig) charged() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.effects
+}
+
+// log logs the records of the charges' envelopes.
+func (r *chargeRig) log(ctx context.Context, envs ...envelope.Envelope) {
+	for _, env := range envs {
+		rec, err := r.store.Get(ctx, env.RequestRef)
+		r.t.Logf("%s: state %v, approved %v, owner %q, replaced by %q, replaces %q (%v)", env.RequestRef, rec.State, rec.RetryApproved, rec.Owner, rec.ReplacedBy, rec.Replaces, err)
 	}
 }

@@ -695,10 +695,9 @@ func (c *call) wait() outcome {
 // this process that holds the same key for the same input, as a claim
 // that finds its record held waits (WaitTimeout, the same wait): the call
 // then meets what that action became in the store, rather than race its
-// holder there. Raced,
-// a store that failed the second claim (a scope lock held by a paused
-// replica, a timeout) answered store_unavailable, "not run", just as the
-// holder in the same process applied the action.
+// holder there. Raced, a store that failed the second claim (a scope lock
+// held by a paused replica, a timeout) answered store_unavailable, "not
+// run", just as the holder in the same process applied the action.
 func (c *call) waitForHolderHere() {
 	if !c.waitEnd.IsZero() {
 		return // waited already: the call's wait is one

@@ -366,14 +366,8 @@ func (s *Store) giveBackLocked(req *storekit.ClaimRequest, token int64, prior *s
 			if _, err := tx.Exec(ctx, s.q.release, req.Key, token); err != nil {
 				return err
 			}
-		} else {
-			args := recordArgs(prior)
-			if args == nil {
-				return errGiveBack
-			}
-			if _, err := tx.Exec(ctx, s.q.restore, append(args, token)...); err != nil {
-				return err
-			}
+		} else if err := s.put(ctx, tx, prior); err != nil {
+			return err
 		}
 		for i := range others {
 			args := recordArgs(&others[i])

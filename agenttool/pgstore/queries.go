@@ -313,8 +313,8 @@ func replanned(cfg *pgx.ConnConfig) pgx.QueryExecMode {
 }
 
 type queries struct {
-	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, restore, restoreOther, ownedForUpdate, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
-	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                                                         string
+	insert, insertMany, besideForUpdate, besideOfPrincipalForUpdate, pendingOf, finishMany, tokensOf, insertRecord, get, getForUpdate, occupantForUpdate, slotHolder, update, nextToken, finish, release, restoreOther, ownedForUpdate, renew, sweep, listUnknown, listScope, listPrincipal, claimUnknown, count, countUnknown, raiseTokens string
+	environment, noticeTimeline, insertUnkeyed, stillDurable                                                                                                                                                                                                                                                                                string
 }
 
 // newQueries builds the statements of a store on schema. What a store
@@ -380,6 +380,11 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 				THEN NULL ELSE $1 END, $2, 1, $3, $4, $5, nextval('` + seq + `'), $6, 0, $7, $7, $8, $10, $9, ` + definition + `, ` + input + `)
 			ON CONFLICT DO NOTHING RETURNING token, ` + syncNamed
 	}
+	update := `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
+		lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
+		retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
+		fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
+		lifetime = $26, lifetime_at = $27 WHERE key = $1`
 	return queries{
 		// stillDurable, run on a connection right after a claim committed
 		// under synchronous replication, holds if it still is: an
@@ -455,11 +460,7 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		slotHolder:        `SELECT key FROM ` + t + ` WHERE tool = $1 AND fence_scope = $2 AND ` + holdsSlot,
 		insertRecord: `INSERT INTO ` + t + ` (` + written + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)
 			ON CONFLICT DO NOTHING`,
-		update: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
-			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
-			lifetime = $26, lifetime_at = $27 WHERE key = $1`,
+		update:    update,
 		nextToken: `SELECT nextval('` + seq + `')`,
 		finish: `UPDATE ` + t + ` SET state = $3, owner = '', lease_expiry = $10, taken_over = false, attempts = $4, outcome = $5, updated = $6,
 			expires = CASE WHEN $7::timestamptz IS NOT NULL THEN GREATEST($7, CASE WHEN $3::smallint = 2 THEN $11 ELSE notice_until END) END,
@@ -469,21 +470,10 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 			input = CASE WHEN $3::smallint = 4 THEN input END
 			WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 AND ` + syncOn,
-		// restore puts back the record a claim found ($1–$27, as update),
-		// while the claim's pending record, its token $28, holds it.
-		restore: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
-			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
-			lifetime = $26, lifetime_at = $27 WHERE key = $1 AND token = $28 AND state = 1 AND ` + syncOn,
-		// restoreOther puts back another record a claim wrote ($1–$27, as
-		// update), if it is as the claim's transaction, $28, wrote it.
-		restoreOther: `UPDATE ` + t + ` SET tool = $2, state = $3, principal = $4, fingerprint = $5, owner = $6, token = $7,
-			lease_expiry = $8, attempts = $9, outcome = $10, created = $11, updated = $12, expires = $13,
-			retry_approved = $14, resolution = $15, session = $16, taken_over = $17, label = $18,
-			fence_scope = $19, replaces = $20, replaced_by = $21, notice_until = $22, definition = $23, input = $24, stands_for = $25,
-			lifetime = $26, lifetime_at = $27
-			WHERE key = $1 AND xmin::text::bigint = $28 AND ` + syncOn,
+		// restoreOther puts back a record a claim wrote other than its
+		// own ($1–$27, as update), if it is as the claim's transaction,
+		// $28, wrote it.
+		restoreOther: update + ` AND xmin::text::bigint = $28`,
 		// ownedForUpdate locks a claim's record while its token holds it,
 		// and returns the transaction that wrote it.
 		ownedForUpdate: `SELECT xmin::text::bigint FROM ` + t + ` WHERE key = $1 AND token = $2 AND state = 1 FOR UPDATE`,

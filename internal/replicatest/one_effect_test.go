@@ -315,6 +315,11 @@ func (h *harness) check(r *run) []string {
 				lie(fmt.Sprintf("success, and %d emails of %s had gone", n, ref))
 			}
 		case envelope.DefiniteFailure:
+			notDone := func() {
+				if n := sentBefore(ref, at); n != 0 {
+					lie(fmt.Sprintf("definite_failure says it was not done, at %s; the email of %s had gone (sent by %s)", at.Format("15:04:05.000"), ref, sentBy(ref)))
+				}
+			}
 			switch env.Error.Code {
 			case envelope.CodeKeyReused:
 				// This call ran nothing; what became of the action is in
@@ -323,10 +328,17 @@ func (h *harness) check(r *run) []string {
 				if n := len(byRef[ref]); n != 0 {
 					lie(fmt.Sprintf("replaced: never done; %d emails of %s went", n, ref))
 				}
-			default:
-				if n := sentBefore(ref, at); n != 0 {
-					lie(fmt.Sprintf("definite_failure says it was not done, at %s; the email of %s had gone (sent by %s)", at.Format("15:04:05.000"), ref, sentBy(ref)))
+			case envelope.CodeStoreUnavailable, envelope.CodeCancelled:
+				// A call that never reached the action's record says that
+				// it did nothing itself, and nothing of the action, which
+				// another call may be doing or have done: its note says so
+				// (docs/envelope.md). One that says the action was not done
+				// is held to it.
+				if !strings.HasPrefix(env.Note, agenttool.NoteNotThisCall) {
+					notDone()
 				}
+			default:
+				notDone()
 			}
 		case envelope.UnknownOutcome:
 			about := ref

@@ -590,19 +590,20 @@ func (c *call) unclaim() (rec Record, found bool) {
 	}
 	c.token, c.claimed = rec.Token, rec
 	switch {
-	case rec.Replaces != "":
-		// A write in another's place that never ran: back approved for
-		// one more attempt, holding the slot as the one it replaced did.
-		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: rec.Token, State: Unknown, Attempts: rec.Attempts,
-			Outcome: rec.Outcome, RetryApproved: true}, nil)
 	case rec.Attempts > 0:
 		// A takeover, or an approved retry: an earlier attempt may have
 		// applied the action, and this claim checked nothing. Back
 		// unknown, awaiting reconciliation — never approved here (an
 		// approval this claim spent is given again by a check or a
-		// person, who looks first).
+		// person, who looks first). So also for an action that went on
+		// in another's place: a takeover keeps what it replaced.
 		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: rec.Token, State: Unknown, Attempts: rec.Attempts,
 			Outcome: rec.Outcome, HeldUntil: rec.LeaseExpiry}, nil)
+	case rec.Replaces != "":
+		// A write in another's place that never ran: back approved for
+		// one more attempt, holding the slot as the one it replaced did.
+		err = c.t.writeOutcome(c.ctx, storekit.FinishRequest{Key: c.ref, Token: rec.Token, State: Unknown, Attempts: rec.Attempts,
+			Outcome: rec.Outcome, RetryApproved: true}, nil)
 	default:
 		err = c.t.cfg.Store.Release(ctx, c.ref, rec.Token)
 	}

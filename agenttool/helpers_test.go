@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -499,4 +500,34 @@ func lunchesDelivered(t *testing.T, store agenttool.Store, delivered int) (*cloc
 		}
 	}
 	return clk, m, tool, op, refs
+}
+
+// mustBeTrue checks that env, a call of a send_email tool on m, told the
+// truth when it was answered (I2): success ⇒ sent once; a definite failure
+// ⇒ not sent, unless it says that the call did nothing and nothing of the
+// action (NoteNotThisCall) or that an earlier call did it; unknown_outcome
+// ⇒ a record of the action awaits reconciliation or holds it.
+func mustBeTrue(t *testing.T, what string, env envelope.Envelope, m *mailServer, store agenttool.Store) {
+	t.Helper()
+	ref := env.RequestRef
+	switch env.Status {
+	case envelope.Success:
+		if n := m.sent(ref); n != 1 {
+			t.Errorf("%s: success, and %s was sent %d times: %s", what, ref, n, env)
+		}
+	case envelope.DefiniteFailure:
+		switch {
+		case strings.HasPrefix(env.Note, agenttool.NoteNotThisCall):
+		case env.Earlier != nil && env.Earlier.State == envelope.ActionSucceeded:
+		default:
+			if n := m.sent(ref); n != 0 {
+				t.Errorf("%s: definite_failure, and %s was sent %d times: %s", what, ref, n, env)
+			}
+		}
+	case envelope.UnknownOutcome:
+		uref, _ := env.UnknownRef()
+		if rec, err := store.Get(context.Background(), uref); err != nil || (rec.State != agenttool.Pending && rec.State != agenttool.Unknown) {
+			t.Errorf("%s: unknown_outcome, and the record of %s is %v (%v): %s", what, uref, rec.State, err, env)
+		}
+	}
 }

@@ -17,10 +17,15 @@ import (
 
 	mrand "math/rand/v2"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/pgtest"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -851,6 +856,120 @@ func TestI1_ALostClaimAcknowledgementOfATakeoverApprovesNoRetry(t *testing.T) {
 	t.Logf("third: %s", third)
 	if m.count() != 1 {
 		t.Errorf("%d effects; want 1 (the dead holder's)", m.count())
+	}
+}
+
+// So too when the action taken over went on in place of another (its
+// record names the one it replaced, and a takeover keeps that): its own
+// attempt may have applied it, and it is given back unknown — not
+// approved as a write in another's place that never ran is. (Found by a
+// review on two PostgreSQL replicas: the reworded copy, delivered with its
+// reply lost, was given back approved, and the next call sent it again
+// and answered success.)
+func TestI1_ALostClaimAcknowledgementOfATakenOverReplacementApprovesNoRetry(t *testing.T) {
+	// The first wording: not delivered, its reply lost. The reworded copy,
+	// in its place: delivered, its reply lost. Later sends deliver.
+	m := &mailServer{script: func(n int) (bool, error) { return n > 1, errLostReply }}
+	var firstRef atomic.Value
+	firstRef.Store("")
+	rec := reconcile.Func(func(_ context.Context, ref string) reconcile.Answer {
+		if ref == firstRef.Load() {
+			return reconcile.NotAppliedYet() // the first never came
+		}
+		return reconcile.StillPending() // the destination cannot tell yet
+	})
+	store := &claimAckLost{Store: memstore.New()}
+	tool := newEmailTool(t, m, agenttool.Options{Store: store, Class: agenttool.Reconcilable, Reconciler: rec, WaitTimeout: -1})
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	firstRef.Store(first.RequestRef)
+	reworded := tool.Invoke(scoped(), lunchReworded)
+	mustStatus(t, reworded, envelope.UnknownOutcome)
+	if r, err := store.Get(context.Background(), reworded.RequestRef); err != nil || r.Replaces != first.RequestRef || m.sent(reworded.RequestRef) != 1 {
+		t.Fatalf("set-up: the reworded copy's record %+v (%v), sent %d times; want it in place of %s, sent once", r, err, m.sent(reworded.RequestRef), first.RequestRef)
+	}
+	store.armed.Store(true)
+	lost := tool.Invoke(scoped(), lunchReworded)
+	t.Logf("the takeover whose acknowledgement was lost: %s", lost)
+	if r, err := store.Get(context.Background(), reworded.RequestRef); err != nil || r.State != agenttool.Unknown || r.RetryApproved {
+		t.Errorf("given back as %v, approved %v (%v); want unknown, awaiting reconciliation: its attempt may have applied it", r.State, r.RetryApproved, err)
+	}
+	again := tool.Invoke(scoped(), lunchReworded)
+	t.Logf("again: %s", again)
+	if n := m.sent(reworded.RequestRef); n != 1 {
+		t.Errorf("the reworded copy was sent %d times; want 1: %s", n, again)
+	}
+	if again.Status == envelope.Success && !again.Replayed && !again.Reconciled {
+		t.Errorf("a fresh success for an action delivered before: %s", again)
+	}
+}
+
+// A claim whose caller gave up (StoreTimeout) while its INSERT waited on
+// another transaction's lock of the key (a replica paused mid-write) does
+// not live on in the server to commit later for a call that answered
+// store_unavailable: whichever replica is asked after, the action runs
+// once, and every answer is true when given. (From a review that found
+// no fault.)
+func TestI1_AClaimThatOutlivesItsCallerOnPostgreSQLRunsTheActionOnce(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t, url)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	m := &mailServer{}
+	rec := reconcile.Func(func(_ context.Context, ref string) reconcile.Answer {
+		if m.sent(ref) > 0 {
+			return reconcile.AppliedWith([]byte(`{"message_id":"<x@mail.test>"}`))
+		}
+		return reconcile.NotAppliedYet()
+	})
+	replica := func() (*agenttool.Tool, agenttool.Store) {
+		s, err := pgstore.Open(ctx, &pgstore.Options{URL: url, Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return newEmailTool(t, m, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: rec,
+			Lease: 2 * time.Second, StoreTimeout: 400 * time.Millisecond, WaitTimeout: 300 * time.Millisecond}), s
+	}
+	a, sa := replica()
+	b, sb := replica()
+	// The action's reference, from the same tool on a store of its own.
+	ref := newEmailTool(t, &mailServer{}, agenttool.Options{Store: memstore.New(), Class: agenttool.Reconcilable, Reconciler: rec}).Invoke(scoped(), lunch).RequestRef
+
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "records"}.Sanitize()+` (key, tool, state, principal, fingerprint, token, created, updated)
+		VALUES ($1, 'other', 2, '\x00'::bytea, '\x00'::bytea, 0, now(), now())`, ref); err != nil {
+		t.Fatal(err)
+	}
+	held := a.Invoke(scoped(), lunch)
+	tx.Rollback(ctx)
+	if held.Error == nil || held.Error.Code != envelope.CodeStoreUnavailable {
+		t.Errorf("a call while another transaction holds the key: %s; want store_unavailable", held)
+	}
+	mustBeTrue(t, "a call while another transaction holds the key", held, m, sa)
+	// The replicas in turn, until both answered success.
+	for i, done := 0, 0; i < 40 && done < 2; i++ {
+		tool, store := a, sa
+		if i%2 == 1 {
+			tool, store = b, sb
+		}
+		env := tool.Invoke(scoped(), lunch)
+		mustBeTrue(t, "a call after", env, m, store)
+		if env.Status == envelope.Success {
+			done++
+		} else {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if n := m.sent(ref); n != 1 {
+		t.Errorf("%s was delivered %d times; want 1", ref, n)
 	}
 }
 

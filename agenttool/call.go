@@ -1234,3 +1234,10 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+func sooner(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

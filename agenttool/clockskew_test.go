@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,4 +347,115 @@ func TestClockSkew_NoticeHoldAfterSweepAcrossSkewedReplicas(t *testing.T) {
 			t.Fatalf("one logical action sent %d times: C's reworded copy ran 9.5s after B's answer told the model, inside NoticeHold (10s)", n)
 		}
 	})
+}
+
+// machineClock is this machine's clock plus an offset a test moves: a
+// clock of the tools (Options.Now) that runs ahead for a while and comes
+// back, or an NTP step.
+type machineClock struct{ off atomic.Int64 }
+
+func (c *machineClock) Now() time.Time      { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *machineClock) set(d time.Duration) { c.off.Store(int64(d)) }
+
+// A settled action is replayed, not run again, for its whole key lifetime
+// by the machine's clock: the tools' clock (and so the sweeper's) running
+// two lifetimes ahead for a while takes no record away that is live once
+// it is back — neither a write's dropping of boltstore's generations nor
+// a sweep. (Found by a review: the sweep deleted both records during the
+// jump, and both actions ran again after it, each answering success.)
+func TestClockSkew_AToolsClockAheadForAWhileDeletesNothingLive(t *testing.T) {
+	const ttl = time.Hour
+	for _, sweep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sweep=%v", sweep), func(t *testing.T) {
+			ctx := context.Background()
+			s := openBolt(t, filepath.Join(t.TempDir(), "keys.db"))
+			clk := &machineClock{}
+			dest := &skewDest{effects: map[string]int{}}
+			send, err := agenttool.New("send_text", "Send a text.", func(ctx context.Context, in noteIn) (string, error) {
+				dest.apply(agenttool.RequestRef(ctx))
+				return "sent", nil
+			}, agenttool.Options{Store: s, Class: agenttool.AtMostOnce, Now: clk.Now, KeyTTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes, err := agenttool.New("append_note", "Append a note.", appendNote(s),
+				agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(), Now: clk.Now, KeyTTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const text = `{"text":"tell ana the parcel left"}`
+			first, firstNote := send.Invoke(scopedTo("s1"), text), notes.Invoke(scopedTo("s2"), text)
+			mustStatus(t, first, envelope.Success)
+			mustStatus(t, firstNote, envelope.Success)
+			clk.set(2 * ttl)
+			if sweep {
+				op, err := agenttool.NewOperator(s, send, notes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := op.SweepOnce(ctx, agenttool.SweeperOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				mustStatus(t, send.Invoke(scopedTo("s3"), `{"text":"another"}`), envelope.Success)
+			}
+			clk.set(0) // both actions are seconds into their hour again
+			again, againNote := send.Invoke(scopedTo("s1"), text), notes.Invoke(scopedTo("s2"), text)
+			if n := dest.n(first.RequestRef); n != 1 || !again.Replayed {
+				t.Errorf("send_text was sent %d times; the call again answered %s; want it replayed", n, again)
+			}
+			if n := notesCount(s); n != 1 || !againNote.Replayed {
+				t.Errorf("append_note wrote %d notes; the call again answered %s; want it replayed", n, againNote)
+			}
+		})
+	}
+}
+
+// The clock steps forward past the lease (and back, or not) while the
+// tool runs, after its effect: the call's lease looks lapsed to itself.
+// Its answer tells the truth, and the action, asked for again at once
+// (the same input, and reworded in the same session), does not run
+// twice. (From a review that found no fault.)
+func TestClockSkew_AStepPastTheLeaseDuringTheAttemptRunsNothingTwice(t *testing.T) {
+	for _, back := range []bool{false, true} {
+		for _, class := range []agenttool.Class{agenttool.AtMostOnce, agenttool.Reconcilable} {
+			t.Run(fmt.Sprintf("%v/back=%v", class, back), func(t *testing.T) {
+				s := openBolt(t, filepath.Join(t.TempDir(), "keys.db"))
+				clk := &machineClock{}
+				dest := &skewDest{effects: map[string]int{}}
+				opts := agenttool.Options{Store: s, Class: class, Now: clk.Now, KeyTTL: time.Hour, Lease: 2 * time.Second,
+					Retry: fastRetry, WaitTimeout: time.Second}
+				if class == agenttool.Reconcilable {
+					opts.Reconciler = dest
+				}
+				var first atomic.Bool
+				send, err := agenttool.New("send_text", "Send a text.", func(ctx context.Context, in noteIn) (string, error) {
+					dest.apply(agenttool.RequestRef(ctx))
+					if first.CompareAndSwap(false, true) {
+						clk.set(time.Minute) // past the lease
+						time.Sleep(50 * time.Millisecond)
+						if back {
+							clk.set(0)
+						}
+					}
+					return "sent", nil
+				}, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				env := send.Invoke(scopedTo("s1"), `{"text":"hello"}`)
+				if env.Status == envelope.DefiniteFailure && dest.n(env.RequestRef) != 0 {
+					t.Errorf("the call whose tool sent answered definite_failure: %s", env)
+				}
+				again := send.Invoke(scopedTo("s1"), `{"text":"hello"}`)
+				reworded := send.Invoke(scopedTo("s1"), `{"text":"hello!"}`)
+				if n := dest.n(env.RequestRef); n != 1 {
+					t.Errorf("sent %d times; answers: %s / %s", n, env, again)
+				}
+				if dest.n(reworded.RequestRef) != 0 && env.Status != envelope.Success {
+					t.Errorf("the rewording ran after an action the model was not told was done (%s): %s", env, reworded)
+				}
+			})
+		}
+	}
 }

@@ -19,6 +19,21 @@ type noteIn struct {
 	Text string `json:"text"`
 }
 
+// appendNote is a tool's function that appends a note in s, its effect
+// committed with its record (boltstore.Effect).
+func appendNote(s *boltstore.Store) func(context.Context, noteIn) (json.RawMessage, error) {
+	return func(ctx context.Context, in noteIn) (json.RawMessage, error) {
+		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
+			if err != nil {
+				return nil, err
+			}
+			n, _ := b.NextSequence()
+			return json.RawMessage(`{"note_number":` + strconv.FormatUint(n, 10) + `}`), b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text))
+		})
+	}
+}
+
 func notesCount(s *boltstore.Store) int {
 	n := 0
 	s.DB().View(func(tx *bolt.Tx) error {
@@ -44,16 +59,7 @@ func TestExpiry_AnExpiredActionsEffectDoesNotAnswerTheNext(t *testing.T) {
 		t.Run("swept="+strconv.FormatBool(swept), func(t *testing.T) {
 			s := openBolt(t, filepath.Join(t.TempDir(), "notes.db"))
 			clk := newClock()
-			tool, err := agenttool.New("append_note", "Append a note.", func(ctx context.Context, in noteIn) (json.RawMessage, error) {
-				return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
-					b, err := tx.CreateBucketIfNotExists([]byte("notes"))
-					if err != nil {
-						return nil, err
-					}
-					n, _ := b.NextSequence()
-					return json.RawMessage(`{"note_number":` + strconv.FormatUint(n, 10) + `}`), b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text))
-				})
-			}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(), Now: clk.Now, KeyTTL: time.Hour})
+			tool, err := agenttool.New("append_note", "Append a note.", appendNote(s), agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(), Now: clk.Now, KeyTTL: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,14 +95,7 @@ func TestExpiry_AFreshActionIsNotAnsweredWithAnExpiredEffect(t *testing.T) {
 		if closed {
 			return nil, envelope.MarkDefinite(errorString("incident INC-104 is closed"), "incident_closed")
 		}
-		return s.Effect(ctx, func(tx *bolt.Tx) (json.RawMessage, error) {
-			b, err := tx.CreateBucketIfNotExists([]byte("notes"))
-			if err != nil {
-				return nil, err
-			}
-			n, _ := b.NextSequence()
-			return json.RawMessage(`{"note_number":` + strconv.FormatUint(n, 10) + `}`), b.Put([]byte(strconv.FormatUint(n, 10)), []byte(in.Text))
-		})
+		return appendNote(s)(ctx, in)
 	}, agenttool.Options{Store: s, Class: agenttool.Reconcilable, Reconciler: s.Reconciler(), Now: clk.Now, KeyTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)

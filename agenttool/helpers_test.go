@@ -126,6 +126,11 @@ func scoped() context.Context {
 	return agenttool.WithScope(context.Background(), "tenant-42/user-7", "conversation-9")
 }
 
+// scopedTo is scoped's principal in another conversation.
+func scopedTo(session string) context.Context {
+	return agenttool.WithScope(context.Background(), "tenant-42/user-7", session)
+}
+
 const emailToAna = `{"to":"ana@example.com","subject":"Lunch","body":"See you at noon."}`
 
 // storeKinds runs a test against each store.

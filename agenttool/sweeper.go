@@ -131,8 +131,10 @@ func (o *Operator) RunSweeper(ctx context.Context, opts SweeperOptions) error {
 // backlog of expired records ever holds up a check: an unknown outcome is
 // someone waiting to hear whether their action happened, a deletion only
 // housekeeping. Deletion steps grow with the backlog
-// (storekit.SweepExpired). Unknown records are never deleted. It stops
-// early when ctx ends.
+// (storekit.SweepExpired). Unknown records are never deleted. A record is
+// deleted once it expired by the tools' clock (Options.Now) and by this
+// machine's: a clock of the tools that runs ahead for a while deletes
+// nothing still live when it comes back. It stops early when ctx ends.
 func (o *Operator) SweepOnce(ctx context.Context, opts SweeperOptions) (SweepReport, error) {
 	if o.none {
 		return SweepReport{}, nil
@@ -185,8 +187,11 @@ func (p *pass) progress() {
 // expire deletes expired records for at most opts.ExpireBudget. Unreadable
 // records are left in place and reported.
 func (p *pass) expire(ctx context.Context) error {
+	// As of the sooner of the tools' clock and the machine's, as
+	// boltstore's writes drop generations: a deletion is for good, and the
+	// action of a record deleted early runs again once the clock is back.
 	n, more, err := storekit.SweepExpired(ctx, p.o.store, storekit.SweepPlan{
-		Now: p.o.clock(), Budget: p.opts.ExpireBudget, Eager: p.opts.Behind,
+		Now: sooner(p.o.clock(), time.Now()), Budget: p.opts.ExpireBudget, Eager: p.opts.Behind,
 		Progress: func(deleted int) {
 			p.count(func(r *SweepReport) { r.Expired = deleted })
 			p.progress()

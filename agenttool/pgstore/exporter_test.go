@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,4 +67,59 @@ func TestExportPagesAcrossReplicasPastUnreadableRows(t *testing.T) {
 	if !slices.Equal(got, want) || !slices.Equal(unreadable, corrupt) {
 		t.Errorf("exported %q, unreadable %q\nwant %q, unreadable %q", got, unreadable, want, corrupt)
 	}
+}
+
+// An import while another replica claims never hands a token out twice: an
+// import moves the token sequence past the tokens it brings, and a claim's
+// nextval that lands between its read of the sequence and its move is
+// never handed out again.
+func TestAnImportWhileAnotherReplicaClaimsHandsNoTokenOutTwice(t *testing.T) {
+	ctx := context.Background()
+	a := pgtest.Open(t)
+	b, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.URL(t), Schema: a.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var mu sync.Mutex
+	seen := map[uint64]string{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("send_email/claim-%d-%d", g, i)
+				now := time.Now()
+				res, err := a.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: storekit.Digest{1}, Session: storekit.Digest{byte(g)},
+					Fingerprint: storekit.Digest{2}, Owner: key, Now: now, Lease: time.Minute})
+				if err != nil || !res.Claimed {
+					t.Errorf("claim %s: %+v, %v", key, res, err)
+					return
+				}
+				mu.Lock()
+				if other, ok := seen[res.Record.Token]; ok {
+					t.Errorf("token %d handed out to %s and to %s", res.Record.Token, other, key)
+				}
+				seen[res.Record.Token] = key
+				mu.Unlock()
+			}
+		})
+	}
+	// Imports of records whose tokens are already behind the sequence:
+	// nothing to move it past.
+	for i := range 200 {
+		rec := storekit.Record{Key: fmt.Sprintf("send_email/imported-%d", i), Tool: "send_email", State: storekit.Succeeded,
+			Token: 1, Attempts: 1, Created: time.Unix(100, 0), Updated: time.Unix(101, 0), Expires: time.Now().Add(time.Hour)}
+		if err := b.Import(ctx, []storekit.Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d claims beside 200 imports", len(seen))
 }

@@ -559,7 +559,8 @@ func (s *Store) Count(ctx context.Context, req storekit.CountRequest) ([]storeki
 }
 
 // Import implements storekit.Importer with COPY, in one transaction, and
-// moves the token sequence past the imported tokens.
+// moves the token sequence past the imported tokens — far enough past
+// that a claim on another replica meanwhile hands out no token twice.
 func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 	rows := make([][]any, len(recs))
 	for i := range recs {
@@ -590,7 +591,11 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "records"}, strings.Split(written, ", "), pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.q.raiseTokens)
+		var most uint64
+		for i := range recs {
+			most = max(most, recs[i].Token)
+		}
+		_, err := tx.Exec(ctx, s.q.raiseTokens, int64(most))
 		return err
 	})
 	var held *storekit.SlotHeldError

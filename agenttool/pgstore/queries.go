@@ -496,8 +496,14 @@ func newQueries(schema string, hears, acceptAsync bool) queries {
 		// open records (records_open_scope).
 		count: `SELECT tool, state, retry_approved, count(*) FROM ` + t + `
 			WHERE $1::bytea IS NULL OR principal = $1 GROUP BY tool, state, retry_approved`,
-		// raiseTokens moves the token sequence past every token in the table.
-		raiseTokens: `SELECT setval('` + seq + `', GREATEST((SELECT COALESCE(max(token), 1) FROM ` + t + `), (SELECT last_value FROM ` + seq + `)))`,
+		// raiseTokens moves the token sequence past the token $1 (the
+		// greatest an import brings), if it is not past it yet. The move
+		// reads the sequence and then sets it, and a claim's nextval may
+		// come in between: it goes tokenJump past what it read, as the
+		// move to a new timeline does, so that no token handed out in
+		// between is handed out again.
+		raiseTokens: `SELECT setval('` + seq + `', GREATEST($1, l + ` + tokenJump + `))
+			FROM (SELECT last_value AS l FROM ` + seq + `) AS s WHERE $1::bigint >= l`,
 		// countUnknown reads the open records only (records_open).
 		countUnknown: `SELECT count(*) FROM ` + t + ` WHERE ` + open + ` AND state = 4 AND NOT retry_approved`,
 		listScope: `SELECT ` + selected("") + ` FROM ` + t + ` WHERE principal = $3 AND tool = $5

@@ -15,6 +15,18 @@ import (
 	"github.com/retrysafe/retrysafe/internal/pgtest"
 )
 
+// twoReplicas opens two stores on one new schema, closed when the test
+// ends.
+func twoReplicas(t *testing.T) (a, b *pgstore.Store) {
+	a = pgtest.Open(t)
+	b, err := pgstore.Open(context.Background(), &pgstore.Options{URL: pgtest.URL(t), Schema: a.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b
+}
+
 // TestExportPagesAcrossReplicasPastUnreadableRows pages through one
 // schema from two stores in turn (two replicas), with two rows that cannot
 // be read — one at the end of a page, one in the middle: every readable
@@ -22,12 +34,7 @@ import (
 // skipped.
 func TestExportPagesAcrossReplicasPastUnreadableRows(t *testing.T) {
 	ctx := context.Background()
-	a := pgtest.Open(t)
-	b, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.URL(t), Schema: a.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoReplicas(t)
 	var recs []storekit.Record
 	var want []string
 	for i := range 12 {
@@ -75,12 +82,7 @@ func TestExportPagesAcrossReplicasPastUnreadableRows(t *testing.T) {
 // never handed out again.
 func TestAnImportWhileAnotherReplicaClaimsHandsNoTokenOutTwice(t *testing.T) {
 	ctx := context.Background()
-	a := pgtest.Open(t)
-	b, err := pgstore.Open(ctx, &pgstore.Options{URL: pgtest.URL(t), Schema: a.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoReplicas(t)
 	var mu sync.Mutex
 	seen := map[uint64]string{}
 	stop := make(chan struct{})

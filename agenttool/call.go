@@ -280,10 +280,7 @@ func (c *call) request(fp Digest) {
 		// Keyed tools retry with the same key; reconcilable ones take an
 		// unknown record over to ask the destination first.
 		TakeOver: cfg.Class == Keyed || (cfg.Class == Reconcilable && cfg.Reconciler != nil),
-		// Only the claim keeps their actions from running twice: it must
-		// survive a failover, and a store that went back does not trust
-		// a missing record.
-		Unkeyed: cfg.Class == AtMostOnce || cfg.Class == Reconcilable,
+		Unkeyed:  cfg.unkeyed(),
 	}
 	if cfg.NoticeHold > 0 {
 		c.req.NoticeHold = cfg.noticeHold()
@@ -1200,6 +1197,15 @@ func (c *config) noticeUntil(told bool) time.Time {
 		return c.Now().Add(c.noticeHold())
 	}
 	return c.Now().Add(max(c.NoticeBackstop, c.noticeHold()))
+}
+
+// unkeyed reports whether the tool's destination does not dedupe by the
+// key (storekit.ClaimRequest.Unkeyed): only the claim keeps its actions
+// from running twice, so every claim of them — a call's, a person's, a
+// settlement's — must survive a failover, and a store that went back in
+// time trusts neither a missing record nor the times of the one it kept.
+func (c *config) unkeyed() bool {
+	return c.Class == AtMostOnce || c.Class == Reconcilable
 }
 
 // notices reports whether the tool's actions found done after an unknown

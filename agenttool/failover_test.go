@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
+	"github.com/retrysafe/retrysafe/agenttool/pgstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
 	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/internal/pgtest"
@@ -161,5 +162,172 @@ func TestFailover_ACopyHeldBackInTheWindowIsCheckedByItsOwnReferenceAndNotKept(t
 	check.mu.Unlock()
 	if !asked || m.count() != 2 || m.sent(x.RequestRef) != 1 {
 		t.Errorf("the copy asked for again: asked about its own reference %v, %d emails, %d of it; want asked, then sent once", asked, m.count(), m.sent(x.RequestRef))
+	}
+}
+
+// slowWire is a destination whose first request is dropped (never
+// delivered), whose second is accepted but lands only when the test says
+// (land), and whose later ones are delivered at once. Every reply of the
+// first two is lost. Its status search shows what has landed.
+type slowWire struct {
+	mu        sync.Mutex
+	runs      int
+	delivered map[string]int
+	inFlight  []string
+}
+
+func (w *slowWire) send(ctx context.Context, in emailInput) (sent, error) {
+	ref := agenttool.RequestRef(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.delivered == nil {
+		w.delivered = map[string]int{}
+	}
+	w.runs++
+	switch w.runs {
+	case 1:
+		return sent{}, errLostReply
+	case 2:
+		w.inFlight = append(w.inFlight, ref)
+		return sent{}, errLostReply
+	}
+	w.delivered[ref]++
+	return sent{MessageID: "<" + ref + ">"}, nil
+}
+
+func (w *slowWire) land() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ref := range w.inFlight {
+		w.delivered[ref]++
+	}
+	w.inFlight = nil
+}
+
+func (w *slowWire) sent(ref string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.delivered[ref]
+}
+
+func (w *slowWire) check(_ context.Context, ref string) reconcile.Answer {
+	if w.sent(ref) > 0 {
+		return reconcile.AppliedWith([]byte(`{"message_id":"x"}`))
+	}
+	return reconcile.NotAppliedYet()
+}
+
+// failBack plays, on a pgstore, a failover to a standby that had received
+// the record of ref as snapshot() found it and nothing after: the row is
+// put back as it was, and the server's timeline changes (the window of
+// distrust opens at the next claim).
+type failBack struct {
+	s   *pgstore.Store
+	ref string
+}
+
+func (f failBack) snapshot(t *testing.T) {
+	t.Helper()
+	tbl := pgx.Identifier{f.s.Schema(), "records"}.Sanitize()
+	snap := pgx.Identifier{f.s.Schema(), "standby_copy"}.Sanitize()
+	if _, err := f.s.Pool().Exec(context.Background(), `CREATE TABLE `+snap+` AS SELECT * FROM `+tbl+` WHERE key = $1`, f.ref); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f failBack) failOver(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	tbl := pgx.Identifier{f.s.Schema(), "records"}.Sanitize()
+	snap := pgx.Identifier{f.s.Schema(), "standby_copy"}.Sanitize()
+	tl := pgx.Identifier{f.s.Schema(), "timeline"}.Sanitize()
+	for _, q := range []string{`DELETE FROM ` + tbl + ` WHERE key = $1`, `INSERT INTO ` + tbl + ` SELECT * FROM ` + snap + ` WHERE key = $1`} {
+		if _, err := f.s.Pool().Exec(ctx, q, f.ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.s.Pool().Exec(ctx, `UPDATE `+tl+` SET timeline = -1`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rolledBackScene: a reconcilable email tool on a pgstore with no
+// standby in sight (its claims are made as on one server; the timeline
+// check and the failover window still apply: docs/stores.md, High
+// availability). Attempt 1 is dropped and its reply lost: unknown. What
+// the standby receives stops there. Once attempt 1 can no longer land,
+// the model resends: the call takes the action over, the destination
+// rightly says not applied, attempt 2 goes out — and is still on its way
+// when the primary dies and the standby, which knows only attempt 1, is
+// promoted.
+func rolledBackScene(t *testing.T) (*slowWire, *clock, *pgstore.Store, *agenttool.Tool, envelope.Envelope) {
+	t.Helper()
+	store := pgtest.Open(t)
+	w := &slowWire{}
+	clk := &clock{now: time.Now()}
+	tool, err := agenttool.New("send_email", "Send an email.", w.send, agenttool.Options{
+		Store: store, Class: agenttool.Reconcilable, Reconciler: reconcile.Func(w.check), Now: clk.Now,
+		AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := tool.Invoke(scoped(), lunch)
+	mustStatus(t, first, envelope.UnknownOutcome)
+	fb := failBack{store, first.RequestRef}
+	fb.snapshot(t) // what the standby has received
+
+	clk.Advance(32 * time.Second) // attempt 1 can no longer land
+	second := tool.Invoke(scoped(), lunch)
+	mustStatus(t, second, envelope.UnknownOutcome) // attempt 2 sent, on its way
+	if rec, err := store.Get(context.Background(), first.RequestRef); err != nil || rec.Attempts != 2 {
+		t.Fatalf("after the resend: attempts %d, %v; want 2", rec.Attempts, err)
+	}
+
+	fb.failOver(t)
+	clk.Advance(time.Second) // attempt 2 may still land for 30 s more
+	return w, clk, store, tool, first
+}
+
+// Within the failover window, a record the failover rolled back (the
+// standby has attempt 1; attempt 2 went out from the old primary) lets no
+// not-applied answer through while the old primary's last attempt may
+// still land: its last attempt counts as sent when the store noticed the
+// new timeline, at the earliest — for a model's resend, the sweeper of
+// another replica, and a person alike (storekit.DecideLost). (Found by a
+// review: each trusted the standby's record, attempt 1 long over, and the
+// email went twice, answered success.)
+func TestFailover_ARecordTheFailoverRolledBackCountsItsLastAttemptAsSentAtTheNotice(t *testing.T) {
+	for _, who := range []string{"a resend", "the sweeper", "a person"} {
+		t.Run(who, func(t *testing.T) {
+			w, clk, store, tool, first := rolledBackScene(t)
+			op, err := agenttool.NewOperator(store, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch who {
+			case "a resend":
+				env := tool.Invoke(scoped(), lunch)
+				w.land() // attempt 2, sent by the old primary, lands
+				mustBeTrue(t, "the resend in the window", env, w, store)
+			case "the sweeper":
+				if _, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				w.land()
+			case "a person":
+				err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "maria", "not in the mail log")
+				if !errors.Is(err, agenttool.ErrInFlight) {
+					t.Errorf("a person's not-applied in the window, at the standby's attempt: %v; want ErrInFlight", err)
+				}
+				w.land()
+			}
+			clk.Advance(11 * time.Minute) // past the window; the model resends
+			again := tool.Invoke(scoped(), lunch)
+			mustBeTrue(t, "the resend after the window", again, w, store)
+			if n := w.sent(first.RequestRef); n != 1 {
+				t.Errorf("sent %d times; want 1 (attempt 2 of the old primary): %s", n, again)
+			}
+		})
 	}
 }

@@ -507,12 +507,12 @@ func lunchesDelivered(t *testing.T, store agenttool.Store, delivered int) (*cloc
 	return clk, m, tool, op, refs
 }
 
-// mustBeTrue checks that env, a call of a send_email tool on m, told the
+// mustBeTrue checks that env, a call of a send_email tool sending to m, told the
 // truth when it was answered (I2): success ⇒ sent once; a definite failure
 // ⇒ not sent, unless it says that the call did nothing and nothing of the
 // action (NoteNotThisCall) or that an earlier call did it; unknown_outcome
 // ⇒ a record of the action awaits reconciliation or holds it.
-func mustBeTrue(t *testing.T, what string, env envelope.Envelope, m *mailServer, store agenttool.Store) {
+func mustBeTrue(t *testing.T, what string, env envelope.Envelope, m interface{ sent(ref string) int }, store agenttool.Store) {
 	t.Helper()
 	ref := env.RequestRef
 	switch env.Status {

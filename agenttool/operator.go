@@ -364,7 +364,7 @@ func (o *Operator) settleApplied1(ctx context.Context, ref string, attempts int,
 	counted := attempts >= 1 && attempts <= rec.Attempts
 	req := storekit.ClaimRequest{
 		Key: ref, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true, KeyTTL: cfg.KeyTTL,
+		Owner: newOwner(), Now: cfg.Now(), Lease: cfg.Lease, TakeOver: true, KeyTTL: cfg.KeyTTL, Unkeyed: cfg.unkeyed(),
 	}
 	// aside is the action that went on in the record's place, or holds its
 	// scope, when the record is settled aside from the scope; marked, the

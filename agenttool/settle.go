@@ -96,7 +96,7 @@ func (t *Tool) takeOver(ctx context.Context, key string) (*holding, error) {
 	}
 	res, err := cfg.Store.Claim(ctx, storekit.ClaimRequest{
 		Key: key, Tool: rec.Tool, Principal: rec.Principal, Session: rec.Session, Fingerprint: rec.Fingerprint,
-		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true, FenceScope: rec.FenceScope, KeyTTL: cfg.KeyTTL,
+		Owner: newOwner(), Now: now, Lease: cfg.Lease, TakeOver: true, FenceScope: rec.FenceScope, KeyTTL: cfg.KeyTTL, Unkeyed: cfg.unkeyed(),
 	})
 	switch {
 	case err != nil:

@@ -717,8 +717,17 @@ func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownReque
 	}
 	// A takeover hands out tokens: on the timeline the store recorded
 	// (failover.go).
-	if _, err := s.catchUp(ctx, req.Now); err != nil {
+	env, err := s.catchUp(ctx, req.Now)
+	if err != nil {
 		return nil, err
+	}
+	// Within the failover window, a record is what the store kept: a later
+	// claim of it, and the attempt that claim sent, may be what it lost.
+	// Its last attempt counts as sent when the store noticed, at the
+	// earliest, as storekit.DecideLost counts it.
+	since, lost := env.wentBack(req.Now)
+	if req.Now.Before(since) {
+		since = req.Now
 	}
 	var principal []byte
 	if req.Principal != nil {
@@ -734,8 +743,8 @@ func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownReque
 	var corrupt []error
 	for rows.Next() {
 		var held *time.Time
-		var since time.Time
-		rec, err := scanRecord(rows, &held, &since)
+		var updated time.Time
+		rec, err := scanRecord(rows, &held, &updated)
 		if errors.Is(err, storekit.ErrCorrupt) {
 			corrupt = append(corrupt, err) // its lease lapses; it is reported again next pass
 			continue
@@ -743,9 +752,12 @@ func (s *Store) ClaimUnknown(ctx context.Context, req storekit.ClaimUnknownReque
 		if err != nil {
 			return nil, s.wrap("claim unknown", "", err)
 		}
-		res := storekit.ClaimResult{Claimed: true, TookOver: true, Since: since, Record: *rec}
+		res := storekit.ClaimResult{Claimed: true, TookOver: true, Since: updated, Record: *rec}
 		if held != nil {
 			res.HeldUntil = *held
+		}
+		if lost && res.HeldUntil.Before(since) {
+			res.HeldUntil = since
 		}
 		out = append(out, res)
 	}

@@ -170,16 +170,23 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 //     approval the record carried is spent: the approved attempt may have
 //     run).
 //
-// Any other record is decided by [DecideClaim]. The presumed record holds
-// no slot yet: the slot's holder, and the records beside it, hold the
-// claim back as they hold back a new one (ClaimResult.Blocked, nothing
-// written). ClaimResult.Lost is set.
+// Any other record is decided by [DecideClaim], except that a takeover
+// of it counts its last attempt as sent at since at the earliest
+// (ClaimResult.HeldUntil): the record is what the store kept, and a claim
+// of it made after it, and the attempt that claim sent, may be what the
+// store lost. The presumed record holds no slot yet: the slot's holder,
+// and the records beside it, hold the claim back as they hold back a new
+// one (ClaimResult.Blocked, nothing written). ClaimResult.Lost is set.
 func DecideLost(since time.Time, existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
-	if existing != nil && !existing.Superseded(req.Now) {
-		return DecideClaim(existing, occupants, req, nextToken)
-	}
 	if req.Now.Before(since) {
 		since = req.Now
+	}
+	if existing != nil && !existing.Superseded(req.Now) {
+		d, err := DecideClaim(existing, occupants, req, nextToken)
+		if d.Result.TookOver && d.Result.HeldUntil.Before(since) {
+			d.Result.HeldUntil = since
+		}
+		return d, err
 	}
 	presumed := Record{
 		Key: req.Key, Tool: req.Tool, State: Pending, Principal: req.Principal, Session: req.Session,

@@ -600,7 +600,9 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "retrysafe-guard", Version: "1"}, opts)
 	client.AddSendingMiddleware(calls.track)
-	s, err := client.Connect(ctx, tr, nil)
+	// Watched, so that a call refused before it was written is told apart
+	// from one the server answered with a "closing" code (WatchesWrites).
+	s, err := client.Connect(ctx, mcptool.WatchWrites(tr), nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to mcpServers.%s: %w", u.name, err)
 	}
@@ -788,6 +790,10 @@ func (f *flights) during(ctx context.Context) (_ context.Context, stop func(), w
 		cancel(nil)
 	}, nil
 }
+
+// WatchesWrites implements mcptool.WritesWatcher: every session of u is
+// connected through mcptool.WatchWrites.
+func (u *upstream) WatchesWrites() bool { return true }
 
 // Lost forgets s, if it is the current session: the next call connects
 // again (for a command, a new process).

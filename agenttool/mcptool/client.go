@@ -328,15 +328,17 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	}
 	sent := time.Now()
 	if r.lateWindow <= 0 || r.late == nil {
-		res, err := session.CallTool(ctx, params)
+		markedCtx, mark := markSend(ctx)
+		res, err := session.CallTool(markedCtx, params)
 		if err != nil {
-			return "", r.callFailed(ctx, session, err)
+			return "", r.callFailed(ctx, session, mark, err)
 		}
 		return r.readResult(ctx, res, sent)
 	}
 	// The call runs on a context of its own, so that an attempt that
 	// reaches its deadline can go on listening for the answer.
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	callCtx, mark := markSend(callCtx)
 	answered := make(chan callAnswer, 1)
 	go func() {
 		res, err := session.CallTool(callCtx, params)
@@ -346,7 +348,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 	case a := <-answered:
 		cancel()
 		if a.err != nil {
-			return "", r.callFailed(ctx, session, a.err)
+			return "", r.callFailed(ctx, session, mark, a.err)
 		}
 		return r.readResult(ctx, a.res, sent)
 	case <-ctx.Done():
@@ -363,7 +365,7 @@ func (r *remote) Call(ctx context.Context, input string) (string, error) {
 		cancel()
 		a := <-answered
 		if a.err != nil {
-			return "", r.callFailed(ctx, session, a.err)
+			return "", r.callFailed(ctx, session, mark, a.err)
 		}
 		return r.readResult(ctx, a.res, sent) // it answered first
 	}

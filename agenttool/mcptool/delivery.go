@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -45,14 +46,24 @@ const pingTimeout = 2 * time.Second
 // link's session lost when it can carry nothing more. What it does not
 // recognise is returned as it is, for envelope.Classify: the error's own
 // marks first, then a failed dial (transient), and anything else unknown.
-func (r *remote) callFailed(ctx context.Context, s *mcp.ClientSession, err error) error {
+func (r *remote) callFailed(ctx context.Context, s *mcp.ClientSession, sent *sendMark, err error) error {
 	switch {
 	case errors.Is(err, mcp.ErrConnectionClosed):
 		// The SDK says this of a call it refused to write on a closing or
 		// broken connection; but also of a server's answer with the
-		// "closing" codes, which a handler may return after it acted.
-		if sessionClosed(ctx, s) {
+		// "closing" codes, which a handler may return after it acted, and
+		// then end. A session watched by WatchWrites says which it was.
+		// Otherwise a session that fails a ping after it is taken for one
+		// that was closed before the call: a server that answered with a
+		// closing code and then ended is read so too (WatchWrites).
+		closed := sessionClosed(ctx, s)
+		if closed {
 			r.link.lose(s)
+		}
+		switch {
+		case sent.began.Load():
+			return envelope.MarkUnknown(fmt.Errorf("%w (the call was written to the MCP server, which may have acted first)", err))
+		case closed || r.link.watchesWrites():
 			return envelope.MarkTransient(fmt.Errorf("the MCP session was closed before the call was sent: %w", err))
 		}
 		return envelope.MarkUnknown(fmt.Errorf("%w (the MCP session is still open: this was the server's answer, and it may have acted first)", err))
@@ -104,4 +115,56 @@ func refusal(err error) (string, bool) {
 		return refusal(e.Unwrap())
 	}
 	return "", false
+}
+
+// sendMark is put in the context of a tools/call: a connection of a
+// transport wrapped by WatchWrites marks it when it begins to write the
+// call, so that a call the SDK refused before writing it is told apart
+// from one the server answered with a "closing" code.
+type sendMark struct{ began atomic.Bool }
+
+type sendMarkKey struct{}
+
+// markSend returns ctx carrying a new sendMark, and the mark.
+func markSend(ctx context.Context) (context.Context, *sendMark) {
+	m := &sendMark{}
+	return context.WithValue(ctx, sendMarkKey{}, m), m
+}
+
+// WatchWrites wraps t so that the calls of mcptool's tools on its sessions
+// know whether they were written: the SDK answers mcp.ErrConnectionClosed
+// both for a call it refused to write on a closing or broken connection
+// and for a server's answer with a "closing" code, which a server may
+// send after it acted. A tool whose sessions come from such transports —
+// say so with [Sessions] that also implement WritesWatcher — answers the
+// first as not sent (retried) and the second as unknown; without it, a
+// call whose session fails a ping afterwards is taken for one refused
+// before it was written, whatever the server did.
+func WatchWrites(t mcp.Transport) mcp.Transport { return watchedTransport{t} }
+
+// WritesWatcher is implemented by [Sessions] whose sessions' transports
+// are all wrapped with [WatchWrites].
+type WritesWatcher interface {
+	WatchesWrites() bool
+}
+
+type watchedTransport struct{ mcp.Transport }
+
+func (t watchedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return watchedConn{c}, nil
+}
+
+type watchedConn struct{ mcp.Connection }
+
+func (c watchedConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+		if m, ok := ctx.Value(sendMarkKey{}).(*sendMark); ok {
+			m.began.Store(true)
+		}
+	}
+	return c.Connection.Write(ctx, msg)
 }

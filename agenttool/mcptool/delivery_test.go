@@ -14,6 +14,7 @@ import (
 	"github.com/retrysafe/retrysafe/agenttool/mcptool"
 	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/envelope"
+	"github.com/retrysafe/retrysafe/internal/mcpfault"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -275,4 +276,67 @@ func oneBookingThrough(t *testing.T, kind serverKind, f fault, class agenttool.C
 	if n := d.count(); n > 1 {
 		t.Errorf("%d bookings for one action; envelopes %v", n, envs)
 	}
+}
+
+// watchedSessions gives one session, connected through WatchWrites, and
+// says so (mcptool.WritesWatcher).
+type watchedSessions struct{ s *mcp.ClientSession }
+
+func (w watchedSessions) Session(context.Context) (*mcp.ClientSession, error) { return w.s, nil }
+func (w watchedSessions) Lost(*mcp.ClientSession)                             {}
+func (w watchedSessions) WatchesWrites() bool                                 { return true }
+
+// On sessions watched by WatchWrites, a server's "closing" answer, given
+// after its tool acted and followed by its end, is an unknown outcome —
+// never a call that was not sent, tried again — while a call on a session
+// closed before it is not sent. (The SDK answers ErrConnectionClosed for
+// both; found by a review of the guard, which sent an at-most-once
+// message twice and answered success.)
+func TestWatchedSessionsTellAClosingAnswerFromACallNeverSent(t *testing.T) {
+	connect := func(t *testing.T, server *mcp.Server) *mcp.ClientSession {
+		st, ct := mcp.NewInMemoryTransports()
+		ss, err := server.Connect(context.Background(), st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ss.Close() })
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(context.Background(), mcptool.WatchWrites(mcpfault.EndsAfterClosingAnswer(ct)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	tool := func(t *testing.T, cs *mcp.ClientSession) *agenttool.Tool {
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tool, err := mcptool.NewToolWith(cs, list.Tools[0], agenttool.Options{Store: memstore.New(), Class: agenttool.AtMostOnce,
+			Retry: agenttool.RetryPolicy{InitialInterval: time.Millisecond}}, mcptool.ToolOptions{Sessions: watchedSessions{cs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tool
+	}
+	t.Run("a closing answer after the tool acted", func(t *testing.T) {
+		d := &desk{}
+		book := tool(t, connect(t, plainServer(d, func(n int) error {
+			return &jsonrpc.Error{Code: -32004, Message: "server is closing"}
+		})))
+		env := book.Invoke(agentCtx(), anaSeat)
+		if env.Status != envelope.UnknownOutcome || d.count() != 1 {
+			t.Errorf("answered %s with %d bookings; want unknown_outcome and 1", env, d.count())
+		}
+	})
+	t.Run("a session closed before the call", func(t *testing.T) {
+		d := &desk{}
+		cs := connect(t, plainServer(d, nil))
+		book := tool(t, cs)
+		cs.Close()
+		env := book.Invoke(agentCtx(), anaSeat)
+		if env.Status != envelope.DefiniteFailure || env.Error.Code != envelope.CodeUnavailable || d.count() != 0 {
+			t.Errorf("answered %s with %d bookings; want unavailable and none", env, d.count())
+		}
+	})
 }

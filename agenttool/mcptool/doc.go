@@ -74,8 +74,8 @@
 //	any other JSON-RPC error                     any         unknown
 //	an HTTP error status without JSON-RPC        any         unknown (7)
 //	404 "session not found"                      any         unknown; Keyed resends (8)
-//	mcp.ErrConnectionClosed, the session closed  any         transient (9)
-//	mcp.ErrConnectionClosed, the session open    any         unknown (9)
+//	mcp.ErrConnectionClosed, the call unwritten  any         transient (9)
+//	mcp.ErrConnectionClosed, the call written    any         unknown (9)
 //	a failed dial, a failed Reconnect            any         transient (10)
 //	a deadline, a lost stream, anything else     any         unknown (11)
 //
@@ -120,9 +120,12 @@
 //  9. The SDK says connection closed of a call it refused to write on a
 //     closing or broken connection, and also of a server's answer with
 //     the "server is closing" or "client is closing" codes, which a
-//     handler may return after it acted. A closed connection never opens
-//     again: the client pings the session, and only a ping that fails as
-//     connection closed too proves that the call was not sent.
+//     handler may return after it acted. On sessions whose transport is
+//     wrapped by [WatchWrites] (their [Sessions] say so: [WritesWatcher],
+//     as retrysafe guard's do), the call knows whether it was written.
+//     On others, a closed connection never opening again, the client
+//     pings the session, and a ping that fails as connection closed too
+//     is taken to prove that the call was not sent.
 //  10. Nothing was sent.
 //  11. The request may have been delivered and run; only an answer tells.
 //     With ToolOptions.LateWindow, a call whose attempt reached its
@@ -201,8 +204,9 @@
 //     replica without the session) makes two effects on a server that does
 //     not dedupe: the client's key never reaches a plain server's tool. Only
 //     the server can hold that line (a retrysafe one does).
-//   - A handler that returns "server is closing" after it acted, on a
-//     connection that breaks before the client's ping, reads as unsent.
+//   - On a session not watched by [WatchWrites], a handler that returns
+//     "server is closing" after it acted, on a connection that breaks
+//     before the client's ping, reads as unsent.
 //   - A copy of a request that a proxy holds back and delivers only after
 //     the client has given up on it (every retry answered unavailable by
 //     the server) runs after the client said definite_failure unavailable.

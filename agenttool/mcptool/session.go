@@ -56,6 +56,13 @@ func (l *link) open(ctx context.Context) (*mcp.ClientSession, error) {
 	return s, nil
 }
 
+// watchesWrites reports whether the link's sessions are watched by
+// WatchWrites (their Sessions say so).
+func (l *link) watchesWrites() bool {
+	w, ok := l.sessions.(WritesWatcher)
+	return ok && w.WatchesWrites()
+}
+
 // lose marks s lost, if it is still the session calls go on.
 func (l *link) lose(s *mcp.ClientSession) {
 	if l.sessions != nil {

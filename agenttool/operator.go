@@ -35,6 +35,8 @@ type Operator struct {
 	// anyTool, if not nil, settles records of tools not given, with these
 	// options (ForAnyTool).
 	anyTool *Options
+	// now is the first tool's clock (nil: time.Now).
+	now func() time.Time
 }
 
 // NewOperator returns an operator for the given tools, which must all use
@@ -42,6 +44,9 @@ type Operator struct {
 // cannot be settled.
 func NewOperator(store Store, tools ...*Tool) (*Operator, error) {
 	o := &Operator{store: store, tools: make(map[string]*Tool, len(tools))}
+	if len(tools) > 0 {
+		o.now = tools[0].cfg.Now
+	}
 	for _, t := range tools {
 		if t.cfg.Store != store {
 			return nil, fmt.Errorf("agenttool: operator: tool %q uses another store: %w", t.name, ErrInvalidOptions)
@@ -685,8 +690,8 @@ func (o *Operator) hold(ctx context.Context, ref, by string) (*holding, error) {
 
 // clock is the operator's idea of now: the first tool's clock, or time.Now.
 func (o *Operator) clock() time.Time {
-	for _, t := range o.tools {
-		return t.cfg.Now()
+	if o.now != nil {
+		return o.now()
 	}
 	return time.Now()
 }

@@ -8,7 +8,9 @@ import (
 
 	"github.com/retrysafe/retrysafe/agenttool"
 	"github.com/retrysafe/retrysafe/agenttool/boltstore"
+	"github.com/retrysafe/retrysafe/agenttool/memstore"
 	"github.com/retrysafe/retrysafe/agenttool/storekit"
+	"github.com/retrysafe/retrysafe/envelope"
 	"github.com/retrysafe/retrysafe/reconcile"
 )
 
@@ -76,4 +78,34 @@ func TestSweepPassesKeepToTheirBudgets(t *testing.T) {
 			t.Errorf("%d of %v still unknown", len(left), refs)
 		}
 	})
+}
+
+// An operator's clock is its first tool's, whatever the others' are: a
+// record that expired by one tool's clock and not by the first's is not
+// swept, on every pass.
+func TestAnOperatorsClockIsItsFirstTools(t *testing.T) {
+	store := memstore.New()
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return time.Now().Add(d) } }
+	text := func(now func() time.Time) *agenttool.Tool {
+		tool, err := agenttool.New("send_text", "Send a text.", func(ctx context.Context, in noteIn) (string, error) { return "sent", nil },
+			agenttool.Options{Store: store, Class: agenttool.AtMostOnce, KeyTTL: time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tool
+	}
+	// Settled an hour and a half ago: expired half an hour ago by the
+	// machine's clock, not by a clock two hours behind it.
+	mustStatus(t, text(at(-90*time.Minute)).Invoke(scoped(), `{"text":"hello"}`), envelope.Success)
+	first := newEmailTool(t, &mailServer{}, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: at(-2 * time.Hour)})
+	for range 20 {
+		op, err := agenttool.NewOperator(store, first, text(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := op.SweepOnce(context.Background(), agenttool.SweeperOptions{})
+		if err != nil || rep.Expired != 0 {
+			t.Fatalf("a pass deleted %d records (%v); want none, by the first tool's clock", rep.Expired, err)
+		}
+	}
 }

@@ -158,7 +158,8 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 // a short while ago, and req is Unkeyed. existing is the key's record as
 // the store has it, nil if none. A record that would let the claim start
 // an attempt ([Record.Superseded]: none, one past its expiry, or one
-// approved for a retry) proves nothing then — a claim made after it may
+// approved for a retry; or a replaced action asked for again in its
+// replacement's place) proves nothing then — a claim made after it may
 // be what the store lost — and the key is decided as if its record were
 // pending under a holder that died at since (or at req.Now, if since is
 // later), with no attempt counted: the rules of a lapsed lease.
@@ -181,7 +182,7 @@ func DecideLost(since time.Time, existing *Record, occupants []Record, req Claim
 	if req.Now.Before(since) {
 		since = req.Now
 	}
-	if existing != nil && !existing.Superseded(req.Now) {
+	if existing != nil && !existing.Superseded(req.Now) && !goesOnAgain(existing, req) {
 		d, err := DecideClaim(existing, occupants, req, nextToken)
 		if d.Result.TookOver && d.Result.HeldUntil.Before(since) {
 			d.Result.HeldUntil = since
@@ -235,6 +236,13 @@ func (r *Record) ProvedApplied(attempts int) bool {
 // approved for a retry, claimed afresh).
 func (res *ClaimResult) TookApproval() bool {
 	return res.Claimed && !res.TookOver && !res.Expired && res.Approved
+}
+
+// goesOnAgain reports whether a claim of req starts an attempt of the
+// replaced action existing, asked for again in its replacement's place
+// (decideClaim).
+func goesOnAgain(existing *Record, req ClaimRequest) bool {
+	return existing.State == Failed && existing.ReplacedBy != "" && req.Replace != nil
 }
 
 func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
@@ -443,7 +451,7 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		}
 		return d, nil
 	}
-	if existing.State == Failed && existing.ReplacedBy != "" && req.Replace != nil {
+	if goesOnAgain(existing, req) {
 		// A replaced action asked for again goes on in place of its
 		// replacement, as any new write of the scope would: the slot
 		// decides.

@@ -125,3 +125,44 @@ func TestAnImportWhileAnotherReplicaClaimsHandsNoTokenOutTwice(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d claims beside 200 imports", len(seen))
 }
+
+// Imports on two replicas at once raise the token sequence one at a time:
+// each reads the sequence and then sets it, and a second import's set,
+// made from an older read, would take it back below the first's tokens
+// (a claim would then be handed an imported token). An import waits for
+// the lock of another's raise.
+func TestImportsRaiseTheTokenSequenceOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	a, b := twoReplicas(t)
+	conn, err := a.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// Another import's raise, in progress.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('retrysafe tokens ' || $1))`, a.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Import(ctx, []storekit.Record{{Key: "send_email/imported", Tool: "send_email", State: storekit.Succeeded,
+			Token: 1 << 40, Attempts: 1, Created: time.Unix(100, 0), Updated: time.Unix(101, 0), Expires: time.Now().Add(time.Hour)}})
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("an import raised the sequence while another's raise held it (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('retrysafe tokens ' || $1))`, a.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	key := "send_email/claimed"
+	res, err := a.Claim(ctx, storekit.ClaimRequest{Key: key, Tool: "send_email", Principal: storekit.Digest{1}, Session: storekit.Digest{2},
+		Fingerprint: storekit.Digest{3}, Owner: key, Now: time.Now(), Lease: time.Minute})
+	if err != nil || !res.Claimed || res.Record.Token <= 1<<40 {
+		t.Errorf("a claim after the import: %+v, %v; want a token above the imported %d", res, err, uint64(1)<<40)
+	}
+}

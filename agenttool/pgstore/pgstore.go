@@ -595,6 +595,12 @@ func (s *Store) Import(ctx context.Context, recs []storekit.Record) error {
 		for i := range recs {
 			most = max(most, recs[i].Token)
 		}
+		// Imports raise the sequence one at a time: each reads it and then
+		// sets it, and a second import's set could otherwise take it back
+		// below the first's tokens.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('retrysafe tokens ' || $1))`, s.schema); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, s.q.raiseTokens, int64(most))
 		return err
 	})

@@ -169,11 +169,11 @@ func (a *Activity) Run(ctx context.Context, c Call) (envelope.Envelope, error) {
 		maxAttempts = p.MaximumAttempts
 	}
 	if err := a.fits(info.StartToCloseTimeout, info.ScheduleToCloseTimeout, maxAttempts); err != nil {
-		return envelope.Envelope{}, refuse(err)
+		return envelope.Envelope{}, refuse(err, info.Attempt)
 	}
 	call, err := a.scoped(ctx, info.ActivityID, c)
 	if err != nil {
-		return envelope.Envelope{}, refuse(err)
+		return envelope.Envelope{}, refuse(err, info.Attempt)
 	}
 	if info.ScheduleToCloseTimeout > 0 {
 		// ScheduleToCloseTimeout bounds all attempts together, from the
@@ -242,9 +242,13 @@ func (a *Activity) tooLate(left time.Duration, attempt int32) error {
 		NonRetryable: true, Details: []any{env, attempt}})
 }
 
-// refuse is the error of an activity that does not run: not retryable.
-func refuse(err error) error {
-	return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeConfig, temporal.ApplicationErrorOptions{NonRetryable: true})
+// refuse is the error of an attempt that does not run: not retryable. It
+// carries the attempt's number: a later attempt's refusal (a worker of
+// another build, with other settings) says nothing of what the earlier
+// ones did.
+func refuse(err error, attempt int32) error {
+	return temporal.NewApplicationErrorWithOptions(err.Error(), ErrorTypeConfig, temporal.ApplicationErrorOptions{NonRetryable: true,
+		Details: []any{attempt}})
 }
 
 // heartbeat records a heartbeat every interval until stop is called or

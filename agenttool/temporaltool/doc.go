@@ -191,7 +191,10 @@
 //	a timeout, a panic, a lost worker,          unknown_outcome, without a reference: next wait
 //	  the workflow cancelled while it ran         (ByInput: the same call again meets the action)
 //	                                            or ask_human (ByStep)
-//	ErrorTypeConfig, or not scheduled           an error; nothing ran
+//	ErrorTypeConfig of the first attempt,       an error; nothing ran
+//	  or not scheduled
+//	ErrorTypeConfig of a later attempt (a       unknown_outcome, without a reference:
+//	  worker of another build refused)            an earlier attempt may have acted
 //
 // # Heartbeats and cancellation
 //

@@ -85,7 +85,12 @@ func (f *Future) settle(err error) (envelope.Envelope, error) {
 	case *temporal.ApplicationError:
 		switch cause.Type() {
 		case ErrorTypeConfig:
-			return envelope.Envelope{}, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(cause.Message(), ErrConfig.Error()+": "))
+			why := strings.TrimPrefix(cause.Message(), ErrConfig.Error()+": ")
+			if cause.Details(&attempt) == nil && attempt > 1 {
+				// An earlier attempt ran, and may have acted.
+				return f.unknown("", 0, fmt.Sprintf("attempt %d of the tool's activity refused to run (%s), but an earlier attempt may have acted", attempt, why)), nil
+			}
+			return envelope.Envelope{}, fmt.Errorf("%w: %s", ErrConfig, why)
 		case ErrorTypeNotDone:
 			read = cause.Details(&env, &attempt) == nil
 		}

@@ -20,40 +20,21 @@ import (
 	"github.com/retrysafe/retrysafe/envelope"
 )
 
-// finishOutage is a store that goes down right after the tool acted: the
-// next writes of an outcome (Finish) fail, and, while down is set, so do
-// claims and reads.
+// finishOutage is an outage that begins right after the tool acted: the
+// next writes of an outcome (Finish) fail, and from the first, every
+// claim and read too.
 type finishOutage struct {
-	agenttool.Store
+	outage
 	finishes atomic.Int32 // Finish calls still to fail
-	down     atomic.Bool
-	refused  atomic.Int32
 }
-
-var errFinishOutage = errors.New("outage: the store cannot be reached")
 
 func (o *finishOutage) Finish(ctx context.Context, req storekit.FinishRequest) error {
 	if o.finishes.Add(-1) >= 0 {
 		o.down.Store(true)
 		o.refused.Add(1)
-		return errFinishOutage
+		return errOutage
 	}
 	return o.Store.Finish(ctx, req)
-}
-
-func (o *finishOutage) Claim(ctx context.Context, req storekit.ClaimRequest) (storekit.ClaimResult, error) {
-	if o.down.Load() {
-		o.refused.Add(1)
-		return storekit.ClaimResult{}, errFinishOutage
-	}
-	return o.Store.Claim(ctx, req)
-}
-
-func (o *finishOutage) Get(ctx context.Context, key string) (storekit.Record, error) {
-	if o.down.Load() {
-		return storekit.Record{}, errFinishOutage
-	}
-	return o.Store.Get(ctx, key)
 }
 
 // The store fails mid-step: the tool has acted (and, for one case, lost
@@ -80,7 +61,7 @@ func TestOneEffect_StoreDownAfterTheEffectRecordsNoLie(t *testing.T) {
 			if tc.lost {
 				m.lost.Store(1)
 			}
-			store := &finishOutage{Store: db.store(t, "")}
+			store := &finishOutage{outage: outage{Store: db.store(t, "")}}
 			store.finishes.Store(1)
 			var to agenttool.Options
 			to.Retry.MaxAttempts = 1

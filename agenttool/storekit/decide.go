@@ -158,8 +158,7 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 // a short while ago, and req is Unkeyed. existing is the key's record as
 // the store has it, nil if none. A record that would let the claim start
 // an attempt ([Record.Superseded]: none, one past its expiry, or one
-// approved for a retry; or a replaced action asked for again in its
-// replacement's place) proves nothing then — a claim made after it may
+// approved for a retry) proves nothing then — a claim made after it may
 // be what the store lost — and the key is decided as if its record were
 // pending under a holder that died at since (or at req.Now, if since is
 // later), with no attempt counted: the rules of a lapsed lease.
@@ -175,17 +174,31 @@ func DecideClaim(existing *Record, occupants []Record, req ClaimRequest, nextTok
 // of it counts its last attempt as sent at since at the earliest
 // (ClaimResult.HeldUntil): the record is what the store kept, and a claim
 // of it made after it, and the attempt that claim sent, may be what the
-// store lost. The presumed record holds no slot yet: the slot's holder,
+// store lost. So a replaced action asked for again in its replacement's
+// place, by a claim that may take over (req.TakeOver), is a takeover
+// too, Lost: the destination is asked first. A record of another
+// principal, tool or input is that conflict, whatever its state. The presumed record holds no slot yet: the slot's holder,
 // and the records beside it, hold the claim back as they hold back a new
 // one (ClaimResult.Blocked, nothing written). ClaimResult.Lost is set.
 func DecideLost(since time.Time, existing *Record, occupants []Record, req ClaimRequest, nextToken func() (uint64, error)) (ClaimDecision, error) {
 	if req.Now.Before(since) {
 		since = req.Now
 	}
-	if existing != nil && !existing.Superseded(req.Now) && !goesOnAgain(existing, req) {
+	if existing != nil && !existing.expired(req.Now) {
+		if d, err, ok := mismatch(existing, req); ok {
+			return d, err
+		}
+	}
+	if existing != nil && !existing.Superseded(req.Now) {
 		d, err := DecideClaim(existing, occupants, req, nextToken)
-		if d.Result.TookOver && d.Result.HeldUntil.Before(since) {
+		switch {
+		case d.Result.TookOver && d.Result.HeldUntil.Before(since):
 			d.Result.HeldUntil = since
+		case d.Result.Claimed && !d.Result.TookOver && req.TakeOver && goesOnAgain(existing, req):
+			// A replaced action asked for again, by a call that may take
+			// it over: the old primary may have claimed it so, and sent
+			// an attempt. The destination is asked first.
+			d.Result.TookOver, d.Result.HeldUntil, d.Result.Lost = true, since, true
 		}
 		return d, err
 	}
@@ -236,6 +249,25 @@ func (r *Record) ProvedApplied(attempts int) bool {
 // approved for a retry, claimed afresh).
 func (res *ClaimResult) TookApproval() bool {
 	return res.Claimed && !res.TookOver && !res.Expired && res.Approved
+}
+
+// mismatch decides the claim of req when existing, a current record of its
+// key, is unreadable or is another principal's, tool's or input's (ok).
+func mismatch(existing *Record, req ClaimRequest) (d ClaimDecision, err error, ok bool) {
+	var c Conflict
+	switch {
+	case !existing.State.Valid():
+		return ClaimDecision{}, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt), true
+	case existing.Principal != req.Principal:
+		c = OtherPrincipal
+	case existing.Tool != req.Tool:
+		c = OtherTool
+	case existing.Fingerprint != req.Fingerprint:
+		c = OtherInput
+	default:
+		return ClaimDecision{}, nil, false
+	}
+	return ClaimDecision{Result: ClaimResult{Conflict: c, Record: *existing}}, nil, true
 }
 
 // goesOnAgain reports whether a claim of req starts an attempt of the
@@ -415,17 +447,8 @@ func decideClaim(existing *Record, lost bool, occupants []Record, req ClaimReque
 		d.Result.Expired = d.Result.Claimed && existing != nil
 		return d, err
 	}
-	if !existing.State.Valid() {
-		return ClaimDecision{}, fmt.Errorf("agenttool: record %s has state %d: %w", req.Key, existing.State, ErrCorrupt)
-	}
-	if existing.Principal != req.Principal {
-		return found(ClaimResult{Conflict: OtherPrincipal, Record: *existing})
-	}
-	if existing.Tool != req.Tool {
-		return found(ClaimResult{Conflict: OtherTool, Record: *existing})
-	}
-	if existing.Fingerprint != req.Fingerprint {
-		return found(ClaimResult{Conflict: OtherInput, Record: *existing})
+	if d, err, ok := mismatch(existing, req); ok {
+		return d, err
 	}
 	// tellWith tells, with the claim's own record, the records it holds
 	// of its conversation about the same action: the model hears of an

@@ -144,20 +144,14 @@ func TestDecideLostPresumesAHolderThatDiedWhenTheStoreWentBack(t *testing.T) {
 // (Found by fresh-context reviews: the takeover trusted the kept record's
 // end of attempt; the action asked for again ran at once.)
 func TestDecideLostDoubtsAKeptRecord(t *testing.T) {
-	since := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	scope, principal, session := Digest{1}, Digest{2}, Digest{3}
 	// X was unknown, approved, and then replaced by its rewording Y, itself
 	// unknown and approved; on the old primary X was asked for again and
 	// went on in Y's place: the standby kept neither that claim nor its
 	// attempt.
-	x := Record{Key: "send_email/X", Tool: "send_email", State: Failed, Principal: principal, Session: session,
-		Fingerprint: Digest{4}, Attempts: 1, Created: since.Add(-10 * time.Minute), Updated: since.Add(-5 * time.Minute),
-		Expires: since.Add(24 * time.Hour), FenceScope: scope, ReplacedBy: "send_email/Y"}
-	y := Record{Key: "send_email/Y", Tool: "send_email", State: Unknown, Principal: principal, Session: session,
-		Fingerprint: Digest{5}, Attempts: 1, Created: since.Add(-5 * time.Minute), Updated: since.Add(-2 * time.Minute),
-		LeaseExpiry: since.Add(-3 * time.Minute), FenceScope: scope, Replaces: "send_email/X"}
-	req := ClaimRequest{Key: x.Key, Tool: x.Tool, Principal: principal, Session: session, Fingerprint: x.Fingerprint,
-		Owner: "o", Now: since.Add(time.Second), Lease: 30 * time.Second, TakeOver: true, Unkeyed: true, FenceScope: scope, KeyTTL: 24 * time.Hour}
+	since, x, approved, req := keptXY()
+	req.TakeOver, req.Replace = true, nil
+	y := approved
+	y.RetryApproved = false
 	tok := uint64(100)
 	next := func() (uint64, error) { tok++; return tok, nil }
 	takenOverFromTheNotice := func(t *testing.T, what string, d ClaimDecision) {
@@ -176,8 +170,6 @@ func TestDecideLostDoubtsAKeptRecord(t *testing.T) {
 		takenOverFromTheNotice(t, "Y", d)
 	})
 	t.Run("a replaced action asked for again in its replacement's place", func(t *testing.T) {
-		approved := y
-		approved.RetryApproved = true
 		xreq := req
 		xreq.Replace = &Replacement{Key: y.Key, Attempts: y.Attempts, TTL: 24 * time.Hour}
 		d, err := DecideLost(since, &x, []Record{approved}, xreq, next)

@@ -194,7 +194,8 @@
 //	ErrorTypeConfig of the first attempt,       an error; nothing ran
 //	  or not scheduled
 //	ErrorTypeConfig of a later attempt (a       unknown_outcome, without a reference:
-//	  worker of another build refused)            an earlier attempt may have acted
+//	  worker of another build refused), or        an earlier attempt may have acted
+//	  of a worker that does not say which
 //
 // # Heartbeats and cancellation
 //

@@ -8,10 +8,12 @@ package temporaltool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retrysafe/retrysafe/agenttool"
@@ -38,47 +40,55 @@ type outcome struct {
 // (an earlier attempt may have acted), as it does for every other
 // refusal of a later attempt (tooLate, NotDone).
 func TestOneEffect_RefusalOfALaterAttemptIsNotNothingRan(t *testing.T) {
-	l := newLedger(false)
-	l.crash = 1 // attempt 1 takes the order, and its worker dies
-	store := memstore.New()
-	oldOpts := l.options(agenttool.AtMostOnce, store)
-	oldAct := mustActivity(t, l.tool(t, oldOpts))
-	newOpts := l.options(agenttool.AtMostOnce, store)
-	newOpts.AttemptTimeout = 30 * time.Second // the new build's attempts may run longer
-	newAct := mustActivity(t, l.tool(t, newOpts))
+	// The refusal of this build, and of a build before refusals said
+	// their attempt's number.
+	for _, older := range []bool{false, true} {
+		t.Run(fmt.Sprintf("older=%v", older), func(t *testing.T) {
+			l := newLedger(false)
+			l.crash = 1 // attempt 1 takes the order, and its worker dies
+			store := memstore.New()
+			oldAct := mustActivity(t, l.tool(t, l.options(agenttool.AtMostOnce, store)))
+			newOpts := l.options(agenttool.AtMostOnce, store)
+			newOpts.AttemptTimeout = 30 * time.Second // the new build's attempts may run longer
+			newAct := mustActivity(t, l.tool(t, newOpts))
 
-	env := newEnv(t) // the two builds share one activity name: a worker of each
-	env.RegisterActivityWithOptions(func(ctx context.Context, c temporaltool.Call) (envelope.Envelope, error) {
-		if activity.GetInfo(ctx).Attempt == 1 {
-			return oldAct.Run(ctx, c)
-		}
-		return newAct.Run(ctx, c)
-	}, activity.RegisterOptions{Name: oldAct.Name()})
+			env := newEnv(t) // the two builds share one activity name: a worker of each
+			env.RegisterActivityWithOptions(func(ctx context.Context, c temporaltool.Call) (envelope.Envelope, error) {
+				switch {
+				case activity.GetInfo(ctx).Attempt == 1:
+					return oldAct.Run(ctx, c)
+				case older:
+					return envelope.Envelope{}, temporal.NewApplicationErrorWithOptions("temporaltool: the configuration does not fit the tool: attempts may run 30s",
+						temporaltool.ErrorTypeConfig, temporal.ApplicationErrorOptions{NonRetryable: true})
+				}
+				return newAct.Run(ctx, c)
+			}, activity.RegisterOptions{Name: oldAct.Name()})
 
-	wf := func(ctx workflow.Context, c temporaltool.Call) ([]outcome, error) {
-		e, err := temporaltool.Execute(ctx, oldAct, c) // the workflow's build: the old timeouts
-		o := outcome{Env: e}
-		if err != nil {
-			o.Err = err.Error()
-		}
-		return []outcome{o}, nil
-	}
-	env.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: "wf"})
-	env.ExecuteWorkflow("wf", call(tea, temporaltool.ByInput))
-	if !env.IsWorkflowCompleted() || env.GetWorkflowError() != nil {
-		t.Fatalf("the workflow did not complete: %v", env.GetWorkflowError())
-	}
-	var got []outcome
-	if err := env.GetWorkflowResult(&got); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Execute answered: %+v", got[0])
-	l.check(t, 1)
-	if got[0].Err != "" {
-		t.Errorf("Execute returned an error that says nothing ran (%s), but attempt 1 took the order (ledger total 1): "+
-			"the workflow is told a lie (I2); a refusal on attempt 2 must read as unknown_outcome", got[0].Err)
-	} else {
-		want(t, got[0].Env, envelope.UnknownOutcome, "")
+			wf := func(ctx workflow.Context, c temporaltool.Call) ([]outcome, error) {
+				e, err := temporaltool.Execute(ctx, oldAct, c) // the workflow's build: the old timeouts
+				o := outcome{Env: e}
+				if err != nil {
+					o.Err = err.Error()
+				}
+				return []outcome{o}, nil
+			}
+			env.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: "wf"})
+			env.ExecuteWorkflow("wf", call(tea, temporaltool.ByInput))
+			if !env.IsWorkflowCompleted() || env.GetWorkflowError() != nil {
+				t.Fatalf("the workflow did not complete: %v", env.GetWorkflowError())
+			}
+			var got []outcome
+			if err := env.GetWorkflowResult(&got); err != nil {
+				t.Fatal(err)
+			}
+			l.check(t, 1)
+			if got[0].Err != "" {
+				t.Errorf("Execute returned an error that says nothing ran (%s), but attempt 1 took the order: "+
+					"a refusal on attempt 2 must read as unknown_outcome", got[0].Err)
+			} else {
+				want(t, got[0].Env, envelope.UnknownOutcome, "")
+			}
+		})
 	}
 }
 

@@ -86,7 +86,12 @@ func (f *Future) settle(err error) (envelope.Envelope, error) {
 		switch cause.Type() {
 		case ErrorTypeConfig:
 			why := strings.TrimPrefix(cause.Message(), ErrConfig.Error()+": ")
-			if cause.Details(&attempt) == nil && attempt > 1 {
+			switch {
+			case cause.Details(&attempt) != nil:
+				// A worker of a build before the refusal said its attempt:
+				// an earlier attempt may have run, and acted.
+				return f.unknown("", 0, fmt.Sprintf("an attempt of the tool's activity refused to run (%s); which attempt, its worker did not say, and an earlier one may have acted", why)), nil
+			case attempt > 1:
 				// An earlier attempt ran, and may have acted.
 				return f.unknown("", 0, fmt.Sprintf("attempt %d of the tool's activity refused to run (%s), but an earlier attempt may have acted", attempt, why)), nil
 			}

@@ -67,24 +67,11 @@ func TestFailover_AnotherInputDoesNotSpendTheApproval(t *testing.T) {
 			store := pgtest.Open(t)
 			w := &foundWire{}
 			clk := &clock{now: time.Now()}
-			tool, err := agenttool.New("send_email", "Send an email.", w.send, agenttool.Options{
+			tool, op := toolAndOperator(t, w.send, agenttool.Options{
 				Store: store, Class: agenttool.Reconcilable, Reconciler: reconcile.Func(w.check), Now: clk.Now,
 				IdentifyingFields: []string{"to", "subject"},
-				AttemptTimeout:    30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			op, err := agenttool.NewOperator(store, tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			first := tool.Invoke(scoped(), lunch)
-			mustStatus(t, first, envelope.UnknownOutcome)
-			clk.Advance(32 * time.Second)
-			if err := op.ResolveNotApplied(context.Background(), first.RequestRef, 1, "maria", "not in the mail log"); err != nil {
-				t.Fatal(err)
-			}
+			first := foundNotApplied(t, tool, op, clk, lunch)
 			before, err := store.Get(context.Background(), first.RequestRef)
 			if err != nil || before.State != agenttool.Unknown || !before.RetryApproved {
 				t.Fatalf("after the finding: %+v, %v; want unknown, approved", before, err)
@@ -165,29 +152,9 @@ func TestFailover_AnAppliedAnswerSettlesAReplacedAction(t *testing.T) {
 			t.Cleanup(func() { store.Close() })
 			w := &droppingWire{drops: 2}
 			clk := &clock{now: time.Now()}
-			tool, err := agenttool.New("send_email", "Send an email.", w.send, agenttool.Options{
-				Store: store, Class: agenttool.AtMostOnce, Now: clk.Now,
-				AttemptTimeout: 30 * time.Second, ClockSkew: time.Second, Retry: agenttool.RetryPolicy{MaxAttempts: 1},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			op, err := agenttool.NewOperator(store, tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := tool.Invoke(scoped(), lunch)
-			mustStatus(t, x, envelope.UnknownOutcome)
-			clk.Advance(32 * time.Second)
-			if err := op.ResolveNotApplied(context.Background(), x.RequestRef, 1, "maria", "not in the log"); err != nil {
-				t.Fatal(err)
-			}
-			y := tool.Invoke(scoped(), lunchReworded)
-			mustStatus(t, y, envelope.UnknownOutcome)
-			clk.Advance(32 * time.Second)
-			if err := op.ResolveNotApplied(context.Background(), y.RequestRef, 1, "maria", "not in the log"); err != nil {
-				t.Fatal(err)
-			}
+			tool, op := toolAndOperator(t, w.send, agenttool.Options{Store: store, Class: agenttool.AtMostOnce, Now: clk.Now})
+			x := foundNotApplied(t, tool, op, clk, lunch)
+			y := foundNotApplied(t, tool, op, clk, lunchReworded)
 			if rec, err := store.Get(context.Background(), x.RequestRef); err != nil || rec.State != agenttool.Failed || rec.ReplacedBy != y.RequestRef {
 				t.Fatalf("X: %+v %v; want failed, replaced by Y", rec, err)
 			}
@@ -205,4 +172,34 @@ func TestFailover_AnAppliedAnswerSettlesAReplacedAction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toolAndOperator returns a send_email tool sending with send, whose one
+// attempt may land for 30 s (and a second of clock skew), and an operator
+// of it.
+func toolAndOperator(t *testing.T, send func(context.Context, emailInput) (sent, error), opts agenttool.Options) (*agenttool.Tool, *agenttool.Operator) {
+	t.Helper()
+	opts.AttemptTimeout, opts.ClockSkew, opts.Retry = 30*time.Second, time.Second, agenttool.RetryPolicy{MaxAttempts: 1}
+	tool, err := agenttool.New("send_email", "Send an email.", send, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := agenttool.NewOperator(opts.Store, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool, op
+}
+
+// foundNotApplied calls tool with in, whose outcome is unknown, and has a
+// person find it not applied once its attempt can no longer land.
+func foundNotApplied(t *testing.T, tool *agenttool.Tool, op *agenttool.Operator, clk *clock, in string) envelope.Envelope {
+	t.Helper()
+	env := tool.Invoke(scoped(), in)
+	mustStatus(t, env, envelope.UnknownOutcome)
+	clk.Advance(32 * time.Second)
+	if err := op.ResolveNotApplied(context.Background(), env.RequestRef, 1, "maria", "not in the mail log"); err != nil {
+		t.Fatal(err)
+	}
+	return env
 }

@@ -88,7 +88,7 @@ func (f *Future) settle(err error) (envelope.Envelope, error) {
 			why := strings.TrimPrefix(cause.Message(), ErrConfig.Error()+": ")
 			switch {
 			case cause.Details(&attempt) != nil:
-				// A worker of a build before the refusal said its attempt:
+				// A worker of a build from before refusals said their attempt:
 				// an earlier attempt may have run, and acted.
 				return f.unknown("", 0, fmt.Sprintf("an attempt of the tool's activity refused to run (%s); which attempt, its worker did not say, and an earlier one may have acted", why)), nil
 			case attempt > 1:
